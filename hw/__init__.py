@@ -1,0 +1,1 @@
+"""Hardware blocks (Amaranth components). See DESIGN.md "Blocks"."""

@@ -1,0 +1,86 @@
+"""cocotb test module: runs one harness test intent inside Icarus or Verilator.
+
+Loaded by the simulator process that :func:`epfabric.sim.harness.run` starts;
+the intent, its arguments, the component spec and the result file come from
+``EPFABRIC_*`` environment variables. Not meant to be imported elsewhere.
+"""
+
+import json
+import os
+import traceback
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import FallingEdge, Timer
+from amaranth.lib.wiring import In
+
+from .harness import CLOCK_PERIOD_NS, Bench, ComponentSpec, _resolve_intent
+
+
+class CocotbBench(Bench):
+    """Bench over a cocotb DUT handle; the clock is GPI-driven.
+
+    ``tick`` waits for the falling edge, half a period after the rising edge
+    that updated the registers, so reads see settled values; a read after a
+    write advances 1 ps first so the write's combinational effect has settled.
+    """
+
+    def __init__(self, dut, component):
+        super().__init__(component)
+        self._dut = dut
+        self._handles = {}
+        self._dirty = False
+
+    def _handle(self, path):
+        h = self._handles.get(path)
+        if h is None:
+            self._lookup(path)
+            h = self._handles[path] = getattr(self._dut, path.replace(".", "__"))
+        return h
+
+    async def start(self):
+        Clock(self._dut.clk, CLOCK_PERIOD_NS, unit="ns").start(start_high=False)
+        self._dut.rst.value = 1
+        for path, flow, _obj in self.component.signature.flatten(self.component):
+            if flow == In:
+                self._handle(".".join(str(p) for p in path)).value = 0
+        await FallingEdge(self._dut.clk)
+        await FallingEdge(self._dut.clk)
+        self._dut.rst.value = 0
+        await FallingEdge(self._dut.clk)
+
+    def set(self, path, value):
+        self._handle(path).value = self._pack(path, value)
+        self._dirty = True
+
+    async def get(self, path):
+        if self._dirty:
+            await Timer(1, unit="ps")
+            self._dirty = False
+        return self._unpack(path, self._handle(path).value.to_unsigned())
+
+    async def tick(self, n=1):
+        for _ in range(n):
+            await FallingEdge(self._dut.clk)
+        self._dirty = False
+        self.cycle += n
+
+
+@cocotb.test()
+async def run_intent(dut):
+    result_file = os.environ["EPFABRIC_RESULT"]
+    try:
+        spec = ComponentSpec.from_json(os.environ["EPFABRIC_SPEC"])
+        intent = _resolve_intent(os.environ["EPFABRIC_INTENT"])
+        args = json.loads(os.environ["EPFABRIC_ARGS"])
+        bench = CocotbBench(dut, spec.build())
+        await bench.start()
+        bench.cycle = 0
+        result = await intent(bench, **args)
+        out = {"result": result, "cycles": bench.cycle}
+    except Exception:
+        out = {"error": traceback.format_exc()}
+    with open(result_file, "w") as f:
+        json.dump(out, f)
+    if "error" in out:
+        raise AssertionError(out["error"])

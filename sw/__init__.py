@@ -1,0 +1,1 @@
+"""ISA, assembler, kernel-program generators and the driver API."""
