@@ -50,14 +50,14 @@ class CocotbBench(Bench):
         await FallingEdge(self._dut.clk)
 
     def set(self, path, value):
-        self._handle(path).value = self._pack(path, value)
+        self._handle(path).value = self.pack(path, value)
         self._dirty = True
 
     async def get(self, path):
         if self._dirty:
             await Timer(1, unit="ps")
             self._dirty = False
-        return self._unpack(path, self._handle(path).value.to_unsigned())
+        return self._unpack(path, int(self._handle(path).value))
 
     async def tick(self, n=1):
         for _ in range(n):

@@ -119,7 +119,8 @@ class Bench:
             raise KeyError(f"component has no port {path!r}; ports: "
                            f"{', '.join(sorted(self._ports))}") from None
 
-    def _pack(self, path, value):
+    def pack(self, path, value):
+        """Raw int for ``value`` on port ``path`` (mappings packed with its layout)."""
         value_obj, shape = self._lookup(path)
         if isinstance(shape, data.Layout) and not isinstance(value, int):
             value = shape.const(value).as_bits()
@@ -156,7 +157,7 @@ class PysimBench(Bench):
         self._ctx = ctx
 
     def set(self, path, value):
-        self._ctx.set(self._lookup(path)[0], self._pack(path, value))
+        self._ctx.set(self._lookup(path)[0], self.pack(path, value))
 
     async def get(self, path):
         return self._unpack(path, self._ctx.get(self._lookup(path)[0]))
@@ -254,8 +255,13 @@ def _run_pysim(spec, intent, args, waveform):
                                traces=_default_traces(component))
     else:
         writer = nullcontext()
-    with writer:
-        sim.run()
+    try:
+        with writer:
+            sim.run()
+    except SimulationError:
+        raise
+    except Exception as exc:
+        raise SimulationError(f"test intent failed on pysim: {type(exc).__name__}: {exc}") from exc
     return out["result"], out["cycles"]
 
 
@@ -265,13 +271,18 @@ def verilog_of(spec):
     return verilog.convert(spec.build(), name=TOPLEVEL, emit_src=False)
 
 
+def build_dir_for(text, simulator, waves):
+    """Cache folder of a build: a hash of the Verilog text and the build options."""
+    key = hashlib.sha256(f"{simulator}\0{int(waves)}\0{TIMESCALE}\0{text}".encode()).hexdigest()[:16]
+    return build_cache_dir() / f"{simulator}-{key}"
+
+
 def _build(spec, simulator, waves):
     """Build (or reuse) the simulator model; return its build directory."""
     from cocotb_tools.runner import get_runner
 
     text = verilog_of(spec)
-    key = hashlib.sha256(f"{simulator}\0{int(waves)}\0{TIMESCALE}\0{text}".encode()).hexdigest()[:16]
-    bdir = build_cache_dir() / f"{simulator}-{key}"
+    bdir = build_dir_for(text, simulator, waves)
     stamp = bdir / "built.ok"
     if stamp.exists():
         return bdir
