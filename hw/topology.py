@@ -1,0 +1,327 @@
+"""Fabric topologies built from links and switches: ``superpod`` and ``star``.
+
+UBEP §2.3 Insight 3 / Table 2: a CloudMatrix384-like superpod — the dies of an
+NPU reach each other directly (intra-NPU, 218 ns), the dies of a board through
+their tier-1 switch (one-hop, 929 ns), the dies of different boards through
+tier-1 → tier-2 → tier-1 (two-hop, 2500 ns). INC-MoE §3: ``star`` puts N ranks
+on one switch (where the INC engine attaches).
+
+How a die's port is shared (our design decision). Each rank has one endpoint
+port pair (``tx[r]`` into the fabric, ``rx[r]`` out of it). Behind it sits a
+small *die router* — a :class:`~epfabric.hw.switch.Switch` with port 0 to the
+endpoint, ports ``1..dies_per_npu-1`` to direct links to the other dies of the
+NPU, and a last port to the die's uplink to its tier-1 switch. It routes by
+destination, so intra-NPU traffic never touches the tier-1 switch, and it
+merges incoming direct and switch traffic round-robin. Rate limiters (links of
+latency 0) on the endpoint's two directions make the die's total bandwidth the
+preset's per direction, however its traffic is split.
+
+Every link (direct, die ↔ tier-1, tier-1 ↔ tier-2) runs at the preset's
+bandwidth. The tier-2 layer is ``dies_per_board`` planes (as CM384's L2 switch
+planes): tier-1 uplink ``k`` of every board goes to plane ``k``, and cross-board
+flits take the plane of their destination's board-local die index, so distinct
+destinations never share an uplink and a permutation is non-blocking.
+Per-hop latencies come from :meth:`epfabric.sw.presets.Preset.hop_cycles`.
+"""
+
+from amaranth.hdl import Module, Shape
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .link import Link, check_payload, flit_layout
+from .switch import Switch
+
+__all__ = ["Fabric", "superpod", "star", "superpod_distance"]
+
+
+def _count(name, value, maximum=None):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1 \
+            or (maximum is not None and value > maximum):
+        bound = f"an integer in 1..{maximum}" if maximum is not None else "a positive integer"
+        raise ValueError(f"{name} must be {bound}, not {value!r}")
+    return value
+
+
+class Fabric(wiring.Component):
+    """A fabric: links and switches between ``ranks`` endpoint port pairs.
+
+    Built by :func:`superpod` or :func:`star`, not directly.
+
+    Parameters
+    ----------
+    ranks : int
+        Endpoint port pairs.
+    payload : data.Layout
+        Flit layout (with ``dst``).
+    switches : dict
+        ``{name: Switch}``.
+    links : list
+        ``(Link, source, sink)`` with source/sink ``("tx", r)``, ``("rx", r)``,
+        ``("attach_tx", j)``, ``("attach_rx", j)`` or ``(switch name, port)``.
+    wires : list
+        ``(source, sink)`` connected directly, without a link.
+    attach : int
+        Extra switch ports exposed as ``attach_tx``/``attach_rx`` (star only).
+    classes : callable
+        ``classes(src, dst)`` → distance class name.
+    counter_width : int
+        Width of the per-rank counters.
+
+    Attributes
+    ----------
+    tx : In(stream.Signature(payload)).array(ranks)
+        Flits a rank sends (``payload.dst`` names the destination rank).
+    rx : Out(stream.Signature(payload)).array(ranks)
+        Flits delivered to a rank.
+    attach_tx, attach_rx : streams, present when ``attach`` > 0
+        Ports of an engine attached to the switch (flits to it have
+        ``dst = ranks + j``).
+    tx_blocks, rx_blocks, tx_stalls : Out(counter_width).array(ranks)
+        Blocks sent and delivered per rank, and cycles a rank's ``tx`` was held off.
+    switches : dict
+        The switches by name (their counters are readable in simulation).
+    """
+
+    def __init__(self, *, ranks, payload, switches, links, wires=(), attach=0, classes=None,
+                 counter_width=32):
+        self.ranks = ranks
+        self.payload = check_payload(payload)
+        self.switches = dict(switches)
+        self.links = list(links)
+        self.wires = list(wires)
+        self.attach = attach
+        self._classes = classes
+        for child in (*self.switches.values(), *(link for link, _s, _d in self.links)):
+            child._MustUse__silence = True  # owned here; the fabric itself warns if unused
+        flit = stream.Signature(payload)
+        members = {
+            "tx": In(flit).array(ranks),
+            "rx": Out(flit).array(ranks),
+            "tx_blocks": Out(counter_width).array(ranks),
+            "rx_blocks": Out(counter_width).array(ranks),
+            "tx_stalls": Out(counter_width).array(ranks),
+        }
+        if attach:
+            members["attach_tx"] = In(flit).array(attach)
+            members["attach_rx"] = Out(flit).array(attach)
+        super().__init__(members)
+
+    def distance(self, src, dst):
+        """Distance class (``"intra"``, ``"one_hop"``, ``"two_hop"``) of a flow; ``None`` for src == dst."""
+        if src == dst:
+            return None
+        return self._classes(src, dst)
+
+    def elaborate(self, platform):
+        m = Module()
+        for name, sw in self.switches.items():
+            m.submodules[name] = sw
+        for n, (link, src, dst) in enumerate(self.links):
+            m.submodules[f"link{n}_{self._label(src)}_to_{self._label(dst)}"] = link
+            wiring.connect(m, self._source(src), link.i_stream)
+            wiring.connect(m, link.o_stream, self._sink(dst))
+        for src, dst in self.wires:
+            wiring.connect(m, self._source(src), self._sink(dst))
+        for r in range(self.ranks):
+            tx, rx = self.tx[r], self.rx[r]
+            with m.If(tx.valid & tx.ready):
+                m.d.sync += self.tx_blocks[r].eq(self.tx_blocks[r] + 1)
+            with m.If(tx.valid & ~tx.ready):
+                m.d.sync += self.tx_stalls[r].eq(self.tx_stalls[r] + 1)
+            with m.If(rx.valid & rx.ready):
+                m.d.sync += self.rx_blocks[r].eq(self.rx_blocks[r] + 1)
+        return m
+
+    @staticmethod
+    def _label(end):
+        return f"{end[0]}{end[1]}"
+
+    def _source(self, end):
+        kind, idx = end
+        if kind in ("tx", "attach_tx"):
+            return wiring.flipped(getattr(self, kind)[idx])
+        return self.switches[kind].o_stream[idx]
+
+    def _sink(self, end):
+        kind, idx = end
+        if kind in ("rx", "attach_rx"):
+            return wiring.flipped(getattr(self, kind)[idx])
+        return self.switches[kind].i_stream[idx]
+
+
+def _payload(payload, addresses, data_bytes):
+    if payload is None:
+        if not isinstance(data_bytes, int) or isinstance(data_bytes, bool) or data_bytes < 1:
+            raise ValueError(f"data_bytes must be a positive integer, not {data_bytes!r}")
+        return flit_layout(ranks=addresses, data_bits=8 * data_bytes)
+    payload = check_payload(payload)
+    if addresses > 2 ** Shape.cast(payload['dst'].shape).width:
+        raise ValueError(f"payload's dst field ({Shape.cast(payload['dst'].shape).width} bits) cannot "
+                         f"address {addresses} destinations")
+    return payload
+
+
+def superpod_distance(dies_per_npu, npus_per_board):
+    """``distance(src, dst)`` → ``"intra"``, ``"one_hop"`` or ``"two_hop"`` for a superpod shape."""
+    def distance(src, dst):
+        if src // dies_per_npu == dst // dies_per_npu:
+            return "intra"
+        if src // (dies_per_npu * npus_per_board) == dst // (dies_per_npu * npus_per_board):
+            return "one_hop"
+        return "two_hop"
+    return distance
+
+
+def superpod(preset, dies_per_npu=None, npus_per_board=None, boards=None, *, payload=None,
+             data_bytes=None, switch_depth=4, counter_width=32):
+    """A two-tier superpod fabric (UBEP §2.3 Insight 3, Table 2).
+
+    Rank ``r`` is die ``r % dies_per_npu`` of NPU ``(r // dies_per_npu) %
+    npus_per_board`` on board ``r // (dies_per_npu * npus_per_board)``.
+
+    Parameters
+    ----------
+    preset : epfabric.sw.presets.Preset
+        Bandwidth and latencies (via ``preset.rate()`` and
+        ``preset.hop_cycles("superpod")``); shape maxima.
+    dies_per_npu, npus_per_board, boards : int
+        Shape, each at most the preset's; ``None``: the preset's.
+    payload : data.Layout or None
+        Flit layout with a ``dst`` field; ``None``: ``flit_layout`` with
+        ``data_bytes`` of data.
+    data_bytes : int or None
+        Simulated bytes per block (``None``: ``preset.data_bytes``); cycle
+        counts do not depend on it.
+    switch_depth : int
+        Input FIFO depth of every switch.
+
+    Returns
+    -------
+    Fabric
+
+    Raises
+    ------
+    ValueError
+        On an invalid shape (the parameter is named).
+    """
+    dpn = _count("dies_per_npu", preset.dies_per_npu if dies_per_npu is None else dies_per_npu,
+                 preset.dies_per_npu)
+    npb = _count("npus_per_board", preset.npus_per_board if npus_per_board is None else npus_per_board,
+                 preset.npus_per_board)
+    nb = _count("boards", preset.boards if boards is None else boards, preset.boards)
+    dpb = dpn * npb
+    ranks = dpb * nb
+    if ranks < 2:
+        raise ValueError(f"a superpod needs at least 2 dies, not dies_per_npu={dpn}, "
+                         f"npus_per_board={npb}, boards={nb}")
+    hops = preset.hop_cycles("superpod")
+    num, den = preset.rate()
+    block = preset.block_bytes
+    payload = _payload(payload, ranks, preset.data_bytes if data_bytes is None else data_bytes)
+
+    def link(latency):
+        return Link(payload=payload, latency=latency, rate_num=num, rate_den=den, block_bytes=block)
+
+    def npu_of(r):
+        return r // dpn
+
+    def board_of(r):
+        return r // dpb
+
+    has_t1 = nb > 1 or npb > 1
+    switches, links = {}, []
+    for r in range(ranks):
+        siblings = [s for s in range(npu_of(r) * dpn, npu_of(r) * dpn + dpn) if s != r]
+        uplink = 1 + len(siblings)
+        routes = []
+        for d in range(ranks):
+            if d == r:
+                routes.append(0)
+            elif npu_of(d) == npu_of(r):
+                routes.append(1 + siblings.index(d))
+            else:
+                routes.append(uplink)
+        switches[f"die{r}"] = Switch(ports=uplink + has_t1, routes=routes, payload=payload,
+                                     depth=switch_depth, counter_width=counter_width)
+        links.append((link(0), ("tx", r), (f"die{r}", 0)))
+        links.append((link(0), (f"die{r}", 0), ("rx", r)))
+        for i, s in enumerate(siblings):
+            back = [t for t in range(npu_of(s) * dpn, npu_of(s) * dpn + dpn) if t != s].index(r)
+            links.append((link(hops["direct"]), (f"die{r}", 1 + i), (f"die{s}", 1 + back)))
+        if has_t1:
+            t1, k = f"t1_{board_of(r)}", r % dpb
+            links.append((link(hops["up"]), (f"die{r}", uplink), (t1, k)))
+            links.append((link(hops["down"]), (t1, k), (f"die{r}", uplink)))
+    if has_t1:
+        for b in range(nb):
+            routes = [d % dpb if board_of(d) == b else dpb + d % dpb for d in range(ranks)]
+            switches[f"t1_{b}"] = Switch(ports=dpb * (2 if nb > 1 else 1), routes=routes,
+                                         payload=payload, depth=switch_depth,
+                                         counter_width=counter_width)
+    if nb > 1:
+        for k in range(dpb):
+            switches[f"t2_{k}"] = Switch(ports=nb, routes=[board_of(d) for d in range(ranks)],
+                                         payload=payload, depth=switch_depth,
+                                         counter_width=counter_width)
+            for b in range(nb):
+                links.append((link(hops["t2_up"]), (f"t1_{b}", dpb + k), (f"t2_{k}", b)))
+                links.append((link(hops["t2_down"]), (f"t2_{k}", b), (f"t1_{b}", dpb + k)))
+
+    classes = superpod_distance(dpn, npb)
+    fabric = Fabric(ranks=ranks, payload=payload, switches=switches, links=links,
+                    classes=classes, counter_width=counter_width)
+    fabric.shape = {"dies_per_npu": dpn, "npus_per_board": npb, "boards": nb}
+    return fabric
+
+
+def star(preset, n, *, attach=0, payload=None, data_bytes=None, switch_depth=4, counter_width=32):
+    """``n`` ranks on one switch, each by a full-duplex link (INC-MoE §3; UBEP one-hop class).
+
+    A lone block takes ``preset.latency_one_hop_ns`` rank to rank. ``attach``
+    extra switch ports, without links, are exposed as ``attach_tx[j]`` /
+    ``attach_rx[j]`` for an engine inside the switch (the INC engine); flits
+    with ``dst = n + j`` are routed to ``attach_rx[j]``.
+
+    Parameters
+    ----------
+    preset : epfabric.sw.presets.Preset
+    n : int
+        Ranks (>= 2).
+    attach : int
+        Engine ports (>= 0).
+    payload, data_bytes, switch_depth, counter_width
+        As for :func:`superpod`.
+
+    Returns
+    -------
+    Fabric
+
+    Raises
+    ------
+    ValueError
+        On an invalid parameter (named in the message).
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 2:
+        raise ValueError(f"n must be an integer >= 2, not {n!r}")
+    if not isinstance(attach, int) or isinstance(attach, bool) or attach < 0:
+        raise ValueError(f"attach must be an integer >= 0, not {attach!r}")
+    hops = preset.hop_cycles("star")
+    num, den = preset.rate()
+    payload = _payload(payload, n + attach, preset.data_bytes if data_bytes is None else data_bytes)
+    ports = n + attach
+    sw = Switch(ports=ports, routes=list(range(ports)), payload=payload, depth=switch_depth,
+                counter_width=counter_width)
+    links = []
+    for r in range(n):
+        links.append((Link(payload=payload, latency=hops["up"], rate_num=num, rate_den=den,
+                           block_bytes=preset.block_bytes), ("tx", r), ("switch", r)))
+        links.append((Link(payload=payload, latency=hops["down"], rate_num=num, rate_den=den,
+                           block_bytes=preset.block_bytes), ("switch", r), ("rx", r)))
+    wires = []
+    for j in range(attach):
+        wires.append((("attach_tx", j), ("switch", n + j)))
+        wires.append((("switch", n + j), ("attach_rx", j)))
+    fabric = Fabric(ranks=n, payload=payload, switches={"switch": sw}, links=links, wires=wires,
+                    attach=attach, classes=lambda s, d: "one_hop", counter_width=counter_width)
+    fabric.shape = {"n": n, "attach": attach}
+    return fabric

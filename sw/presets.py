@@ -1,0 +1,263 @@
+"""Machine presets, and the one place where physical units become cycles.
+
+A :class:`Preset` describes a machine in physical units (ns, GB/s, bytes),
+selectable by name with :func:`get_preset`. Everything that needs cycles —
+link latencies, the rate limiter's bytes-per-cycle fraction — asks the preset
+(:meth:`Preset.cycles`, :meth:`Preset.rate`, :meth:`Preset.hop_cycles`), so no
+other module converts units.
+
+Latency assumption (DESIGN.md): a class latency of UBEP Table 2 is the one-way
+time from a 512 B store's issue to its visibility at the destination, so the
+per-hop latencies are derived such that a lone block crossing the fabric takes
+exactly the class latency; a remote load costs the round trip.
+"""
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from fractions import Fraction
+
+from ..hw.link import LINK_MIN_LATENCY
+from ..hw.switch import SWITCH_LATENCY
+
+__all__ = ["Preset", "PRESETS", "get_preset", "preset_names", "TOPOLOGIES", "CLASSES"]
+
+TOPOLOGIES = ("superpod", "star")
+#: Distance classes (UBEP Table 2).
+CLASSES = ("intra", "one_hop", "two_hop")
+
+
+def _help(text):
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A machine: topology shape, sizes, latencies and bandwidth in physical units.
+
+    Validated at construction; :func:`dataclasses.replace` revalidates. Field
+    help texts are in ``dataclasses.fields(Preset)[i].metadata["help"]``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        On an invalid field (named in the message).
+    """
+    name: str = field(metadata=_help("preset name, as given to get_preset()"))
+    topology: str = field(metadata=_help("'superpod' (die - tier-1 board switch - tier-2) "
+                                          "or 'star' (ranks on one switch)"))
+    dies_per_npu: int = field(default=2, metadata=_help("dies per NPU, linked directly to each other"))
+    npus_per_board: int = field(default=8, metadata=_help("NPUs per board, behind one tier-1 switch"))
+    boards: int = field(default=16, metadata=_help("largest number of boards behind the tier-2 switch"))
+    ranks: int = field(default=4, metadata=_help("ranks on the switch of a 'star' topology"))
+    aivs_per_die: int = field(default=48, metadata=_help("AIV vector cores per die"))
+    bandwidth_gbytes_s: float = field(default=392.0, metadata=_help(
+        "bandwidth of every link, per direction, in GB/s (= bytes per ns)"))
+    latency_intra_ns: float | None = field(default=218.0, metadata=_help(
+        "one-way latency of a 512 B store to the other die of the same NPU (ns)"))
+    latency_one_hop_ns: float = field(default=929.0, metadata=_help(
+        "one-way latency through one switch layer (ns)"))
+    latency_two_hop_ns: float | None = field(default=2500.0, metadata=_help(
+        "one-way latency through tier-1, tier-2 and tier-1 switches (ns)"))
+    cycle_ns: float = field(default=1.0, metadata=_help("nanoseconds per simulated cycle"))
+    block_bytes: int = field(default=512, metadata=_help("DataBlock size: the UB atomic unit, "
+                                                         "charged per flit by the rate limiter"))
+    data_bytes: int = field(default=64, metadata=_help(
+        "bytes of each block the datapath carries (flag_bytes..block_bytes); "
+        "cycle counts do not depend on it"))
+    flag_bytes: int = field(default=32, metadata=_help(
+        "leading bytes of a block that are always modelled (the Data-as-Flag field)"))
+    full_duplex: bool = field(default=True, metadata=_help(
+        "each link direction has the full bandwidth independently"))
+    description: str = field(default="", metadata=_help("what the preset models"))
+
+    def __post_init__(self):
+        def integer(name, minimum=1):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+                raise ValueError(f"{name} must be an integer >= {minimum}, not {v!r}")
+
+        def number(name, allow_none=False):
+            v = getattr(self, name)
+            if v is None and allow_none:
+                return
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"{name} must be a positive number, not {v!r}")
+
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name must be a non-empty string, not {self.name!r}")
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}, not {self.topology!r}")
+        for name in ("dies_per_npu", "npus_per_board", "boards", "ranks", "aivs_per_die",
+                     "block_bytes", "data_bytes", "flag_bytes"):
+            integer(name)
+        if self.block_bytes & (self.block_bytes - 1):
+            raise ValueError(f"block_bytes must be a power of two, not {self.block_bytes!r}")
+        if not self.flag_bytes <= self.block_bytes:
+            raise ValueError(f"flag_bytes must be <= block_bytes ({self.block_bytes}), "
+                             f"not {self.flag_bytes!r}")
+        if not self.flag_bytes <= self.data_bytes <= self.block_bytes:
+            raise ValueError(f"data_bytes must be between flag_bytes ({self.flag_bytes}) and "
+                             f"block_bytes ({self.block_bytes}), not {self.data_bytes!r}")
+        number("bandwidth_gbytes_s")
+        number("cycle_ns")
+        number("latency_one_hop_ns")
+        superpod = self.topology == "superpod"
+        number("latency_intra_ns", allow_none=not superpod)
+        number("latency_two_hop_ns", allow_none=not superpod)
+        if superpod and not self.latency_intra_ns < self.latency_one_hop_ns < self.latency_two_hop_ns:
+            raise ValueError(
+                f"latencies must grow with distance (intra < one_hop < two_hop), not "
+                f"latency_intra_ns={self.latency_intra_ns!r}, latency_one_hop_ns="
+                f"{self.latency_one_hop_ns!r}, latency_two_hop_ns={self.latency_two_hop_ns!r}")
+        if not isinstance(self.full_duplex, bool):
+            raise TypeError(f"full_duplex must be a bool, not {self.full_duplex!r}")
+        if not self.full_duplex:
+            raise ValueError("full_duplex=False is not modelled: every link direction is independent")
+        self.hop_cycles()  # latencies the fabric cannot reach fail here, not in a simulation
+
+    # --- unit conversion: the only place in epfabric -----------------------------
+
+    def cycles(self, ns):
+        """Whole cycles closest to ``ns`` nanoseconds."""
+        return round(ns / self.cycle_ns)
+
+    def ns(self, cycles):
+        """Nanoseconds of ``cycles`` cycles."""
+        return cycles * self.cycle_ns
+
+    def bytes_per_cycle(self):
+        """Link bandwidth in bytes per cycle, as an exact fraction."""
+        bw = Fraction(str(self.bandwidth_gbytes_s)) * Fraction(str(self.cycle_ns))
+        return bw.limit_denominator(1 << 12)
+
+    def rate(self):
+        """``(rate_num, rate_den)`` for :class:`~epfabric.hw.link.Link`: bytes per cycle."""
+        bw = self.bytes_per_cycle()
+        return bw.numerator, bw.denominator
+
+    def gbytes_s(self, nbytes, cycles):
+        """Bandwidth in GB/s of ``nbytes`` moved in ``cycles`` cycles."""
+        return nbytes / self.ns(cycles)
+
+    @property
+    def bandwidth_gbits_s(self):
+        """Link bandwidth per direction in Gb/s."""
+        return self.bandwidth_gbytes_s * 8
+
+    def classes(self):
+        """Distance classes this preset's topology has."""
+        return CLASSES if self.topology == "superpod" else ("one_hop",)
+
+    def latency_ns(self):
+        """``{class: target one-way latency in ns}``."""
+        lat = {"intra": self.latency_intra_ns, "one_hop": self.latency_one_hop_ns,
+               "two_hop": self.latency_two_hop_ns}
+        return {c: lat[c] for c in self.classes()}
+
+    def latency_cycles(self):
+        """``{class: target one-way latency in cycles}``."""
+        return {c: self.cycles(v) for c, v in self.latency_ns().items()}
+
+    def hop_cycles(self, topology=None):
+        """Per-link latencies (cycles) such that a lone block's path sums to its class latency.
+
+        Superpod paths (S = switch latency; die routers are switches too)::
+
+            intra    router S + direct + router S
+            one_hop  router S + up + tier-1 S + down + router S
+            two_hop  router S + up + tier-1 S + t2_up + tier-2 S + t2_down + tier-1 S + down + router S
+
+        Star: ``up + S + down`` equals the one-hop latency (any preset can
+        build a star). ``topology`` defaults to the preset's. Returns
+        ``{link kind: cycles}``.
+
+        Raises
+        ------
+        ValueError
+            If a class latency is shorter than the switches and links it crosses.
+        """
+        S, lmin = SWITCH_LATENCY, LINK_MIN_LATENCY
+        lat = self.latency_cycles()
+
+        def need(cls_name, field_name, budget, links):
+            if budget < links * lmin:
+                raise ValueError(
+                    f"{field_name}={getattr(self, field_name)!r} is {lat[cls_name]} cycles, shorter "
+                    f"than the {lat[cls_name] - budget + links * lmin} cycles its path needs at "
+                    f"cycle_ns={self.cycle_ns!r}")
+
+        def split(total):
+            return total // 2, total - total // 2
+
+        topology = self.topology if topology is None else topology
+        if topology not in TOPOLOGIES:
+            raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
+        if topology == "superpod" and self.topology != "superpod":
+            raise ValueError(f"preset {self.name!r} has no intra-NPU and two-hop latencies; "
+                             f"it cannot build a superpod")
+        if topology == "star":
+            edge = lat["one_hop"] - S
+            need("one_hop", "latency_one_hop_ns", edge, 2)
+            up, down = split(edge)
+            return {"up": up, "down": down}
+        direct = lat["intra"] - 2 * S
+        need("intra", "latency_intra_ns", direct, 1)
+        edge = lat["one_hop"] - 3 * S
+        need("one_hop", "latency_one_hop_ns", edge, 2)
+        core = lat["two_hop"] - lat["one_hop"] - 2 * S
+        need("two_hop", "latency_two_hop_ns", core, 2)
+        up, down = split(edge)
+        t2_up, t2_down = split(core)
+        return {"direct": direct, "up": up, "down": down, "t2_up": t2_up, "t2_down": t2_down}
+
+    def describe(self):
+        """``{field: value}`` for reports."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def replace(self, **changes):
+        """A copy with ``changes`` applied (validated again)."""
+        return replace(self, **changes)
+
+
+PRESETS = {
+    "cm384": Preset(
+        name="cm384", topology="superpod", dies_per_npu=2, npus_per_board=8, boards=16,
+        aivs_per_die=48, bandwidth_gbytes_s=392.0, latency_intra_ns=218.0,
+        latency_one_hop_ns=929.0, latency_two_hop_ns=2500.0, cycle_ns=1.0,
+        block_bytes=512, data_bytes=64,
+        description="Huawei CloudMatrix384 superpod (UBEP Table 2, §2.3 Insight 3): "
+                    "2 dies/NPU, 8 NPUs/board, up to 16 boards, 392 GB/s UB per die"),
+    "incmoe-testbed": Preset(
+        name="incmoe-testbed", topology="star", ranks=4, aivs_per_die=48,
+        bandwidth_gbytes_s=12.5, latency_intra_ns=None, latency_one_hop_ns=1000.0,
+        latency_two_hop_ns=None, cycle_ns=1.0, block_bytes=512, data_bytes=64,
+        description="INC-MoE testbed (§3.2, Fig. 6): N ranks on one switch, 100 Gb/s per "
+                    "direction per rank, full duplex; the 1 us one-way latency is our assumption"),
+    "tiny": Preset(
+        name="tiny", topology="superpod", dies_per_npu=2, npus_per_board=2, boards=2,
+        aivs_per_die=2, bandwidth_gbytes_s=384.0, latency_intra_ns=8.0,
+        latency_one_hop_ns=16.0, latency_two_hop_ns=28.0, cycle_ns=1.0,
+        block_bytes=512, data_bytes=32,
+        description="a small superpod with short latencies for unit tests "
+                    "(0.75 blocks per cycle per link)"),
+}
+
+
+def preset_names():
+    return list(PRESETS)
+
+
+def get_preset(name):
+    """The preset called ``name``; a :class:`Preset` is returned unchanged.
+
+    Raises
+    ------
+    ValueError
+        If there is no such preset (the message lists the valid names).
+    """
+    if isinstance(name, Preset):
+        return name
+    try:
+        return PRESETS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}") from None
