@@ -15,6 +15,7 @@ COMMANDS = [
     ("demo", "epfabric.sim.demo", "run the vector unit's quaternary-search demo (UBEP Alg. 1)"),
     ("races", "epfabric.sim.races", "run the synchronization-race catalog and write waveforms"),
     ("calibrate", "epfabric.sim.calibrate", "measure latency and bandwidth per distance class"),
+    ("agrs", "epfabric.sim.agrs", "AllGather + ReduceScatter, in-network (INC) or ring"),
 ]
 
 
