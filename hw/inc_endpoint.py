@@ -1,0 +1,493 @@
+"""Endpoint traffic engines for AllGather/ReduceScatter, INC and ring, and the system top.
+
+INC-MoE §3.1: an end host posts an AG or RS on a region of a registered
+buffer; its network interface reads the payload, sends it to the switch and
+writes incoming payloads into registered memory, signalling completion. The
+buffers use the padded layout of §3.1 "Data layout": ``ranks`` blocks of
+``tmax`` rows, rank ``r``'s ``T_r`` rows at the start of block ``r``. One row
+is one 512 B DataBlock (one flit).
+
+* :class:`IncEndpoint` issues in-network AG (its own rows, once, to the
+  engine) and RS (its partials of every other rank's block, chunk-major) and,
+  as the root, adds its own partial to each reduced chunk it receives.
+* :class:`RingEndpoint` is the baseline (INC-MoE §3.2, Fig. 4): ring AG and
+  ring RS in ``ranks - 1`` steps to the next rank through the switch (which
+  only forwards), pipelined per chunk, the reduction at the endpoints.
+* :class:`AgrsSystem` wires a ``star`` fabric, the engine and ``ranks``
+  endpoints with a host port, ``start``, ``done`` and a cycle counter.
+
+Completion is cumulative (§3.1 "Concurrent operation"): every endpoint counts
+received AG blocks, reduced RS chunks and barrier releases forever, and each
+operation raises per-counter thresholds by what it expects; nothing is reset
+between operations.
+"""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .inc_engine import Completion, IncEngine, IncOp, inc_flit_layout, reduce_lanes, _bits, _int
+from .topology import star
+
+__all__ = ["Buffer", "IncEndpoint", "RingEndpoint", "AgrsSystem", "MODES"]
+
+MODES = ("inc", "ring")
+COUNTER_BITS = 32
+
+
+class Buffer(enum.Enum, shape=2):
+    """Host-port buffer select: ``AG`` gather buffer, ``RS`` partials, ``OUT`` reduced shard."""
+    AG = 0
+    RS = 1
+    OUT = 2
+
+
+class _Phase(enum.Enum, shape=2):
+    IDLE = 0
+    BARRIER = 1
+    WAIT = 2
+    RUN = 3
+
+
+def _ge(count, threshold):
+    """``count >= threshold`` for cumulative wrapping counters (their distance is < 2**31)."""
+    return ~(count - threshold)[COUNTER_BITS - 1]
+
+
+class _Endpoint(wiring.Component):
+    """Common part of the endpoints: memories, host port, counters, phases, AG issue.
+
+    Parameters
+    ----------
+    rank : int
+    ranks : int
+    tmax : int
+        Rows per rank block of the padded layout (capacity).
+    lanes : int
+        int32 lanes per flit.
+
+    Attributes
+    ----------
+    tx, rx : streams of :func:`~epfabric.hw.inc_engine.inc_flit_layout`
+    start : In(1)
+        One-cycle pulse: begin one AG and one RS (and a barrier first if
+        ``barrier``), with ``counts[q]`` rows for rank ``q``.
+    concurrent : In(1)
+        AG and RS at once (else RS after the AG completed here).
+    barrier : In(1)
+    counts : In(range(tmax + 1)).array(ranks)
+    idle : Out(1)
+    ag_count, rs_count, barrier_count : Out(32)
+        Cumulative completion counters (never reset).
+    host_buf, host_addr, host_wdata, host_we, host_rdata
+        Host access to the buffers (write only while idle; read combinational).
+    """
+
+    def __init__(self, *, rank, ranks, tmax, lanes=2):
+        _int("ranks", ranks, 2)
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < ranks:
+            raise ValueError(f"rank must be an integer in range({ranks}), not {rank!r}")
+        self.layout = inc_flit_layout(ranks=ranks, tmax=tmax, lanes=lanes)
+        self.rank, self.ranks, self.tmax, self.lanes = rank, ranks, tmax, lanes
+        flit = stream.Signature(self.layout)
+        super().__init__({
+            "tx": Out(flit), "rx": In(flit),
+            "start": In(1), "concurrent": In(1), "barrier": In(1),
+            "counts": In(range(tmax + 1)).array(ranks),
+            "idle": Out(1, init=1),
+            "ag_count": Out(COUNTER_BITS), "rs_count": Out(COUNTER_BITS),
+            "barrier_count": Out(COUNTER_BITS),
+            "host_buf": In(Buffer), "host_addr": In(_bits(ranks * tmax)),
+            "host_wdata": In(32 * lanes), "host_we": In(1), "host_rdata": Out(32 * lanes),
+        })
+
+    def _next(self):
+        return (self.rank + 1) % self.ranks
+
+    def elaborate(self, platform):
+        m = Module()
+        n, r, tmax, lanes = self.ranks, self.rank, self.tmax, self.lanes
+        width = 32 * lanes
+        mems = {}
+        for name, depth in (("ag", n * tmax), ("rs", n * tmax), ("out", tmax)):
+            mems[name] = m.submodules[f"{name}_mem"] = Memory(shape=width, depth=depth, init=[])
+        self._mems = mems
+
+        phase = Signal(_Phase)
+        epoch = Signal(8)
+        ag_thr = Signal(COUNTER_BITS)
+        rs_thr = Signal(COUNTER_BITS)
+        bar_thr = Signal(COUNTER_BITS)
+        conc = Signal()
+        m.d.comb += self.idle.eq(phase == _Phase.IDLE)
+
+        # Host port: reads always, writes only while idle (the receive path
+        # owns the write ports during an operation).
+        host_reads = {}
+        for name, mem in mems.items():
+            rp = mem.read_port(domain="comb")
+            m.d.comb += rp.addr.eq(self.host_addr)
+            host_reads[name] = rp.data
+        with m.Switch(self.host_buf):
+            with m.Case(Buffer.AG):
+                m.d.comb += self.host_rdata.eq(host_reads["ag"])
+            with m.Case(Buffer.RS):
+                m.d.comb += self.host_rdata.eq(host_reads["rs"])
+            with m.Default():
+                m.d.comb += self.host_rdata.eq(host_reads["out"])
+        writes = {name: mem.write_port() for name, mem in mems.items() if name != "rs"}
+        rs_w = mems["rs"].write_port()
+        m.d.comb += [rs_w.addr.eq(self.host_addr), rs_w.data.eq(self.host_wdata),
+                     rs_w.en.eq(self.idle & self.host_we & (self.host_buf == Buffer.RS))]
+        for name, wp in writes.items():
+            sel = Buffer.AG if name == "ag" else Buffer.OUT
+            with m.If(self.idle):
+                m.d.comb += [wp.addr.eq(self.host_addr), wp.data.eq(self.host_wdata),
+                             wp.en.eq(self.host_we & (self.host_buf == sel))]
+        self._writes = writes
+
+        # --- AG issue: own rows r*tmax .. r*tmax + T_r - 1 ------------------
+        ag_i = Signal(range(tmax + 1))
+        ag_left = Signal()
+        m.d.comb += ag_left.eq((phase == _Phase.RUN) & (ag_i < self.counts[r]))
+        ag_rp = mems["ag"].read_port(domain="comb")
+        m.d.comb += ag_rp.addr.eq(r * tmax + ag_i)
+        ag_flit = Signal(self.layout)
+        m.d.comb += [ag_flit.src.eq(r), ag_flit.root.eq(r), ag_flit.epoch.eq(epoch),
+                     ag_flit.offset.eq(r * tmax + ag_i), ag_flit.length.eq(self.counts[r]),
+                     ag_flit.chunk.eq(ag_i), ag_flit.compl.eq(Completion.AG),
+                     ag_flit.data.eq(ag_rp.data)]
+
+        # --- RS issue (mode-specific) ----------------------------------------
+        rs_go = Signal()
+        m.d.comb += rs_go.eq((phase == _Phase.RUN) & (conc | _ge(self.ag_count, ag_thr)))
+        rs_flit, rs_left, rs_valid, rs_taken = self._rs_issue(m, epoch, rs_go)
+
+        # --- receive (mode-specific) ----------------------------------------
+        fwd = self._receive(m)
+
+        # --- transmit arbitration: forwards, then AG and RS alternately --------
+        turn = Signal()
+        sel_fwd, sel_ag, sel_rs, sel_bar = Signal(), Signal(), Signal(), Signal()
+        fwd_valid = fwd.r_rdy if fwd is not None else Const(0)
+        m.d.comb += [
+            sel_fwd.eq(fwd_valid),
+            sel_ag.eq(~fwd_valid & ag_left & (~rs_valid | ~turn)),
+            sel_rs.eq(~fwd_valid & rs_valid & (~ag_left | turn)),
+            sel_bar.eq(phase == _Phase.BARRIER),
+        ]
+        with m.If(sel_bar):
+            m.d.comb += [self.tx.valid.eq(1), self.tx.payload.dst.eq(n),
+                         self.tx.payload.src.eq(r), self.tx.payload.op.eq(IncOp.BARRIER),
+                         self.tx.payload.epoch.eq(epoch),
+                         self.tx.payload.compl.eq(Completion.BARRIER)]
+        if fwd is not None:
+            with m.Elif(sel_fwd):
+                m.d.comb += [self.tx.valid.eq(1), self.tx.payload.eq(fwd.r_data),
+                             fwd.r_en.eq(self.tx.ready)]
+        with m.Elif(sel_ag):
+            m.d.comb += [self.tx.valid.eq(1), self.tx.payload.eq(ag_flit)]
+            self._ag_route(m, self.tx.payload)
+        with m.Elif(sel_rs):
+            m.d.comb += [self.tx.valid.eq(1), self.tx.payload.eq(rs_flit)]
+        sent = self.tx.valid & self.tx.ready
+        with m.If(sent & sel_ag):
+            m.d.sync += [ag_i.eq(ag_i + 1), turn.eq(1)]
+        with m.If(sent & sel_rs):
+            m.d.sync += turn.eq(0)
+        m.d.comb += rs_taken.eq(sent & sel_rs)
+
+        # --- phases and thresholds ------------------------------------------
+        others = 0
+        for q in range(n):
+            if q != r:
+                others = others + self.counts[q]
+        drained = fwd.level == 0 if fwd is not None else Const(1)
+        with m.Switch(phase):
+            with m.Case(_Phase.IDLE):
+                with m.If(self.start):
+                    m.d.sync += [epoch.eq(epoch + 1), ag_thr.eq(ag_thr + others),
+                                 rs_thr.eq(rs_thr + self.counts[r]), conc.eq(self.concurrent),
+                                 ag_i.eq(0)]
+                    self._reset_issue(m)
+                    with m.If(self.barrier):
+                        m.d.sync += [bar_thr.eq(bar_thr + 1), phase.eq(_Phase.BARRIER)]
+                    with m.Else():
+                        m.d.sync += phase.eq(_Phase.RUN)
+            with m.Case(_Phase.BARRIER):
+                with m.If(self.tx.ready):
+                    m.d.sync += phase.eq(_Phase.WAIT)
+            with m.Case(_Phase.WAIT):
+                with m.If(_ge(self.barrier_count, bar_thr)):
+                    m.d.sync += phase.eq(_Phase.RUN)
+            with m.Case(_Phase.RUN):
+                with m.If(~ag_left & ~rs_left & drained & _ge(self.ag_count, ag_thr)
+                          & _ge(self.rs_count, rs_thr)):
+                    m.d.sync += phase.eq(_Phase.IDLE)
+            with m.Default():
+                m.d.sync += phase.eq(_Phase.IDLE)
+        return m
+
+    def _bump(self, m, compl):
+        with m.Switch(compl):
+            with m.Case(Completion.AG):
+                m.d.sync += self.ag_count.eq(self.ag_count + 1)
+            with m.Case(Completion.RS):
+                m.d.sync += self.rs_count.eq(self.rs_count + 1)
+            with m.Default():
+                m.d.sync += self.barrier_count.eq(self.barrier_count + 1)
+
+    def _root_add(self, m, flit):
+        """Root: OUT[chunk] = received sum + own partial RS[r*tmax + chunk]."""
+        rp = self._mems["rs"].read_port(domain="comb")
+        m.d.comb += rp.addr.eq(flit.root * self.tmax + flit.chunk)
+        total = Signal(32 * self.lanes)
+        m.d.comb += total.eq(reduce_lanes(flit.data, rp.data, lanes=self.lanes))
+        return total
+
+
+class IncEndpoint(_Endpoint):
+    """Endpoint of the in-network AG and RS (INC-MoE §3.1).
+
+    AG: sends rows ``0 .. T_r-1`` of its own block once, to the engine
+    (address ``ranks``); each AG flit received is written at its ``offset``.
+    RS: for every row ``c`` and every other root ``q`` (chunk-major, the order
+    the engine's slot pool relies on) with ``c < T_q``, sends its partial
+    ``RS[q*tmax + c]`` to the engine; each reduced chunk it receives as the
+    root is added to its own partial and written to ``OUT[chunk]``.
+    Parameters and attributes as :class:`_Endpoint`.
+    """
+
+    def _ag_route(self, m, payload):
+        m.d.comb += [payload.dst.eq(self.ranks), payload.op.eq(IncOp.AG)]
+
+    def _rs_issue(self, m, epoch, go):
+        n, r, tmax = self.ranks, self.rank, self.tmax
+        c = Signal(range(tmax + 1))
+        q = Signal(range(n))
+        self._rs_pos = (c, q)
+        left = Signal()
+        valid = Signal()
+        taken = Signal()
+        count_q = Signal(range(tmax + 1))
+        m.d.comb += count_q.eq(Array(self.counts)[q])
+        m.d.comb += [left.eq(c < tmax), valid.eq(go & left & (q != r) & (c < count_q))]
+        rp = self._mems["rs"].read_port(domain="comb")
+        m.d.comb += rp.addr.eq(q * tmax + c)
+        flit = Signal(self.layout)
+        m.d.comb += [flit.dst.eq(n), flit.src.eq(r), flit.op.eq(IncOp.RS), flit.root.eq(q),
+                     flit.epoch.eq(epoch), flit.offset.eq(q * tmax + c), flit.length.eq(count_q),
+                     flit.chunk.eq(c), flit.compl.eq(Completion.RS), flit.data.eq(rp.data)]
+        with m.If(go & left & (taken | ~valid)):
+            m.d.sync += [q.eq(Mux(q == n - 1, 0, q + 1)), c.eq(Mux(q == n - 1, c + 1, c))]
+        return flit, left, valid, taken
+
+    def _reset_issue(self, m):
+        c, q = self._rs_pos
+        m.d.sync += [c.eq(0), q.eq(0)]
+
+    def _receive(self, m):
+        rx = self.rx.payload
+        m.d.comb += self.rx.ready.eq(1)
+        got = self.rx.valid
+        total = self._root_add(m, rx)
+        with m.If(got):
+            self._bump(m, rx.compl)
+            with m.Switch(rx.op):
+                with m.Case(IncOp.AG):
+                    wp = self._writes["ag"]
+                    m.d.comb += [wp.addr.eq(rx.offset), wp.data.eq(rx.data), wp.en.eq(1)]
+                with m.Case(IncOp.RS):
+                    wp = self._writes["out"]
+                    m.d.comb += [wp.addr.eq(rx.chunk), wp.data.eq(total), wp.en.eq(1)]
+                with m.Default():
+                    pass
+        return None
+
+
+class RingEndpoint(_Endpoint):
+    """Endpoint of the ring baseline (INC-MoE §3.2, Fig. 4), on the star's switch.
+
+    Ring AG: sends its own rows to rank ``r+1``; every AG row received is
+    written at its offset and, unless ``r+1`` is its root, forwarded to
+    ``r+1`` (``ranks - 1`` steps, pipelined per row). Ring RS: starts the
+    chain of block ``r-1`` by sending its partials of it to ``r+1``; a partial
+    of block ``q`` received is added to its own partial of ``q`` and either
+    forwarded (``q != r``) or, at the root, written to ``OUT``. Forwards have
+    priority over new rows on the link (a small FIFO decouples receive and
+    send). Parameters and attributes as :class:`_Endpoint`.
+    """
+
+    FORWARD_DEPTH = 4
+
+    def _ag_route(self, m, payload):
+        m.d.comb += [payload.dst.eq(self._next()), payload.op.eq(IncOp.RING_AG)]
+
+    def _rs_issue(self, m, epoch, go):
+        n, r, tmax = self.ranks, self.rank, self.tmax
+        q = (r - 1) % n
+        c = Signal(range(tmax + 1))
+        self._rs_pos = (c,)
+        left = Signal()
+        taken = Signal()
+        m.d.comb += left.eq(c < self.counts[q])
+        rp = self._mems["rs"].read_port(domain="comb")
+        m.d.comb += rp.addr.eq(q * tmax + c)
+        flit = Signal(self.layout)
+        m.d.comb += [flit.dst.eq(self._next()), flit.src.eq(r), flit.op.eq(IncOp.RING_RS),
+                     flit.root.eq(q), flit.epoch.eq(epoch), flit.offset.eq(q * tmax + c),
+                     flit.length.eq(self.counts[q]), flit.chunk.eq(c),
+                     flit.compl.eq(Completion.RS), flit.data.eq(rp.data)]
+        with m.If(taken):
+            m.d.sync += c.eq(c + 1)
+        return flit, left, go & left, taken
+
+    def _reset_issue(self, m):
+        c, = self._rs_pos
+        m.d.sync += c.eq(0)
+
+    def _receive(self, m):
+        r, nxt = self.rank, self._next()
+        width = len(Cat(self.rx.payload))
+        fwd = m.submodules.forward = SyncFIFOBuffered(width=width, depth=self.FORWARD_DEPTH)
+        rx = self.rx.payload
+        total = self._root_add(m, rx)
+        m.d.comb += self.rx.ready.eq(fwd.w_rdy)
+        got = self.rx.valid & self.rx.ready
+        out = Signal(self.layout)
+        m.d.comb += [out.eq(rx), out.dst.eq(nxt), out.src.eq(r), fwd.w_data.eq(out)]
+        with m.If(got):
+            with m.Switch(rx.op):
+                with m.Case(IncOp.RING_AG):
+                    wp = self._writes["ag"]
+                    m.d.comb += [wp.addr.eq(rx.offset), wp.data.eq(rx.data), wp.en.eq(1)]
+                    m.d.sync += self.ag_count.eq(self.ag_count + 1)
+                    m.d.comb += fwd.w_en.eq(rx.root != nxt)
+                with m.Case(IncOp.RING_RS):
+                    with m.If(rx.root == r):
+                        wp = self._writes["out"]
+                        m.d.comb += [wp.addr.eq(rx.chunk), wp.data.eq(total), wp.en.eq(1)]
+                        m.d.sync += self.rs_count.eq(self.rs_count + 1)
+                    with m.Else():
+                        m.d.comb += [out.data.eq(total), fwd.w_en.eq(1)]
+                with m.Default():
+                    self._bump(m, rx.compl)
+        return fwd
+
+    def _root_add(self, m, flit):
+        # Ring: every hop adds its own partial of the block the flit belongs to.
+        rp = self._mems["rs"].read_port(domain="comb")
+        m.d.comb += rp.addr.eq(flit.root * self.tmax + flit.chunk)
+        total = Signal(32 * self.lanes)
+        m.d.comb += total.eq(reduce_lanes(flit.data, rp.data, lanes=self.lanes))
+        return total
+
+
+class AgrsSystem(wiring.Component):
+    """``ranks`` endpoints on a ``star`` switch, with the INC engine attached (INC-MoE §3, Fig. 6).
+
+    The host loads buffers through the host port, pulses ``start``, waits for
+    ``done`` and reads back; ``cycles`` holds the cycles from ``start`` to
+    the completion of the last operation at every rank. Counters are never
+    reset, so operations may follow each other.
+
+    Parameters
+    ----------
+    preset : str or Preset
+        Link bandwidth and latency (``star`` topology of the preset).
+    ranks : int
+        Ranks (>= 2).
+    mode : str
+        ``"inc"`` (engine AG/RS) or ``"ring"`` (ring baseline; the switch only
+        forwards and the engine idles).
+    tmax : int
+        Rows per rank block of the padded layout.
+    lanes : int
+        int32 lanes simulated per 512 B block.
+    slots : int
+        Engine aggregator slots.
+    switch_depth : int
+        Switch input FIFO depth.
+
+    Attributes
+    ----------
+    start, concurrent, barrier : In(1)
+    counts : In(range(tmax + 1)).array(ranks)
+        Rows ``T_r`` of each rank for the next operation.
+    done : Out(1)
+    cycles : Out(32)
+    host_rank, host_buf, host_addr, host_wdata, host_we, host_rdata
+        Host access to rank ``host_rank``'s buffers (:class:`Buffer`).
+    ag_count, rs_count : Out(32).array(ranks)
+    slot_stalls : Out(32)
+
+    Raises
+    ------
+    ValueError
+        On an invalid parameter (named in the message).
+    """
+
+    def __init__(self, *, preset="incmoe-testbed", ranks=4, mode="inc", tmax=4, lanes=2,
+                 slots=16, switch_depth=4):
+        from ..sw.presets import get_preset  # hw must not depend on sw at import time
+        self.preset = get_preset(preset)
+        _int("ranks", ranks, 2)
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        _int("tmax", tmax, 1)
+        _int("lanes", lanes, 1)
+        _int("switch_depth", switch_depth, 2)
+        self.ranks, self.mode, self.tmax, self.lanes, self.slots = ranks, mode, tmax, lanes, slots
+        self.switch_depth = switch_depth
+        self.layout = inc_flit_layout(ranks=ranks, tmax=tmax, lanes=lanes)
+        IncEngine(ranks=ranks, tmax=tmax, lanes=lanes, slots=slots)._MustUse__silence = True
+        super().__init__({
+            "start": In(1), "concurrent": In(1), "barrier": In(1),
+            "counts": In(range(tmax + 1)).array(ranks),
+            "done": Out(1), "cycles": Out(COUNTER_BITS),
+            "host_rank": In(range(ranks)), "host_buf": In(Buffer),
+            "host_addr": In(_bits(ranks * tmax)), "host_wdata": In(32 * lanes),
+            "host_we": In(1), "host_rdata": Out(32 * lanes),
+            "ag_count": Out(COUNTER_BITS).array(ranks), "rs_count": Out(COUNTER_BITS).array(ranks),
+            "slot_stalls": Out(COUNTER_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.ranks
+        fabric = m.submodules.fabric = star(self.preset, n, attach=1, payload=self.layout,
+                                            switch_depth=self.switch_depth)
+        engine = m.submodules.engine = IncEngine(ranks=n, tmax=self.tmax, lanes=self.lanes,
+                                                 slots=self.slots)
+        wiring.connect(m, engine.o_stream, fabric.attach_tx[0])
+        wiring.connect(m, fabric.attach_rx[0], engine.i_stream)
+        m.d.comb += self.slot_stalls.eq(engine.o_slot_stalls)
+        cls = IncEndpoint if self.mode == "inc" else RingEndpoint
+        idle = []
+        for r in range(n):
+            ep = m.submodules[f"ep{r}"] = cls(rank=r, ranks=n, tmax=self.tmax, lanes=self.lanes)
+            wiring.connect(m, ep.tx, fabric.tx[r])
+            wiring.connect(m, fabric.rx[r], ep.rx)
+            sel = self.host_rank == r
+            m.d.comb += [ep.start.eq(self.start), ep.concurrent.eq(self.concurrent),
+                         ep.barrier.eq(self.barrier if self.mode == "inc" else 0),
+                         ep.host_buf.eq(self.host_buf), ep.host_addr.eq(self.host_addr),
+                         ep.host_wdata.eq(self.host_wdata), ep.host_we.eq(self.host_we & sel),
+                         self.ag_count[r].eq(ep.ag_count), self.rs_count[r].eq(ep.rs_count)]
+            for q in range(n):
+                m.d.comb += ep.counts[q].eq(self.counts[q])
+            with m.If(sel):
+                m.d.comb += self.host_rdata.eq(ep.host_rdata)
+            idle.append(ep.idle)
+        running = Signal()
+        all_idle = Signal()
+        m.d.comb += [all_idle.eq(Cat(idle).all()), self.done.eq(~running)]
+        with m.If(self.start):
+            m.d.sync += [running.eq(1), self.cycles.eq(0)]
+        with m.Elif(running):
+            m.d.sync += self.cycles.eq(self.cycles + 1)
+            with m.If(all_idle):
+                m.d.sync += running.eq(0)
+        return m

@@ -1,0 +1,306 @@
+"""In-network-computing (INC) engine: switch multicast (AllGather) and reduction (ReduceScatter).
+
+INC-MoE §3.1 "In-Network AllGather and ReduceScatter with Message Semantics":
+end hosts never write each other's memory; every transfer is a message between
+an end host and the switch, and the switch replicates (AG) or reduces (RS)
+message payloads. The engine sits inside the switch of a
+:func:`~epfabric.hw.topology.star` fabric built with ``attach=1``: flits with
+``dst = ranks`` are delivered to its ``i_stream`` and its ``o_stream`` feeds
+the switch like any rank.
+
+Every flit is one 512 B DataBlock of a message and carries the message header
+(:func:`inc_flit_layout`): operation, root, epoch, byte range (block offset
+and length in the padded buffer), chunk index and completion address, plus a
+few int32 lanes of payload (DESIGN.md ``data_bytes``: cycle counts never
+depend on how many lanes are simulated).
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+__all__ = ["IncOp", "Completion", "inc_flit_layout", "reduce_lanes", "IncEngine",
+           "EPOCH_BITS", "VERILOG_EXPORTS"]
+
+#: Width of the epoch (operation sequence number) carried in every header; it
+#: only tags aggregator slots, so it may wrap.
+EPOCH_BITS = 8
+
+
+class IncOp(enum.Enum, shape=3):
+    """Message operation (INC-MoE §3.1).
+
+    ``AG``/``RS``/``BARRIER`` are processed by the INC engine; ``RING_AG`` and
+    ``RING_RS`` are the point-to-point flits of the ring baseline, which the
+    switch merely forwards.
+    """
+    AG = 0
+    RS = 1
+    BARRIER = 2
+    RING_AG = 3
+    RING_RS = 4
+
+
+class Completion(enum.Enum, shape=2):
+    """Completion address: which cumulative counter the receiver bumps."""
+    AG = 0
+    RS = 1
+    BARRIER = 2
+
+
+def _int(name, value, minimum):
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, not {value!r}")
+    return value
+
+
+def _bits(count):
+    return max(1, ceil_log2(count))
+
+
+def inc_flit_layout(*, ranks, tmax, lanes):
+    """Flit of an INC message: header fields and ``lanes`` int32 payload lanes.
+
+    ``dst``/``src``/``root`` address ``ranks + 1`` endpoints (the engine is
+    address ``ranks``); ``offset`` is the block index in the padded buffer of
+    ``ranks`` blocks of ``tmax`` rows (INC-MoE §3.1 "Data layout"), ``length``
+    the message length in blocks, ``chunk`` the row within the root's block.
+
+    Raises
+    ------
+    ValueError
+        If ``ranks`` < 2, ``tmax`` < 1 or ``lanes`` < 1 (the parameter is named).
+    """
+    _int("ranks", ranks, 2)
+    _int("tmax", tmax, 1)
+    _int("lanes", lanes, 1)
+    abits = _bits(ranks + 1)
+    obits = _bits(ranks * tmax)
+    return data.StructLayout({
+        "dst": abits,
+        "src": abits,
+        "op": IncOp,
+        "root": abits,
+        "epoch": EPOCH_BITS,
+        "offset": obits,
+        "length": obits + 1,
+        "chunk": _bits(tmax),
+        "compl": Completion,
+        "data": data.ArrayLayout(32, lanes),
+    })
+
+
+def reduce_lanes(a, b, *, lanes, dtype="int32"):
+    """The reduction operator of the engine: lane-wise ``a + b``.
+
+    This is the seam for other data types: ``int32`` is exact two's-complement
+    (wrapping) addition, bit-identical to numpy ``int32`` sums. fp16 with
+    round-to-nearest-even (DESIGN.md Blocks 4) is a later goal.
+
+    Parameters
+    ----------
+    a, b : Value
+        ``lanes`` x 32-bit packed operands.
+    lanes : int
+    dtype : str
+        Only ``"int32"``.
+
+    Raises
+    ------
+    ValueError
+        If ``dtype`` is not supported.
+    """
+    if dtype != "int32":
+        raise ValueError(f"dtype must be 'int32' (fp16 is not modelled yet), not {dtype!r}")
+    a, b = Cat(a), Cat(b)
+    return Cat(*((a[32 * k:32 * k + 32] + b[32 * k:32 * k + 32])[:32] for k in range(lanes)))
+
+
+class _State(enum.Enum, shape=2):
+    IDLE = 0
+    MCAST = 1
+    SEND = 2
+
+
+class IncEngine(wiring.Component):
+    """INC engine of one switch: AG multicast, RS aggregation, barrier (INC-MoE §3.1).
+
+    * ``AG`` from root ``q``: multicast to the other ``ranks - 1`` ranks, one
+      copy per cycle (starting at ``q + 1``, so that successive messages spread
+      over the outputs), header unchanged except ``dst``.
+    * ``RS`` for root ``q``, chunk ``c``: summed into an aggregator slot
+      (:func:`reduce_lanes`). Slots are a pool of ``slots`` entries, direct-mapped
+      by the chunk's position ``c * ranks + q`` in the chunk-major order in
+      which every rank issues its contributions, and tagged with
+      (epoch, root, chunk), so different chunks are reduced in parallel. When
+      the ``ranks - 1``-th contribution arrives the sum goes to the root at
+      once and the slot is freed. A contribution whose slot holds another
+      chunk waits (backpressure to the switch) until that chunk completes.
+    * ``BARRIER``: arrivals are counted cumulatively; every ``ranks``-th
+      arrival releases the barrier by multicasting it to all ranks.
+
+    One flit per cycle is accepted when the output is free (line rate: a
+    rank's link delivers one 512 B block per ``block_bytes / bandwidth``
+    cycles, ~41 at 100 Gb/s); an AG flit occupies the engine for ``ranks - 1``
+    cycles.
+
+    Backpressure caveat: the engine has one input from the switch, so a
+    contribution held back by a full slot also holds back the flits queued
+    behind it in the switch. The ranks must therefore issue RS contributions
+    in the same (chunk-major) order with a skew smaller than ``slots`` chunks;
+    larger skews deadlock (a run then hits the system's watchdog).
+
+    Parameters
+    ----------
+    ranks : int
+        Ranks on the switch (>= 2); the engine is address ``ranks``.
+    tmax : int
+        Largest rows per rank block (sizes the header fields).
+    lanes : int
+        int32 lanes simulated per flit.
+    slots : int
+        Aggregator slots (a power of two >= 1).
+    dtype : str
+        Reduction data type (:func:`reduce_lanes`).
+
+    Attributes
+    ----------
+    i_stream : In(stream.Signature(inc_flit_layout(...)))
+        Flits from the switch (``dst == ranks``).
+    o_stream : Out(stream.Signature(inc_flit_layout(...)))
+        Multicast copies, reduced chunks and barrier releases to the switch.
+    o_slots_busy : Out(range(slots + 1))
+        Aggregator slots currently holding a partial sum.
+    o_slot_stalls : Out(32)
+        Cycles a contribution waited for its slot.
+
+    Raises
+    ------
+    ValueError
+        On an invalid parameter (named in the message).
+    """
+
+    def __init__(self, *, ranks, tmax, lanes=2, slots=16, dtype="int32"):
+        self.layout = inc_flit_layout(ranks=ranks, tmax=tmax, lanes=lanes)
+        self.ranks, self.tmax, self.lanes = ranks, tmax, lanes
+        _int("slots", slots, 1)
+        if slots & (slots - 1):
+            raise ValueError(f"slots must be a power of two, not {slots!r}")
+        self.slots = slots
+        reduce_lanes(Signal(32 * lanes), Signal(32 * lanes), lanes=lanes, dtype=dtype)
+        self.dtype = dtype
+        super().__init__({
+            "i_stream": In(stream.Signature(self.layout)),
+            "o_stream": Out(stream.Signature(self.layout)),
+            "o_slots_busy": Out(range(slots + 1)),
+            "o_slot_stalls": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n, lanes = self.ranks, self.lanes
+        inp, out = self.i_stream, self.o_stream
+        head = inp.payload
+        abits = len(head.root)
+
+        # --- output register -------------------------------------------------
+        o_valid = Signal()
+        o_data = Signal(self.layout)
+        m.d.comb += [out.valid.eq(o_valid), out.payload.eq(o_data)]
+        o_free = ~o_valid | out.ready
+        with m.If(out.ready):
+            m.d.sync += o_valid.eq(0)
+
+        # --- aggregator slots ----------------------------------------------
+        tag_shape = unsigned(EPOCH_BITS + len(head.root) + len(head.chunk))
+        slot_layout = data.StructLayout({
+            "valid": 1, "tag": tag_shape, "count": range(n), "acc": 32 * lanes})
+        pool = Memory(shape=slot_layout, depth=self.slots, init=[])
+        m.submodules.pool = pool
+        wp = pool.write_port()
+        rp = pool.read_port(domain="comb")
+        key_bits = _bits(self.slots)
+        key = Signal(key_bits)
+        m.d.comb += key.eq((head.chunk * n + head.root)[:key_bits] if self.slots > 1 else 0)
+        m.d.comb += rp.addr.eq(key)
+        slot = rp.data
+        tag = Signal(tag_shape)
+        m.d.comb += tag.eq(Cat(head.root, head.chunk, head.epoch))
+        hit = slot.valid & (slot.tag == tag)
+        summed = Signal(32 * lanes)
+        m.d.comb += summed.eq(Mux(hit, reduce_lanes(slot.acc, head.data, lanes=lanes,
+                                                     dtype=self.dtype), Cat(head.data)))
+        last = Signal()
+        m.d.comb += last.eq(Mux(hit, slot.count, 0) == n - 2)
+        m.d.comb += [wp.addr.eq(key), wp.data.tag.eq(tag), wp.data.acc.eq(summed),
+                     wp.data.count.eq(Mux(hit, slot.count + 1, 1)),
+                     wp.data.valid.eq(~last)]
+        busy = self.o_slots_busy
+
+        # --- barrier ---------------------------------------------------------
+        arrivals = Signal(range(n))
+
+        # --- multicast state -------------------------------------------------
+        state = Signal(_State)
+        mc = Signal(self.layout)      # flit being multicast
+        mc_dst = Signal(abits)        # next destination
+        mc_left = Signal(range(n + 1))
+
+        def nxt(r):
+            return Mux(r == n - 1, 0, r + 1)
+
+        with m.Switch(state):
+            with m.Case(_State.IDLE):
+                with m.Switch(head.op):
+                    with m.Case(IncOp.AG):
+                        m.d.comb += inp.ready.eq(1)
+                        with m.If(inp.valid):
+                            m.d.sync += [mc.eq(head), mc_dst.eq(nxt(head.root)),
+                                         mc_left.eq(n - 1), state.eq(_State.MCAST)]
+                    with m.Case(IncOp.RS):
+                        free = ~slot.valid | hit
+                        m.d.comb += inp.ready.eq(free & (o_free | ~last))
+                        with m.If(inp.valid & ~free):
+                            m.d.sync += self.o_slot_stalls.eq(self.o_slot_stalls + 1)
+                        with m.If(inp.valid & inp.ready):
+                            m.d.comb += wp.en.eq(1)
+                            with m.If(last):
+                                m.d.sync += [o_valid.eq(1), o_data.eq(head),
+                                             o_data.dst.eq(head.root), o_data.src.eq(n),
+                                             o_data.data.eq(summed)]
+                            with m.If(~hit & ~last):
+                                m.d.sync += busy.eq(busy + 1)
+                            with m.Elif(hit & last):
+                                m.d.sync += busy.eq(busy - 1)
+                    with m.Case(IncOp.BARRIER):
+                        m.d.comb += inp.ready.eq(1)
+                        with m.If(inp.valid):
+                            with m.If(arrivals == n - 1):
+                                m.d.sync += [arrivals.eq(0), mc.eq(head), mc_dst.eq(0),
+                                             mc_left.eq(n), state.eq(_State.MCAST)]
+                            with m.Else():
+                                m.d.sync += arrivals.eq(arrivals + 1)
+                    with m.Default():
+                        # Not an engine message (misrouted): dropped, never stalls.
+                        m.d.comb += inp.ready.eq(1)
+            with m.Case(_State.MCAST):
+                with m.If(o_free):
+                    m.d.sync += [o_valid.eq(1), o_data.eq(mc), o_data.dst.eq(mc_dst),
+                                 o_data.src.eq(n), mc_dst.eq(nxt(mc_dst)),
+                                 mc_left.eq(mc_left - 1)]
+                    with m.If(mc_left == 1):
+                        m.d.sync += state.eq(_State.IDLE)
+                    with m.If(nxt(mc_dst) == mc.root):
+                        # Skip the root (an AG root keeps its own contribution).
+                        with m.If(mc.op == IncOp.AG):
+                            m.d.sync += mc_dst.eq(nxt(nxt(mc_dst)))
+            with m.Default():
+                m.d.sync += state.eq(_State.IDLE)
+        return m
+
+
+VERILOG_EXPORTS = {
+    "inc_engine": (IncEngine, {"ranks": 4, "tmax": 4, "lanes": 2, "slots": 8}),
+}
