@@ -1,0 +1,550 @@
+"""AIV core: an in-order core running a kernel program (DESIGN.md block 5).
+
+UBEP's dispatch and combine kernels run on the AIV vector cores of each die
+(UBEP §3.3 Algorithm 1, §4): scalar bookkeeping, VectorCount-based mapping,
+512 B DataBlock stores through the UB fabric and Data-as-Flag polling. This
+core executes such programs, encoded in the ISA of :mod:`epfabric.sw.isa`,
+whose table also generates this core's decoder.
+"""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, enum, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from epfabric.sw.isa import (BLOCK_BYTES, INSTRUCTIONS, NUM_REGS, RANK_BITS, Cond, Csr, Opcode,
+                             VecOp, address_layout, insn_layout)
+
+from .vector_unit import VectorUnit
+
+__all__ = ["MemOp", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore"]
+
+
+class MemOp(enum.Enum, shape=3):
+    """Operation of a core memory request (``mem_req.payload.op``)."""
+    READ_WORD = 0    #: answer: the 32-bit word in ``data[0:32]``
+    WRITE_WORD = 1   #: ``data[0:32]`` to the word; answer: an ack (posted store)
+    READ_BLOCK = 2   #: answer: the modelled bytes of the DataBlock in ``data``
+    WRITE_BLOCK = 3  #: ``data`` to the DataBlock (one 512 B atomic write); answer: an ack
+    FETCH_ADD = 4    #: word += ``data[0:32]`` atomically; answer: the old word
+
+
+def mem_req_layout(data_bytes):
+    """Memory request: ``op``, byte ``addr`` (rank/block/word), ``data``."""
+    return data.StructLayout({"op": MemOp, "addr": address_layout,
+                              "data": unsigned(data_bytes * 8)})
+
+
+def mem_rsp_layout(data_bytes):
+    """Memory answer: the request's ``op`` and ``data`` (word in bits 0..31)."""
+    return data.StructLayout({"op": MemOp, "data": unsigned(data_bytes * 8)})
+
+
+#: One MARK event.
+trace_layout = data.StructLayout({"core": 8, "cycle": 32, "event": 16})
+
+
+class _State(enum.Enum, shape=3):
+    IDLE = 0   # reset, waiting for ``start``
+    RUN = 1    # executing the instruction at ``pc``
+    MEM = 2    # waiting for the answer to a load / poll / fetch-add / block load
+    VEC = 3    # streaming a vector instruction through the vector unit
+    HALT = 4   # HALT executed or fault
+
+
+def _check_int(name, value, lo, hi):
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], not {value!r}")
+
+
+def _check_pow2(name, value, lo, hi):
+    _check_int(name, value, lo, hi)
+    if value & (value - 1):
+        raise ValueError(f"{name} must be a power of two, not {value!r}")
+
+
+class AIVCore(wiring.Component):
+    """In-order AIV core with a vector unit, a UBuf and a memory request port.
+
+    Executes the ISA of :mod:`epfabric.sw.isa` from its own instruction
+    memory (written by the host through ``imem_w``) after a ``start`` pulse,
+    beginning at ``pc = 0``. There is no free memory access: every load,
+    store, poll, fetch-add and DataBlock transfer is a request on ``mem_req``
+    and (except posted stores) waits for its answer on ``mem_rsp``. The
+    system decides from ``addr.rank`` whether a request goes to the local HBM
+    slice or through the fabric to a remote rank's atomic UB port.
+
+    **Cycle costs** (one instruction at a time, no overlap; *L* = cycles from
+    the cycle a request is accepted on ``mem_req`` to the cycle its answer is
+    valid on ``mem_rsp``, which the core always accepts at once):
+
+    =========================================  ====================================
+    instruction                                cycles
+    =========================================  ====================================
+    ALU, ``lui``, branches (taken or not),     1
+    ``jal``, ``jalr``, ``csrr``, ``ulw``,
+    ``usw``
+    ``sw``, ``stb`` (posted)                   1 (+ stall while ``mem_req`` is not
+                                               ready or ``max_outstanding`` stores
+                                               are unacknowledged)
+    ``lw``, ``ldb``, ``fadd``                  1 + *L*
+    ``poll``                                   (1 + *L*) per read; reads repeat
+                                               back to back until the condition
+                                               holds
+    ``fence``                                  1 once no store is outstanding
+                                               (an ack is counted the cycle after
+                                               it arrives)
+    ``mark``                                   1 (+ stall while ``trace`` is not
+                                               ready)
+    vector (``vcount vcmp vfind vadd vsum``)   ``VectorUnit.cycles(L, lanes) + 2``
+                                               = ``max(1, ceil(L/lanes)) + 3``
+                                               for vector length *L*
+    ``halt``                                   1, then the core stops
+    =========================================  ====================================
+
+    A request that is not accepted at once adds its wait cycles. Vector
+    lengths are clipped to ``max_len = ubuf_rows * 4096 // width``; vector
+    pivots/scalars are the low ``width`` bits of their registers. UBuf rows
+    are ``(addr >> 9) % ubuf_rows``; a branch target is taken modulo
+    ``imem_depth``. Executing an unassigned opcode halts the core with
+    ``fault`` set.
+
+    Parameters
+    ----------
+    core_id : int
+        This core's id (0..255), reported in MARK events and by ``csrr core_id``.
+    imem_depth : int
+        Instruction words (power of two, 2..65536).
+    ubuf_rows : int
+        UBuf rows of one 512 B DataBlock each (power of two, 1..1024).
+    data_bytes : int
+        Modelled bytes of each block (multiple of 32, 32..512); never changes
+        a cycle count.
+    lanes : int
+        Vector-unit lanes (power of two, 1..64).
+    width : int
+        Vector element width in bits: 8, 16 or 32.
+    max_outstanding : int
+        Posted stores that may await their ack before a store stalls (1..255).
+
+    Attributes
+    ----------
+    imem_w : In(en, addr, data)
+        Host write port of the instruction memory (write when not running).
+    start : In(1)
+        Pulse (while idle or halted): set ``pc = 0`` and run.
+    rank : In(8)
+        This core's rank (die), read by ``csrr rank``.
+    mem_req : Out(stream.Signature(mem_req_layout(data_bytes)))
+        Memory requests (see :class:`MemOp`).
+    mem_rsp : In(stream.Signature(mem_rsp_layout(data_bytes)))
+        One answer per request, acks included; ``ready`` is always 1.
+    trace : Out(stream.Signature(trace_layout))
+        MARK events (core, cycle, event).
+    halted, fault, running : Out(1)
+        HALT executed (or fault); unassigned opcode; executing a program.
+    pc : Out(range(imem_depth))
+        Program counter.
+    waiting : Out(1)
+        Blocked on memory: a load/poll/fetch-add answer, or a fence.
+    wait_addr : Out(32)
+        Address of the load or poll the core waits on (for the watchdog).
+    outstanding : Out(8)
+        Posted stores not yet acknowledged.
+    cycle : Out(32)
+        Cycles since reset (the MARK time base).
+
+    Raises
+    ------
+    TypeError, ValueError
+        A parameter has the wrong type or is out of range (the message names it).
+    """
+
+    def __init__(self, *, core_id=0, imem_depth=256, ubuf_rows=4, data_bytes=64, lanes=8,
+                 width=16, max_outstanding=15):
+        _check_int("core_id", core_id, 0, 255)
+        _check_pow2("imem_depth", imem_depth, 2, 65536)
+        _check_pow2("ubuf_rows", ubuf_rows, 1, 1024)
+        _check_int("data_bytes", data_bytes, 32, 512)
+        if data_bytes % 32:
+            raise ValueError(f"data_bytes must be a multiple of 32, not {data_bytes!r}")
+        _check_pow2("lanes", lanes, 1, 64)
+        if width not in (8, 16, 32):
+            raise ValueError(f"width must be 8, 16 or 32, not {width!r}")
+        if (lanes * width) % 32 or (data_bytes * 8) % (lanes * width):
+            raise ValueError(f"lanes * width must be a multiple of 32 that divides "
+                             f"data_bytes * 8, not lanes={lanes}, width={width}, "
+                             f"data_bytes={data_bytes}")
+        _check_int("max_outstanding", max_outstanding, 1, 255)
+        self.core_id, self.imem_depth, self.ubuf_rows = core_id, imem_depth, ubuf_rows
+        self.data_bytes, self.lanes, self.width = data_bytes, lanes, width
+        self.max_outstanding = max_outstanding
+        self.max_len = ubuf_rows * (BLOCK_BYTES * 8 // width)
+        super().__init__({
+            "imem_w": In(wiring.Signature({"en": Out(1), "addr": Out(range(imem_depth)),
+                                           "data": Out(32)})),
+            "start": In(1),
+            "rank": In(RANK_BITS),
+            "mem_req": Out(stream.Signature(mem_req_layout(data_bytes))),
+            "mem_rsp": In(stream.Signature(mem_rsp_layout(data_bytes))),
+            "trace": Out(stream.Signature(trace_layout)),
+            "halted": Out(1),
+            "fault": Out(1),
+            "running": Out(1),
+            "pc": Out(range(imem_depth)),
+            "waiting": Out(1),
+            "wait_addr": Out(32),
+            "outstanding": Out(8),
+            "cycle": Out(32),
+        })
+        self.vu = VectorUnit(lanes=lanes, width=width, max_len=self.max_len)
+        self.state = Signal(_State, name="state")
+        self.insn = Signal(insn_layout(), name="insn")
+
+    @staticmethod
+    def vector_cycles(length, lanes):
+        """Cycles of a vector instruction of length ``length`` (see the table)."""
+        return VectorUnit.cycles(length, lanes) + 2
+
+    def gtkw_traces(self):
+        return [self.state, self.pc, self.insn.op, self.mem_req.valid, self.mem_req.ready,
+                self.mem_req.payload.op, self.mem_req.payload.addr, self.mem_rsp.valid,
+                self.mem_rsp.payload.op, self.outstanding, self.waiting, self.wait_addr,
+                self.trace.valid, self.trace.payload.event, self.halted, self.fault]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.vu = vu = self.vu
+        lanes, width = self.lanes, self.width
+        row_bits = self.data_bytes * 8
+        nwords = self.data_bytes // 4
+        slot_bits = lanes * width
+        slot_words = slot_bits // 32
+        slots_mod = row_bits // slot_bits                      # modelled beats per row
+        slots_full = BLOCK_BYTES * 8 // slot_bits              # beats per 512 B row
+        row_w = max(1, ceil_log2(self.ubuf_rows))
+
+        state = self.state
+        cycle = self.cycle
+        m.d.sync += cycle.eq(cycle + 1)
+
+        # --- instruction memory (host writes, combinational fetch) -------------
+        m.submodules.imem = imem = memory.Memory(shape=32, depth=self.imem_depth, init=[])
+        iw = imem.write_port()
+        ir = imem.read_port(domain="comb")
+        m.d.comb += [iw.en.eq(self.imem_w.en), iw.addr.eq(self.imem_w.addr),
+                     iw.data.eq(self.imem_w.data), ir.addr.eq(self.pc)]
+        insn = self.insn
+        m.d.comb += insn.eq(ir.data)
+
+        # --- decoder: operand slots generated from the ISA table ---------------
+        slot_names = {}
+        for ins in INSTRUCTIONS:
+            for f in ins.fields:
+                slot_names.setdefault(f.name, f)
+        slots = {}
+        for name, f in slot_names.items():
+            if f.kind == "imm":
+                slots[name] = Signal(unsigned(32), name=f"d_{name}")
+            elif f.kind == "cond":
+                slots[name] = Signal(Cond, name=f"d_{name}")
+            elif f.kind == "csr":
+                slots[name] = Signal(Csr, name=f"d_{name}")
+            else:
+                slots[name] = Signal(4, name=f"d_{name}")
+        legal = Signal()
+        with m.Switch(insn.op):
+            for ins in INSTRUCTIONS:
+                with m.Case(Opcode[ins.mnemonic.upper()]):
+                    m.d.comb += legal.eq(1)
+                    view = insn.args[ins.mnemonic]
+                    for f in ins.fields:
+                        src = view[f.name]
+                        if f.kind == "imm" and f.signed:
+                            m.d.comb += slots[f.name].eq(src.as_signed())  # sign-extend
+                        else:
+                            m.d.comb += slots[f.name].eq(src)
+            with m.Default():
+                m.d.comb += legal.eq(0)
+        rd, rs1, rs2, rs3, ru = (slots[n] for n in ("rd", "rs1", "rs2", "rs3", "ru"))
+        imm, cond, csr = slots["imm"], slots["cond"], slots["csr"]
+
+        # --- register file -------------------------------------------------------
+        regs = [Const(0, 32)] + [Signal(32, name=f"r{i}") for i in range(1, NUM_REGS)]
+        rfile = Array(regs)
+        a, b, c = rfile[rs1], rfile[rs2], rfile[rs3]
+
+        # Three write ports (vcount writes three registers); the FSM drives them
+        # combinationally and the registers are updated in one place below.
+        wports = [(Signal(name=f"we{p}"), Signal(4, name=f"widx{p}"), Signal(32, name=f"wdata{p}"))
+                  for p in range(3)]
+
+        def write_reg(idx, value, port=0):
+            en, widx, wdata = wports[port]
+            m.d.comb += [en.eq(1), widx.eq(idx), wdata.eq(value)]
+
+        # --- UBuf ------------------------------------------------------------------
+        m.submodules.ubuf = ubuf = memory.Memory(shape=row_bits, depth=self.ubuf_rows, init=[])
+        ua = ubuf.read_port(domain="comb")
+        ub = ubuf.read_port(domain="comb")
+        uw = ubuf.write_port(granularity=32)
+
+        def row_of(addr):
+            return (addr >> 9)[:row_w] if self.ubuf_rows > 1 else Const(0, 1)
+
+        eff = Signal(32)      # rs1 + imm: memory or UBuf address
+        m.d.comb += eff.eq(a + imm)
+        word_of_eff = eff[2:9]
+
+        # --- memory port, outstanding stores ------------------------------------------
+        req, rsp = self.mem_req.payload, self.mem_rsp.payload
+        m.d.comb += self.mem_rsp.ready.eq(1)
+        rsp_ack = self.mem_rsp.valid & ((rsp.op == MemOp.WRITE_WORD) | (rsp.op == MemOp.WRITE_BLOCK))
+        rsp_data = self.mem_rsp.valid & ~rsp_ack
+        store_taken = Signal()
+        outstanding = self.outstanding
+        m.d.sync += outstanding.eq(outstanding + store_taken - rsp_ack)
+        can_store = outstanding < self.max_outstanding
+
+        # latched blocking request
+        w_op = Signal(Opcode, init=Opcode.HALT)
+        w_rd = Signal(4)
+        w_row = Signal(row_w)
+        w_cond = Signal(Cond)
+        w_val = Signal(32)
+        w_addr = Signal(32)
+
+        m.d.comb += [
+            self.halted.eq(state == _State.HALT),
+            self.running.eq((state != _State.HALT) & (state != _State.IDLE)),
+            self.trace.payload.core.eq(self.core_id),
+            self.trace.payload.cycle.eq(cycle),
+            self.trace.payload.event.eq(imm[:16]),
+        ]
+
+        pc_next = Signal.like(self.pc)
+        m.d.comb += pc_next.eq(self.pc + 1)
+        advance = Signal()
+
+        def branch(taken):
+            with m.If(taken):
+                m.d.sync += self.pc.eq(self.pc + imm)
+            with m.Else():
+                m.d.sync += self.pc.eq(pc_next)
+
+        def cmp(op, x, y):
+            return Mux(op == Cond.EQ, x == y, Mux(op == Cond.NE, x != y,
+                   Mux(op == Cond.LT, x < y, Mux(op == Cond.LE, x <= y,
+                   Mux(op == Cond.GT, x > y, x >= y)))))
+
+        # --- vector sequencer state ------------------------------------------------------
+        v_op = Signal(VecOp)
+        v_cond = Signal(Cond)
+        v_len = Signal(range(self.max_len + 1))
+        v_s = [Signal(width, name=f"v_s{k}") for k in range(3)]
+        v_arow, v_brow, v_drow = (Signal(row_w, name=n) for n in ("v_arow", "v_brow", "v_drow"))
+        v_rd = Signal(4)
+        beat_w = ceil_log2(self.max_len // lanes + 2)
+        v_beats = Signal(beat_w)
+        v_in = Signal(beat_w)
+        v_out = Signal(beat_w)
+        vec_ops = {ins.mnemonic.upper(): ins.vop for ins in INSTRUCTIONS if ins.vop is not None}
+
+        # --- main FSM -------------------------------------------------------------------------
+        with m.Switch(state):
+            with m.Case(_State.IDLE, _State.HALT):
+                with m.If(self.start):
+                    m.d.sync += [state.eq(_State.RUN), self.pc.eq(0), self.fault.eq(0)]
+
+            with m.Case(_State.RUN):
+                m.d.sync += self.pc.eq(pc_next)   # default; stalls and jumps override
+                with m.If(~legal):
+                    m.d.sync += [state.eq(_State.HALT), self.fault.eq(1), self.pc.eq(self.pc)]
+                alu = {
+                    "ADD": a + b, "SUB": a - b, "AND": a & b, "OR": a | b, "XOR": a ^ b,
+                    "SLL": (a << b[:5])[:32], "SRL": a >> b[:5],
+                    "SRA": (a.as_signed() >> b[:5])[:32],
+                    "SLT": a.as_signed() < b.as_signed(), "SLTU": a < b,
+                    "MUL": (a * b)[:32],
+                    "ADDI": a + imm, "ANDI": a & imm, "ORI": a | imm, "XORI": a ^ imm,
+                    "SLLI": (a << imm[:5])[:32], "SRLI": a >> imm[:5],
+                    "SRAI": (a.as_signed() >> imm[:5])[:32],
+                    "LUI": imm << 12,
+                }
+                branches = {
+                    "BEQ": a == b, "BNE": a != b,
+                    "BLT": a.as_signed() < b.as_signed(), "BGE": a.as_signed() >= b.as_signed(),
+                    "BLTU": a < b, "BGEU": a >= b,
+                }
+                with m.Switch(insn.op):
+                    for name, value in alu.items():
+                        with m.Case(Opcode[name]):
+                            write_reg(rd, value[:32])
+                    for name, taken in branches.items():
+                        with m.Case(Opcode[name]):
+                            branch(taken)
+                    with m.Case(Opcode.JAL):
+                        write_reg(rd, pc_next)
+                        m.d.sync += self.pc.eq(self.pc + imm)
+                    with m.Case(Opcode.JALR):
+                        write_reg(rd, pc_next)
+                        m.d.sync += self.pc.eq(eff)
+                    with m.Case(Opcode.CSRR):
+                        with m.Switch(csr):
+                            with m.Case(Csr.CORE_ID):
+                                write_reg(rd, self.core_id)
+                            with m.Case(Csr.RANK):
+                                write_reg(rd, self.rank)
+                            with m.Case(Csr.CYCLE):
+                                write_reg(rd, cycle)
+                            with m.Default():
+                                write_reg(rd, 0)
+                    with m.Case(Opcode.ULW):
+                        m.d.comb += ua.addr.eq(row_of(eff))
+                        write_reg(rd, Mux(word_of_eff < nwords,
+                                          ua.data.word_select(word_of_eff[:ceil_log2(nwords)], 32),
+                                          0))
+                    with m.Case(Opcode.USW):
+                        m.d.comb += [uw.addr.eq(row_of(eff)), uw.data.eq(b.replicate(nwords))]
+                        with m.If(word_of_eff < nwords):
+                            m.d.comb += uw.en.eq(Const(1, nwords) << word_of_eff[:ceil_log2(nwords)])
+                    with m.Case(Opcode.SW, Opcode.STB):
+                        m.d.comb += [self.mem_req.valid.eq(can_store), req.addr.eq(eff)]
+                        with m.If(insn.op == Opcode.SW):
+                            m.d.comb += [req.op.eq(MemOp.WRITE_WORD), req.data.eq(b)]
+                        with m.Else():
+                            m.d.comb += [req.op.eq(MemOp.WRITE_BLOCK), ua.addr.eq(row_of(rfile[ru])),
+                                         req.data.eq(ua.data)]
+                        m.d.comb += store_taken.eq(self.mem_req.valid & self.mem_req.ready)
+                        with m.If(~store_taken):
+                            m.d.sync += self.pc.eq(self.pc)
+                    with m.Case(Opcode.LW, Opcode.LDB, Opcode.FADD, Opcode.POLL):
+                        m.d.comb += [self.mem_req.valid.eq(1), req.addr.eq(eff)]
+                        with m.Switch(insn.op):
+                            with m.Case(Opcode.LDB):
+                                m.d.comb += req.op.eq(MemOp.READ_BLOCK)
+                            with m.Case(Opcode.FADD):
+                                m.d.comb += [req.op.eq(MemOp.FETCH_ADD), req.data.eq(b)]
+                            with m.Default():
+                                m.d.comb += req.op.eq(MemOp.READ_WORD)
+                        m.d.sync += self.pc.eq(self.pc)
+                        with m.If(self.mem_req.ready):
+                            m.d.sync += [state.eq(_State.MEM), w_op.eq(insn.op), w_rd.eq(rd),
+                                         w_row.eq(row_of(rfile[ru])), w_cond.eq(cond),
+                                         w_val.eq(b), w_addr.eq(eff)]
+                    with m.Case(Opcode.FENCE):
+                        with m.If(outstanding != 0):
+                            m.d.sync += self.pc.eq(self.pc)
+                    with m.Case(Opcode.MARK):
+                        m.d.comb += self.trace.valid.eq(1)
+                        with m.If(~self.trace.ready):
+                            m.d.sync += self.pc.eq(self.pc)
+                    with m.Case(Opcode.HALT):
+                        m.d.sync += [state.eq(_State.HALT), self.pc.eq(self.pc)]
+                    with m.Case(*(Opcode[n] for n in vec_ops)):
+                        m.d.sync += [
+                            state.eq(_State.VEC), self.pc.eq(self.pc),
+                            v_cond.eq(cond), v_rd.eq(rd),
+                            v_arow.eq(row_of(a)), v_brow.eq(row_of(c)), v_drow.eq(row_of(rfile[rd])),
+                            v_in.eq(0), v_out.eq(0),
+                        ]
+                        clipped = Mux(b > self.max_len, self.max_len, b)
+                        m.d.sync += v_len.eq(clipped)
+                        nb = (clipped + lanes - 1) >> exact_log2(lanes)
+                        m.d.sync += v_beats.eq(Mux(nb == 0, 1, nb))
+                        for k in range(3):
+                            m.d.sync += v_s[k].eq(rfile[(rs3 + k)[:4]][:width])
+                        with m.Switch(insn.op):
+                            for n, vop in vec_ops.items():
+                                with m.Case(Opcode[n]):
+                                    m.d.sync += v_op.eq(vop)
+                    with m.Default():
+                        pass   # NOP-like: none assigned (illegal handled above)
+
+            with m.Case(_State.MEM):
+                m.d.comb += ua.addr.eq(w_row)
+                with m.If(rsp_data):
+                    word = rsp.data[:32]
+                    with m.Switch(w_op):
+                        with m.Case(Opcode.LDB):
+                            m.d.comb += [uw.addr.eq(w_row), uw.data.eq(rsp.data),
+                                         uw.en.eq((1 << nwords) - 1)]
+                            m.d.sync += [state.eq(_State.RUN), self.pc.eq(pc_next)]
+                        with m.Case(Opcode.POLL):
+                            m.d.sync += state.eq(_State.RUN)   # re-issue unless satisfied
+                            with m.If(cmp(w_cond, word, w_val)):
+                                write_reg(w_rd, word)
+                                m.d.sync += self.pc.eq(pc_next)
+                        with m.Default():
+                            write_reg(w_rd, word)
+                            m.d.sync += [state.eq(_State.RUN), self.pc.eq(pc_next)]
+
+            with m.Case(_State.VEC):
+                vin = vu.i_stream
+                pa = vin.payload
+                m.d.comb += [
+                    vin.valid.eq(v_in < v_beats),
+                    pa.op.eq(v_op), pa.cond.eq(v_cond), pa.length.eq(v_len),
+                    vu.o_stream.ready.eq(1),
+                ]
+                m.d.comb += [pa.s[k].eq(v_s[k]) for k in range(3)]
+                in_slot = v_in % slots_full
+                in_row = v_in // slots_full
+                m.d.comb += [ua.addr.eq(v_arow + in_row), ub.addr.eq(v_brow + in_row)]
+                with m.If(in_slot < slots_mod):
+                    sel = in_slot[:max(1, ceil_log2(slots_mod))] if slots_mod > 1 else 0
+                    m.d.comb += [pa.a.eq(ua.data.word_select(sel, slot_bits)),
+                                 pa.b.eq(ub.data.word_select(sel, slot_bits))]
+                with m.If(vin.valid & vin.ready):
+                    m.d.sync += v_in.eq(v_in + 1)
+                out = vu.o_stream.payload
+                with m.If(vu.o_stream.valid):
+                    with m.Switch(v_op):
+                        with m.Case(VecOp.COUNT):
+                            for k in range(3):
+                                write_reg((v_rd + k)[:4], out.count[k], port=k)
+                        with m.Case(VecOp.FIND_FIRST):
+                            write_reg(v_rd, Mux(out.none, 0xFFFFFFFF, out.index))
+                        with m.Case(VecOp.REDUCE_SUM):
+                            write_reg(v_rd, out.sum[:32])
+                        with m.Case(VecOp.CMP, VecOp.ADD):
+                            o_slot = v_out % slots_full
+                            sel = o_slot[:max(1, ceil_log2(slots_mod))] if slots_mod > 1 else 0
+                            elems = Mux(v_op == VecOp.CMP,
+                                        Cat(Cat(out.mask[j], Const(0, width - 1)) for j in range(lanes)),
+                                        out.vec.as_value())
+                            m.d.comb += [uw.addr.eq(v_drow + v_out // slots_full),
+                                         uw.data.eq(elems.replicate(slots_mod))]
+                            with m.If(o_slot < slots_mod):
+                                m.d.comb += uw.en.eq(Const((1 << slot_words) - 1, nwords)
+                                                     << (sel * slot_words))
+                            m.d.sync += v_out.eq(v_out + 1)
+                        with m.Default():
+                            pass
+                    with m.If(((v_op != VecOp.CMP) & (v_op != VecOp.ADD)) | out.last):
+                        m.d.sync += [state.eq(_State.RUN), self.pc.eq(pc_next)]
+
+            with m.Default():
+                pass
+
+        for i in range(1, NUM_REGS):
+            for en, widx, wdata in wports:
+                with m.If(en & (widx == i)):
+                    m.d.sync += regs[i].eq(wdata)
+
+        # --- watchdog view -------------------------------------------------------------------
+        run_poll = (state == _State.RUN) & legal & (insn.op == Opcode.POLL)
+        run_fence = (state == _State.RUN) & legal & (insn.op == Opcode.FENCE) & (outstanding != 0)
+        m.d.comb += [
+            self.waiting.eq((state == _State.MEM) | run_poll | run_fence),
+            self.wait_addr.eq(Mux(state == _State.MEM, w_addr, Mux(run_poll, eff, 0))),
+        ]
+        return m
+
+
+VERILOG_EXPORTS = {
+    "aiv_core": (AIVCore, {"core_id": 0, "imem_depth": 64, "ubuf_rows": 2, "data_bytes": 32,
+                           "lanes": 4, "width": 16, "max_outstanding": 7}),
+}

@@ -1,0 +1,264 @@
+"""Assembler, Python program builder and disassembler for the AIV ISA.
+
+Two front ends produce the same :class:`Program`:
+
+* text, through :func:`assemble` (``assemble(text) -> list of words``)::
+
+      # comments start with '#' or ';'
+          li   r1, 10          # pseudo-instruction: lui + addi as needed
+      loop:
+          addi r1, r1, -1
+          bne  r1, r0, loop    # branch targets are labels (or pc-relative ints)
+          halt
+
+* Python, for kernel generators: one method per instruction of
+  :data:`epfabric.sw.isa.INSTRUCTIONS` (``and``/``or`` are ``and_``/``or_``),
+  plus :meth:`Program.label` and the pseudo-instructions ``li``, ``mv``,
+  ``nop`` and ``j``::
+
+      p = Program()
+      p.li(1, 10)
+      p.label("loop")
+      p.addi(1, 1, -1)
+      p.bne(1, 0, "loop")
+      p.halt()
+      words = p.assemble()
+
+Operands are written in the ISA's field order. Registers are ``r0`` .. ``r15``
+(ints in Python), conditions ``eq ne lt le gt ge``, CSRs ``core_id rank
+cycle``. In branches and ``jal`` a label means "offset to that label"; in any
+other immediate it means the label's instruction index. Errors raise
+``ValueError`` naming the source line (``line 7: ...``) or, for builder
+programs, the instruction index.
+"""
+
+import re
+
+from .isa import BY_MNEMONIC, INSTRUCTIONS, decode, encode
+
+__all__ = ["Program", "assemble", "disassemble", "PSEUDO"]
+
+_RELATIVE = {"beq", "bne", "blt", "bge", "bltu", "bgeu", "jal"}
+#: Pseudo-instructions and what they expand to.
+PSEUDO = {
+    "li": "li rd, value: load any 32-bit value (addi, or lui + addi)",
+    "mv": "mv rd, rs: addi rd, rs, 0",
+    "nop": "nop: addi r0, r0, 0",
+    "j": "j target: jal r0, target",
+}
+_LABEL_RE = re.compile(r"^[A-Za-z_.][A-Za-z0-9_.]*$")
+
+
+def _li_parts(value):
+    """``(upper20, lower)`` with ``(upper20 << 12) + lower == value`` (mod 2**32)."""
+    value &= 0xFFFFFFFF
+    lower = value & 0xFFF
+    if lower >= 0x800:
+        lower -= 0x1000
+    upper = ((value - lower) >> 12) & 0xFFFFF
+    return upper, lower
+
+
+class _Entry:
+    __slots__ = ("mnemonic", "operands", "line")
+
+    def __init__(self, mnemonic, operands, line):
+        self.mnemonic, self.operands, self.line = mnemonic, list(operands), line
+
+
+class Program:
+    """A program under construction: instructions and labels; see the module docstring."""
+
+    def __init__(self):
+        self._entries = []
+        self._labels = {}
+        self._line = None  # source line of the entries being added (text front end)
+
+    def __len__(self):
+        return sum(self._size(e) for e in self._entries)
+
+    def _where(self, entry=None, index=None):
+        line = entry.line if entry is not None else self._line
+        if line is not None:
+            return f"line {line}"
+        return f"instruction {index if index is not None else len(self)}"
+
+    def label(self, name):
+        """Define label ``name`` at the next instruction."""
+        if not isinstance(name, str) or not _LABEL_RE.match(name):
+            raise ValueError(f"{self._where()}: bad label name {name!r}")
+        if name in self._labels:
+            raise ValueError(f"{self._where()}: label {name!r} defined twice")
+        self._labels[name] = len(self)
+        return self
+
+    def emit(self, mnemonic, *operands):
+        """Append instruction ``mnemonic`` (or a pseudo-instruction)."""
+        mnemonic = mnemonic.lower()
+        if mnemonic not in BY_MNEMONIC and mnemonic not in PSEUDO:
+            raise ValueError(f"{self._where()}: unknown mnemonic {mnemonic!r}")
+        expected = {"li": 2, "mv": 2, "nop": 0, "j": 1}.get(mnemonic)
+        if expected is None:
+            expected = len(BY_MNEMONIC[mnemonic].fields)
+        if len(operands) != expected:
+            names = ("rd, value" if mnemonic == "li" else "rd, rs" if mnemonic == "mv"
+                     else "target" if mnemonic == "j" else
+                     ", ".join(f.name for f in BY_MNEMONIC[mnemonic].fields) if mnemonic in BY_MNEMONIC
+                     else "")
+            raise ValueError(f"{self._where()}: {mnemonic} takes {expected} operand(s) "
+                             f"({names or 'none'}), got {len(operands)}")
+        self._entries.append(_Entry(mnemonic, operands, self._line))
+        return self
+
+    @staticmethod
+    def _size(entry):
+        if entry.mnemonic != "li":
+            return 1
+        value = entry.operands[1]
+        if isinstance(value, int) and -(1 << 17) <= value < (1 << 17):
+            return 1
+        return 2
+
+    def _reg(self, entry, index, value):
+        if isinstance(value, str):
+            m = re.fullmatch(r"[rR](\d+)", value.strip())
+            if not m:
+                raise ValueError(f"{self._where(entry, index)}: expected a register r0..r15, "
+                                 f"not {value!r}")
+            value = int(m.group(1))
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 16:
+            raise ValueError(f"{self._where(entry, index)}: expected a register r0..r15, "
+                             f"not {value!r}")
+        return value
+
+    def _resolve(self, entry, index, value, relative):
+        if isinstance(value, str):
+            if value not in self._labels:
+                raise ValueError(f"{self._where(entry, index)}: unknown label {value!r}")
+            return self._labels[value] - index if relative else self._labels[value]
+        return value
+
+    def _expand(self, entry, index):
+        """Yield ``(mnemonic, operands)`` machine instructions of one entry."""
+        m, ops = entry.mnemonic, entry.operands
+        if m == "nop":
+            return [("addi", [0, 0, 0])]
+        if m == "mv":
+            return [("addi", [self._reg(entry, index, ops[0]), self._reg(entry, index, ops[1]), 0])]
+        if m == "j":
+            return [("jal", [0, self._resolve(entry, index, ops[0], True)])]
+        if m == "li":
+            rd = self._reg(entry, index, ops[0])
+            value = self._resolve(entry, index, ops[1], False)
+            if isinstance(value, bool) or not isinstance(value, int) \
+                    or not -(1 << 31) <= value < (1 << 32):
+                raise ValueError(f"{self._where(entry, index)}: li value must be a 32-bit "
+                                 f"integer, not {value!r}")
+            if self._size(entry) == 1:
+                return [("addi", [rd, 0, value])]
+            upper, lower = _li_parts(value)
+            return [("lui", [rd, upper]), ("addi", [rd, rd, lower])]
+        insn = BY_MNEMONIC[m]
+        out = []
+        for field, value in zip(insn.fields, ops):
+            if field.kind == "reg":
+                out.append(self._reg(entry, index, value))
+            elif field.kind == "imm":
+                out.append(self._resolve(entry, index, value, m in _RELATIVE))
+            else:
+                out.append(value)
+        return [(m, out)]
+
+    def assemble(self):
+        """Return the program as a list of 32-bit instruction words."""
+        words = []
+        for entry in self._entries:
+            for mnemonic, ops in self._expand(entry, len(words)):
+                try:
+                    words.append(encode(mnemonic, *ops))
+                except (ValueError, TypeError) as exc:
+                    raise ValueError(f"{self._where(entry, len(words))}: {exc}") from None
+        return words
+
+    @property
+    def labels(self):
+        """``{label: instruction index}``."""
+        return dict(self._labels)
+
+    def li(self, rd, value):
+        """Load any 32-bit value (one ``addi`` or ``lui`` + ``addi``)."""
+        return self.emit("li", rd, value)
+
+    def mv(self, rd, rs):
+        """``rd = rs``."""
+        return self.emit("mv", rd, rs)
+
+    def nop(self):
+        """Do nothing for one cycle."""
+        return self.emit("nop")
+
+    def j(self, target):
+        """Jump to a label (``jal r0, target``)."""
+        return self.emit("j", target)
+
+
+def _make_method(insn):
+    def method(self, *operands):
+        return self.emit(insn.mnemonic, *operands)
+    method.__name__ = insn.mnemonic + ("_" if insn.mnemonic in ("and", "or") else "")
+    method.__doc__ = f"``{insn.mnemonic} {', '.join(f.name for f in insn.fields)}``: {insn.doc}"
+    return method
+
+
+for _insn in INSTRUCTIONS:
+    setattr(Program, _make_method(_insn).__name__, _make_method(_insn))
+
+
+def _operand(text):
+    text = text.strip()
+    if re.fullmatch(r"[rR]\d+", text):
+        return text
+    try:
+        return int(text, 0)
+    except ValueError:
+        return text  # a label, condition or CSR name
+
+
+def parse(text):
+    """Parse assembly ``text`` into a :class:`Program` (not yet encoded)."""
+    prog = Program()
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        prog._line = lineno
+        line = re.split(r"[#;]", raw, maxsplit=1)[0].strip()
+        while True:
+            m = re.match(r"^([A-Za-z_.][A-Za-z0-9_.]*)\s*:(.*)$", line)
+            if not m:
+                break
+            prog.label(m.group(1))
+            line = m.group(2).strip()
+        if not line:
+            continue
+        parts = line.split(None, 1)
+        mnemonic = parts[0]
+        ops = [] if len(parts) == 1 else [o for o in parts[1].split(",")]
+        if any(not o.strip() for o in ops):
+            raise ValueError(f"line {lineno}: empty operand in {line!r}")
+        prog.emit(mnemonic, *[_operand(o) for o in ops])
+    prog._line = None
+    return prog
+
+
+def assemble(text):
+    """Assemble ``text`` into a list of 32-bit instruction words."""
+    return parse(text).assemble()
+
+
+def disassemble(words):
+    """One line of assembly per word (branch offsets as signed ints)."""
+    lines = []
+    for word in words:
+        mnemonic, ops = decode(word)
+        insn = BY_MNEMONIC[mnemonic]
+        text = [f"r{v}" if f.kind == "reg" else str(v) for f, v in zip(insn.fields, ops)]
+        lines.append(f"{mnemonic} {', '.join(text)}".rstrip())
+    return lines
