@@ -251,15 +251,18 @@ class IncEngine(wiring.Component):
         def nxt(r):
             return Mux(r == n - 1, 0, r + 1)
 
-        with m.Switch(state):
-            with m.Case(_State.IDLE):
-                with m.Switch(head.op):
-                    with m.Case(IncOp.AG):
+        # If/Elif chains rather than m.Switch: Yosys splits a Switch per
+        # signal and drops the default arms, which Verilator flags as
+        # CASEINCOMPLETE.
+        with m.If(state == _State.IDLE):
+                with m.If(head.op == IncOp.AG):
+                    if True:
                         m.d.comb += inp.ready.eq(1)
                         with m.If(inp.valid):
                             m.d.sync += [mc.eq(head), mc_dst.eq(nxt(head.root)),
                                          mc_left.eq(n - 1), state.eq(_State.MCAST)]
-                    with m.Case(IncOp.RS):
+                with m.Elif(head.op == IncOp.RS):
+                    if True:
                         free = ~slot.valid | hit
                         m.d.comb += inp.ready.eq(free & (o_free | ~last))
                         with m.If(inp.valid & ~free):
@@ -274,7 +277,8 @@ class IncEngine(wiring.Component):
                                 m.d.sync += busy.eq(busy + 1)
                             with m.Elif(hit & last):
                                 m.d.sync += busy.eq(busy - 1)
-                    with m.Case(IncOp.BARRIER):
+                with m.Elif(head.op == IncOp.BARRIER):
+                    if True:
                         m.d.comb += inp.ready.eq(1)
                         with m.If(inp.valid):
                             with m.If(arrivals == n - 1):
@@ -282,10 +286,11 @@ class IncEngine(wiring.Component):
                                              mc_left.eq(n), state.eq(_State.MCAST)]
                             with m.Else():
                                 m.d.sync += arrivals.eq(arrivals + 1)
-                    with m.Default():
+                with m.Else():
+                    if True:
                         # Not an engine message (misrouted): dropped, never stalls.
                         m.d.comb += inp.ready.eq(1)
-            with m.Case(_State.MCAST):
+        with m.Elif(state == _State.MCAST):
                 with m.If(o_free):
                     m.d.sync += [o_valid.eq(1), o_data.eq(mc), o_data.dst.eq(mc_dst),
                                  o_data.src.eq(n), mc_dst.eq(nxt(mc_dst)),
@@ -296,7 +301,7 @@ class IncEngine(wiring.Component):
                         # Skip the root (an AG root keeps its own contribution).
                         with m.If(mc.op == IncOp.AG):
                             m.d.sync += mc_dst.eq(nxt(nxt(mc_dst)))
-            with m.Default():
+        with m.Else():
                 m.d.sync += state.eq(_State.IDLE)
         return m
 
