@@ -41,8 +41,10 @@ class CocotbBench(Bench):
     async def start(self):
         Clock(self._dut.clk, CLOCK_PERIOD_NS, unit="ns").start(start_high=False)
         self._dut.rst.value = 1
-        for path, flow, _obj in self.component.signature.flatten(self.component):
-            if flow == In:
+        # Drive every input to 0 from the start: an undriven input is Z in
+        # Icarus, and the registers it feeds would stay X after reset.
+        for path, member, _obj in self.component.signature.flatten(self.component):
+            if member.flow == In:
                 self._handle(".".join(str(p) for p in path)).value = 0
         await FallingEdge(self._dut.clk)
         await FallingEdge(self._dut.clk)
