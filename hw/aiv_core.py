@@ -12,7 +12,7 @@ from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from epfabric.sw.isa import (BLOCK_BYTES, INSTRUCTIONS, NUM_REGS, RANK_BITS, Cond, Csr, Opcode,
+from epfabric.sw.isa import (BLOCK_BYTES, INSTRUCTIONS, NUM_REGS, OPCODE_BITS, RANK_BITS, Cond, Csr, Opcode,
                              VecOp, address_layout, insn_layout)
 
 from .vector_unit import VectorUnit
@@ -256,18 +256,27 @@ class AIVCore(wiring.Component):
                 slots[name] = Signal(4, name=f"d_{name}")
         legal = Signal()
         with m.Switch(insn.op):
-            for ins in INSTRUCTIONS:
-                with m.Case(Opcode[ins.mnemonic.upper()]):
-                    m.d.comb += legal.eq(1)
-                    view = insn.args[ins.mnemonic]
-                    for f in ins.fields:
-                        src = view[f.name]
-                        if f.kind == "imm" and f.signed:
-                            m.d.comb += slots[f.name].eq(src.as_signed())  # sign-extend
-                        else:
-                            m.d.comb += slots[f.name].eq(src)
+            with m.Case(*(Opcode[ins.mnemonic.upper()] for ins in INSTRUCTIONS)):
+                m.d.comb += legal.eq(1)
             with m.Default():
                 m.d.comb += legal.eq(0)
+        # Instructions whose field sits at the same bits share one decoder case
+        # (a field's position follows from the table's field order).
+        placements = {}
+        for ins in INSTRUCTIONS:
+            pos = OPCODE_BITS
+            for f in ins.fields:
+                key = (pos, f.bits, f.signed)
+                placements.setdefault(f.name, {}).setdefault(key, []).append(ins)
+                pos += f.bits
+        for name, groups in placements.items():
+            with m.Switch(insn.op):
+                for (pos, bits, is_signed), members in groups.items():
+                    with m.Case(*(Opcode[ins.mnemonic.upper()] for ins in members)):
+                        src = insn.as_value()[pos:pos + bits]
+                        m.d.comb += slots[name].eq(src.as_signed() if is_signed else src)
+                with m.Default():
+                    pass
         rd, rs1, rs2, rs3, ru = (slots[n] for n in ("rd", "rs1", "rs2", "rs3", "ru"))
         imm, cond, csr = slots["imm"], slots["cond"], slots["csr"]
 

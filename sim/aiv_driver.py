@@ -56,6 +56,8 @@ async def run_program(bench, words, memory, *, latency=MEM_LATENCY, events=(), m
         while events and events[0][0] <= now:
             _, addr, value = events.pop(0)
             mem[addr & ~3] = value & 0xFFFFFFFF
+        if await bench.get("halted"):
+            break
         if pending and pending[0][0] <= now:
             _, op, payload = pending.pop(0)
             bench.set("mem_rsp.payload", {"op": op, "data": payload})
@@ -64,8 +66,6 @@ async def run_program(bench, words, memory, *, latency=MEM_LATENCY, events=(), m
             bench.set("mem_rsp.valid", 0)
         trace_ready = 0 if trace_stall_every and now % trace_stall_every else 1
         bench.set("trace.ready", trace_ready)
-        if await bench.get("halted"):
-            break
         if now >= max_cycles:
             return {"timeout": True, "pc": await bench.get("pc"),
                     "waiting": await bench.get("waiting"),

@@ -242,17 +242,18 @@ def insn_layout():
     """``data.StructLayout`` of an instruction word: ``op`` then a union ``args``.
 
     ``args.<mnemonic>`` is a ``StructLayout`` of that instruction's fields in
-    encoding order, so ``view.args.addi.imm`` is ADDI's signed immediate.
+    encoding order, so ``view.args.addi.imm`` is ADDI's signed immediate
+    (instructions without operands have no member).
     """
     args = {}
     for insn in INSTRUCTIONS:
-        fields = {f.name: f.shape() for f in insn.fields}
-        args[insn.mnemonic] = data.StructLayout(fields) if fields else data.StructLayout({})
-    return data.StructLayout({
-        "op": Opcode,
-        "args": data.UnionLayout(args),
-        "_pad": WORD_BITS - OPCODE_BITS - max(insn.bits - OPCODE_BITS for insn in INSTRUCTIONS),
-    })
+        if insn.fields:  # no zero-width members: they become `wire [-1:0]` in Verilog
+            args[insn.mnemonic] = data.StructLayout({f.name: f.shape() for f in insn.fields})
+    fields = {"op": Opcode, "args": data.UnionLayout(args)}
+    pad = WORD_BITS - OPCODE_BITS - max(insn.bits - OPCODE_BITS for insn in INSTRUCTIONS)
+    if pad:
+        fields["_pad"] = pad
+    return data.StructLayout(fields)
 
 
 def _field_value(insn, field, value):
