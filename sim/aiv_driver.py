@@ -49,6 +49,9 @@ async def run_program(bench, words, memory, *, latency=MEM_LATENCY, events=(), m
     await bench.tick()
     bench.set("start", 0)
     t0 = bench.cycle
+    # MARK times are reported relative to the core's cycle counter at start:
+    # simulators hold reset for different lengths, so absolute counts differ.
+    c0 = await bench.get("cycle")
     pending = []   # (due cycle, op, data)
     trace, requests = [], []
     while True:
@@ -95,7 +98,7 @@ async def run_program(bench, words, memory, *, latency=MEM_LATENCY, events=(), m
             pending.append((due, op, out))
         if trace_ready and await bench.get("trace.valid"):
             ev = bench.decode("trace.payload", await bench.get("trace.payload"))
-            trace.append([int(ev.core), int(ev.cycle), int(ev.event)])
+            trace.append([int(ev.core), (int(ev.cycle) - c0) & 0xFFFFFFFF, int(ev.event)])
         await bench.tick()
     # drain the acks of posted stores the program did not fence
     bench.set("mem_rsp.valid", 0)
@@ -118,7 +121,7 @@ async def run_programs(bench, programs):
     Each result has ``cycles`` (from the ``start`` edge to the cycle
     ``halted`` is first seen high, i.e. the program's cycle count including
     its HALT), ``memory`` (``{str(byte address): word}``), ``trace``
-    (``[core, cycle, event]``), ``requests`` (``[cycle, op, addr]``),
+    (``[core, cycle, event]``, cycle counted from the program's first cycle), ``requests`` (``[cycle, op, addr]``),
     ``pc`` and ``fault``; or ``timeout`` with the watchdog view.
     """
     results = []

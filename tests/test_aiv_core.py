@@ -273,8 +273,7 @@ def test_mark_trace(pysim_results):
     trace = pysim_results["mark"]["trace"]
     assert [(c, e) for c, _t, e in trace] == [(5, 1), (5, 65535)]
     # trace.ready is low on odd cycles here: MARK stalls until accepted
-    t1, t2 = trace[0][1], trace[1][1]
-    assert t2 - t1 in (3, 4)
+    assert [t for _c, t, _e in trace] == [0, 4]
     assert pysim_results["mark"]["cycles"] >= 5
 
 
