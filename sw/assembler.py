@@ -120,16 +120,19 @@ class Program:
         return 2
 
     def _reg(self, entry, index, value):
+        bad = ValueError(f"{self._where(entry, index)}: expected a register r0..r15, not {value!r}")
         if isinstance(value, str):
             m = re.fullmatch(r"[rR](\d+)", value.strip())
             if not m:
-                raise ValueError(f"{self._where(entry, index)}: expected a register r0..r15, "
-                                 f"not {value!r}")
-            value = int(m.group(1))
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 16:
-            raise ValueError(f"{self._where(entry, index)}: expected a register r0..r15, "
-                             f"not {value!r}")
-        return value
+                raise bad
+            number = int(m.group(1))
+        elif entry.line is not None:   # text: a bare number is not a register
+            raise bad
+        else:
+            number = value
+        if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number < 16:
+            raise bad
+        return number
 
     def _resolve(self, entry, index, value, relative):
         if isinstance(value, str):

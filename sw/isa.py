@@ -258,8 +258,9 @@ def insn_layout():
 
 def _field_value(insn, field, value):
     if field.kind == "cond":
-        value = Cond[value.upper()].value if isinstance(value, str) else int(value)
-        if not 0 <= value < len(Cond):
+        names = {c.name.lower(): c.value for c in Cond}
+        value = names.get(value.lower(), -1) if isinstance(value, str) else value
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < len(Cond):
             raise ValueError(f"{insn.mnemonic}: condition must be one of "
                              f"{', '.join(c.name.lower() for c in Cond)}, not {value!r}")
         return value
