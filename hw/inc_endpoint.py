@@ -22,7 +22,7 @@ operation raises per-counter thresholds by what it expects; nothing is reset
 between operations.
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -168,8 +168,13 @@ class _Endpoint(wiring.Component):
         # --- receive (mode-specific) ----------------------------------------
         fwd = self._receive(m)
 
-        # --- transmit arbitration: forwards, then AG and RS alternately --------
+        # --- transmit arbitration: forwards first; AG and RS rows interleaved in
+        # proportion to their sizes (T_r : RS rows), so that both finish
+        # together and the receive side sees the mix it has to carry
+        # (Bresenham: bal = rs_sent * T_r - ag_sent * rs_rows).
+        bal = Signal(signed(COUNTER_BITS))
         turn = Signal()
+        m.d.comb += turn.eq(bal < 0)
         sel_fwd, sel_ag, sel_rs, sel_bar = Signal(), Signal(), Signal(), Signal()
         fwd_valid = fwd.r_rdy if fwd is not None else Const(0)
         m.d.comb += [
@@ -193,10 +198,11 @@ class _Endpoint(wiring.Component):
         with m.Elif(sel_rs):
             m.d.comb += [self.tx.valid.eq(1), self.tx.payload.eq(rs_flit)]
         sent = self.tx.valid & self.tx.ready
+        rs_rows = self._rs_rows()
         with m.If(sent & sel_ag):
-            m.d.sync += [ag_i.eq(ag_i + 1), turn.eq(1)]
+            m.d.sync += [ag_i.eq(ag_i + 1), bal.eq(bal - rs_rows)]
         with m.If(sent & sel_rs):
-            m.d.sync += turn.eq(0)
+            m.d.sync += bal.eq(bal + self.counts[r])
         m.d.comb += rs_taken.eq(sent & sel_rs)
 
         # --- phases and thresholds ------------------------------------------
@@ -210,7 +216,7 @@ class _Endpoint(wiring.Component):
                 with m.If(self.start):
                     m.d.sync += [epoch.eq(epoch + 1), ag_thr.eq(ag_thr + others),
                                  rs_thr.eq(rs_thr + self.counts[r]), conc.eq(self.concurrent),
-                                 ag_i.eq(0)]
+                                 ag_i.eq(0), bal.eq(0)]
                     self._reset_issue(m)
                     with m.If(self.barrier):
                         m.d.sync += [bar_thr.eq(bar_thr + 1), phase.eq(_Phase.BARRIER)]
@@ -262,6 +268,9 @@ class IncEndpoint(_Endpoint):
 
     def _ag_route(self, m, payload):
         m.d.comb += [payload.dst.eq(self.ranks), payload.op.eq(IncOp.AG)]
+
+    def _rs_rows(self):
+        return sum(self.counts[q] for q in range(self.ranks) if q != self.rank)
 
     def _rs_issue(self, m, epoch, go):
         n, r, tmax = self.ranks, self.rank, self.tmax
@@ -324,6 +333,9 @@ class RingEndpoint(_Endpoint):
 
     def _ag_route(self, m, payload):
         m.d.comb += [payload.dst.eq(self._next()), payload.op.eq(IncOp.RING_AG)]
+
+    def _rs_rows(self):
+        return self.counts[(self.rank - 1) % self.ranks]
 
     def _rs_issue(self, m, epoch, go):
         n, r, tmax = self.ranks, self.rank, self.tmax
