@@ -231,18 +231,18 @@ def _ring(m, width, depth, w_addr, w_en, w_data, r_addrs):
     """
     if depth <= REGISTER_RING_MAX:
         regs = [Signal(width, name=f"ring{i}") for i in range(depth)]
-        with m.If(w_en):
-            with m.Switch(w_addr):
-                for i, reg in enumerate(regs):
-                    with m.Case(i):
-                        m.d.sync += reg.eq(w_data)
+        for i, reg in enumerate(regs):
+            with m.If(w_en & (w_addr == i)):
+                m.d.sync += reg.eq(w_data)
         outs = []
         for addr in r_addrs:
             out = Signal(width)
             with m.Switch(addr):
-                for i, reg in enumerate(regs):
+                for i, reg in enumerate(regs[:-1]):
                     with m.Case(i):
                         m.d.comb += out.eq(reg)
+                with m.Default():
+                    m.d.comb += out.eq(regs[-1])
             outs.append(out)
         return outs
     mem = Memory(shape=width, depth=depth, init=[])
