@@ -236,13 +236,13 @@ def _ring(m, width, depth, w_addr, w_en, w_data, r_addrs):
                 m.d.sync += reg.eq(w_data)
         outs = []
         for addr in r_addrs:
+            # A Mux chain, not a Switch: continuous assignments in Verilog, which
+            # Icarus evaluates at time 0 (an `always @*` it would not).
+            value = regs[-1]
+            for i in reversed(range(depth - 1)):
+                value = Mux(addr == i, regs[i], value)
             out = Signal(width)
-            with m.Switch(addr):
-                for i, reg in enumerate(regs[:-1]):
-                    with m.Case(i):
-                        m.d.comb += out.eq(reg)
-                with m.Default():
-                    m.d.comb += out.eq(regs[-1])
+            m.d.comb += out.eq(value)
             outs.append(out)
         return outs
     mem = Memory(shape=width, depth=depth, init=[])

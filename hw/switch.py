@@ -134,13 +134,11 @@ class Switch(wiring.Component):
                 m.d.sync += self.i_stalls[i].eq(self.i_stalls[i] + 1)
             head = self.payload(head_bits)
             want = Signal(n, name=f"want{i}")
-            with m.If(level != 0):
-                with m.Switch(head.dst):
-                    for d, p in enumerate(self.routes):
-                        with m.Case(d):
-                            m.d.comb += want.eq(1 << p)
-                    with m.Default():
-                        m.d.comb += want.eq(1)
+            # Mux chain rather than a Switch (continuous logic in Verilog; see _ring).
+            route = Const(1, n)
+            for d, p in reversed(list(enumerate(self.routes))):
+                route = Mux(head.dst == d, 1 << p, route)
+            m.d.comb += want.eq(Mux(level != 0, route, 0))
             heads.append(head_bits)
             wants.append(want)
             pops.append(pop)
