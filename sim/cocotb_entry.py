@@ -11,10 +11,11 @@ import traceback
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import FallingEdge, Timer
+from cocotb.triggers import FallingEdge, RisingEdge, SimTimeoutError, Timer, with_timeout
+from cocotb.utils import get_sim_time
 from amaranth.lib.wiring import In
 
-from .harness import CLOCK_PERIOD_NS, Bench, ComponentSpec, _resolve_intent
+from .harness import CLOCK_PERIOD_NS, Bench, ComponentSpec, SimulationError, _resolve_intent
 
 
 class CocotbBench(Bench):
@@ -66,6 +67,24 @@ class CocotbBench(Bench):
             await FallingEdge(self._dut.clk)
         self._dirty = False
         self.cycle += n
+
+    async def wait_high(self, path, *, timeout=None):
+        """Wait on the signal's rising edge in the simulator: no Python per cycle."""
+        if await self.get(path):
+            return
+        period_ps = CLOCK_PERIOD_NS * 1000
+        t0 = get_sim_time("ps")
+        trigger = RisingEdge(self._handle(path))
+        if timeout is None:
+            await trigger
+        else:
+            try:
+                await with_timeout(trigger, timeout * period_ps, "ps")
+            except SimTimeoutError:
+                raise SimulationError(f"timeout: {path} still 0 after {timeout} cycles") from None
+        await FallingEdge(self._dut.clk)
+        self._dirty = False
+        self.cycle += round((get_sim_time("ps") - t0) / period_ps)
 
 
 @cocotb.test()

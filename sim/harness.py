@@ -150,6 +150,18 @@ class Bench:
     async def tick(self, n=1):
         raise NotImplementedError
 
+    async def wait_high(self, path, *, timeout=None):
+        """Tick until 1-bit port ``path`` is 1 (at most ``timeout`` cycles, then raise).
+
+        Simulators may override this with a native wait so no Python runs per
+        cycle (cocotb: an edge trigger); ``cycle`` is kept exact either way.
+        """
+        start = self.cycle
+        while not await self.get(path):
+            if timeout is not None and self.cycle - start >= timeout:
+                raise SimulationError(f"timeout: {path} still 0 after {timeout} cycles")
+            await self.tick()
+
 
 class PysimBench(Bench):
     def __init__(self, ctx, component):
