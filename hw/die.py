@@ -28,9 +28,8 @@ Cycle costs (HBM read latency *L* = ``hbm_latency``; *L*\\ :sub:`core` as in
 ---------------------------------------------------------------------------------------
 =========================  =========================================================
 local ``sw`` / ``stb``     1 cycle (posted); committed at the end of the issue
-                           cycle (visible to a load issued the next cycle); ack
-                           reaches the core one cycle later (a ``fence`` right
-                           after it finishes 3 cycles after the store's issue)
+                           cycle (visible to a load issued the next cycle); its
+                           ack reaches the core's ``mem_rsp`` one cycle later
 local ``lw``               *L*\\ :sub:`core` = *L* → ``1 + L`` cycles
 local ``fadd``             *L*\\ :sub:`core` = *L* + 1 → ``2 + L`` cycles
 local ``poll``             ``1 + L`` cycles per read
