@@ -177,10 +177,14 @@ class _Endpoint(wiring.Component):
         m.d.comb += turn.eq(bal < 0)
         sel_fwd, sel_ag, sel_rs, sel_bar = Signal(), Signal(), Signal(), Signal()
         fwd_valid = fwd.r_rdy if fwd is not None else Const(0)
+        # New rows enter only when no forward waits and (ring) the bubble
+        # rule allows it (RingEndpoint docstring).
+        inject = Signal()
+        m.d.comb += inject.eq(~fwd_valid & (self._bubble if fwd is not None else 1))
         m.d.comb += [
             sel_fwd.eq(fwd_valid),
-            sel_ag.eq(~fwd_valid & ag_left & (~rs_valid | ~turn)),
-            sel_rs.eq(~fwd_valid & rs_valid & (~ag_left | turn)),
+            sel_ag.eq(inject & ag_left & (~rs_valid | ~turn)),
+            sel_rs.eq(inject & rs_valid & (~ag_left | turn)),
             sel_bar.eq(phase == _Phase.BARRIER),
         ]
         with m.If(sel_bar):
@@ -324,11 +328,32 @@ class RingEndpoint(_Endpoint):
     ``r+1`` (``ranks - 1`` steps, pipelined per row). Ring RS: starts the
     chain of block ``r-1`` by sending its partials of it to ``r+1``; a partial
     of block ``q`` received is added to its own partial of ``q`` and either
-    forwarded (``q != r``) or, at the root, written to ``OUT``. Forwards have
-    priority over new rows on the link (a small FIFO decouples receive and
-    send). Parameters and attributes as :class:`_Endpoint`.
+    forwarded (``q != r``) or, at the root, written to ``OUT``.
+
+    Flow control (bubble rule, after Carrión et al. 1997 / Puente et al. 1999
+    for rings of FIFOs): the ring is a cycle of FIFO buffers — the forward
+    queue of rank ``r``, its up-link, the switch input FIFO and output
+    register for ``r+1`` (used by this flow only), the down-link, the forward
+    queue of ``r+1``, and so on. A row moves into the next buffer when that
+    has one free entry; a row that ends at this rank (an AG row whose root is
+    ``r+1``, an RS row of block ``r``) is consumed without needing any. A
+    rank puts a *new* row (its own AG row or the start of an RS chain) on the
+    link only when no forward is waiting and its forward queue has at least
+    two free entries. Why it cannot deadlock: before an injection the ring
+    then has >= 2 free entries (the link's and the queue's spare one), so
+    after it >= 1; moves keep the number of rows and consumption lowers it,
+    hence the ring is never completely full. In a cycle of FIFOs that is not
+    full and not empty some non-empty buffer is followed by one with room,
+    so its head moves after a bounded time (link latency and rate credit;
+    the switch output has a single requester), and every move brings a row
+    one hop closer to its last rank. No constant is tuned: the rule holds for
+    any :attr:`FORWARD_DEPTH` >= 2 and any link depth. Forwards also have
+    priority on the link, which keeps the chains pipelined at line rate.
+    Parameters and attributes as :class:`_Endpoint`.
     """
 
+    #: Forward queue entries (>= 2 for the bubble rule; 4 covers the links'
+    #: two-block rate bursts so forwards rarely stall the down-link).
     FORWARD_DEPTH = 4
 
     def _ag_route(self, m, payload):
@@ -362,30 +387,46 @@ class RingEndpoint(_Endpoint):
 
     def _receive(self, m):
         r, nxt = self.rank, self._next()
+        layout = self.layout
         width = len(Cat(self.rx.payload))
         fwd = m.submodules.forward = SyncFIFOBuffered(width=width, depth=self.FORWARD_DEPTH)
         rx = self.rx.payload
         total = self._root_add(m, rx)
-        m.d.comb += self.rx.ready.eq(fwd.w_rdy)
+        is_ag = rx.op == IncOp.RING_AG
+        is_rs = rx.op == IncOp.RING_RS
+        # A row ends here when this rank is the last of its chain: an AG row
+        # whose root is the next rank, an RS row of this rank's own block.
+        forward = Signal()
+        m.d.comb += forward.eq((is_ag & (rx.root != nxt)) | (is_rs & (rx.root != r)))
+        # Terminal rows never need queue space (flow-control rule, class docstring).
+        m.d.comb += self.rx.ready.eq(fwd.w_rdy | ~forward)
         got = self.rx.valid & self.rx.ready
-        out = Signal(self.layout)
-        m.d.comb += [out.eq(rx), out.dst.eq(nxt), out.src.eq(r), fwd.w_data.eq(out)]
+        # The forwarded flit as ONE expression (dst and src are the layout's
+        # first fields): constant field overrides of a copied struct become
+        # `always @*` blocks with no inputs, which Verilator never runs
+        # (ALWNEVER: dst stayed 0, every forward went to rank 0) and Icarus
+        # leaves X — the ring hang of both cocotb simulators.
+        abits = layout["dst"].width
+        assert layout["dst"].offset == 0 and layout["src"].offset == abits
+        d_off = layout["data"].offset
+        bits = rx.as_value()
+        m.d.comb += fwd.w_data.eq(Cat(Const(nxt, abits), Const(r, abits), bits[2 * abits:d_off],
+                                      Mux(is_rs, total, rx.data.as_value())))
+        m.d.comb += fwd.w_en.eq(got & forward)
         with m.If(got):
-            with m.Switch(rx.op):
-                with m.Case(IncOp.RING_AG):
-                    wp = self._writes["ag"]
-                    m.d.comb += [wp.addr.eq(rx.offset), wp.data.eq(rx.data), wp.en.eq(1)]
-                    m.d.sync += self.ag_count.eq(self.ag_count + 1)
-                    m.d.comb += fwd.w_en.eq(rx.root != nxt)
-                with m.Case(IncOp.RING_RS):
-                    with m.If(rx.root == r):
-                        wp = self._writes["out"]
-                        m.d.comb += [wp.addr.eq(rx.chunk), wp.data.eq(total), wp.en.eq(1)]
-                        m.d.sync += self.rs_count.eq(self.rs_count + 1)
-                    with m.Else():
-                        m.d.comb += [out.data.eq(total), fwd.w_en.eq(1)]
-                with m.Default():
-                    self._bump(m, rx.compl)
+            with m.If(is_ag):
+                wp = self._writes["ag"]
+                m.d.comb += [wp.addr.eq(rx.offset), wp.data.eq(rx.data), wp.en.eq(1)]
+                m.d.sync += self.ag_count.eq(self.ag_count + 1)
+            with m.Elif(is_rs):
+                with m.If(rx.root == r):
+                    wp = self._writes["out"]
+                    m.d.comb += [wp.addr.eq(rx.chunk), wp.data.eq(total), wp.en.eq(1)]
+                    m.d.sync += self.rs_count.eq(self.rs_count + 1)
+            with m.Else():
+                self._bump(m, rx.compl)
+        self._bubble = Signal()
+        m.d.comb += self._bubble.eq(fwd.level <= self.FORWARD_DEPTH - 2)
         return fwd
 
     def _root_add(self, m, flit):

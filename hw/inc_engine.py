@@ -255,54 +255,50 @@ class IncEngine(wiring.Component):
         # signal and drops the default arms, which Verilator flags as
         # CASEINCOMPLETE.
         with m.If(state == _State.IDLE):
-                with m.If(head.op == IncOp.AG):
-                    if True:
-                        m.d.comb += inp.ready.eq(1)
-                        with m.If(inp.valid):
-                            m.d.sync += [mc.eq(head), mc_dst.eq(nxt(head.root)),
-                                         mc_left.eq(n - 1), state.eq(_State.MCAST)]
-                with m.Elif(head.op == IncOp.RS):
-                    if True:
-                        free = ~slot.valid | hit
-                        m.d.comb += inp.ready.eq(free & (o_free | ~last))
-                        with m.If(inp.valid & ~free):
-                            m.d.sync += self.o_slot_stalls.eq(self.o_slot_stalls + 1)
-                        with m.If(inp.valid & inp.ready):
-                            m.d.comb += wp.en.eq(1)
-                            with m.If(last):
-                                m.d.sync += [o_valid.eq(1), o_data.eq(head),
-                                             o_data.dst.eq(head.root), o_data.src.eq(n),
-                                             o_data.data.eq(summed)]
-                            with m.If(~hit & ~last):
-                                m.d.sync += busy.eq(busy + 1)
-                            with m.Elif(hit & last):
-                                m.d.sync += busy.eq(busy - 1)
-                with m.Elif(head.op == IncOp.BARRIER):
-                    if True:
-                        m.d.comb += inp.ready.eq(1)
-                        with m.If(inp.valid):
-                            with m.If(arrivals == n - 1):
-                                m.d.sync += [arrivals.eq(0), mc.eq(head), mc_dst.eq(0),
-                                             mc_left.eq(n), state.eq(_State.MCAST)]
-                            with m.Else():
-                                m.d.sync += arrivals.eq(arrivals + 1)
-                with m.Else():
-                    if True:
-                        # Not an engine message (misrouted): dropped, never stalls.
-                        m.d.comb += inp.ready.eq(1)
+            with m.If(head.op == IncOp.AG):
+                m.d.comb += inp.ready.eq(1)
+                with m.If(inp.valid):
+                    m.d.sync += [mc.eq(head), mc_dst.eq(nxt(head.root)),
+                                 mc_left.eq(n - 1), state.eq(_State.MCAST)]
+            with m.Elif(head.op == IncOp.RS):
+                free = ~slot.valid | hit
+                m.d.comb += inp.ready.eq(free & (o_free | ~last))
+                with m.If(inp.valid & ~free):
+                    m.d.sync += self.o_slot_stalls.eq(self.o_slot_stalls + 1)
+                with m.If(inp.valid & inp.ready):
+                    m.d.comb += wp.en.eq(1)
+                    with m.If(last):
+                        m.d.sync += [o_valid.eq(1), o_data.eq(head),
+                                     o_data.dst.eq(head.root), o_data.src.eq(n),
+                                     o_data.data.eq(summed)]
+                    with m.If(~hit & ~last):
+                        m.d.sync += busy.eq(busy + 1)
+                    with m.Elif(hit & last):
+                        m.d.sync += busy.eq(busy - 1)
+            with m.Elif(head.op == IncOp.BARRIER):
+                m.d.comb += inp.ready.eq(1)
+                with m.If(inp.valid):
+                    with m.If(arrivals == n - 1):
+                        m.d.sync += [arrivals.eq(0), mc.eq(head), mc_dst.eq(0),
+                                     mc_left.eq(n), state.eq(_State.MCAST)]
+                    with m.Else():
+                        m.d.sync += arrivals.eq(arrivals + 1)
+            with m.Else():
+                # Not an engine message (misrouted): dropped, never stalls.
+                m.d.comb += inp.ready.eq(1)
         with m.Elif(state == _State.MCAST):
-                with m.If(o_free):
-                    m.d.sync += [o_valid.eq(1), o_data.eq(mc), o_data.dst.eq(mc_dst),
-                                 o_data.src.eq(n), mc_dst.eq(nxt(mc_dst)),
-                                 mc_left.eq(mc_left - 1)]
-                    with m.If(mc_left == 1):
-                        m.d.sync += state.eq(_State.IDLE)
-                    with m.If(nxt(mc_dst) == mc.root):
-                        # Skip the root (an AG root keeps its own contribution).
-                        with m.If(mc.op == IncOp.AG):
-                            m.d.sync += mc_dst.eq(nxt(nxt(mc_dst)))
+            with m.If(o_free):
+                m.d.sync += [o_valid.eq(1), o_data.eq(mc), o_data.dst.eq(mc_dst),
+                             o_data.src.eq(n), mc_dst.eq(nxt(mc_dst)),
+                             mc_left.eq(mc_left - 1)]
+                with m.If(mc_left == 1):
+                    m.d.sync += state.eq(_State.IDLE)
+                with m.If(nxt(mc_dst) == mc.root):
+                    # Skip the root (an AG root keeps its own contribution).
+                    with m.If(mc.op == IncOp.AG):
+                        m.d.sync += mc_dst.eq(nxt(nxt(mc_dst)))
         with m.Else():
-                m.d.sync += state.eq(_State.IDLE)
+            m.d.sync += state.eq(_State.IDLE)
         return m
 
 

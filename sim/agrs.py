@@ -154,8 +154,13 @@ def bound_gbps(preset, mode, ranks):
 
 
 def measure(*, preset="incmoe-testbed", ranks=4, nbytes, mode="inc", concurrent=True,
-            backend="pysim", lanes=2, slots=16, seed=0, check=True):
-    """Run one AG + one RS of ``nbytes`` each; return the report dict (CLI JSON keys)."""
+            backend="pysim", lanes=2, slots=16, seed=0, check=True, tmax=None):
+    """Run one AG + one RS of ``nbytes`` each; return the report dict (CLI JSON keys).
+
+    ``tmax`` is the padded layout's capacity in rows per rank (default: just
+    ``nbytes``); a larger one lets several sizes share one hardware build
+    (cycle counts do not depend on it).
+    """
     p = get_preset(preset)
     if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 2:
         raise ValueError(f"ranks must be an integer >= 2, not {ranks!r}")
@@ -167,8 +172,13 @@ def measure(*, preset="incmoe-testbed", ranks=4, nbytes, mode="inc", concurrent=
                          f"not {nbytes!r}")
     if backend not in SIMULATORS:
         raise ValueError(f"backend must be one of {', '.join(SIMULATORS)}, not {backend!r}")
-    tmax = nbytes // unit
-    case = {"counts": [tmax] * ranks, "seed": seed}
+    rows = nbytes // unit
+    if tmax is None:
+        tmax = rows
+    elif not isinstance(tmax, int) or isinstance(tmax, bool) or tmax < rows:
+        raise ValueError(f"tmax must be an integer >= bytes / (ranks * block_bytes) = {rows}, "
+                         f"not {tmax!r}")
+    case = {"counts": [rows] * ranks, "seed": seed}
     spec = system_spec(preset=p.name, ranks=ranks, mode=mode, tmax=tmax, lanes=lanes, slots=slots)
     result, _ = run(spec, agrs_intent, {"ranks": ranks, "tmax": tmax, "lanes": lanes,
                                         "cases": [case], "concurrent": concurrent,
