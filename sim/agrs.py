@@ -13,10 +13,28 @@ rank equals every rank's rows in the padded layout, and the reduced shard of
 rank ``r`` equals the int32 (wrapping) sum of all ranks' partials of block
 ``r``. Cycles become ns and Gb/s only through the preset.
 
-Small ``S`` is latency-bound: every operation pays at least one link latency up
-and one down (plus the ring's ``N-1`` store-and-forward hops per chunk
-pipeline fill) before the first block lands, so the equivalent bandwidth rises
-with ``S`` towards the bound.
+Small ``S`` is latency-bound (the left of the Fig. 6-shaped table that
+``--sweep`` prints). With one-way latency ``L`` (rank -> switch -> rank,
+~1000 cycles = 1 us for ``incmoe-testbed``) and ``B = 512 B / BW`` per block
+(~41 cycles at 100 Gb/s):
+
+* concurrent INC: ``t ~ L + S/BW`` — every block crosses one up-link, the
+  engine (line rate, no store-and-forward of a whole message) and one
+  down-link, and AG and RS load opposite directions of each link;
+* concurrent ring: ``t ~ (N-1) * L + 2(N-1)/N * S/BW`` — a row reaches its
+  last rank only after ``N-1`` hops, each a full up/down trip through the
+  switch plus the endpoint's receive-and-forward.
+
+So the equivalent bandwidth ``2S/t`` rises with ``S`` for both, reaching half
+its bound near ``S = L*BW`` (INC, ~12.5 KB) and ``S = N/2 * L*BW`` (ring,
+~25 KB at N=4), and the INC time reduction is *larger* than Eq. 5 at small
+``S`` (its latency term is ``N-1`` times shorter) and tends to
+``(N-2)/(2(N-1))`` from above as ``S`` grows. This differs from INC-MoE
+Fig. 6, where the emulated switch's per-message fixed costs made INC *lose*
+efficiency at small ``S`` while the ring stayed flat; their sizes (tens of
+MiB and up) are far into the bandwidth-bound regime here. ``S`` in the sweep
+stops at 512 KiB per collective because by then both curves are within
+~3 % of their bounds, and larger ``S`` only adds simulation time.
 """
 
 import argparse
@@ -194,18 +212,35 @@ def measure(*, preset="incmoe-testbed", ranks=4, nbytes, mode="inc", concurrent=
             "correct": op["correct"], "slot_stalls": result["counters"]["slot_stalls"]}
 
 
+#: Rows per rank of the default sweep (S = ranks * 512 B * rows): 2 KiB to
+#: 512 KiB at N=4, from latency-bound to bandwidth-bound.
+SWEEP_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
 def sweep(*, preset="incmoe-testbed", ranks=4, sizes=None, backend="verilator", lanes=1):
-    """Fig. 6-shaped table: concurrent ring and INC equivalent bandwidth vs ``S`` at ``ranks``."""
+    """Fig. 6-shaped table: concurrent ring and INC equivalent bandwidth vs ``S`` at ``ranks``.
+
+    All sizes run on one hardware build per mode (the padded layout sized for
+    the largest ``S``; smaller ones use fewer rows), so a sweep costs two
+    builds.
+    """
     p = get_preset(preset)
     unit = ranks * p.block_bytes
     if sizes is None:
-        sizes = [unit * t for t in (1, 4, 16, 64, 256, 512)]
+        sizes = [unit * t for t in SWEEP_ROWS]
+    if not sizes:
+        raise ValueError("sizes must name at least one size")
+    for s in sizes:
+        if not isinstance(s, int) or isinstance(s, bool) or s < unit or s % unit:
+            raise ValueError(f"sizes must be positive multiples of ranks * block_bytes ({unit}), "
+                             f"not {s!r}")
+    tmax = max(sizes) // unit
     rows = []
     for s in sizes:
         ring = measure(preset=preset, ranks=ranks, nbytes=s, mode="ring", backend=backend,
-                       lanes=lanes)
+                       lanes=lanes, tmax=tmax)
         inc = measure(preset=preset, ranks=ranks, nbytes=s, mode="inc", backend=backend,
-                      lanes=lanes)
+                      lanes=lanes, tmax=tmax)
         rows.append({"bytes": s, "ring": ring, "inc": inc,
                      "gain": inc["equiv_bw_gbps"] / ring["equiv_bw_gbps"] - 1,
                      "reduction": 1 - inc["cycles"] / ring["cycles"]})
@@ -249,26 +284,41 @@ def add_arguments(parser):
                         help="bytes S per collective, a multiple of N*512 (default N*512*16)")
     parser.add_argument("--mode", choices=("inc", "ring"), default="inc")
     parser.add_argument("--concurrent", action="store_true", help="AG and RS at once (Fig. 6)")
-    parser.add_argument("--backend", choices=SIMULATORS, default="pysim")
+    parser.add_argument("--backend", choices=SIMULATORS, default=None,
+                        help="simulator (default pysim; verilator with --sweep)")
     parser.add_argument("--preset", default="incmoe-testbed", help=f"one of {', '.join(preset_names())}")
-    parser.add_argument("--lanes", type=int, default=2, help="int32 lanes simulated per block")
+    parser.add_argument("--lanes", type=int, default=None,
+                        help="int32 lanes simulated per block (default 2; 1 with --sweep)")
     parser.add_argument("--sweep", action="store_true",
-                        help="Fig. 6 table: concurrent ring vs INC over several S")
+                        help="Fig. 6 table: concurrent ring vs INC over several S "
+                             "(default backend for it: verilator)")
+    parser.add_argument("--sizes", default=None,
+                        help="with --sweep: comma-separated S in bytes (default N*512*"
+                             + "{" + ",".join(map(str, SWEEP_ROWS)) + "})")
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
 
 
 def main(args):
     try:
         if args.sweep:
-            rows = sweep(preset=args.preset, ranks=args.ranks, backend=args.backend,
-                         lanes=args.lanes)
+            sizes = None
+            if args.sizes:
+                try:
+                    sizes = [int(x) for x in args.sizes.split(",")]
+                except ValueError:
+                    raise ValueError(f"sizes must be comma-separated integers, "
+                                     f"not {args.sizes!r}") from None
+            rows = sweep(preset=args.preset, ranks=args.ranks, sizes=sizes,
+                         backend=args.backend or "verilator",
+                         lanes=1 if args.lanes is None else args.lanes)
             print(format_sweep(rows, args.ranks))
             report = {"sweep": rows}
             ok = all(r["ring"]["correct"] and r["inc"]["correct"] for r in rows)
         else:
             nbytes = args.bytes if args.bytes is not None else args.ranks * 512 * 16
             report = measure(preset=args.preset, ranks=args.ranks, nbytes=nbytes, mode=args.mode,
-                             concurrent=args.concurrent, backend=args.backend, lanes=args.lanes)
+                             concurrent=args.concurrent, backend=args.backend or "pysim",
+                             lanes=2 if args.lanes is None else args.lanes)
             print(format_report(report))
             ok = report["correct"]
     except ValueError as exc:

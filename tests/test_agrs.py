@@ -90,6 +90,30 @@ def test_cli_bad_bytes_is_one_line_error(capsys):
     assert "bytes must be a positive multiple of ranks * block_bytes (2048), not 1000" in err
 
 
+def test_cli_sweep_table_and_json(tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    rc = agrs.main(namespace(sweep=True, ranks=4, sizes="2048,4096", backend="pysim",
+                             preset="tiny", lanes=1, json=str(out)))
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "equivalent bandwidth" in text and "2 KiB" in text and "4 KiB" in text
+    rows = json.loads(out.read_text())["sweep"]
+    assert [r["bytes"] for r in rows] == [2048, 4096]
+    assert all(r[m]["correct"] for r in rows for m in ("ring", "inc"))
+    assert rows[0]["reduction"] == pytest.approx(1 - rows[0]["inc"]["cycles"]
+                                                 / rows[0]["ring"]["cycles"])
+
+
+@pytest.mark.parametrize("sizes, msg", [
+    ("2048,x", "sizes must be comma-separated integers, not '2048,x'"),
+    ("2048,1000", r"sizes must be positive multiples of ranks \* block_bytes \(2048\), not 1000"),
+])
+def test_cli_sweep_bad_sizes(sizes, msg, capsys):
+    assert agrs.main(namespace(sweep=True, ranks=4, sizes=sizes, backend="pysim")) == 2
+    import re
+    assert re.search(msg, capsys.readouterr().err)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("ranks", [4, 8])
 def test_bandwidth_bound_and_eq5_reduction(ranks):
