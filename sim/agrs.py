@@ -332,6 +332,9 @@ def main(args):
 
 
 if __name__ == "__main__":
+    # Through the importable module, so the harness finds `agrs_intent` by name
+    # (as `__main__.agrs_intent` it cannot be imported inside cocotb).
+    from epfabric.sim import agrs as _agrs
     _parser = argparse.ArgumentParser(prog="epfabric agrs", description=__doc__.splitlines()[0])
-    add_arguments(_parser)
-    sys.exit(main(_parser.parse_args()))
+    _agrs.add_arguments(_parser)
+    sys.exit(_agrs.main(_parser.parse_args()))

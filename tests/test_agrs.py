@@ -11,6 +11,7 @@
 
 import argparse
 import json
+import re
 
 import pytest
 
@@ -110,7 +111,6 @@ def test_cli_sweep_table_and_json(tmp_path, capsys):
 ])
 def test_cli_sweep_bad_sizes(sizes, msg, capsys):
     assert agrs.main(namespace(sweep=True, ranks=4, sizes=sizes, backend="pysim")) == 2
-    import re
     assert re.search(msg, capsys.readouterr().err)
 
 
