@@ -278,10 +278,16 @@ def _run_pysim(spec, intent, args, waveform):
     return out["result"], out["cycles"]
 
 
+_VERILOG = {}
+
+
 def verilog_of(spec):
-    """Verilog text of ``spec``'s component, top module named ``top``."""
+    """Verilog text of ``spec``'s component, top module named ``top`` (memoised per process)."""
     from amaranth.back import verilog
-    return verilog.convert(spec.build(), name=TOPLEVEL, emit_src=False)
+    key = spec.to_json()
+    if key not in _VERILOG:
+        _VERILOG[key] = verilog.convert(spec.build(), name=TOPLEVEL, emit_src=False)
+    return _VERILOG[key]
 
 
 def verilator_opt():

@@ -2,7 +2,7 @@
 
 from epfabric.sim.harness import ComponentSpec, run
 
-__all__ = ["run_on_all", "ComponentSpec", "run", "VECTOR_SPEC"]
+__all__ = ["run_on_all", "ComponentSpec", "run", "VECTOR_SPEC", "MACHINE", "machine"]
 
 # One vector-unit configuration shared by the tests that need "a component":
 # every distinct design costs a Verilator build (~15 s on 2 cores).
@@ -13,3 +13,15 @@ VECTOR_SPEC = ComponentSpec("epfabric.hw.vector_unit:VectorUnit",
 def run_on_all(spec, intent, args, simulators, **kw):
     """Run ``intent`` on each simulator; return ``{sim: (result, cycles)}``."""
     return {sim: run(spec, intent, args, simulator=sim, **kw) for sim in simulators}
+
+
+# One small machine shared by the driver/kernel tests (2 dies of one NPU,
+# 2 AIVs each, tiny preset): every distinct system is another Verilator build.
+MACHINE = dict(topology=("superpod", 2, 1, 1), aivs_per_die=2, hbm_blocks=16, imem_depth=128)
+
+
+def machine(simulator="pysim", **overrides):
+    """A :class:`~epfabric.sw.driver.Machine` of the shared test configuration."""
+    from epfabric.sim.machine import backend
+    from epfabric.sw.driver import Machine
+    return Machine("tiny", backend=backend(simulator), **{**MACHINE, **overrides})
