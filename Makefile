@@ -5,10 +5,10 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.epfabric-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-slow run verilog lint clean
+.PHONY: help setup test test-slow run demo fig6 bench verilog lint clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,8 +25,17 @@ test: $(STAMP) ## run the test suite on all three simulators (Icarus tests skip 
 test-slow: $(STAMP) ## run only the long sweeps marked `slow`
 	$(PY) -m pytest -m slow
 
-run: $(STAMP) ## the current demonstration (quaternary search on the vector unit)
+run: $(STAMP) ## alltoall on the tiny preset with Verilator, checked against numpy
+	$(VENV)/bin/epfabric run alltoall --preset tiny --backend verilator
+
+demo: $(STAMP) ## quaternary search (UBEP Alg. 1) on the simulated vector unit
 	$(VENV)/bin/epfabric demo
+
+fig6: $(STAMP) ## INC-MoE Fig. 6-shaped table: ring vs INC equivalent bandwidth vs S (N=4, Verilator)
+	$(VENV)/bin/epfabric agrs --sweep --ranks 4 --backend verilator
+
+bench: $(STAMP) ## simulated cycles/s of alltoall on each backend (Verilator/pysim ratio)
+	$(VENV)/bin/epfabric bench
 
 verilog: $(STAMP) ## write Verilog for every registered component to build/verilog/
 	$(VENV)/bin/epfabric verilog --all -o build/verilog

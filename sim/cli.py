@@ -16,7 +16,8 @@ COMMANDS = [
     ("races", "epfabric.sim.races", "run the synchronization-race catalog and write waveforms"),
     ("calibrate", "epfabric.sim.calibrate", "measure latency and bandwidth per distance class"),
     ("agrs", "epfabric.sim.agrs", "AllGather + ReduceScatter, in-network (INC) or ring"),
-    ("run", "epfabric.sim.run", "run a kernel (pingpong, syncall) on the simulated machine"),
+    ("run", "epfabric.sim.run", "run a kernel (pingpong, syncall, alltoall) on the simulated machine"),
+    ("bench", "epfabric.sim.bench", "simulated cycles per second of alltoall on each backend"),
 ]
 
 

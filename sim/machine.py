@@ -73,11 +73,14 @@ async def session_intent(bench, session):
         await bench.tick()
     bench.set("host_we", 0)
     bench.set("max_cycles", session["max_cycles"])
+    t0 = time.monotonic()
     bench.set("start", 1)
     await bench.tick()
     bench.set("start", 0)
     await bench.wait_high("stop", timeout=session["max_cycles"] + 1000)
+    run_wall_s = time.monotonic() - t0
     result = {name: await bench.get(name) for name in ("cycle", "done", "timeout")}
+    result["run_wall_s"] = run_wall_s
     result["cycles"] = result.pop("cycle")
     n_cores = system.n_cores
     cores = []

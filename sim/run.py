@@ -159,7 +159,7 @@ def main(args):
     get_preset(preset)
     if args.max_cycles < 1:
         raise ValueError(f"--max-cycles must be >= 1, not {args.max_cycles}")
-    waveform = None
+    waveform, old_wdir = None, os.environ.get("EPFABRIC_WAVEFORM_DIR")
     if args.vcd:
         if args.backend != "pysim":
             raise ValueError("--vcd is written by the pysim backend; use --backend pysim")
@@ -175,6 +175,12 @@ def main(args):
     except WatchdogTimeout as exc:
         print(f"epfabric run {args.kernel}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if args.vcd:  # the waveform folder was redirected for this run only
+            if old_wdir is None:
+                os.environ.pop("EPFABRIC_WAVEFORM_DIR", None)
+            else:
+                os.environ["EPFABRIC_WAVEFORM_DIR"] = old_wdir
     _print(result)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

@@ -281,7 +281,8 @@ class Machine:
                         backend=self.backend.name, cycles=out["cycles"],
                         ns=out["cycles"] * self.preset.cycle_ns, done=bool(out["done"]),
                         timeout=bool(out["timeout"]), trace=trace, cores=cores,
-                        counters=out["counters"], trace_dropped=out.get("trace_dropped", 0))
+                        counters=out["counters"], trace_dropped=out.get("trace_dropped", 0),
+                        extra={"run_wall_s": out.get("run_wall_s")})
         self.last_report = report
         if report.timeout:
             report.diagnosis = self._diagnose(report, max_cycles)
