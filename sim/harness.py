@@ -339,6 +339,14 @@ def _build(spec, simulator, waves, opt=None):
     finally:
         os.environ.clear()
         os.environ.update(env_backup)
+    if simulator == "verilator":
+        log = (bdir / "build.log").read_text() if (bdir / "build.log").exists() else ""
+        never = [line for line in log.splitlines() if "%Warning-ALWNEVER" in line]
+        if never:
+            # An always block that reads no signal never runs in Verilator (Icarus
+            # leaves its targets X): the model would silently differ from pysim.
+            raise SimulationError("Verilator: always block(s) that never run (write the "
+                                  "logic as one expression/Mux chain):\n" + "\n".join(never[:5]))
     stamp.write_text(f"{time.monotonic() - t0:.2f}\n")
     return bdir
 
