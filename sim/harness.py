@@ -28,6 +28,7 @@ set (a content-hash cache under ``$EPFABRIC_BUILD_DIR``, default ``build/sim``),
 so rerunning with other stimuli does not rebuild.
 """
 
+import fcntl
 import hashlib
 import importlib
 import inspect
@@ -309,14 +310,24 @@ def build_dir_for(text, simulator, waves, opt=None):
 
 def _build(spec, simulator, waves, opt=None):
     """Build (or reuse) the simulator model; return its build directory."""
-    from cocotb_tools.runner import get_runner
-
     text = verilog_of(spec)
     opt = opt or verilator_opt()
     bdir = build_dir_for(text, simulator, waves, opt)
     stamp = bdir / "built.ok"
     if stamp.exists():
         return bdir
+    bdir.parent.mkdir(parents=True, exist_ok=True)
+    # Parallel test workers may ask for the same model: one builds, the others wait.
+    with open(bdir.parent / f"{bdir.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.exists():
+            return bdir
+        return _build_locked(bdir, stamp, text, simulator, waves, opt)
+
+
+def _build_locked(bdir, stamp, text, simulator, waves, opt):
+    from cocotb_tools.runner import get_runner
+
     bdir.mkdir(parents=True, exist_ok=True)
     vfile = bdir / f"{TOPLEVEL}.v"
     vfile.write_text(text)

