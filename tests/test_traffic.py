@@ -88,3 +88,16 @@ def test_bad_parameters(args, kwargs, exc, match):
 def test_factory_rejects_unknown_preset():
     with pytest.raises(ValueError, match=r"unknown preset 'nope'"):
         traffic_spec(preset="nope").build()
+
+
+@pytest.mark.slow
+@pytest.mark.verilator
+def test_same_counts_on_verilator():
+    """The hardware traffic is deterministic: identical counts on pysim and Verilator (-O0)."""
+    args = {"cycles": 300, "ranks": RANKS, "drain": 200}
+    ref, ref_cycles = run(traffic_spec(**SHAPE), speed_intent, args)
+    out, cycles = run(traffic_spec(**SHAPE), speed_intent, args, simulator="verilator")
+    keys = ("cycles", "cycle_reg", "sent", "received", "misrouted", "at_done",
+            "sent_per_rank", "received_per_rank")
+    assert {k: out[k] for k in keys} == {k: ref[k] for k in keys}
+    assert cycles == ref_cycles
