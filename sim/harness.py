@@ -304,7 +304,7 @@ def verilator_opt():
 def build_dir_for(text, simulator, waves, opt=None):
     """Cache folder of a build: a hash of the Verilog text and the build options."""
     opt = (opt or verilator_opt()) if simulator == "verilator" else ""
-    key = hashlib.sha256(f"{simulator}\0{int(waves)}\0{TIMESCALE}\0{opt}\0{text}".encode())
+    key = hashlib.sha256(f"{simulator}\0{int(waves)}\0{TIMESCALE}\0{opt}\0public-top-only-2\0{text}".encode())
     return build_cache_dir() / f"{simulator}-{key.hexdigest()[:16]}"
 
 
@@ -325,6 +325,28 @@ def _build(spec, simulator, waves, opt=None):
         return _build_locked(bdir, stamp, text, simulator, waves, opt)
 
 
+def _verilator_runner_class():
+    from cocotb_tools.runner import Verilator
+
+    class _Verilator(Verilator):
+        """cocotb's Verilator runner without ``--public-flat-rw``.
+
+        The harness only touches top-level ports, made public by a
+        ``public.vlt`` next to the build; making every internal signal public
+        stops Verilator from optimising them away or inlining logic.
+        """
+
+        def _build_command(self):
+            cmds = super()._build_command()
+            cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"]
+            return cmds
+    return _Verilator
+
+
+def _Verilator():
+    return _verilator_runner_class()()
+
+
 def _build_locked(bdir, stamp, text, simulator, waves, opt):
     from cocotb_tools.runner import get_runner
 
@@ -337,10 +359,14 @@ def _build_locked(bdir, stamp, text, simulator, waves, opt):
         os.environ["MAKEFLAGS"] += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
     t0 = time.monotonic()
     try:
-        runner = get_runner(simulator)
+        runner = _Verilator() if simulator == "verilator" else get_runner(simulator)
         # Simulation builds accept Amaranth's width idioms; `make lint` is where
         # Verilator's -Wall warnings are reviewed.
-        build_args = ["-Wno-fatal", "-Wno-lint", "-Wno-style"] if simulator == "verilator" else []
+        build_args = []
+        if simulator == "verilator":
+            public = bdir / "public.vlt"   # only the top module's signals are visible to VPI
+            public.write_text('`verilator_config\npublic_flat_rw -module "top" -var "*"\n')
+            build_args = ["-Wno-fatal", "-Wno-lint", "-Wno-style", str(public)]
         runner.build(sources=[vfile], hdl_toplevel=TOPLEVEL, build_dir=bdir,
                      timescale=TIMESCALE, waves=waves, always=True, build_args=build_args,
                      log_file=bdir / "build.log")
