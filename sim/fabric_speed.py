@@ -16,17 +16,19 @@ Runs :class:`~epfabric.hw.traffic.TrafficFabric` — by default the 2-board ×
 
 and the Verilator / pysim ratio of cycles per second measured in the same
 invocation. Verilator models are built at ``-O2`` by default (tests use
-``-O0``). At 32 ranks the model is ~45 MB of C++; on 2 shared cores its ``-O2``
-build ran past 15 minutes (under 1/8 compiled after 8), so the figures reported
-for issue 4 were taken with ``--opt=-O0``.
+``-O0``); ``--opt=-O0`` for a quick build.
 
-Measured (2 shared cores, load average 2.1-2.9; 32 ranks, ``--opt=-O0``,
-``--cycles 100000 --pysim-cycles 3000``): pysim elaborates in 15 s and runs
-27 cycles/s averaged over 3000 cycles (56 cycles/s over the first 300, before
-two-hop traffic, 2500 cycles away, arrives); Verilator: Verilog 6.8 MB in 49 s,
-C++ model 165 s, 939 cycles/s over 10^5 cycles (976 over 2·10^5); ratio 35x.
-Each source offers every cycle and sends 0.68 blocks/cycle of the 0.77 its
-link allows: the rest is head-of-line blocking under uniform traffic.
+Measured at commit c281376 (Verilator models with only the top module
+public), 2 shared cores at load average 3.5-4.8 from other jobs; 32 ranks,
+``--opt=-O0 --cycles 100000 --pysim-cycles 3000``: pysim elaborates in 15 s
+and runs 29 cycles/s averaged over 3000 cycles (faster over the first few
+hundred, before two-hop traffic, 2500 cycles away, arrives); Verilator:
+Verilog 6.8 MB in 49 s, model build 67 s, 4858 cycles/s over 10^5 cycles;
+ratio 166x in the same invocation. (Before c281376, with every signal public:
+-O0 build 165 s, 939 cycles/s; the -O2 build of that 45 MB of C++ ran past
+15 minutes.) Sources offer every cycle and send 0.68 blocks/cycle of the
+0.77 their link allows: the rest is head-of-line blocking under uniform
+traffic. Counts are identical across builds and simulators.
 """
 
 import argparse
