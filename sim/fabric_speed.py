@@ -41,7 +41,7 @@ from pathlib import Path
 from ..hw.traffic import TrafficFabric
 from ..sw.presets import get_preset
 from . import harness
-from .harness import ComponentSpec, SimulationError
+from .harness import ComponentSpec
 from .tools import SIMULATORS, missing_reason
 
 __all__ = ["traffic_fabric", "traffic_spec", "speed_intent", "measure", "main",
