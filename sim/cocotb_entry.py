@@ -93,7 +93,8 @@ async def run_intent(dut):
     try:
         spec = ComponentSpec.from_json(os.environ["EPFABRIC_SPEC"])
         intent = _resolve_intent(os.environ["EPFABRIC_INTENT"])
-        args = json.loads(os.environ["EPFABRIC_ARGS"])
+        with open(os.environ["EPFABRIC_ARGS_FILE"]) as f:
+            args = json.load(f)
         bench = CocotbBench(dut, spec.build())
         await bench.start()
         bench.cycle = 0

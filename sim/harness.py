@@ -396,11 +396,15 @@ def _run_cocotb(spec, intent, args, simulator, waveform, opt=None):
     ref, intent_dir = _intent_ref(intent)
     with tempfile.TemporaryDirectory(prefix=f"epf-{simulator}-") as tdir:
         result_file = Path(tdir) / "result.json"
+        # Arguments (programs, memory images) go through a file: the environment
+        # is limited to a few hundred KB ("Argument list too long").
+        args_file = Path(tdir) / "args.json"
+        args_file.write_text(json.dumps(args))
         pythonpath = os.pathsep.join(p for p in (intent_dir, os.environ.get("PYTHONPATH")) if p)
         extra_env = {
             "EPFABRIC_SPEC": spec.to_json(),
             "EPFABRIC_INTENT": ref,
-            "EPFABRIC_ARGS": json.dumps(args),
+            "EPFABRIC_ARGS_FILE": str(args_file),
             "EPFABRIC_RESULT": str(result_file),
             "PYTHONPATH": pythonpath,
             "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
