@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.epfabric-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-slow run demo fig6 bench verilog lint clean
+.PHONY: help setup test test-slow run demo fig6 bench fabric-speed verilog lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -36,6 +36,9 @@ fig6: $(STAMP) ## INC-MoE Fig. 6-shaped table: ring vs INC equivalent bandwidth 
 
 bench: $(STAMP) ## simulated cycles/s of alltoall on each backend (Verilator/pysim ratio)
 	$(VENV)/bin/epfabric bench
+
+fabric-speed: $(STAMP) ## cycles/s of the 32-rank cm384 fabric under uniform traffic, pysim vs Verilator
+	$(PY) -m epfabric.sim.fabric_speed --backends pysim,verilator --opt=-O0
 
 verilog: $(STAMP) ## write Verilog for every registered component to build/verilog/
 	$(VENV)/bin/epfabric verilog --all -o build/verilog
