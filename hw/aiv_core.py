@@ -335,7 +335,6 @@ class AIVCore(wiring.Component):
 
         pc_next = Signal.like(self.pc)
         m.d.comb += pc_next.eq(self.pc + 1)
-        advance = Signal()
 
         def branch(taken):
             with m.If(taken):

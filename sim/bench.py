@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from epfabric.sw.driver import Machine
+from epfabric.sw.driver import Machine, MachineConfig
 from epfabric.sw.kernels import alltoall
 
 from . import harness
@@ -67,10 +67,10 @@ def bench_one(simulator, dies, aivs=1, opt=BENCH_OPT, max_cycles=1_000_000):
     """Run alltoall once; return the JSON row (``run_s`` measured around the machine run)."""
     topo = SHAPES[dies]
     be = _TimedBackend(simulator, opt)
-    probe = Machine("cm384", backend=be, topology=topo, aivs_per_die=aivs)
+    shape = MachineConfig("cm384", topology=topo, aivs_per_die=aivs)
     m = Machine("cm384", backend=be, topology=topo, aivs_per_die=aivs,
-                hbm_blocks=1 << (alltoall.blocks_needed(probe.config) - 1).bit_length(),
-                imem_depth=1 << (len(alltoall.program(probe.config, 0, 0).assemble()) - 1).bit_length())
+                hbm_blocks=1 << (alltoall.blocks_needed(shape) - 1).bit_length(),
+                imem_depth=1 << (len(alltoall.program(shape, 0, 0).assemble()) - 1).bit_length())
     tok = alltoall.load(m)
     report = m.run(max_cycles)
     verdict = alltoall.check(m, report, tok)

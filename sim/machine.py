@@ -41,7 +41,6 @@ def system_spec(config):
 async def _host_reads(bench, rank, n_words, words_per_block):
     """Read ``n_words`` modelled HBM words of ``rank``, pipelined one request per cycle."""
     out = []
-    pending = 0
     addrs = [(i // words_per_block) << 9 | (i % words_per_block) << 2 for i in range(n_words)]
     bench.set("host_rank", rank)
     i = 0
@@ -50,7 +49,6 @@ async def _host_reads(bench, rank, n_words, words_per_block):
             bench.set("host_re", 1)
             bench.set("host_addr", addrs[i])
             i += 1
-            pending += 1
         else:
             bench.set("host_re", 0)
         await bench.tick()

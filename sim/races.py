@@ -42,8 +42,7 @@ counter_reset_race
 """
 
 import json
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from amaranth.hdl import Module, Signal

@@ -17,9 +17,9 @@ import os
 import sys
 from pathlib import Path
 
-from epfabric.sw.driver import Machine, WatchdogTimeout
+from epfabric.sw.driver import Machine, MachineConfig, WatchdogTimeout
 from epfabric.sw.kernels import alltoall, pingpong, syncall
-from epfabric.sw.presets import CLASSES, get_preset, preset_names
+from epfabric.sw.presets import get_preset, preset_names
 
 from .machine import backend as make_backend
 from .tools import SIMULATORS
@@ -87,9 +87,9 @@ def run_alltoall(preset_name, backend, max_cycles=200_000, topology=None, aivs=N
     """Run ``alltoall``; return ``(result dict, [reports])``."""
     preset = get_preset(preset_name)
     topology = topology or ("superpod", min(2, preset.dies_per_npu), 1, 1)
-    probe = Machine(preset_name, backend=backend, topology=topology, aivs_per_die=aivs or 2)
+    shape = MachineConfig(preset_name, topology=topology, aivs_per_die=aivs or 2)
     machine = Machine(preset_name, backend=backend, topology=topology, aivs_per_die=aivs or 2,
-                      hbm_blocks=1 << (alltoall.blocks_needed(probe.config) - 1).bit_length(),
+                      hbm_blocks=1 << (alltoall.blocks_needed(shape) - 1).bit_length(),
                       imem_depth=256)
     tok = alltoall.load(machine, seed)
     report = machine.run(max_cycles)

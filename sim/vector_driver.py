@@ -107,7 +107,6 @@ _NP_COND = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equ
 def reference(cmd, width):
     """numpy model of one command's result (same encoding as :func:`run_commands`)."""
     a = np.array(cmd["a"], dtype=np.uint64)
-    b = np.array(cmd["b"], dtype=np.uint64)
     f = _NP_COND[cmd["cond"]]
     if cmd["op"] == "COUNT":
         return [int(f(a, np.uint64(s)).sum()) for s in cmd["s"]]

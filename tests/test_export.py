@@ -24,9 +24,16 @@ def test_every_component_converts_and_lints(name, tmp_path):
 
 
 def test_param_override(tmp_path):
-    assert main(["verilog", "vector_unit", "--param", "lanes=4", "-o", str(tmp_path)]) == 0
-    text = (tmp_path / "vector_unit.v").read_text()
-    assert "input [" in text
+    """--param reaches the constructor: fewer lanes give a narrower request port."""
+    import re
+    widths = {}
+    for lanes in (4, 8):
+        out = tmp_path / str(lanes)
+        assert main(["verilog", "vector_unit", "--param", f"lanes={lanes}", "-o", str(out)]) == 0
+        text = (out / "vector_unit.v").read_text()
+        widths[lanes] = int(re.search(r"input \[(\d+):0\] i_stream__payload;", text).group(1)) + 1
+    # a and b each carry `lanes` 16-bit elements
+    assert widths[8] - widths[4] == 2 * 4 * 16
 
 
 def test_unknown_component(capsys, tmp_path):

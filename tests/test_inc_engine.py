@@ -5,7 +5,6 @@ three-simulator check of the whole system is in test_agrs.py.
 """
 
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
