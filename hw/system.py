@@ -49,9 +49,14 @@ class System(wiring.Component):
     rank ``r`` is ``r * aivs_per_die + c``. Costs of local and remote memory
     operations: :mod:`epfabric.hw.die`.
 
-    Host port and run control (all inputs sampled at the rising clock edge)
-    ----------------------------------------------------------------------
-    * ``host_we``: write, one per cycle, at the edge where ``host_we = 1``,
+    Host port and run control (all inputs registered at the boundary)
+    -----------------------------------------------------------------
+    Every input below except ``trace_raddr`` passes one register before it
+    reaches the dies or the run control, so each acts one cycle after the edge
+    that samples it; nothing inside depends combinationally on a top-level
+    input (which keeps input-triggered evaluation in Verilator cheap).
+
+    * ``host_we``: write, one per cycle, one edge after the edge where ``host_we = 1``,
       selected by ``host_target`` (:class:`~epfabric.hw.die.HostTarget`):
       0 = instruction word ``host_addr`` of core ``host_core`` of rank
       ``host_rank``; 1 = HBM 32-bit word at byte address ``host_addr``
@@ -61,11 +66,12 @@ class System(wiring.Component):
       Only while the machine is stopped.
     * ``host_re``: read the HBM word at ``host_addr`` of rank ``host_rank``;
       ``host_rvalid = 1`` and ``host_rdata`` hold the word exactly
-      :attr:`host_read_latency` (= ``hbm_latency``) cycles later, i.e. after
+      :attr:`host_read_latency` (= ``hbm_latency + 1``) cycles later, i.e. after
       that many ticks. One read per cycle, pipelined. Only while stopped.
     * ``start`` (pulse): clears ``cycle``, ``done``, ``timeout`` and the trace
       (``trace_count``, ``trace_dropped``) and starts every enabled core at
-      pc 0; ``running`` is 1 from the next cycle.
+      pc 0, one cycle after the edge that samples it; ``running`` is 1 from
+      the cycle after that. ``max_cycles`` must be set by then.
     * ``cycle``: cycles since start, frozen at stop. ``done``: every enabled
       core has halted *and* every posted store is acknowledged (so memory is
       final); ``cycle`` is then the number of cycles until the last core was
@@ -138,7 +144,7 @@ class System(wiring.Component):
         self.n_cores = ranks * aivs_per_die
         self.trace_depth = trace_depth
         self.hbm_latency = hbm_latency
-        self.host_read_latency = hbm_latency
+        self.host_read_latency = hbm_latency + 1   # + the host port register
         self.flit = flit_layout(ranks, aivs_per_die, data_bytes, hbm_blocks)
         self.dies = [Die(rank=r, ranks=ranks, aivs=aivs_per_die, imem_depth=imem_depth,
                          ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks, data_bytes=data_bytes,
@@ -191,19 +197,28 @@ class System(wiring.Component):
         A = self.aivs_per_die
         halted_all, quiet_all = [], []
         traces = []
+        # Host port and run control are registered at the boundary: no logic inside
+        # depends combinationally on a top-level input. (A fast simulator evaluates
+        # all input-dependent logic on every input change; measured on Verilator,
+        # the dies' UB and fabric-ready logic fed by host_we/host_re dominated.)
+        h = {name: Signal.like(getattr(self, name), name=f"{name}_q")
+             for name in ("host_we", "host_target", "host_rank", "host_core", "host_addr",
+                          "host_wdata", "host_re", "start", "max_cycles")}
+        m.d.sync += [q.eq(getattr(self, name)) for name, q in h.items()]
+        start = h["start"]
         for r, die in enumerate(self.dies):
             m.submodules[f"die{r}"] = die
             wiring.connect(m, die.tx, fabric.tx[r])
             wiring.connect(m, fabric.rx[r], die.rx)
-            sel = self.host_rank == r
+            sel = h["host_rank"] == r
             m.d.comb += [
-                die.host_we.eq(self.host_we & sel),
-                die.host_target.eq(self.host_target),
-                die.host_core.eq(self.host_core),
-                die.host_addr.eq(self.host_addr),
-                die.host_wdata.eq(self.host_wdata),
-                die.host_re.eq(self.host_re & sel),
-                die.start.eq(self.start),
+                die.host_we.eq(h["host_we"] & sel),
+                die.host_target.eq(h["host_target"]),
+                die.host_core.eq(h["host_core"]),
+                die.host_addr.eq(h["host_addr"]),
+                die.host_wdata.eq(h["host_wdata"]),
+                die.host_re.eq(h["host_re"] & sel),
+                die.start.eq(start),
                 self.fabric_tx_blocks[r].eq(fabric.tx_blocks[r]),
                 self.fabric_rx_blocks[r].eq(fabric.rx_blocks[r]),
                 self.fabric_tx_stalls[r].eq(fabric.tx_stalls[r]),
@@ -233,14 +248,14 @@ class System(wiring.Component):
                      self.stop.eq(self.done | self.timeout)]
         nxt = Signal(33)
         m.d.comb += nxt.eq(self.cycle + 1)
-        with m.If(self.start):
+        with m.If(start):
             m.d.sync += [self.cycle.eq(0), self.running.eq(1), self.done.eq(0), self.timeout.eq(0)]
         with m.Elif(self.running):
             with m.If(all_done):
                 m.d.sync += [self.running.eq(0), self.done.eq(1)]
             with m.Else():
                 m.d.sync += self.cycle.eq(nxt)
-                with m.If(nxt >= self.max_cycles):
+                with m.If(nxt >= h["max_cycles"]):
                     m.d.sync += [self.running.eq(0), self.timeout.eq(1)]
 
         # --- MARK trace buffer ------------------------------------------------------------------
@@ -258,8 +273,8 @@ class System(wiring.Component):
         advance(any_)
         full = self.trace_count >= depth
         m.d.comb += [tw.addr.eq(self.trace_count[:max(1, ceil_log2(depth))] if depth > 1 else 0),
-                     tw.data.eq(entry), tw.en.eq(any_ & ~full & ~self.start)]
-        with m.If(self.start):
+                     tw.data.eq(entry), tw.en.eq(any_ & ~full & ~start)]
+        with m.If(start):
             m.d.sync += [self.trace_count.eq(0), self.trace_dropped.eq(0)]
         with m.Elif(any_ & ~full):
             m.d.sync += self.trace_count.eq(self.trace_count + 1)

@@ -111,7 +111,7 @@ def measure(backend, cycles, *, params=None, opt=SPEED_OPT, drain=0):
     else:
         _say(f"[{backend}] generating Verilog ...")
         t0 = time.monotonic()
-        text = harness.verilog_of(spec)
+        text = harness.verilog_of(spec, backend)
         row["verilog_s"] = round(time.monotonic() - t0, 2)
         row["verilog_bytes"] = len(text)
         bdir = harness.build_dir_for(text, backend, False, opt)

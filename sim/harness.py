@@ -282,13 +282,44 @@ def _run_pysim(spec, intent, args, waveform):
 _VERILOG = {}
 
 
-def verilog_of(spec):
-    """Verilog text of ``spec``'s component, top module named ``top`` (memoised per process)."""
+def verilog_of(spec, simulator="verilator"):
+    """Simulation Verilog of ``spec``'s component for ``simulator``, top module ``top``.
+
+    Memoised per process. For Verilator the ``sync`` domain is *reset-less*:
+    every register starts at its init value through a Verilog initialiser, as
+    in Amaranth's simulator, and there is no ``rst`` port. With a ``rst``
+    input, the next-state logic of every register reads a top-level input and
+    Verilator re-evaluates all of it on every ``eval()`` (its
+    input-combinational region); measured on the 4-die machine, that was
+    most of the run time. Icarus keeps the synchronous reset and the bench
+    pulses it at start: Icarus does not run ``always @*`` blocks at time 0,
+    and the reset's edges are what first evaluates them. Register values are
+    the same either way (reset values are the init values); the
+    cross-simulator tests check cycles and results are identical.
+    ``epfabric verilog`` (for FPGA flows) keeps the reset.
+    """
     from amaranth.back import verilog
-    key = spec.to_json()
+    from amaranth.hdl import ClockDomain
+    reset_less = simulator == "verilator"
+    key = (spec.to_json(), reset_less)
     if key not in _VERILOG:
-        _VERILOG[key] = verilog.convert(spec.build(), name=TOPLEVEL, emit_src=False)
+        t0 = time.monotonic()
+        kw = {"missing_domain": lambda name: ClockDomain(name, reset_less=True)} if reset_less else {}
+        _VERILOG[key] = verilog.convert(spec.build(), name=TOPLEVEL, emit_src=False, **kw)
+        dt = time.monotonic() - t0
+        if dt > PROGRESS_AFTER_S:
+            _progress(f"Verilog of {spec.factory.rpartition(':')[2]}: "
+                      f"{len(_VERILOG[key]) / 1e6:.1f} MB in {dt:.0f} s")
     return _VERILOG[key]
+
+
+#: Steps longer than this many seconds report their time on stderr.
+PROGRESS_AFTER_S = 10.0
+
+
+def _progress(msg):
+    if os.environ.get("EPFABRIC_QUIET") != "1":
+        print(f"[epfabric] {msg}", file=sys.stderr, flush=True)
 
 
 def verilator_opt():
@@ -304,13 +335,13 @@ def verilator_opt():
 def build_dir_for(text, simulator, waves, opt=None):
     """Cache folder of a build: a hash of the Verilog text and the build options."""
     opt = (opt or verilator_opt()) if simulator == "verilator" else ""
-    key = hashlib.sha256(f"{simulator}\0{int(waves)}\0{TIMESCALE}\0{opt}\0public-top-only-2\0{text}".encode())
+    key = hashlib.sha256(f"{simulator}\0{int(waves)}\0{TIMESCALE}\0{opt}\0public-ports-only-3\0{text}".encode())
     return build_cache_dir() / f"{simulator}-{key.hexdigest()[:16]}"
 
 
 def _build(spec, simulator, waves, opt=None):
     """Build (or reuse) the simulator model; return its build directory."""
-    text = verilog_of(spec)
+    text = verilog_of(spec, simulator)
     opt = opt or verilator_opt()
     bdir = build_dir_for(text, simulator, waves, opt)
     stamp = bdir / "built.ok"
@@ -347,6 +378,27 @@ def _Verilator():
     return _verilator_runner_class()()
 
 
+def _public_ports_vlt(text):
+    """Verilator config making exactly the top module's ports visible to VPI.
+
+    Inputs are writable, outputs readable. Making every signal of ``top``
+    public (``-var "*"``) also covers the wires between its submodules; Verilator
+    must then assume VPI may change them at any time and re-evaluates all logic
+    they feed on every ``eval()`` (its input-combinational region). Measured on
+    the 4-die machine, that logic was most of the model's run time.
+    """
+    import re
+    body = re.search(rf"^module {TOPLEVEL}\(.*?^endmodule", text, re.M | re.S)
+    if body is None:
+        raise SimulationError(f"no module {TOPLEVEL} in the generated Verilog")
+    lines = ["`verilator_config"]
+    for direction, name in re.findall(r"^\s*(input|output|inout)\s+(?:(?:wire|reg|signed)\s+)*"
+                                      r"(?:\[[^\]]*\]\s*)?\\?([^\s;]+)\s*;", body.group(0), re.M):
+        kind = "public_flat_rd" if direction == "output" else "public_flat_rw"
+        lines.append(f'{kind} -module "{TOPLEVEL}" -var "{name}"')
+    return "\n".join(lines) + "\n"
+
+
 def _build_locked(bdir, stamp, text, simulator, waves, opt):
     from cocotb_tools.runner import get_runner
 
@@ -358,14 +410,17 @@ def _build_locked(bdir, stamp, text, simulator, waves, opt):
         os.environ.update(verilator_env())
         os.environ["MAKEFLAGS"] += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
     t0 = time.monotonic()
+    if len(text) > 1_000_000:
+        _progress(f"building the {simulator} model of {len(text) / 1e6:.1f} MB of Verilog in {bdir} "
+                  f"(log: {bdir / 'build.log'}) ...")
     try:
         runner = _Verilator() if simulator == "verilator" else get_runner(simulator)
         # Simulation builds accept Amaranth's width idioms; `make lint` is where
         # Verilator's -Wall warnings are reviewed.
         build_args = []
         if simulator == "verilator":
-            public = bdir / "public.vlt"   # only the top module's signals are visible to VPI
-            public.write_text('`verilator_config\npublic_flat_rw -module "top" -var "*"\n')
+            public = bdir / "public.vlt"   # only the top module's ports are visible to VPI
+            public.write_text(_public_ports_vlt(text))
             build_args = ["-Wno-fatal", "-Wno-lint", "-Wno-style", str(public)]
         runner.build(sources=[vfile], hdl_toplevel=TOPLEVEL, build_dir=bdir,
                      timescale=TIMESCALE, waves=waves, always=True, build_args=build_args,
@@ -384,7 +439,10 @@ def _build_locked(bdir, stamp, text, simulator, waves, opt):
             # leaves its targets X): the model would silently differ from pysim.
             raise SimulationError("Verilator: always block(s) that never run (write the "
                                   "logic as one expression/Mux chain):\n" + "\n".join(never[:5]))
-    stamp.write_text(f"{time.monotonic() - t0:.2f}\n")
+    dt = time.monotonic() - t0
+    if dt > PROGRESS_AFTER_S:
+        _progress(f"{simulator} model built in {dt:.0f} s")
+    stamp.write_text(f"{dt:.2f}\n")
     return bdir
 
 
@@ -406,6 +464,7 @@ def _run_cocotb(spec, intent, args, simulator, waveform, opt=None):
             "EPFABRIC_INTENT": ref,
             "EPFABRIC_ARGS_FILE": str(args_file),
             "EPFABRIC_RESULT": str(result_file),
+            "EPFABRIC_HAS_RST": "0" if simulator == "verilator" else "1",
             "PYTHONPATH": pythonpath,
             "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
         }

@@ -65,6 +65,6 @@ def test_build_is_cached_by_content(sim):
     assert harness._build(SPEC, sim, waves=False) == first
     assert (first / "built.ok").stat().st_mtime_ns == stamp
     # Another design, or another build option, gets another cache entry.
-    other = harness.verilog_of(ComponentSpec(SPEC.factory, {**SPEC.params, "lanes": 2}))
+    other = harness.verilog_of(ComponentSpec(SPEC.factory, {**SPEC.params, "lanes": 2}), sim)
     assert harness.build_dir_for(other, sim, waves=False) != first
-    assert harness.build_dir_for(harness.verilog_of(SPEC), sim, waves=True) != first
+    assert harness.build_dir_for(harness.verilog_of(SPEC, sim), sim, waves=True) != first
