@@ -191,8 +191,10 @@ class Die(wiring.Component):
 
     Parameters
     ----------
-    rank : int
-        This die's rank (0..ranks-1), a constant.
+    rank : int or None
+        This die's rank (0..ranks-1), a constant; ``None`` adds an input port
+        ``rank_in`` instead, so one Verilog module serves every rank (see
+        :meth:`epfabric.hw.system.System.hierarchical_verilog`).
     ranks : int
         Ranks in the system (sizes the flit's ``dst``/``src``), 1..256.
     aivs : int
@@ -239,7 +241,8 @@ class Die(wiring.Component):
                  data_bytes=32, lanes=4, width=16, max_outstanding=4, hbm_latency=2,
                  rsp_depth=None):
         check_int("ranks", ranks, 1, 256)
-        check_int("rank", rank, 0, ranks - 1)
+        if rank is not None:
+            check_int("rank", rank, 0, ranks - 1)
         check_int("aivs", aivs, 1, 256)
         check_int("hbm_blocks", hbm_blocks, 1, 1 << 15)
         if hbm_blocks & (hbm_blocks - 1):
@@ -278,12 +281,14 @@ class Die(wiring.Component):
             "core_wait_addr": Out(32).array(aivs),
             "core_outstanding": Out(8).array(aivs),
             "trace": Out(stream.Signature(trace_layout)).array(aivs),
+            **({"rank_in": In(range(max(2, ranks)))} if rank is None else {}),
         })
 
     def elaborate(self, platform):
         m = Module()
         n = self.aivs
         L = self.hbm_latency
+        rank = self.rank_in if self.rank is None else Const(self.rank, self.flit["src"].shape)
         blk_bits = _bits(self.hbm_blocks)
         m.submodules.mem = mem = self.mem
         cores = self.cores
@@ -300,7 +305,7 @@ class Die(wiring.Component):
                 core.imem_w.addr.eq(self.host_addr),
                 core.imem_w.data.eq(self.host_wdata),
                 core.start.eq(self.start & enabled[i]),
-                core.rank.eq(self.rank),
+                core.rank.eq(rank),
                 self.core_pc[i].eq(core.pc),
                 self.core_halted[i].eq(core.halted | ~enabled[i]),
                 self.core_fault[i].eq(core.fault),
@@ -319,7 +324,7 @@ class Die(wiring.Component):
         for i, r in enumerate(reqs):
             op = r.payload.op
             m.d.comb += [
-                is_local[i].eq(r.payload.addr.rank == self.rank),
+                is_local[i].eq(r.payload.addr.rank == rank),
                 is_read[i].eq((op == MemOp.READ_WORD) | (op == MemOp.READ_BLOCK)),
             ]
         want_ub = [r.valid & is_local[i] & ~is_read[i] for i, r in enumerate(reqs)]
@@ -487,12 +492,12 @@ class Die(wiring.Component):
         rq = Signal(rsp_layout)
         m.d.comb += rq.eq(rspq.r_data)
         with m.If(tx_any & (tx_grant == 0)):
-            m.d.comb += [tx.dst.eq(rq.dst), tx.src.eq(self.rank), tx.kind.eq(FlitKind.RSP),
+            m.d.comb += [tx.dst.eq(rq.dst), tx.src.eq(rank), tx.kind.eq(FlitKind.RSP),
                          tx.op.eq(rq.op), tx.core.eq(rq.core), tx.data.eq(rq.data),
                          rspq.r_en.eq(self.tx.ready)]
         for i, r in enumerate(reqs):
             with m.If(tx_any & (tx_grant == i + 1)):
-                m.d.comb += [tx.dst.eq(r.payload.addr.rank), tx.src.eq(self.rank),
+                m.d.comb += [tx.dst.eq(r.payload.addr.rank), tx.src.eq(rank),
                              tx.kind.eq(FlitKind.REQ), tx.op.eq(r.payload.op), tx.core.eq(i),
                              tx.addr.block.eq(r.payload.addr.block[:blk_bits]),
                              tx.addr.word.eq(r.payload.addr.word), tx.data.eq(r.payload.data),

@@ -6,7 +6,7 @@ DESIGN.md block 6 (UBEP §2.3 Insight 3, §3.3–3.4): ``ranks`` dies
 through ports after a run, so a fast simulator runs without Python per cycle.
 """
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, ClockSignal, Const, Elaboratable, Instance, Module, ResetSignal, Signal
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -38,6 +38,21 @@ def check_topology(topology):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"topology sizes must be positive integers, not {topology!r}")
     return kind, tuple(shape)
+
+
+def _mark_used(obj, seen=None):
+    """Tell Amaranth that ``obj`` and the elaboratables it holds were used on purpose."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or not hasattr(obj, "__dict__"):
+        return
+    seen.add(id(obj))
+    if hasattr(obj, "_MustUse__used"):
+        obj._MustUse__used = True
+    for value in vars(obj).values():
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        for item in items:
+            if isinstance(item, Elaboratable):
+                _mark_used(item, seen)
 
 
 class System(wiring.Component):
@@ -126,7 +141,17 @@ class System(wiring.Component):
 
     def __init__(self, *, preset, topology, aivs_per_die=1, imem_depth=64, ubuf_rows=2,
                  hbm_blocks=16, data_bytes=32, lanes=4, trace_depth=64, width=16,
-                 max_outstanding=4, hbm_latency=2, rsp_depth=None, switch_depth=4):
+                 max_outstanding=4, hbm_latency=2, rsp_depth=None, switch_depth=4,
+                 die_module=None):
+        self._params = dict(preset=preset, topology=topology, aivs_per_die=aivs_per_die,
+                            imem_depth=imem_depth, ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks,
+                            data_bytes=data_bytes, lanes=lanes, trace_depth=trace_depth, width=width,
+                            max_outstanding=max_outstanding, hbm_latency=hbm_latency,
+                            rsp_depth=rsp_depth, switch_depth=switch_depth)
+        if die_module is not None and not (isinstance(die_module, tuple) and len(die_module) == 2
+                                           and isinstance(die_module[0], str)):
+            raise TypeError(f"die_module must be (verilog module name, has_reset), not {die_module!r}")
+        self.die_module = die_module
         kind, shape = check_topology(topology)
         check_int("aivs_per_die", aivs_per_die, 1, 256)
         check_int("trace_depth", trace_depth, 1, 65535)
@@ -146,10 +171,18 @@ class System(wiring.Component):
         self.hbm_latency = hbm_latency
         self.host_read_latency = hbm_latency + 1   # + the host port register
         self.flit = flit_layout(ranks, aivs_per_die, data_bytes, hbm_blocks)
-        self.dies = [Die(rank=r, ranks=ranks, aivs=aivs_per_die, imem_depth=imem_depth,
-                         ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks, data_bytes=data_bytes,
-                         lanes=lanes, width=width, max_outstanding=max_outstanding,
-                         hbm_latency=hbm_latency, rsp_depth=rsp_depth) for r in range(ranks)]
+        die_params = dict(ranks=ranks, aivs=aivs_per_die, imem_depth=imem_depth,
+                          ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks, data_bytes=data_bytes,
+                          lanes=lanes, width=width, max_outstanding=max_outstanding,
+                          hbm_latency=hbm_latency, rsp_depth=rsp_depth)
+        if die_module is None:
+            self.dies = [Die(rank=r, **die_params) for r in range(ranks)]
+        else:
+            # Verilog with one shared die module: each rank is an Instance of it,
+            # wired through an interface object with the die's signature.
+            sig = Die(rank=None, **die_params).signature
+            self.dies = [sig.create(path=(f"die{r}",)) for r in range(ranks)]
+        self._die_params = die_params
         # the topology builders validate the shape against the preset (parameter named)
         if kind == "superpod":
             self.fabric = superpod(preset, dpn, npb, nb, payload=self.flit, switch_depth=switch_depth)
@@ -187,9 +220,37 @@ class System(wiring.Component):
             "fabric_tx_stalls": Out(32).array(ranks),
         })
 
+    def hierarchical_verilog(self, reset):
+        """``(top, {module name: component})`` for Verilog with one die module.
+
+        Amaranth emits one module per instance, so a flat system repeats every
+        die's Verilog ``ranks`` times; generation time and the C++ Verilator
+        compiles grow with it. ``top`` is this system with every die an
+        ``Instance`` of the one ``Die(rank=None)`` module (its rank an input),
+        which the caller converts separately (``reset``: whether the converted
+        modules have a ``rst`` port). Same hardware; the cross-simulator tests
+        compare it with the flat system on Amaranth's simulator.
+        """
+        name = "epf_die"
+        top = System(**self._params, die_module=(name, bool(reset)))
+        _mark_used(self)    # this flat system is replaced, not forgotten
+        return top, {name: Die(rank=None, **self._die_params)}
+
     def distance(self, src, dst):
         """Distance class of rank ``src`` → ``dst`` (see :meth:`Fabric.distance`)."""
         return self.fabric.distance(src, dst)
+
+    def _die_instance(self, iface, rank):
+        name, has_reset = self.die_module
+        ports = {"i_clk": ClockSignal("sync"), "i_rank_in": Const(rank, len(iface.rank_in))}
+        if has_reset:
+            ports["i_rst"] = ResetSignal("sync")
+        for path, member, value in iface.signature.flatten(iface):
+            key = "__".join(str(p) for p in path)
+            if key == "rank_in":
+                continue
+            ports[("i_" if member.flow == In else "o_") + key] = value
+        return Instance(name, **ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -207,7 +268,10 @@ class System(wiring.Component):
         m.d.sync += [q.eq(getattr(self, name)) for name, q in h.items()]
         start = h["start"]
         for r, die in enumerate(self.dies):
-            m.submodules[f"die{r}"] = die
+            if self.die_module is None:
+                m.submodules[f"die{r}"] = die
+            else:
+                m.submodules[f"die{r}"] = self._die_instance(die, r)
             wiring.connect(m, die.tx, fabric.tx[r])
             wiring.connect(m, fabric.rx[r], die.rx)
             sel = h["host_rank"] == r

@@ -305,7 +305,14 @@ def verilog_of(spec, simulator="verilator"):
     if key not in _VERILOG:
         t0 = time.monotonic()
         kw = {"missing_domain": lambda name: ClockDomain(name, reset_less=True)} if reset_less else {}
-        _VERILOG[key] = verilog.convert(spec.build(), name=TOPLEVEL, emit_src=False, **kw)
+        top, parts = spec.build(), {}
+        if hasattr(top, "hierarchical_verilog"):
+            # Repeated blocks as one shared module (e.g. System's dies): the
+            # text, and the Verilator C++ to compile, no longer grow per copy.
+            top, parts = top.hierarchical_verilog(reset=not reset_less)
+        texts = [verilog.convert(top, name=TOPLEVEL, emit_src=False, **kw)]
+        texts += [verilog.convert(part, name=name, emit_src=False, **kw) for name, part in parts.items()]
+        _VERILOG[key] = "\n".join(texts)
         dt = time.monotonic() - t0
         if dt > PROGRESS_AFTER_S:
             _progress(f"Verilog of {spec.factory.rpartition(':')[2]}: "

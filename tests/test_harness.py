@@ -68,3 +68,25 @@ def test_build_is_cached_by_content(sim):
     other = harness.verilog_of(ComponentSpec(SPEC.factory, {**SPEC.params, "lanes": 2}), sim)
     assert harness.build_dir_for(other, sim, waves=False) != first
     assert harness.build_dir_for(harness.verilog_of(SPEC, sim), sim, waves=True) != first
+
+
+def test_verilator_verilog_is_reset_less_and_exposes_only_ports():
+    """Verilator gets no ``rst`` input and a VPI config listing exactly the top's ports.
+
+    Either a ``rst`` input or public internal wires puts logic into Verilator's
+    input-combinational region, re-evaluated on every eval (see verilog_of).
+    """
+    import re
+    vtext = harness.verilog_of(SPEC, "verilator")
+    itext = harness.verilog_of(SPEC, "icarus")
+    top_ports = lambda t: set(re.findall(r"^\s*(?:input|output)\s+(?:\[[^\]]*\]\s*)?(\S+);",
+                                         re.search(r"^module top\(.*?^endmodule", t, re.M | re.S)[0],
+                                         re.M))
+    assert "rst" not in top_ports(vtext) and "clk" in top_ports(vtext)
+    assert "rst" in top_ports(itext)
+    vlt = harness._public_ports_vlt(vtext).splitlines()
+    assert vlt[0] == "`verilator_config"
+    listed = {re.search(r'-var "([^"]+)"', line)[1] for line in vlt[1:]}
+    assert listed == top_ports(vtext)
+    assert 'public_flat_rw -module "top" -var "clk"' in vlt
+    assert 'public_flat_rd -module "top" -var "o_stream__valid"' in vlt

@@ -219,3 +219,25 @@ def test_bad_topology_and_shape_name_the_parameter():
         System(preset=tiny, topology=("star", 2), aivs_per_die=0)
     with pytest.raises(ValueError, match="n must be an integer >= 2"):
         System(preset=tiny, topology=("star", 1))
+
+
+def test_verilog_has_one_die_module_shared_by_every_rank():
+    """The simulation Verilog defines the die once; every rank instantiates it with its rank."""
+    import re
+    from epfabric.sim import harness
+    text = harness.verilog_of(spec(("superpod", 2, 2, 1)), "verilator")
+    modules = re.findall(r"^module \\?(\S+?)[ (]", text, re.M)
+    assert modules.count("epf_die") == 1
+    assert not any(re.fullmatch(r"top\.die\d+(\..*)?", name) for name in modules)
+    inst = re.findall(r"^\s*epf_die (\S+) \(", text, re.M)
+    assert sorted(inst) == [f"die{r}" for r in range(4)]
+    ranks = sorted(int(v, 16) for v in re.findall(r"\.rank_in\(2'h(\d)\)", text))
+    assert ranks == [0, 1, 2, 3]
+
+
+def test_die_module_takes_its_rank_from_a_port():
+    from epfabric.hw.die import Die
+    assert "rank_in" in Die(rank=None, ranks=4).signature.members
+    assert "rank_in" not in Die(rank=1, ranks=4).signature.members
+    with pytest.raises(TypeError, match="die_module"):
+        System(preset=get_preset("tiny"), topology=("superpod", 2, 1, 1), die_module="epf_die")
