@@ -113,6 +113,9 @@ class Link(wiring.Component):
                  burst=2, depth=None, ranks=4, data_bits=32):
         if payload is None:
             payload = flit_layout(ranks=ranks, data_bits=data_bits)
+        #: what makes two links the same hardware (see Fabric.share_links)
+        self.params = dict(payload=payload, latency=latency, rate_num=rate_num, rate_den=rate_den,
+                           block_bytes=block_bytes, burst=burst, depth=depth)
         self.payload = check_payload(payload)
         if not isinstance(latency, int) or isinstance(latency, bool) or latency < 0 \
                 or 0 < latency < LINK_MIN_LATENCY:

@@ -6,12 +6,13 @@ DESIGN.md block 6 (UBEP §2.3 Insight 3, §3.3–3.4): ``ranks`` dies
 through ports after a run, so a fast simulator runs without Python per cycle.
 """
 
-from amaranth.hdl import Cat, ClockSignal, Const, Elaboratable, Instance, Module, ResetSignal, Signal
+from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from .die import Die, HostTarget, check_int, flit_layout, round_robin
+from .instances import instance_of, mark_used
 from .topology import star, superpod
 
 __all__ = ["System", "trace_entry_layout", "check_topology"]
@@ -38,21 +39,6 @@ def check_topology(topology):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"topology sizes must be positive integers, not {topology!r}")
     return kind, tuple(shape)
-
-
-def _mark_used(obj, seen=None):
-    """Tell Amaranth that ``obj`` and the elaboratables it holds were used on purpose."""
-    seen = set() if seen is None else seen
-    if id(obj) in seen or not hasattr(obj, "__dict__"):
-        return
-    seen.add(id(obj))
-    if hasattr(obj, "_MustUse__used"):
-        obj._MustUse__used = True
-    for value in vars(obj).values():
-        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
-        for item in items:
-            if isinstance(item, Elaboratable):
-                _mark_used(item, seen)
 
 
 class System(wiring.Component):
@@ -226,31 +212,23 @@ class System(wiring.Component):
         Amaranth emits one module per instance, so a flat system repeats every
         die's Verilog ``ranks`` times; generation time and the C++ Verilator
         compiles grow with it. ``top`` is this system with every die an
-        ``Instance`` of the one ``Die(rank=None)`` module (its rank an input),
-        which the caller converts separately (``reset``: whether the converted
+        ``Instance`` of the one ``Die(rank=None)`` module (its rank an input)
+        and every fabric link an ``Instance`` of one module per distinct link
+        (:meth:`~epfabric.hw.topology.Fabric.share_links`), which the caller
+        converts separately (``reset``: whether the converted
         modules have a ``rst`` port). Same hardware; the cross-simulator tests
         compare it with the flat system on Amaranth's simulator.
         """
         name = "epf_die"
         top = System(**self._params, die_module=(name, bool(reset)))
-        _mark_used(self)    # this flat system is replaced, not forgotten
-        return top, {name: Die(rank=None, **self._die_params)}
+        mark_used(self)    # this flat system is replaced, not forgotten
+        parts = {name: Die(rank=None, **self._die_params)}
+        parts.update(top.fabric.share_links(bool(reset)))
+        return top, parts
 
     def distance(self, src, dst):
         """Distance class of rank ``src`` → ``dst`` (see :meth:`Fabric.distance`)."""
         return self.fabric.distance(src, dst)
-
-    def _die_instance(self, iface, rank):
-        name, has_reset = self.die_module
-        ports = {"i_clk": ClockSignal("sync"), "i_rank_in": Const(rank, len(iface.rank_in))}
-        if has_reset:
-            ports["i_rst"] = ResetSignal("sync")
-        for path, member, value in iface.signature.flatten(iface):
-            key = "__".join(str(p) for p in path)
-            if key == "rank_in":
-                continue
-            ports[("i_" if member.flow == In else "o_") + key] = value
-        return Instance(name, **ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -271,7 +249,9 @@ class System(wiring.Component):
             if self.die_module is None:
                 m.submodules[f"die{r}"] = die
             else:
-                m.submodules[f"die{r}"] = self._die_instance(die, r)
+                name, has_reset = self.die_module
+                m.submodules[f"die{r}"] = instance_of(name, die, has_reset, skip=("rank_in",),
+                                                      rank_in=Const(r, len(die.rank_in)))
             wiring.connect(m, die.tx, fabric.tx[r])
             wiring.connect(m, fabric.rx[r], die.rx)
             sel = h["host_rank"] == r

@@ -28,6 +28,7 @@ from amaranth.hdl import Module, Shape
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .instances import instance_of
 from .link import Link, check_payload, flit_layout
 from .switch import Switch
 
@@ -106,6 +107,25 @@ class Fabric(wiring.Component):
             members["attach_rx"] = Out(flit).array(attach)
         super().__init__(members)
 
+    def share_links(self, has_reset):
+        """Elaborate every link as an ``Instance`` of one module per distinct link.
+
+        Returns ``{module name: Link}`` for the caller to convert to Verilog
+        (``has_reset``: whether those modules get a ``rst`` port). See
+        :mod:`epfabric.hw.instances`.
+        """
+        kinds = []     # [(params, name, representative link)]
+        self._link_modules = {}
+        for n, (link, _s, _d) in enumerate(self.links):
+            for params, name, _rep in kinds:
+                if params == link.params:
+                    break
+            else:
+                name = f"epf_link{len(kinds)}"
+                kinds.append((link.params, name, link))
+            self._link_modules[n] = (name, has_reset)
+        return {name: rep for _p, name, rep in kinds}
+
     def distance(self, src, dst):
         """Distance class (``"intra"``, ``"one_hop"``, ``"two_hop"``) of a flow; ``None`` for src == dst."""
         if src == dst:
@@ -116,10 +136,17 @@ class Fabric(wiring.Component):
         m = Module()
         for name, sw in self.switches.items():
             m.submodules[name] = sw
+        shared = getattr(self, "_link_modules", None)
         for n, (link, src, dst) in enumerate(self.links):
-            m.submodules[f"link{n}_{self._label(src)}_to_{self._label(dst)}"] = link
-            wiring.connect(m, self._source(src), link.i_stream)
-            wiring.connect(m, link.o_stream, self._sink(dst))
+            label = f"link{n}_{self._label(src)}_to_{self._label(dst)}"
+            if shared is None:
+                m.submodules[label] = port = link
+            else:
+                port = link.signature.create(path=(label,))
+                name, has_reset = shared[n]
+                m.submodules[label] = instance_of(name, port, has_reset)
+            wiring.connect(m, self._source(src), port.i_stream)
+            wiring.connect(m, port.o_stream, self._sink(dst))
         for src, dst in self.wires:
             wiring.connect(m, self._source(src), self._sink(dst))
         for r in range(self.ranks):
