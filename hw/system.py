@@ -118,6 +118,11 @@ class System(wiring.Component):
         Entries of the MARK trace buffer (1..65535).
     switch_depth : int
         Input FIFO depth of the fabric's switches.
+    die_module : (str, bool) or None
+        Internal, set by :meth:`hierarchical_verilog`: instantiate every die
+        as Verilog module ``die_module[0]`` (with a ``rst`` port if
+        ``die_module[1]``) instead of elaborating it. ``None`` (the default,
+        and what Amaranth's simulator runs): real :class:`Die` submodules.
 
     Raises
     ------
@@ -166,7 +171,9 @@ class System(wiring.Component):
         else:
             # Verilog with one shared die module: each rank is an Instance of it,
             # wired through an interface object with the die's signature.
-            sig = Die(rank=None, **die_params).signature
+            template = Die(rank=None, **die_params)
+            mark_used(template)     # only its signature is needed here
+            sig = template.signature
             self.dies = [sig.create(path=(f"die{r}",)) for r in range(ranks)]
         self._die_params = die_params
         # the topology builders validate the shape against the preset (parameter named)

@@ -104,7 +104,7 @@ def probe_one(dies, aivs, budget_s, opt=BENCH_OPT, log=print):
     with tempfile.TemporaryDirectory(prefix="epf-scale-") as tdir:
         out = Path(tdir) / "row.json"
         cmd = [sys.executable, "-m", "epfabric.sim.cli", "bench", "--backends", "verilator",
-               "--dies", str(dies), "--aivs", str(aivs), "--opt", opt, "--json", str(out)]
+               "--dies", str(dies), "--aivs", str(aivs), f"--opt={opt}", "--json", str(out)]
         env = dict(os.environ, EPFABRIC_BUILD_DIR=str(Path(tdir) / "build"))
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -23,7 +23,37 @@ def test_pysim_row(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["bench", "--backends", "xcelium"], "unknown backend 'xcelium'"),
     (["bench", "--dies", "5"], "--dies: 5 not one of"),
+    (["bench", "--scale", "--shapes", "16by2"], "--shapes: '16by2' is not DIESxAIVS"),
+    (["bench", "--scale", "--shapes", "12x1"], "--shapes: 12 dies not one of"),
+    (["bench", "--scale", "--budget", "0"], "--budget must be positive"),
 ])
 def test_bad_input(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_scale_skips_shapes_that_dominate_a_failure(monkeypatch):
+    """The probe's bookkeeping, with the per-shape runs replaced by a fixed table."""
+    from epfabric.sim import bench
+    outcome = {(4, 1): "ok", (16, 1): "ok", (16, 2): "over_budget", (32, 1): "ok", (32, 2): "ok",
+               (64, 1): "failed", (16, 4): "ok"}
+    tried = []
+
+    def fake(d, a, budget_s, opt):
+        tried.append((d, a))
+        return {"dies": d, "aivs_per_die": a, "status": outcome[(d, a)], "wall_s": 1.0,
+                "peak_rss_mb": 1}
+    monkeypatch.setattr(bench, "probe_one", fake)
+    result = bench.scale([(4, 1), (16, 1), (16, 2), (32, 1), (32, 2), (64, 1), (16, 4), (128, 1)], 600)
+    # 32x2 and 16x4 dominate the failed 16x2; 128x1 dominates the failed 64x1
+    assert tried == [(4, 1), (16, 1), (16, 2), (32, 1), (64, 1)]
+    assert result["largest"] == [32, 1]
+
+
+@pytest.mark.slow
+def test_scale_probe_one_shape():
+    """One real probe point: a fresh 4-die Verilator build and run, in a subprocess."""
+    from epfabric.sim import bench
+    row = bench.probe_one(4, 1, budget_s=600)
+    assert row["status"] == "ok" and row["correct"] and row["cycles"] > 1000
+    assert row["peak_rss_mb"] > 50 and row["build_s"] > 0
