@@ -81,6 +81,7 @@ def bench_one(simulator, dies, aivs=1, opt=BENCH_OPT, max_cycles=1_000_000):
     shape = MachineConfig("cm384", topology=topo, aivs_per_die=aivs)
     m = Machine("cm384", backend=be, topology=topo, aivs_per_die=aivs,
                 hbm_blocks=1 << (alltoall.blocks_needed(shape) - 1).bit_length(),
+                trace_depth=max(64, 1 << (alltoall.marks_needed(shape) - 1).bit_length()),
                 imem_depth=1 << (len(alltoall.program(shape, 0, 0).assemble()) - 1).bit_length())
     tok = alltoall.load(m)
     report = m.run(max_cycles)
@@ -89,7 +90,7 @@ def bench_one(simulator, dies, aivs=1, opt=BENCH_OPT, max_cycles=1_000_000):
     return {"backend": simulator, "dies": dies, "aivs_per_die": aivs, "cycles": report.cycles,
             "build_s": round(be.build_s, 2), "run_s": round(run_s, 3),
             "cycles_per_s": round(report.cycles / run_s, 1) if run_s else None,
-            "correct": verdict["correct"],
+            "correct": verdict["correct"], "problems": verdict["problems"][:5],
             "peak_rss_mb_children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024}
 
 
@@ -136,13 +137,15 @@ def probe_one(dies, aivs, budget_s, opt=BENCH_OPT, log=print):
                "peak_rss_mb": usage.ru_maxrss // 1024}
         if over:
             row["status"] = "over_budget"
-        elif proc.returncode != 0 or not out.exists():
+        elif not out.exists():
             row["status"] = "failed"
             row["error"] = "\n".join(tail[-8:])
         else:
             run = json.loads(out.read_text())["runs"][0]
             row.update({k: run[k] for k in ("cycles", "build_s", "run_s", "cycles_per_s", "correct")})
             row["status"] = "ok" if run["correct"] and wall <= budget_s else "failed"
+            if not run["correct"]:
+                row["error"] = "\n".join(tail[-8:])
         return row
 
 
@@ -236,6 +239,8 @@ def main(args):
             row = bench_one(b, d, args.aivs, opt=args.opt)
             print(f"  {row['cycles']} cycles, build {row['build_s']:.1f} s, run {row['run_s']:.2f} s, "
                   f"{row['cycles_per_s']:.0f} cycles/s, correct={row['correct']}", flush=True)
+            for problem in row["problems"]:
+                print(f"  problem: {problem}", flush=True)
             runs.append(row)
     ratio = {}
     for d in dies:

@@ -18,6 +18,17 @@ from amaranth.lib.wiring import In
 from .harness import CLOCK_PERIOD_NS, Bench, ComponentSpec, SimulationError, _resolve_intent
 
 
+#: cycles between progress reports of a long native wait
+PROGRESS_CYCLES = 50_000
+
+
+def _report(line):
+    path = os.environ.get("EPFABRIC_PROGRESS")
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+
 class CocotbBench(Bench):
     """Bench over a cocotb DUT handle; the clock is GPI-driven.
 
@@ -80,14 +91,20 @@ class CocotbBench(Bench):
             return
         period_ps = CLOCK_PERIOD_NS * 1000
         t0 = get_sim_time("ps")
-        trigger = RisingEdge(self._handle(path))
-        if timeout is None:
-            await trigger
-        else:
+        waited = 0
+        # Wake every PROGRESS_CYCLES to report progress (harness._follow_progress
+        # echoes it); between wake-ups no Python runs.
+        while True:
+            chunk = PROGRESS_CYCLES if timeout is None else min(PROGRESS_CYCLES, timeout - waited)
+            if chunk <= 0:
+                raise SimulationError(f"timeout: {path} still 0 after {timeout} cycles")
             try:
-                await with_timeout(trigger, timeout * period_ps, "ps")
+                await with_timeout(RisingEdge(self._handle(path)), chunk * period_ps, "ps")
+                break
             except SimTimeoutError:
-                raise SimulationError(f"timeout: {path} still 0 after {timeout} cycles") from None
+                waited += chunk
+                _report(f"waiting for {path}: {waited} cycles"
+                        + (f" of at most {timeout}" if timeout is not None else ""))
         await FallingEdge(self._dut.clk)
         self._dirty = False
         self.cycle += round((get_sim_time("ps") - t0) / period_ps)

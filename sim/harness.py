@@ -36,6 +36,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -472,12 +473,17 @@ def _run_cocotb(spec, intent, args, simulator, waveform, opt=None):
             "EPFABRIC_ARGS_FILE": str(args_file),
             "EPFABRIC_RESULT": str(result_file),
             "EPFABRIC_HAS_RST": "0" if simulator == "verilator" else "1",
+            "EPFABRIC_PROGRESS": str(Path(tdir) / "progress"),
             "PYTHONPATH": pythonpath,
             "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
         }
         env_backup = dict(os.environ)
         if simulator == "verilator":
             os.environ.update(verilator_env())
+        stop = threading.Event()
+        follower = threading.Thread(target=_follow_progress, daemon=True,
+                                    args=(Path(tdir) / "progress", simulator, stop))
+        follower.start()
         try:
             runner = get_runner(simulator)
             runner.test(test_module="epfabric.sim.cocotb_entry", hdl_toplevel=TOPLEVEL, hdl_toplevel_lang="verilog",
@@ -487,6 +493,8 @@ def _run_cocotb(spec, intent, args, simulator, waveform, opt=None):
             log = (Path(tdir) / "sim.log").read_text()[-3000:] if (Path(tdir) / "sim.log").exists() else ""
             raise SimulationError(f"{simulator} run failed: {exc}\n{log}") from None
         finally:
+            stop.set()
+            follower.join()
             os.environ.clear()
             os.environ.update(env_backup)
         if not result_file.exists():
@@ -498,6 +506,20 @@ def _run_cocotb(spec, intent, args, simulator, waveform, opt=None):
     if "error" in out:
         raise SimulationError(f"test intent failed on {simulator}:\n{out['error']}")
     return out["result"], out["cycles"]
+
+
+def _follow_progress(path, simulator, stop):
+    """Echo the simulator process's progress lines (long waits, see cocotb_entry) on stderr."""
+    seen = 0
+    while True:
+        done = stop.wait(1.0)
+        if path.exists():
+            lines = path.read_text().splitlines()
+            for line in lines[seen:]:
+                _progress(f"{simulator}: {line}")
+            seen = len(lines)
+        if done:
+            return
 
 
 def _collect_waves(bdir, tdir, waveform, simulator):

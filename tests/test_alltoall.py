@@ -35,3 +35,17 @@ def test_program_does_not_depend_on_data():
         programs.append(dict(m._programs))
     assert programs[0] == programs[1]
     assert not np.array_equal(alltoall.tokens(m.config, 1), alltoall.tokens(m.config, 2))
+
+
+def test_trace_too_small_for_the_done_marks_is_refused_and_detected():
+    """Two MARKs per core: a smaller trace buffer would drop DONE marks (seen at 32 dies x 2 AIVs)."""
+    import pytest
+    cores = 2 * 2                                        # MACHINE: 2 ranks x 2 AIVs
+    with pytest.raises(ValueError, match=f"trace_depth >= {2 * cores} .*not {2 * cores - 1}"):
+        alltoall.load(machine(trace_depth=2 * cores - 1))
+    m = machine(trace_depth=2 * cores)
+    tok = alltoall.load(m, seed=5)
+    report = m.run(20_000)
+    assert alltoall.check(m, report, tok)["correct"]
+    report.trace_dropped = 3                              # what a too-small buffer reports
+    assert "the MARK trace dropped 3 events" in alltoall.check(m, report, tok)["problems"][0]

@@ -21,7 +21,7 @@ import numpy as np
 from ..assembler import Program
 from ..isa import address
 
-__all__ = ["FLAG", "RECV", "layout", "program", "load", "check", "blocks_needed"]
+__all__ = ["FLAG", "RECV", "layout", "program", "load", "check", "blocks_needed", "marks_needed"]
 
 FLAG = 0x7F000000
 RECV = 1
@@ -36,6 +36,11 @@ def layout(config):
 
 def blocks_needed(config):
     return layout(config)[1] + config.aivs_per_die * config.ranks
+
+
+def marks_needed(config):
+    """MARK trace entries one run writes: SENT and DONE of every core."""
+    return 2 * config.cores
 
 
 def program(config, rank, core):
@@ -74,6 +79,10 @@ def load(machine, seed=0):
     cfg = machine.config
     if cfg.hbm_blocks < blocks_needed(cfg):
         raise ValueError(f"alltoall needs hbm_blocks >= {blocks_needed(cfg)}, not {cfg.hbm_blocks}")
+    if cfg.trace_depth < marks_needed(cfg):
+        # the checker counts DONE marks: a full trace buffer drops them
+        raise ValueError(f"alltoall needs trace_depth >= {marks_needed(cfg)} (2 MARKs per core), "
+                         f"not {cfg.trace_depth}")
     tok = tokens(cfg, seed)
     _, send = layout(cfg)
     for r in range(cfg.ranks):
@@ -102,6 +111,8 @@ def check(machine, report, tok):
                 if not np.array_equal(got[s], want):
                     problems.append(f"rank {d} block from (rank {r}, core {c}) differs")
     done = report.marks(event=DONE_MARK)
+    if report.trace_dropped:
+        problems.append(f"the MARK trace dropped {report.trace_dropped} events (trace_depth too small)")
     if len(done) != cfg.cores:
         problems.append(f"{len(done)} of {cfg.cores} cores finished")
     return {"correct": not problems, "problems": problems,
