@@ -69,6 +69,10 @@ class System(wiring.Component):
       ``host_rvalid = 1`` and ``host_rdata`` hold the word exactly
       :attr:`host_read_latency` (= ``hbm_latency + 1``) cycles later, i.e. after
       that many ticks. One read per cycle, pipelined. Only while stopped.
+    * ``host_re_all``: the same read of ``host_addr`` on every rank at once;
+      ``host_rdata_all[r]`` holds rank ``r``'s word when ``host_rvalid`` is 1.
+      Reading back all ranks then takes one cycle per word instead of one per
+      word and rank (at 32 ranks the read-back was most of a run's host time).
     * ``start`` (pulse): clears ``cycle``, ``done``, ``timeout`` and the trace
       (``trace_count``, ``trace_dropped``) and starts every enabled core at
       pc 0, one cycle after the edge that samples it; ``running`` is 1 from
@@ -192,6 +196,8 @@ class System(wiring.Component):
             "host_re": In(1),
             "host_rvalid": Out(1),
             "host_rdata": Out(32),
+            "host_re_all": In(1),
+            "host_rdata_all": Out(32).array(ranks),
             "start": In(1),
             "max_cycles": In(32),
             "cycle": Out(32),
@@ -249,7 +255,7 @@ class System(wiring.Component):
         # the dies' UB and fabric-ready logic fed by host_we/host_re dominated.)
         h = {name: Signal.like(getattr(self, name), name=f"{name}_q")
              for name in ("host_we", "host_target", "host_rank", "host_core", "host_addr",
-                          "host_wdata", "host_re", "start", "max_cycles")}
+                          "host_wdata", "host_re", "host_re_all", "start", "max_cycles")}
         m.d.sync += [q.eq(getattr(self, name)) for name, q in h.items()]
         start = h["start"]
         for r, die in enumerate(self.dies):
@@ -268,7 +274,8 @@ class System(wiring.Component):
                 die.host_core.eq(h["host_core"]),
                 die.host_addr.eq(h["host_addr"]),
                 die.host_wdata.eq(h["host_wdata"]),
-                die.host_re.eq(h["host_re"] & sel),
+                die.host_re.eq((h["host_re"] & sel) | h["host_re_all"]),
+                self.host_rdata_all[r].eq(die.host_rdata),
                 die.start.eq(start),
                 self.fabric_tx_blocks[r].eq(fabric.tx_blocks[r]),
                 self.fabric_rx_blocks[r].eq(fabric.rx_blocks[r]),

@@ -9,7 +9,8 @@ execute literally the same host-port sequence on the same system top:
 3. a wait for ``stop`` (every enabled core halted, or the watchdog) — on
    Icarus/Verilator a native edge wait, with no Python per simulated cycle;
 4. read back the cycle counter, per-core status, fabric counters, the MARK
-   trace buffer and every modelled HBM word through the host read port.
+   trace buffer and every modelled HBM word through the host read port (all
+   ranks at once, ``host_re_all``).
 """
 
 import time
@@ -38,23 +39,24 @@ def system_spec(config):
     return ComponentSpec("epfabric.sim.machine:build_system", dict(config))
 
 
-async def _host_reads(bench, rank, n_words, words_per_block):
-    """Read ``n_words`` modelled HBM words of ``rank``, pipelined one request per cycle."""
-    out = []
+async def _host_reads_all(bench, ranks, n_words, words_per_block):
+    """Read ``n_words`` modelled HBM words of every rank at once (``host_re_all``), one per cycle."""
+    out = {r: [] for r in range(ranks)}
     addrs = [(i // words_per_block) << 9 | (i % words_per_block) << 2 for i in range(n_words)]
-    bench.set("host_rank", rank)
-    i = 0
-    while len(out) < n_words:
+    i = got = 0
+    while got < n_words:
         if i < n_words:
-            bench.set("host_re", 1)
+            bench.set("host_re_all", 1)
             bench.set("host_addr", addrs[i])
             i += 1
         else:
-            bench.set("host_re", 0)
+            bench.set("host_re_all", 0)
         await bench.tick()
         if await bench.get("host_rvalid"):
-            out.append(await bench.get("host_rdata"))
-    bench.set("host_re", 0)
+            for r in range(ranks):
+                out[r].append(await bench.get(f"host_rdata_all.{r}"))
+            got += 1
+    bench.set("host_re_all", 0)
     return out
 
 
@@ -97,10 +99,8 @@ async def session_intent(bench, session):
         trace.append([int(entry.core), int(entry.cycle), int(entry.event)])
     result["trace"] = trace
     result["trace_dropped"] = await bench.get("trace_dropped")
-    result["mem"] = {}
-    for rank in range(system.ranks):
-        result["mem"][rank] = await _host_reads(bench, rank, session["read_words"],
-                                                session["words_per_block"])
+    result["mem"] = await _host_reads_all(bench, system.ranks, session["read_words"],
+                                          session["words_per_block"])
     return result
 
 
