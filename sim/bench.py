@@ -48,7 +48,8 @@ SHAPES = {4: ("superpod", 2, 2, 1), 16: ("superpod", 2, 4, 2), 32: ("superpod", 
           64: ("superpod", 2, 8, 4), 128: ("superpod", 2, 8, 8)}
 BENCH_OPT = "-O0"
 #: Shapes the scale probe tries, smallest first: (dies, AIVs per die).
-SCALE_LADDER = [(4, 1), (16, 1), (16, 2), (32, 1), (32, 2), (64, 1), (16, 4), (64, 2), (128, 1)]
+SCALE_LADDER = [(16, 1), (16, 2), (32, 1), (32, 2), (16, 4), (32, 4), (64, 1), (16, 8),
+                (64, 2), (128, 1)]
 
 
 class _TimedBackend(HarnessBackend):
