@@ -92,6 +92,7 @@ class Fabric(wiring.Component):
         self.wires = list(wires)
         self.attach = attach
         self._classes = classes
+        self._link_modules = None   # set by share_links: (module name per link, has_reset)
         for child in (*self.switches.values(), *(link for link, _s, _d in self.links)):
             child._MustUse__silence = True  # owned here; the fabric itself warns if unused
         flit = stream.Signature(payload)
@@ -115,15 +116,16 @@ class Fabric(wiring.Component):
         :mod:`epfabric.hw.instances`.
         """
         kinds = []     # [(params, name, representative link)]
-        self._link_modules = {}
-        for n, (link, _s, _d) in enumerate(self.links):
+        names = []
+        for link, _s, _d in self.links:
             for params, name, _rep in kinds:
                 if params == link.params:
                     break
             else:
                 name = f"epf_link{len(kinds)}"
                 kinds.append((link.params, name, link))
-            self._link_modules[n] = (name, has_reset)
+            names.append(name)
+        self._link_modules = (names, has_reset)
         return {name: rep for _p, name, rep in kinds}
 
     def distance(self, src, dst):
@@ -136,15 +138,14 @@ class Fabric(wiring.Component):
         m = Module()
         for name, sw in self.switches.items():
             m.submodules[name] = sw
-        shared = getattr(self, "_link_modules", None)
         for n, (link, src, dst) in enumerate(self.links):
             label = f"link{n}_{self._label(src)}_to_{self._label(dst)}"
-            if shared is None:
+            if self._link_modules is None:
                 m.submodules[label] = port = link
             else:
+                names, has_reset = self._link_modules
                 port = link.signature.create(path=(label,))
-                name, has_reset = shared[n]
-                m.submodules[label] = instance_of(name, port, has_reset)
+                m.submodules[label] = instance_of(names[n], port, has_reset)
             wiring.connect(m, self._source(src), port.i_stream)
             wiring.connect(m, port.o_stream, self._sink(dst))
         for src, dst in self.wires:

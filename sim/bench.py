@@ -26,7 +26,6 @@ single process involved (Python/Amaranth, Verilator, gcc, the simulator).
 
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -67,8 +66,7 @@ class _TimedBackend(HarnessBackend):
             from amaranth.sim import Simulator
             Simulator(spec.build())          # elaboration, as a build-time figure
         else:
-            harness.verilog_of(spec, self.name)
-            harness._build(spec, self.name, False, self.opt)
+            harness._build(spec, self.name, False, self.opt)   # Verilog generation + build
         self.build_s = time.monotonic() - t0
         result, _ = harness.run(spec, session_intent, {"session": session},
                                 simulator=self.name, opt=self.opt)
@@ -80,10 +78,7 @@ def bench_one(simulator, dies, aivs=1, opt=BENCH_OPT, max_cycles=1_000_000):
     topo = SHAPES[dies]
     be = _TimedBackend(simulator, opt)
     shape = MachineConfig("cm384", topology=topo, aivs_per_die=aivs)
-    m = Machine("cm384", backend=be, topology=topo, aivs_per_die=aivs,
-                hbm_blocks=1 << (alltoall.blocks_needed(shape) - 1).bit_length(),
-                trace_depth=max(64, 1 << (alltoall.marks_needed(shape) - 1).bit_length()),
-                imem_depth=1 << (len(alltoall.program(shape, 0, 0).assemble()) - 1).bit_length())
+    m = Machine("cm384", backend=be, topology=topo, aivs_per_die=aivs, **alltoall.machine_sizes(shape))
     tok = alltoall.load(m)
     report = m.run(max_cycles)
     verdict = alltoall.check(m, report, tok)
@@ -91,8 +86,7 @@ def bench_one(simulator, dies, aivs=1, opt=BENCH_OPT, max_cycles=1_000_000):
     return {"backend": simulator, "dies": dies, "aivs_per_die": aivs, "cycles": report.cycles,
             "build_s": round(be.build_s, 2), "run_s": round(run_s, 3),
             "cycles_per_s": round(report.cycles / run_s, 1) if run_s else None,
-            "correct": verdict["correct"], "problems": verdict["problems"][:5],
-            "peak_rss_mb_children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024}
+            "correct": verdict["correct"], "problems": verdict["problems"][:5]}
 
 
 def probe_one(dies, aivs, budget_s, opt=BENCH_OPT, log=print):

@@ -34,6 +34,7 @@ import importlib
 import inspect
 import json
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -301,7 +302,7 @@ def verilog_of(spec, simulator="verilator"):
     """
     from amaranth.back import verilog
     from amaranth.hdl import ClockDomain
-    reset_less = simulator == "verilator"
+    reset_less = not has_reset(simulator)
     key = (spec.to_json(), reset_less)
     if key not in _VERILOG:
         t0 = time.monotonic()
@@ -321,6 +322,11 @@ def verilog_of(spec, simulator="verilator"):
     return _VERILOG[key]
 
 
+def has_reset(simulator):
+    """Whether ``simulator``'s Verilog has a ``rst`` port (see :func:`verilog_of`)."""
+    return simulator != "verilator"
+
+
 #: Steps longer than this many seconds report their time on stderr.
 PROGRESS_AFTER_S = 10.0
 
@@ -334,8 +340,9 @@ def verilator_opt():
     """C++ optimisation level of Verilator models (``$EPFABRIC_VERILATOR_OPT``, default ``-O0``).
 
     Measured here on the 8-rank tiny fabric (1 MB of Verilog): the C++ compile
-    takes 43 s at ``-O0`` against 178 s at Verilator's default ``-Os``. Tests
-    run few cycles, so they build at ``-O0``; speed benchmarks pass ``-O2``.
+    takes 43 s at ``-O0`` against 178 s at Verilator's default ``-Os``; at
+    ``-O2`` gcc did not finish a 4-die machine's largest file in 19 CPU-minutes.
+    Everything builds at ``-O0`` unless told otherwise (``epfabric bench --opt``).
     """
     return os.environ.get("EPFABRIC_VERILATOR_OPT", "-O0")
 
@@ -395,7 +402,6 @@ def _public_ports_vlt(text):
     they feed on every ``eval()`` (its input-combinational region). Measured on
     the 4-die machine, that logic was most of the model's run time.
     """
-    import re
     body = re.search(rf"^module {TOPLEVEL}\(.*?^endmodule", text, re.M | re.S)
     if body is None:
         raise SimulationError(f"no module {TOPLEVEL} in the generated Verilog")
@@ -472,7 +478,7 @@ def _run_cocotb(spec, intent, args, simulator, waveform, opt=None):
             "EPFABRIC_INTENT": ref,
             "EPFABRIC_ARGS_FILE": str(args_file),
             "EPFABRIC_RESULT": str(result_file),
-            "EPFABRIC_HAS_RST": "0" if simulator == "verilator" else "1",
+            "EPFABRIC_HAS_RST": str(int(has_reset(simulator))),
             "EPFABRIC_PROGRESS": str(Path(tdir) / "progress"),
             "PYTHONPATH": pythonpath,
             "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),

@@ -89,9 +89,7 @@ def run_alltoall(preset_name, backend, max_cycles=200_000, topology=None, aivs=N
     topology = topology or ("superpod", min(2, preset.dies_per_npu), 1, 1)
     shape = MachineConfig(preset_name, topology=topology, aivs_per_die=aivs or 2)
     machine = Machine(preset_name, backend=backend, topology=topology, aivs_per_die=aivs or 2,
-                      hbm_blocks=1 << (alltoall.blocks_needed(shape) - 1).bit_length(),
-                      trace_depth=max(64, 1 << (alltoall.marks_needed(shape) - 1).bit_length()),
-                      imem_depth=256)
+                      **alltoall.machine_sizes(shape))
     tok = alltoall.load(machine, seed)
     report = machine.run(max_cycles)
     verdict = alltoall.check(machine, report, tok)

@@ -49,3 +49,14 @@ def test_trace_too_small_for_the_done_marks_is_refused_and_detected():
     assert alltoall.check(m, report, tok)["correct"]
     report.trace_dropped = 3                              # what a too-small buffer reports
     assert "the MARK trace dropped 3 events" in alltoall.check(m, report, tok)["problems"][0]
+
+
+def test_machine_sizes_fit_the_kernel():
+    from epfabric.sw.driver import MachineConfig
+    cfg = MachineConfig("cm384", topology=("superpod", 2, 8, 2), aivs_per_die=2)   # 32 ranks
+    sizes = alltoall.machine_sizes(cfg)
+    longest = max(len(alltoall.program(cfg, r, c).assemble()) for r in range(32) for c in range(2))
+    assert sizes["imem_depth"] >= longest > 256         # a fixed 256-word imem would not hold it
+    assert sizes["hbm_blocks"] >= alltoall.blocks_needed(cfg)
+    assert sizes["trace_depth"] >= alltoall.marks_needed(cfg) == 128
+    assert all(v & (v - 1) == 0 for v in sizes.values())

@@ -90,3 +90,19 @@ def test_verilator_verilog_is_reset_less_and_exposes_only_ports():
     assert listed == top_ports(vtext)
     assert 'public_flat_rw -module "top" -var "clk"' in vlt
     assert 'public_flat_rd -module "top" -var "o_stream__valid"' in vlt
+
+
+async def long_wait_intent(bench):
+    await bench.wait_high("o_stream.valid", timeout=60_000)
+
+
+@pytest.mark.parametrize("sim", ["icarus", "verilator"])
+def test_long_native_wait_reports_progress_and_times_out(sim, capfd):
+    """A native wait wakes every 50 000 cycles to report, and still honours its timeout."""
+    if missing_reason(sim):
+        pytest.skip(missing_reason(sim))
+    with pytest.raises(SimulationError, match="timeout: o_stream.valid still 0 after 60000 cycles"):
+        run(SPEC, long_wait_intent, simulator=sim)
+    err = capfd.readouterr().err
+    assert f"[epfabric] {sim}: waiting for o_stream.valid: 50000 cycles of at most 60000" in err
+    assert "100000 cycles" not in err

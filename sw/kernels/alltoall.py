@@ -21,7 +21,8 @@ import numpy as np
 from ..assembler import Program
 from ..isa import address
 
-__all__ = ["FLAG", "RECV", "layout", "program", "load", "check", "blocks_needed", "marks_needed"]
+__all__ = ["FLAG", "RECV", "layout", "program", "load", "check", "blocks_needed", "marks_needed",
+           "machine_sizes"]
 
 FLAG = 0x7F000000
 RECV = 1
@@ -41,6 +42,22 @@ def blocks_needed(config):
 def marks_needed(config):
     """MARK trace entries one run writes: SENT and DONE of every core."""
     return 2 * config.cores
+
+
+def _pow2(n):
+    return 1 << (max(1, n) - 1).bit_length()
+
+
+def machine_sizes(config):
+    """``hbm_blocks``, ``trace_depth`` and ``imem_depth`` (powers of two) a run of ``config`` needs.
+
+    Only the shape of ``config`` (preset, topology, AIVs per die) is read.
+    """
+    longest = max(len(program(config, r, c).assemble())
+                  for r in range(config.ranks) for c in range(config.aivs_per_die))
+    return {"hbm_blocks": _pow2(blocks_needed(config)),
+            "trace_depth": max(64, _pow2(marks_needed(config))),
+            "imem_depth": _pow2(longest)}
 
 
 def program(config, rank, core):
