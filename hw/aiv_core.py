@@ -3,7 +3,7 @@
 UBEP's dispatch and combine kernels run on the AIV vector cores of each die
 (UBEP §3.3 Algorithm 1, §4): scalar bookkeeping, VectorCount-based mapping,
 512 B DataBlock stores through the UB fabric and Data-as-Flag polling. This
-core executes such programs, encoded in the ISA of :mod:`epfabric.sw.isa`,
+core executes such programs, encoded in the ISA of :mod:`epfabric.hw.isa`,
 whose table also generates this core's decoder.
 """
 
@@ -12,9 +12,9 @@ from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from epfabric.sw.isa import (BLOCK_BYTES, INSTRUCTIONS, NUM_REGS, OPCODE_BITS, RANK_BITS, Cond, Csr, Opcode,
-                             VecOp, address_layout, insn_layout)
-
+from .isa import (BLOCK_BYTES, INSTRUCTIONS, NUM_REGS, OPCODE_BITS, RANK_BITS, Cond, Csr, Opcode,
+                  VecOp, address_layout, insn_layout)
+from .validate import check_choice, check_int, check_multiple, check_pow2
 from .vector_unit import VectorUnit
 
 __all__ = ["MemOp", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore"]
@@ -52,23 +52,10 @@ class _State(enum.Enum, shape=3):
     HALT = 4   # HALT executed or fault
 
 
-def _check_int(name, value, lo, hi):
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, not {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be in [{lo}, {hi}], not {value!r}")
-
-
-def _check_pow2(name, value, lo, hi):
-    _check_int(name, value, lo, hi)
-    if value & (value - 1):
-        raise ValueError(f"{name} must be a power of two, not {value!r}")
-
-
 class AIVCore(wiring.Component):
     """In-order AIV core with a vector unit, a UBuf and a memory request port.
 
-    Executes the ISA of :mod:`epfabric.sw.isa` from its own instruction
+    Executes the ISA of :mod:`epfabric.hw.isa` from its own instruction
     memory (written by the host through ``imem_w``) after a ``start`` pulse,
     beginning at ``pc = 0``. There is no free memory access: every load,
     store, poll, fetch-add and DataBlock transfer is a request on ``mem_req``
@@ -164,20 +151,17 @@ class AIVCore(wiring.Component):
 
     def __init__(self, *, core_id=0, imem_depth=256, ubuf_rows=4, data_bytes=64, lanes=8,
                  width=16, max_outstanding=15):
-        _check_int("core_id", core_id, 0, 255)
-        _check_pow2("imem_depth", imem_depth, 2, 65536)
-        _check_pow2("ubuf_rows", ubuf_rows, 1, 1024)
-        _check_int("data_bytes", data_bytes, 32, 512)
-        if data_bytes % 32:
-            raise ValueError(f"data_bytes must be a multiple of 32, not {data_bytes!r}")
-        _check_pow2("lanes", lanes, 1, 64)
-        if width not in (8, 16, 32):
-            raise ValueError(f"width must be 8, 16 or 32, not {width!r}")
+        check_int("core_id", core_id, 0, 255)
+        check_pow2("imem_depth", imem_depth, 2, 65536)
+        check_pow2("ubuf_rows", ubuf_rows, 1, 1024)
+        check_multiple("data_bytes", data_bytes, 32, 32, 512)
+        check_pow2("lanes", lanes, 1, 64)
+        check_choice("width", width, (8, 16, 32))
         if (lanes * width) % 32 or (data_bytes * 8) % (lanes * width):
             raise ValueError(f"lanes * width must be a multiple of 32 that divides "
                              f"data_bytes * 8, not lanes={lanes}, width={width}, "
                              f"data_bytes={data_bytes}")
-        _check_int("max_outstanding", max_outstanding, 1, 255)
+        check_int("max_outstanding", max_outstanding, 1, 255)
         self.core_id, self.imem_depth, self.ubuf_rows = core_id, imem_depth, ubuf_rows
         self.data_bytes, self.lanes, self.width = data_bytes, lanes, width
         self.max_outstanding = max_outstanding

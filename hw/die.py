@@ -2,7 +2,7 @@
 
 DESIGN.md block 6. UBEP §3.3–3.4: the AIV cores of a die issue word stores,
 DataBlock stores, fetch-adds, loads and polls against a global address space
-``rank[31:24] block[23:9] word[8:2]`` (:data:`epfabric.sw.isa.address_layout`).
+``rank[31:24] block[23:9] word[8:2]`` (:data:`epfabric.hw.isa.address_layout`).
 The die routes every core request by ``addr.rank``:
 
 * **local** (``addr.rank == rank``): stores and fetch-adds go through the
@@ -63,10 +63,11 @@ still correct but a heavy all-to-all could deadlock.)
 
 Host port (used only while the cores are stopped)
 -------------------------------------------------
-``host_we`` writes, at the clock edge, an instruction word (``host_target``
-0), an HBM word (1: a UB WORD_WRITE, committed at that edge) or a core's
-enable bit (2). ``host_re`` reads the HBM word at ``host_addr``:
-``host_rvalid``/``host_rdata`` are valid ``hbm_latency`` cycles later.
+:class:`~epfabric.hw.host.HostSignature` without ``rank``: ``host.we``
+writes, at the clock edge, an instruction word (target IMEM), an HBM word
+(HBM: a UB WORD_WRITE, committed at that edge) or a core's enable bit
+(ENABLE). ``host.re`` reads the HBM word at ``host.addr``:
+``host.rvalid``/``host.rdata`` are valid ``hbm_latency`` cycles later.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
@@ -76,32 +77,18 @@ from amaranth.utils import ceil_log2
 
 from .aiv_core import AIVCore, MemOp, trace_layout
 from .hbm import check_blocks, check_data_bytes
+from .arbiter import round_robin
+from .host import HostSignature, HostTarget
 from .ub_port import UBMemory, UBOp
+from .validate import check_int, check_pow2
 
-__all__ = ["FlitKind", "flit_layout", "Die", "HostTarget", "check_int"]
+__all__ = ["FlitKind", "flit_layout", "Die"]
 
 
 class FlitKind(enum.Enum, shape=1):
     """Kind of a die-to-die flit."""
     REQ = 0   #: a core's request, applied at ``dst``
     RSP = 1   #: the answer to a REQ, for core ``core`` of rank ``dst``
-
-
-class HostTarget(enum.Enum, shape=2):
-    """What a host write (``host_we``) writes."""
-    IMEM = 0    #: instruction word ``host_addr`` of core ``host_core``
-    HBM = 1     #: HBM word at byte address ``host_addr`` (block << 9 | word << 2)
-    ENABLE = 2  #: enable bit ``host_wdata[0]`` of core ``host_core``
-
-
-def check_int(name, value, lo, hi=None):
-    """Raise unless ``value`` is an int in ``[lo, hi]``; return it."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, not {value!r}")
-    if value < lo or (hi is not None and value > hi):
-        bound = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
-        raise ValueError(f"{name} must be {bound}, not {value!r}")
-    return value
 
 
 def _bits(n):
@@ -137,46 +124,6 @@ def flit_layout(ranks, aivs, data_bytes, blocks):
         "addr": data.StructLayout({"block": _bits(blocks), "word": 7}),
         "data": unsigned(data_bytes * 8),
     })
-
-
-def _lowest(m, vec, name):
-    """Index of the lowest set bit of ``vec`` (a Mux chain: continuous logic)."""
-    n = len(vec)
-    idx = Signal(range(max(2, n)), name=name)
-    value = Const(n - 1, len(idx))
-    for i in reversed(range(n - 1)):
-        value = Mux(vec[i], i, value)
-    m.d.comb += idx.eq(value)
-    return idx
-
-
-def round_robin(m, requests, name):
-    """Round-robin arbiter over the 1-bit ``requests``.
-
-    Returns ``(grant, any, advance)``: the granted index (valid when ``any``)
-    and a function ``advance(cond)`` that moves priority past the grant at the
-    clock edge where ``cond`` (the granted transfer) holds.
-    """
-    n = len(requests)
-    req = Signal(n, name=f"{name}_req")
-    m.d.comb += req.eq(Cat(*requests))
-    any_ = Signal(name=f"{name}_any")
-    m.d.comb += any_.eq(req.any())
-    if n == 1:
-        grant = Signal(1, name=f"{name}_grant")
-        return grant, any_, lambda cond: None
-    ptr = Signal(range(n), name=f"{name}_ptr")
-    high = Signal(n, name=f"{name}_high")
-    m.d.comb += high.eq(req & Cat(*(ptr <= i for i in range(n))))
-    lo_high = _lowest(m, high, f"{name}_lo_high")
-    lo_all = _lowest(m, req, f"{name}_lo_all")
-    grant = Signal(range(n), name=f"{name}_grant")
-    m.d.comb += grant.eq(Mux(high.any(), lo_high, lo_all))
-
-    def advance(cond):
-        with m.If(cond):
-            m.d.sync += ptr.eq(Mux(grant == n - 1, 0, grant + 1))
-    return grant, any_, advance
 
 
 _UB_OF = {MemOp.WRITE_WORD: UBOp.WORD_WRITE, MemOp.WRITE_BLOCK: UBOp.BLOCK_WRITE,
@@ -218,12 +165,10 @@ class Die(wiring.Component):
         Flits into the fabric.
     rx : In(stream.Signature(flit_layout(...)))
         Flits from the fabric (REQ for this die, RSP for its cores).
-    start : In(1)
-        Pulse: start every enabled core at pc 0.
-    host_we, host_target, host_core, host_addr, host_wdata, host_re : In
-        Host port (module docstring).
-    host_rvalid, host_rdata : Out
-        Host read answer, ``hbm_latency`` cycles after ``host_re``.
+    host : In(HostSignature(cores=aivs))
+        Host port (:mod:`epfabric.hw.host`; targets IMEM, HBM and ENABLE);
+        ``host.start`` pulses start every enabled core at pc 0; a read's
+        answer is valid ``hbm_latency`` cycles after ``host.re``.
     enabled : Out(aivs)
         Core enable bits (reset 0: a core runs only after the host enables it).
     core_pc, core_halted, core_fault, core_waiting, core_wait_addr, core_outstanding : Out array
@@ -244,9 +189,7 @@ class Die(wiring.Component):
         if rank is not None:
             check_int("rank", rank, 0, ranks - 1)
         check_int("aivs", aivs, 1, 256)
-        check_int("hbm_blocks", hbm_blocks, 1, 1 << 15)
-        if hbm_blocks & (hbm_blocks - 1):
-            raise ValueError(f"hbm_blocks must be a power of two, not {hbm_blocks!r}")
+        check_pow2("hbm_blocks", hbm_blocks, 1, 1 << 15)
         check_int("max_outstanding", max_outstanding, 1, 255)
         check_int("hbm_latency", hbm_latency, 1, 256)
         if rsp_depth is None:
@@ -264,15 +207,7 @@ class Die(wiring.Component):
         super().__init__({
             "tx": Out(stream.Signature(self.flit)),
             "rx": In(stream.Signature(self.flit)),
-            "start": In(1),
-            "host_we": In(1),
-            "host_target": In(HostTarget),
-            "host_core": In(range(max(2, aivs))),
-            "host_addr": In(32),
-            "host_wdata": In(32),
-            "host_re": In(1),
-            "host_rvalid": Out(1),
-            "host_rdata": Out(32),
+            "host": In(HostSignature(cores=aivs)),
             "enabled": Out(aivs),
             "core_pc": Out(range(imem_depth)).array(aivs),
             "core_halted": Out(1).array(aivs),
@@ -297,14 +232,14 @@ class Die(wiring.Component):
 
         # --- host port, enables, status ------------------------------------------------------
         enabled = self.enabled
-        host_hbm = self.host_we & (self.host_target == HostTarget.HBM)
+        host_hbm = self.host.we & (self.host.target == HostTarget.HBM)
         for i, core in enumerate(cores):
-            sel = self.host_core == i
+            sel = self.host.core == i
             m.d.comb += [
-                core.imem_w.en.eq(self.host_we & (self.host_target == HostTarget.IMEM) & sel),
-                core.imem_w.addr.eq(self.host_addr),
-                core.imem_w.data.eq(self.host_wdata),
-                core.start.eq(self.start & enabled[i]),
+                core.imem_w.en.eq(self.host.we & (self.host.target == HostTarget.IMEM) & sel),
+                core.imem_w.addr.eq(self.host.addr),
+                core.imem_w.data.eq(self.host.wdata),
+                core.start.eq(self.host.start & enabled[i]),
                 core.rank.eq(rank),
                 self.core_pc[i].eq(core.pc),
                 self.core_halted[i].eq(core.halted | ~enabled[i]),
@@ -314,8 +249,8 @@ class Die(wiring.Component):
                 self.core_outstanding[i].eq(core.outstanding),
             ]
             wiring.connect(m, core.trace, wiring.flipped(self.trace[i]))
-            with m.If(self.host_we & (self.host_target == HostTarget.ENABLE) & sel):
-                m.d.sync += enabled[i].eq(self.host_wdata[0])
+            with m.If(self.host.we & (self.host.target == HostTarget.ENABLE) & sel):
+                m.d.sync += enabled[i].eq(self.host.wdata[0])
 
         # --- classify every core request --------------------------------------------------------
         reqs = [core.mem_req for core in cores]
@@ -362,9 +297,9 @@ class Die(wiring.Component):
         tag_rcore = Signal.like(rx.core)
         with m.If(host_hbm):
             m.d.comb += [ub.valid.eq(1), ub.payload.op.eq(UBOp.WORD_WRITE),
-                         ub.payload.addr.eq(self.host_addr[9:9 + blk_bits]),
-                         ub.payload.word.eq(self.host_addr[2:9]),
-                         ub.payload.data.eq(self.host_wdata)]
+                         ub.payload.addr.eq(self.host.addr[9:9 + blk_bits]),
+                         ub.payload.word.eq(self.host.addr[2:9]),
+                         ub.payload.data.eq(self.host.wdata)]
             with m.If(ub.ready):
                 m.d.sync += [tag_host.eq(1), tag_local.eq(0)]
         with m.Elif(ub_any):
@@ -412,13 +347,13 @@ class Die(wiring.Component):
         rport = mem.read[n]
         rx_rd_ok = Signal()
         ub_wr = Signal()            # a remote UB answer enters the RSP queue this cycle
-        m.d.comb += rx_rd_ok.eq(rx_req & rx_is_read & ~self.host_re
+        m.d.comb += rx_rd_ok.eq(rx_req & rx_is_read & ~self.host.re
                                 & (used + ub_wr < self.rsp_depth))
         new_tag = Signal(rtag_layout)
-        with m.If(self.host_re):
+        with m.If(self.host.re):
             m.d.comb += [rport.req.valid.eq(1),
-                         rport.req.payload.addr.eq(self.host_addr[9:9 + blk_bits]),
-                         rport.req.payload.word.eq(self.host_addr[2:9]),
+                         rport.req.payload.addr.eq(self.host.addr[9:9 + blk_bits]),
+                         rport.req.payload.word.eq(self.host.addr[2:9]),
                          new_tag.valid.eq(1), new_tag.host.eq(1)]
         with m.Elif(rx_rd_ok):
             m.d.comb += [rport.req.valid.eq(1),
@@ -431,8 +366,8 @@ class Die(wiring.Component):
             m.d.sync += rtags[k].eq(rtags[k - 1])
         done_tag = rtags[L - 1]     # the tag of the answer valid on rport.resp this cycle
         resp = rport.resp.payload
-        m.d.comb += [self.host_rvalid.eq(rport.resp.valid & done_tag.host),
-                     self.host_rdata.eq(resp.word)]
+        m.d.comb += [self.host.rvalid.eq(rport.resp.valid & done_tag.host),
+                     self.host.rdata.eq(resp.word)]
 
         # --- writers of the RSP queue: a remote load's answer (cannot wait) first ------------------
         rd_answer = rport.resp.valid & done_tag.valid & ~done_tag.host

@@ -18,6 +18,8 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from .validate import check_int, check_multiple
+
 __all__ = ["BLOCK_BYTES", "WORD_BYTES", "WORDS_PER_BLOCK", "FLAG_BYTES", "HBMSlice",
            "check_data_bytes", "check_blocks", "addr_shape", "word_shape",
            "read_request_layout", "read_response_layout", "ReadPortSignature",
@@ -33,20 +35,14 @@ WORDS_PER_BLOCK = BLOCK_BYTES // WORD_BYTES
 FLAG_BYTES = 32
 
 
-def check_data_bytes(data_bytes):
-    """Validate the modelled bytes per block; return it."""
-    if (not isinstance(data_bytes, int) or isinstance(data_bytes, bool) or data_bytes < FLAG_BYTES
-            or data_bytes % FLAG_BYTES or data_bytes > BLOCK_BYTES):
-        raise ValueError(f"data_bytes must be a multiple of 32 and >= 32 (at most 512), "
-                         f"not {data_bytes!r}")
-    return data_bytes
+def check_data_bytes(data_bytes, name="data_bytes"):
+    """Validate the modelled bytes per block (a multiple of 32 in [32, 512]); return it."""
+    return check_multiple(name, data_bytes, FLAG_BYTES, FLAG_BYTES, BLOCK_BYTES)
 
 
-def check_blocks(blocks):
+def check_blocks(blocks, name="blocks"):
     """Validate the number of DataBlocks in a slice; return it."""
-    if not isinstance(blocks, int) or isinstance(blocks, bool) or blocks < 1:
-        raise ValueError(f"blocks must be a positive integer, not {blocks!r}")
-    return blocks
+    return check_int(name, blocks, 1)
 
 
 def addr_shape(blocks):
@@ -148,10 +144,8 @@ class HBMSlice(wiring.Component):
     def __init__(self, *, blocks=16, data_bytes=64, latency=2, read_ports=2, init=None):
         self.blocks = check_blocks(blocks)
         self.data_bytes = check_data_bytes(data_bytes)
-        if not isinstance(latency, int) or isinstance(latency, bool) or not 1 <= latency <= 256:
-            raise ValueError(f"latency must be an integer from 1 to 256 cycles, not {latency!r}")
-        if not isinstance(read_ports, int) or isinstance(read_ports, bool) or read_ports < 1:
-            raise ValueError(f"read_ports must be a positive integer, not {read_ports!r}")
+        check_int("latency", latency, 1, 256)
+        check_int("read_ports", read_ports, 1)
         self.latency = latency
         self.read_ports = read_ports
         self.words = data_bytes // WORD_BYTES

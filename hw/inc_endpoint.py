@@ -14,7 +14,7 @@ is one 512 B DataBlock (one flit).
   ring RS in ``ranks - 1`` steps to the next rank through the switch (which
   only forwards), pipelined per chunk, the reduction at the endpoints.
 * :class:`AgrsSystem` wires a ``star`` fabric, the engine and ``ranks``
-  endpoints with a host port, ``start``, ``done`` and a cycle counter.
+  endpoints behind the shared host port (:mod:`epfabric.hw.host`).
 
 Completion is cumulative (§3.1 "Concurrent operation"): every endpoint counts
 received AG blocks, reduced RS chunks and barrier releases forever, and each
@@ -27,11 +27,15 @@ from amaranth.lib import enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import bits_for
 
-from .inc_engine import Completion, IncEngine, IncOp, inc_flit_layout, reduce_lanes, _bits, _int
-from .topology import star
+from .host import HostSignature, HostTarget, register_inputs, run_control
+from .inc_engine import Completion, IncEngine, IncOp, inc_flit_layout, reduce_lanes
+from .topology import check_timing, star
+from .validate import check_choice, check_int
 
-__all__ = ["Buffer", "IncEndpoint", "RingEndpoint", "AgrsSystem", "MODES"]
+__all__ = ["Buffer", "IncEndpoint", "RingEndpoint", "AgrsSystem", "MODES", "agrs_memory_map",
+           "agrs_control_map"]
 
 MODES = ("inc", "ring")
 COUNTER_BITS = 32
@@ -81,16 +85,18 @@ class _Endpoint(wiring.Component):
     idle : Out(1)
     ag_count, rs_count, barrier_count : Out(32)
         Cumulative completion counters (never reset).
-    host_buf, host_addr, host_wdata, host_we, host_rdata
-        Host access to the buffers (write only while idle; read combinational).
+    host_buf, host_addr, host_wdata, host_lanes, host_we, host_rdata
+        Host access to the buffers: ``host_we`` writes the lanes of row
+        ``host_addr`` of ``host_buf`` enabled in ``host_lanes`` (only while
+        idle); ``host_rdata`` is that row (combinational).
     """
 
     def __init__(self, *, rank, ranks, tmax, lanes=2):
-        _int("ranks", ranks, 2)
-        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < ranks:
-            raise ValueError(f"rank must be an integer in range({ranks}), not {rank!r}")
+        check_int("ranks", ranks, 2)
+        check_int("rank", rank, 0, ranks - 1)
         self.layout = inc_flit_layout(ranks=ranks, tmax=tmax, lanes=lanes)
         self.rank, self.ranks, self.tmax, self.lanes = rank, ranks, tmax, lanes
+        self._all_lanes = (1 << lanes) - 1
         flit = stream.Signature(self.layout)
         super().__init__({
             "tx": Out(flit), "rx": In(flit),
@@ -99,8 +105,9 @@ class _Endpoint(wiring.Component):
             "idle": Out(1, init=1),
             "ag_count": Out(COUNTER_BITS), "rs_count": Out(COUNTER_BITS),
             "barrier_count": Out(COUNTER_BITS),
-            "host_buf": In(Buffer), "host_addr": In(_bits(ranks * tmax)),
-            "host_wdata": In(32 * lanes), "host_we": In(1), "host_rdata": Out(32 * lanes),
+            "host_buf": In(Buffer), "host_addr": In(bits_for(ranks * tmax - 1)),
+            "host_wdata": In(32 * lanes), "host_lanes": In(lanes), "host_we": In(1),
+            "host_rdata": Out(32 * lanes),
         })
 
     def _next(self):
@@ -137,15 +144,17 @@ class _Endpoint(wiring.Component):
                 m.d.comb += self.host_rdata.eq(host_reads["rs"])
             with m.Default():
                 m.d.comb += self.host_rdata.eq(host_reads["out"])
-        writes = {name: mem.write_port() for name, mem in mems.items() if name != "rs"}
-        rs_w = mems["rs"].write_port()
+        # 32-bit lanes: the host writes one word at a time, the receive path whole rows
+        writes = {name: mem.write_port(granularity=32) for name, mem in mems.items() if name != "rs"}
+        rs_w = mems["rs"].write_port(granularity=32)
         m.d.comb += [rs_w.addr.eq(self.host_addr), rs_w.data.eq(self.host_wdata),
-                     rs_w.en.eq(self.idle & self.host_we & (self.host_buf == Buffer.RS))]
+                     rs_w.en.eq(Mux(self.idle & self.host_we & (self.host_buf == Buffer.RS),
+                                    self.host_lanes, 0))]
         for name, wp in writes.items():
             sel = Buffer.AG if name == "ag" else Buffer.OUT
             with m.If(self.idle):
                 m.d.comb += [wp.addr.eq(self.host_addr), wp.data.eq(self.host_wdata),
-                             wp.en.eq(self.host_we & (self.host_buf == sel))]
+                             wp.en.eq(Mux(self.host_we & (self.host_buf == sel), self.host_lanes, 0))]
         self._writes = writes
 
         # --- AG issue: own rows r*tmax .. r*tmax + T_r - 1 ------------------
@@ -311,10 +320,10 @@ class IncEndpoint(_Endpoint):
             with m.Switch(rx.op):
                 with m.Case(IncOp.AG):
                     wp = self._writes["ag"]
-                    m.d.comb += [wp.addr.eq(rx.offset), wp.data.eq(rx.data), wp.en.eq(1)]
+                    m.d.comb += [wp.addr.eq(rx.offset), wp.data.eq(rx.data), wp.en.eq(self._all_lanes)]
                 with m.Case(IncOp.RS):
                     wp = self._writes["out"]
-                    m.d.comb += [wp.addr.eq(rx.chunk), wp.data.eq(total), wp.en.eq(1)]
+                    m.d.comb += [wp.addr.eq(rx.chunk), wp.data.eq(total), wp.en.eq(self._all_lanes)]
                 with m.Default():
                     pass
         return None
@@ -416,12 +425,12 @@ class RingEndpoint(_Endpoint):
         with m.If(got):
             with m.If(is_ag):
                 wp = self._writes["ag"]
-                m.d.comb += [wp.addr.eq(rx.offset), wp.data.eq(rx.data), wp.en.eq(1)]
+                m.d.comb += [wp.addr.eq(rx.offset), wp.data.eq(rx.data), wp.en.eq(self._all_lanes)]
                 m.d.sync += self.ag_count.eq(self.ag_count + 1)
             with m.Elif(is_rs):
                 with m.If(rx.root == r):
                     wp = self._writes["out"]
-                    m.d.comb += [wp.addr.eq(rx.chunk), wp.data.eq(total), wp.en.eq(1)]
+                    m.d.comb += [wp.addr.eq(rx.chunk), wp.data.eq(total), wp.en.eq(self._all_lanes)]
                     m.d.sync += self.rs_count.eq(self.rs_count + 1)
             with m.Else():
                 self._bump(m, rx.compl)
@@ -429,27 +438,51 @@ class RingEndpoint(_Endpoint):
         m.d.comb += self._bubble.eq(fwd.level <= self.FORWARD_DEPTH - 2)
         return fwd
 
-    def _root_add(self, m, flit):
-        # Ring: every hop adds its own partial of the block the flit belongs to.
-        rp = self._mems["rs"].read_port(domain="comb")
-        m.d.comb += rp.addr.eq(flit.root * self.tmax + flit.chunk)
-        total = Signal(32 * self.lanes)
-        m.d.comb += total.eq(reduce_lanes(flit.data, rp.data, lanes=self.lanes))
-        return total
+    # _root_add: the base's — on a ring every hop adds its own partial of the
+    # block the flit belongs to, the same sum the INC root adds at the end.
+
+
+def agrs_memory_map(ranks, tmax):
+    """First DataBlock of each buffer in the host's view of one rank's memory.
+
+    ``{"ag": 0, "out": ranks*tmax, "rs": ranks*tmax + tmax, "end": 2*ranks*tmax + tmax}``:
+    the gather buffer (``ranks`` blocks of ``tmax`` rows, padded layout), the
+    reduced shard (``tmax`` rows), then the RS partials (``ranks * tmax`` rows).
+    One row is one 512 B DataBlock; word ``k < lanes`` of a block is lane ``k``.
+    """
+    check_int("ranks", ranks, 2)
+    check_int("tmax", tmax, 1)
+    out = ranks * tmax
+    return {"ag": 0, "out": out, "rs": out + tmax, "end": 2 * out + tmax}
+
+
+def agrs_control_map(ranks):
+    """Control registers (host target CTRL, register ``addr``) of an :class:`AgrsSystem`.
+
+    ``counts`` + q (q < ranks): rows ``T_q`` of rank q in the next operation;
+    ``concurrent``: AG and RS at once (else RS after AG); ``barrier``: a
+    cross-rank barrier first (INC mode only).
+    """
+    check_int("ranks", ranks, 2)
+    return {"counts": 0, "concurrent": ranks, "barrier": ranks + 1}
 
 
 class AgrsSystem(wiring.Component):
     """``ranks`` endpoints on a ``star`` switch, with the INC engine attached (INC-MoE §3, Fig. 6).
 
-    The host loads buffers through the host port, pulses ``start``, waits for
-    ``done`` and reads back; ``cycles`` holds the cycles from ``start`` to
-    the completion of the last operation at every rank. Counters are never
-    reset, so operations may follow each other.
+    The host loads buffers (memory map :func:`agrs_memory_map`, target HBM)
+    and the operation's control registers (:func:`agrs_control_map`, target
+    CTRL) through the host port, pulses ``start``, waits for ``stop`` and
+    reads back; ``host.cycle`` holds the cycles from ``start`` to the
+    completion of the last operation at every rank (the endpoints' idle
+    flags are registered once, so the count includes the cycle the last
+    endpoint went idle). Completion counters are never reset, so operations
+    may follow each other.
 
     Parameters
     ----------
-    preset : str or Preset
-        Link bandwidth and latency (``star`` topology of the preset).
+    timing : epfabric.hw.topology.FabricTiming
+        Link latencies (cycles) and rate of the ``star`` fabric.
     ranks : int
         Ranks (>= 2).
     mode : str
@@ -466,15 +499,14 @@ class AgrsSystem(wiring.Component):
 
     Attributes
     ----------
-    start, concurrent, barrier : In(1)
-    counts : In(range(tmax + 1)).array(ranks)
-        Rows ``T_r`` of each rank for the next operation.
-    done : Out(1)
-    cycles : Out(32)
-    host_rank, host_buf, host_addr, host_wdata, host_we, host_rdata
-        Host access to rank ``host_rank``'s buffers (:class:`Buffer`).
+    host : In(HostSignature(ranks=ranks, all_ranks=True, run=True))
+        Host port and run control (:mod:`epfabric.hw.host`; targets HBM and
+        CTRL; inputs registered at the boundary; reads answer one cycle
+        after ``re``/``re_all``: :attr:`host_read_latency`).
     ag_count, rs_count : Out(32).array(ranks)
+        Every endpoint's cumulative completion counters.
     slot_stalls : Out(32)
+        Cycles the engine held a chunk back for want of an aggregator slot.
 
     Raises
     ------
@@ -482,27 +514,22 @@ class AgrsSystem(wiring.Component):
         On an invalid parameter (named in the message).
     """
 
-    def __init__(self, *, preset="incmoe-testbed", ranks=4, mode="inc", tmax=4, lanes=2,
-                 slots=16, switch_depth=4):
-        from ..sw.presets import get_preset  # hw must not depend on sw at import time
-        self.preset = get_preset(preset)
-        _int("ranks", ranks, 2)
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-        _int("tmax", tmax, 1)
-        _int("lanes", lanes, 1)
-        _int("switch_depth", switch_depth, 2)
+    def __init__(self, *, timing, ranks=4, mode="inc", tmax=4, lanes=2, slots=16, switch_depth=4):
+        self.timing = check_timing(timing)
+        check_int("ranks", ranks, 2)
+        check_choice("mode", mode, MODES)
+        check_int("tmax", tmax, 1)
+        check_int("lanes", lanes, 1)
+        check_int("switch_depth", switch_depth, 2)
         self.ranks, self.mode, self.tmax, self.lanes, self.slots = ranks, mode, tmax, lanes, slots
         self.switch_depth = switch_depth
         self.layout = inc_flit_layout(ranks=ranks, tmax=tmax, lanes=lanes)
+        self.memory_map = agrs_memory_map(ranks, tmax)
+        self.control_map = agrs_control_map(ranks)
+        self.host_read_latency = 1
         IncEngine(ranks=ranks, tmax=tmax, lanes=lanes, slots=slots)._MustUse__silence = True
         super().__init__({
-            "start": In(1), "concurrent": In(1), "barrier": In(1),
-            "counts": In(range(tmax + 1)).array(ranks),
-            "done": Out(1), "cycles": Out(COUNTER_BITS),
-            "host_rank": In(range(ranks)), "host_buf": In(Buffer),
-            "host_addr": In(_bits(ranks * tmax)), "host_wdata": In(32 * lanes),
-            "host_we": In(1), "host_rdata": Out(32 * lanes),
+            "host": In(HostSignature(ranks=ranks, all_ranks=True, run=True)),
             "ag_count": Out(COUNTER_BITS).array(ranks), "rs_count": Out(COUNTER_BITS).array(ranks),
             "slot_stalls": Out(COUNTER_BITS),
         })
@@ -510,37 +537,75 @@ class AgrsSystem(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.ranks
-        fabric = m.submodules.fabric = star(self.preset, n, attach=1, payload=self.layout,
+        fabric = m.submodules.fabric = star(self.timing, n, attach=1, payload=self.layout,
                                             switch_depth=self.switch_depth)
         engine = m.submodules.engine = IncEngine(ranks=n, tmax=self.tmax, lanes=self.lanes,
                                                  slots=self.slots)
         wiring.connect(m, engine.o_stream, fabric.attach_tx[0])
         wiring.connect(m, fabric.attach_rx[0], engine.i_stream)
         m.d.comb += self.slot_stalls.eq(engine.o_slot_stalls)
+
+        # --- host port (registered inputs), buffers and control registers ----------------
+        h = register_inputs(m, self.host)
+        start = h["start"]
+        mm, lanes = self.memory_map, self.lanes
+        block = h["addr"][9:]
+        word = h["addr"][2:9]
+        buf = Signal(Buffer)
+        row = Signal(bits_for(n * self.tmax - 1))
+        with m.If(block < mm["out"]):
+            m.d.comb += [buf.eq(Buffer.AG), row.eq(block)]
+        with m.Elif(block < mm["rs"]):
+            m.d.comb += [buf.eq(Buffer.OUT), row.eq(block - mm["out"])]
+        with m.Else():
+            m.d.comb += [buf.eq(Buffer.RS), row.eq(block - mm["rs"])]
+        in_map = (block < mm["end"]) & (word < lanes)
+        lane_en = Signal(lanes)
+        m.d.comb += lane_en.eq(Mux(in_map, Const(1, lanes) << word, 0))
+        hbm_we = h["we"] & (h["target"] == HostTarget.HBM)
+        ctl_we = h["we"] & (h["target"] == HostTarget.CTRL)
+        cm = self.control_map
+        counts = [Signal(range(self.tmax + 1), name=f"ctrl_counts{q}") for q in range(n)]
+        concurrent = Signal(name="ctrl_concurrent")
+        barrier = Signal(name="ctrl_barrier")
+        with m.If(ctl_we):
+            for q in range(n):
+                with m.If(h["addr"] == cm["counts"] + q):
+                    m.d.sync += counts[q].eq(h["wdata"])
+            with m.If(h["addr"] == cm["concurrent"]):
+                m.d.sync += concurrent.eq(h["wdata"][0])
+            with m.If(h["addr"] == cm["barrier"]):
+                m.d.sync += barrier.eq(h["wdata"][0])
+        reading = h["re"] | h["re_all"]
+        m.d.comb += self.host.rvalid.eq(reading)
+
         cls = IncEndpoint if self.mode == "inc" else RingEndpoint
         idle = []
         for r in range(n):
-            ep = m.submodules[f"ep{r}"] = cls(rank=r, ranks=n, tmax=self.tmax, lanes=self.lanes)
+            ep = m.submodules[f"ep{r}"] = cls(rank=r, ranks=n, tmax=self.tmax, lanes=lanes)
             wiring.connect(m, ep.tx, fabric.tx[r])
             wiring.connect(m, fabric.rx[r], ep.rx)
-            sel = self.host_rank == r
-            m.d.comb += [ep.start.eq(self.start), ep.concurrent.eq(self.concurrent),
-                         ep.barrier.eq(self.barrier if self.mode == "inc" else 0),
-                         ep.host_buf.eq(self.host_buf), ep.host_addr.eq(self.host_addr),
-                         ep.host_wdata.eq(self.host_wdata), ep.host_we.eq(self.host_we & sel),
+            sel = h["rank"] == r
+            m.d.comb += [ep.start.eq(start), ep.concurrent.eq(concurrent),
+                         ep.barrier.eq(barrier if self.mode == "inc" else 0),
+                         ep.host_buf.eq(buf), ep.host_addr.eq(row),
+                         ep.host_wdata.eq(h["wdata"].replicate(lanes)), ep.host_lanes.eq(lane_en),
+                         ep.host_we.eq(hbm_we & sel),
                          self.ag_count[r].eq(ep.ag_count), self.rs_count[r].eq(ep.rs_count)]
             for q in range(n):
-                m.d.comb += ep.counts[q].eq(self.counts[q])
+                m.d.comb += ep.counts[q].eq(counts[q])
+            lane = Signal(32, name=f"host_lane{r}")
+            m.d.comb += lane.eq(Mux(in_map, ep.host_rdata.word_select(word[:max(1, (lanes - 1).bit_length())]
+                                                                     if lanes > 1 else 0, 32), 0))
+            m.d.comb += self.host.rdata_all[r].eq(lane)
             with m.If(sel):
-                m.d.comb += self.host_rdata.eq(ep.host_rdata)
+                m.d.comb += self.host.rdata.eq(lane)
             idle.append(ep.idle)
-        running = Signal()
+
+        # --- run control: done once every endpoint is idle again ---------------------------
         all_idle = Signal()
-        m.d.comb += [all_idle.eq(Cat(idle).all()), self.done.eq(~running)]
-        with m.If(self.start):
-            m.d.sync += [running.eq(1), self.cycles.eq(0)]
-        with m.Elif(running):
-            m.d.sync += self.cycles.eq(self.cycles + 1)
-            with m.If(all_idle):
-                m.d.sync += running.eq(0)
+        m.d.comb += all_idle.eq(Cat(idle).all())
+        finished = Signal(name="all_idle_q")
+        m.d.sync += finished.eq(Mux(start, 0, all_idle))
+        run_control(m, self.host, start=start, finished=finished, max_cycles=h["max_cycles"])
         return m

@@ -21,6 +21,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from .validate import check_int, check_pow2
+
 __all__ = ["IncOp", "Completion", "inc_flit_layout", "reduce_lanes", "IncEngine",
            "EPOCH_BITS", "VERILOG_EXPORTS"]
 
@@ -50,12 +52,6 @@ class Completion(enum.Enum, shape=2):
     BARRIER = 2
 
 
-def _int(name, value, minimum):
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, not {value!r}")
-    return value
-
-
 def _bits(count):
     return max(1, ceil_log2(count))
 
@@ -73,9 +69,9 @@ def inc_flit_layout(*, ranks, tmax, lanes):
     ValueError
         If ``ranks`` < 2, ``tmax`` < 1 or ``lanes`` < 1 (the parameter is named).
     """
-    _int("ranks", ranks, 2)
-    _int("tmax", tmax, 1)
-    _int("lanes", lanes, 1)
+    check_int("ranks", ranks, 2)
+    check_int("tmax", tmax, 1)
+    check_int("lanes", lanes, 1)
     abits = _bits(ranks + 1)
     obits = _bits(ranks * tmax)
     return data.StructLayout({
@@ -185,9 +181,7 @@ class IncEngine(wiring.Component):
     def __init__(self, *, ranks, tmax, lanes=2, slots=16, dtype="int32"):
         self.layout = inc_flit_layout(ranks=ranks, tmax=tmax, lanes=lanes)
         self.ranks, self.tmax, self.lanes = ranks, tmax, lanes
-        _int("slots", slots, 1)
-        if slots & (slots - 1):
-            raise ValueError(f"slots must be a power of two, not {slots!r}")
+        check_pow2("slots", slots)
         self.slots = slots
         reduce_lanes(Signal(32 * lanes), Signal(32 * lanes), lanes=lanes, dtype=dtype)
         self.dtype = dtype

@@ -12,8 +12,10 @@ import math
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+
+from .ring import incr_wrap, ring_storage
+from .validate import check_int
 
 __all__ = ["Link", "flit_layout", "check_payload", "LINK_MIN_LATENCY", "VERILOG_EXPORTS"]
 
@@ -33,10 +35,8 @@ def flit_layout(*, ranks, data_bits):
     ValueError
         If ``ranks`` < 1 or ``data_bits`` < 1.
     """
-    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
-        raise ValueError(f"ranks must be a positive integer, not {ranks!r}")
-    if not isinstance(data_bits, int) or isinstance(data_bits, bool) or data_bits < 1:
-        raise ValueError(f"data_bits must be a positive integer, not {data_bits!r}")
+    check_int("ranks", ranks, 1)
+    check_int("data_bits", data_bits, 1)
     rank_bits = max(1, (ranks - 1).bit_length())
     return data.StructLayout({"dst": rank_bits, "src": rank_bits, "data": data_bits})
 
@@ -48,12 +48,6 @@ def check_payload(payload):
     if "dst" not in dict(iter(payload)):
         raise TypeError(f"payload layout must have a 'dst' field, not {payload!r}")
     return payload
-
-
-def _positive_int(name, value, minimum=1):
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, not {value!r}")
-    return value
 
 
 class Link(wiring.Component):
@@ -117,15 +111,15 @@ class Link(wiring.Component):
         self.params = dict(payload=payload, latency=latency, rate_num=rate_num, rate_den=rate_den,
                            block_bytes=block_bytes, burst=burst, depth=depth)
         self.payload = check_payload(payload)
-        if not isinstance(latency, int) or isinstance(latency, bool) or latency < 0 \
-                or 0 < latency < LINK_MIN_LATENCY:
+        check_int("latency", latency)
+        if latency < 0 or 0 < latency < LINK_MIN_LATENCY:
             raise ValueError(f"latency must be 0 or an integer >= {LINK_MIN_LATENCY}, "
                              f"not {latency!r}")
         self.latency = latency
-        _positive_int("rate_num", rate_num, 0)
-        _positive_int("rate_den", rate_den, 1)
-        _positive_int("block_bytes", block_bytes, 1)
-        _positive_int("burst", burst, 1)
+        check_int("rate_num", rate_num, 0)
+        check_int("rate_den", rate_den, 1)
+        check_int("block_bytes", block_bytes, 1)
+        check_int("burst", burst, 1)
         self.block_bytes = block_bytes
         self.burst = burst
         # At one block per cycle or more the limiter never holds a flit back.
@@ -134,7 +128,7 @@ class Link(wiring.Component):
         flits_per_cycle = rate_num / (block_bytes * rate_den) if self.limited else 1.0
         if depth is None:
             depth = math.ceil(latency * flits_per_cycle) + burst + 1
-        _positive_int("depth", depth, 1)
+        check_int("depth", depth, 1)
         self.depth = depth
         super().__init__({
             "i_stream": In(stream.Signature(payload)),
@@ -190,7 +184,7 @@ class Link(wiring.Component):
             send.eq(self.o_stream.valid & self.o_stream.ready),
         ]
         entry = Cat(self.i_stream.payload, (since - 1)[:wait_bits])
-        head_data, due_data = _ring(m, width + wait_bits, depth, produce, accept, entry,
+        head_data, due_data = ring_storage(m, width + wait_bits, depth, produce, accept, entry,
                                     [head, due_ptr])
         m.d.comb += [
             self.o_stream.payload.eq(head_data[:width]),
@@ -198,66 +192,20 @@ class Link(wiring.Component):
         ]
 
         with m.If(accept):
-            m.d.sync += [produce.eq(_incr(produce, depth)), since.eq(1)]
+            m.d.sync += [produce.eq(incr_wrap(produce, depth)), since.eq(1)]
         with m.Elif(since != self.latency - 1):
             m.d.sync += since.eq(since + 1)
         with m.If(due):
-            m.d.sync += [due_ptr.eq(_incr(due_ptr, depth)), held.eq(0)]
+            m.d.sync += [due_ptr.eq(incr_wrap(due_ptr, depth)), held.eq(0)]
         with m.Elif(level != released):
             m.d.sync += held.eq(held + 1)
         with m.If(send):
-            m.d.sync += head.eq(_incr(head, depth))
+            m.d.sync += head.eq(incr_wrap(head, depth))
         with m.If(accept != send):
             m.d.sync += level.eq(Mux(accept, level + 1, level - 1))
         with m.If(due != send):
             m.d.sync += released.eq(Mux(due, released + 1, released - 1))
         return m
-
-
-#: Rings up to this deep are registers; deeper ones a Memory (Amaranth's
-#: simulator pays per Memory per cycle, so small buffers stay in flip-flops).
-REGISTER_RING_MAX = 8
-
-
-def _incr(ptr, depth):
-    if depth == 2 ** len(ptr):
-        return (ptr + 1)[:len(ptr)]
-    return Mux(ptr == depth - 1, 0, ptr + 1)
-
-
-def _ring(m, width, depth, w_addr, w_en, w_data, r_addrs):
-    """Storage of ``depth`` x ``width`` bits with one write port and asynchronous reads.
-
-    Written on the clock edge when ``w_en``; returns the values at ``r_addrs``.
-    Registers up to :data:`REGISTER_RING_MAX` entries, else an
-    ``amaranth.lib.memory.Memory``.
-    """
-    if depth <= REGISTER_RING_MAX:
-        regs = [Signal(width, name=f"ring{i}") for i in range(depth)]
-        for i, reg in enumerate(regs):
-            with m.If(w_en & (w_addr == i)):
-                m.d.sync += reg.eq(w_data)
-        outs = []
-        for addr in r_addrs:
-            # A Mux chain, not a Switch: continuous assignments in Verilog, which
-            # Icarus evaluates at time 0 (an `always @*` it would not).
-            value = regs[-1]
-            for i in reversed(range(depth - 1)):
-                value = Mux(addr == i, regs[i], value)
-            out = Signal(width)
-            m.d.comb += out.eq(value)
-            outs.append(out)
-        return outs
-    mem = Memory(shape=width, depth=depth, init=[])
-    m.submodules.ring = mem
-    wp = mem.write_port()
-    m.d.comb += [wp.addr.eq(w_addr), wp.data.eq(w_data), wp.en.eq(w_en)]
-    outs = []
-    for addr in r_addrs:
-        rp = mem.read_port(domain="comb")
-        m.d.comb += rp.addr.eq(addr)
-        outs.append(rp.data)
-    return outs
 
 
 VERILOG_EXPORTS = {

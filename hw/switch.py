@@ -9,7 +9,9 @@ from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .link import _incr, _ring, check_payload, flit_layout
+from .link import check_payload, flit_layout
+from .ring import incr_wrap, ring_storage
+from .validate import check_int
 
 __all__ = ["Switch", "SWITCH_LATENCY", "VERILOG_EXPORTS"]
 
@@ -69,16 +71,14 @@ class Switch(wiring.Component):
 
     def __init__(self, *, ports, routes=None, payload=None, depth=4, counter_width=32,
                  data_bits=32):
-        if not isinstance(ports, int) or isinstance(ports, bool) or ports < 2:
-            raise ValueError(f"ports must be an integer >= 2, not {ports!r}")
+        check_int("ports", ports, 2)
         if routes is None:
             routes = range(ports)
         routes = tuple(routes)
         if not routes:
             raise ValueError(f"routes must name a port for at least one destination, not {routes!r}")
         for d, p in enumerate(routes):
-            if not isinstance(p, int) or isinstance(p, bool) or not 0 <= p < ports:
-                raise ValueError(f"routes[{d}] must be a port in range({ports}), not {p!r}")
+            check_int(f"routes[{d}]", p, 0, ports - 1)
         if payload is None:
             payload = flit_layout(ranks=len(routes), data_bits=data_bits)
         self.payload = check_payload(payload)
@@ -86,10 +86,8 @@ class Switch(wiring.Component):
         if len(routes) > 2 ** dst_width:
             raise ValueError(f"routes has {len(routes)} destinations but the payload's dst field "
                              f"has only {dst_width} bits")
-        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 2:
-            raise ValueError(f"depth must be an integer >= 2, not {depth!r}")
-        if not isinstance(counter_width, int) or isinstance(counter_width, bool) or counter_width < 1:
-            raise ValueError(f"counter_width must be a positive integer, not {counter_width!r}")
+        check_int("depth", depth, 2)
+        check_int("counter_width", counter_width, 1)
         self.ports = ports
         self.routes = routes
         self.depth = depth
@@ -123,18 +121,18 @@ class Switch(wiring.Component):
                 port.ready.eq(level != self.depth),
                 push.eq(port.valid & port.ready),
             ]
-            head_bits, = _ring(m, width, self.depth, produce, push, port.payload, [consume])
+            head_bits, = ring_storage(m, width, self.depth, produce, push, port.payload, [consume])
             with m.If(push):
-                m.d.sync += produce.eq(_incr(produce, self.depth))
+                m.d.sync += produce.eq(incr_wrap(produce, self.depth))
             with m.If(pop):
-                m.d.sync += consume.eq(_incr(consume, self.depth))
+                m.d.sync += consume.eq(incr_wrap(consume, self.depth))
             with m.If(push != pop):
                 m.d.sync += level.eq(Mux(push, level + 1, level - 1))
             with m.If(port.valid & ~port.ready):
                 m.d.sync += self.i_stalls[i].eq(self.i_stalls[i] + 1)
             head = self.payload(head_bits)
             want = Signal(n, name=f"want{i}")
-            # Mux chain rather than a Switch (continuous logic in Verilog; see _ring).
+            # Mux chain rather than a Switch (continuous logic in Verilog; see ring_storage).
             route = Const(1, n)
             for d, p in reversed(list(enumerate(self.routes))):
                 route = Mux(head.dst == d, 1 << p, route)

@@ -11,34 +11,20 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .die import Die, HostTarget, check_int, flit_layout, round_robin
+from .arbiter import round_robin
+from .die import Die, flit_layout
+from .host import HostSignature, register_inputs, run_control
 from .instances import instance_of, mark_used
-from .topology import star, superpod
+from .topology import check_topology, star, superpod, topology_ranks
+from .validate import check_int
 
-__all__ = ["System", "trace_entry_layout", "check_topology"]
+__all__ = ["System", "trace_entry_layout", "MAX_AIVS_PER_DIE"]
+
+#: Largest number of AIV cores per die (a flit names its core in 8 bits).
+MAX_AIVS_PER_DIE = 256
 
 #: One entry of the MARK trace buffer.
 trace_entry_layout = data.StructLayout({"core": 16, "cycle": 32, "event": 16})
-
-
-def check_topology(topology):
-    """Validate ``topology``; return ``(kind, shape tuple)``.
-
-    ``("superpod", dies_per_npu, npus_per_board, boards)`` or ``("star", n)``.
-    """
-    if not isinstance(topology, (tuple, list)) or not topology:
-        raise ValueError(f"topology must be ('superpod', dies_per_npu, npus_per_board, boards) "
-                         f"or ('star', n), not {topology!r}")
-    kind, *shape = topology
-    arity = {"superpod": 3, "star": 1}
-    if kind not in arity:
-        raise ValueError(f"topology kind must be 'superpod' or 'star', not {kind!r}")
-    if len(shape) != arity[kind]:
-        raise ValueError(f"topology {kind!r} takes {arity[kind]} size(s), not {tuple(shape)!r}")
-    for v in shape:
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"topology sizes must be positive integers, not {topology!r}")
-    return kind, tuple(shape)
 
 
 class System(wiring.Component):
@@ -50,40 +36,38 @@ class System(wiring.Component):
     rank ``r`` is ``r * aivs_per_die + c``. Costs of local and remote memory
     operations: :mod:`epfabric.hw.die`.
 
-    Host port and run control (all inputs registered at the boundary)
-    -----------------------------------------------------------------
-    Every input below except ``trace_raddr`` passes one register before it
-    reaches the dies or the run control, so each acts one cycle after the edge
-    that samples it; nothing inside depends combinationally on a top-level
-    input (which keeps input-triggered evaluation in Verilator cheap).
+    Host port and run control (``host``, all inputs registered at the boundary)
+    ---------------------------------------------------------------------------
+    :class:`~epfabric.hw.host.HostSignature` with every member. Every host
+    input passes one register before it reaches the dies or the run control
+    (:func:`~epfabric.hw.host.register_inputs`), so each acts one cycle after
+    the edge that samples it.
 
-    * ``host_we``: write, one per cycle, one edge after the edge where ``host_we = 1``,
-      selected by ``host_target`` (:class:`~epfabric.hw.die.HostTarget`):
-      0 = instruction word ``host_addr`` of core ``host_core`` of rank
-      ``host_rank``; 1 = HBM 32-bit word at byte address ``host_addr``
-      (``block << 9 | word << 2``) of rank ``host_rank``; 2 = enable bit
-      ``host_wdata[0]`` of core ``host_core`` of rank ``host_rank``. Only
-      enabled cores start; disabled cores count as halted. Enables reset to 0.
-      Only while the machine is stopped.
-    * ``host_re``: read the HBM word at ``host_addr`` of rank ``host_rank``;
-      ``host_rvalid = 1`` and ``host_rdata`` hold the word exactly
+    * ``host.we``: write, one per cycle, selected by ``host.target``: IMEM =
+      instruction word ``addr`` of core ``core`` of rank ``rank``; HBM = 32-bit
+      word at byte address ``addr`` (``block << 9 | word << 2``) of rank
+      ``rank``; ENABLE = enable bit ``wdata[0]`` of core ``core`` of rank
+      ``rank``. Only enabled cores start; disabled cores count as halted.
+      Enables reset to 0. Only while the machine is stopped.
+    * ``host.re``: read the HBM word at ``addr`` of rank ``rank``;
+      ``host.rvalid = 1`` and ``host.rdata`` hold the word exactly
       :attr:`host_read_latency` (= ``hbm_latency + 1``) cycles later, i.e. after
       that many ticks. One read per cycle, pipelined. Only while stopped.
-    * ``host_re_all``: the same read of ``host_addr`` on every rank at once;
-      ``host_rdata_all[r]`` holds rank ``r``'s word when ``host_rvalid`` is 1.
+    * ``host.re_all``: the same read of ``addr`` on every rank at once;
+      ``host.rdata_all[r]`` holds rank ``r``'s word when ``host.rvalid`` is 1.
       Reading back all ranks then takes one cycle per word instead of one per
       word and rank (at 32 ranks the read-back was most of a run's host time).
-    * ``start`` (pulse): clears ``cycle``, ``done``, ``timeout`` and the trace
-      (``trace_count``, ``trace_dropped``) and starts every enabled core at
-      pc 0, one cycle after the edge that samples it; ``running`` is 1 from
-      the cycle after that. ``max_cycles`` must be set by then.
-    * ``cycle``: cycles since start, frozen at stop. ``done``: every enabled
+    * ``host.start`` (pulse): clears ``cycle``, ``done``, ``timeout`` and the
+      trace (``trace_count``, ``trace_dropped``) and starts every enabled core
+      at pc 0, one cycle after the edge that samples it; ``running`` is 1 from
+      the cycle after that. ``host.max_cycles`` must be set by then.
+    * ``host.cycle``, ``done``, ``timeout``, ``stop``
+      (:func:`~epfabric.hw.host.run_control`): ``done`` means every enabled
       core has halted *and* every posted store is acknowledged (so memory is
       final); ``cycle`` is then the number of cycles until the last core was
-      seen halted (a lone ``halt`` program gives 1). ``timeout``: ``cycle``
-      reached ``max_cycles`` first (``cycle`` then equals ``max_cycles``).
-      ``stop = done | timeout``. After a timeout the cores keep running (their
-      status stays readable); reset the system before the next run.
+      seen halted (a lone ``halt`` program gives 1). After a timeout the
+      cores keep running (their status stays readable); reset the system
+      before the next run.
     * ``core_pc``, ``core_halted``, ``core_fault``, ``core_waiting``,
       ``core_wait_addr`` (arrays over global core ids): the watchdog's view —
       which core waits on which address.
@@ -108,8 +92,9 @@ class System(wiring.Component):
 
     Parameters
     ----------
-    preset : epfabric.sw.presets.Preset
-        Latencies, bandwidth and shape limits of the fabric (duck-typed).
+    timing : epfabric.hw.topology.FabricTiming
+        Link latencies (cycles) and rate of the fabric (a preset makes one:
+        ``Preset.fabric_timing()``).
     topology : tuple
         ``("superpod", dies_per_npu, npus_per_board, boards)`` or ``("star", n)``.
     aivs_per_die : int
@@ -134,11 +119,11 @@ class System(wiring.Component):
         On a bad parameter or topology (named in the message).
     """
 
-    def __init__(self, *, preset, topology, aivs_per_die=1, imem_depth=64, ubuf_rows=2,
+    def __init__(self, *, timing, topology, aivs_per_die=1, imem_depth=64, ubuf_rows=2,
                  hbm_blocks=16, data_bytes=32, lanes=4, trace_depth=64, width=16,
                  max_outstanding=4, hbm_latency=2, rsp_depth=None, switch_depth=4,
                  die_module=None):
-        self._params = dict(preset=preset, topology=topology, aivs_per_die=aivs_per_die,
+        self._params = dict(timing=timing, topology=topology, aivs_per_die=aivs_per_die,
                             imem_depth=imem_depth, ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks,
                             data_bytes=data_bytes, lanes=lanes, trace_depth=trace_depth, width=width,
                             max_outstanding=max_outstanding, hbm_latency=hbm_latency,
@@ -147,19 +132,13 @@ class System(wiring.Component):
                                            and isinstance(die_module[0], str)):
             raise TypeError(f"die_module must be (verilog module name, has_reset), not {die_module!r}")
         self.die_module = die_module
-        kind, shape = check_topology(topology)
-        check_int("aivs_per_die", aivs_per_die, 1, 256)
+        kind, *shape = check_topology(topology)
+        check_int("aivs_per_die", aivs_per_die, 1, MAX_AIVS_PER_DIE)
         check_int("trace_depth", trace_depth, 1, 65535)
-        if kind == "superpod":
-            dpn, npb, nb = shape
-            ranks = dpn * npb * nb
-        else:
-            ranks = shape[0]
-        if ranks > 256:
-            raise ValueError(f"topology {tuple(topology)!r} has {ranks} ranks; at most 256 are addressable")
+        ranks = topology_ranks(topology)
         if ranks * aivs_per_die > 65535:
             raise ValueError(f"aivs_per_die={aivs_per_die} gives more than 65535 cores")
-        self.kind, self.shape = kind, shape
+        self.kind, self.shape = kind, tuple(shape)
         self.ranks, self.aivs_per_die = ranks, aivs_per_die
         self.n_cores = ranks * aivs_per_die
         self.trace_depth = trace_depth
@@ -180,31 +159,13 @@ class System(wiring.Component):
             sig = template.signature
             self.dies = [sig.create(path=(f"die{r}",)) for r in range(ranks)]
         self._die_params = die_params
-        # the topology builders validate the shape against the preset (parameter named)
         if kind == "superpod":
-            self.fabric = superpod(preset, dpn, npb, nb, payload=self.flit, switch_depth=switch_depth)
+            self.fabric = superpod(timing, *shape, payload=self.flit, switch_depth=switch_depth)
         else:
-            self.fabric = star(preset, ranks, payload=self.flit, switch_depth=switch_depth)
+            self.fabric = star(timing, ranks, payload=self.flit, switch_depth=switch_depth)
         n = self.n_cores
         super().__init__({
-            "host_we": In(1),
-            "host_target": In(HostTarget),
-            "host_rank": In(range(max(2, ranks))),
-            "host_core": In(range(max(2, aivs_per_die))),
-            "host_addr": In(32),
-            "host_wdata": In(32),
-            "host_re": In(1),
-            "host_rvalid": Out(1),
-            "host_rdata": Out(32),
-            "host_re_all": In(1),
-            "host_rdata_all": Out(32).array(ranks),
-            "start": In(1),
-            "max_cycles": In(32),
-            "cycle": Out(32),
-            "running": Out(1),
-            "done": Out(1),
-            "timeout": Out(1),
-            "stop": Out(1),
+            "host": In(HostSignature(ranks=ranks, cores=aivs_per_die, all_ranks=True, run=True)),
             "core_pc": Out(range(imem_depth)).array(n),
             "core_halted": Out(1).array(n),
             "core_fault": Out(1).array(n),
@@ -249,14 +210,7 @@ class System(wiring.Component):
         A = self.aivs_per_die
         halted_all, quiet_all = [], []
         traces = []
-        # Host port and run control are registered at the boundary: no logic inside
-        # depends combinationally on a top-level input. (A fast simulator evaluates
-        # all input-dependent logic on every input change; measured on Verilator,
-        # the dies' UB and fabric-ready logic fed by host_we/host_re dominated.)
-        h = {name: Signal.like(getattr(self, name), name=f"{name}_q")
-             for name in ("host_we", "host_target", "host_rank", "host_core", "host_addr",
-                          "host_wdata", "host_re", "host_re_all", "start", "max_cycles")}
-        m.d.sync += [q.eq(getattr(self, name)) for name, q in h.items()]
+        h = register_inputs(m, self.host)
         start = h["start"]
         for r, die in enumerate(self.dies):
             if self.die_module is None:
@@ -267,16 +221,16 @@ class System(wiring.Component):
                                                       rank_in=Const(r, len(die.rank_in)))
             wiring.connect(m, die.tx, fabric.tx[r])
             wiring.connect(m, fabric.rx[r], die.rx)
-            sel = h["host_rank"] == r
+            sel = h["rank"] == r
             m.d.comb += [
-                die.host_we.eq(h["host_we"] & sel),
-                die.host_target.eq(h["host_target"]),
-                die.host_core.eq(h["host_core"]),
-                die.host_addr.eq(h["host_addr"]),
-                die.host_wdata.eq(h["host_wdata"]),
-                die.host_re.eq((h["host_re"] & sel) | h["host_re_all"]),
-                self.host_rdata_all[r].eq(die.host_rdata),
-                die.start.eq(start),
+                die.host.we.eq(h["we"] & sel),
+                die.host.target.eq(h["target"]),
+                die.host.core.eq(h["core"]),
+                die.host.addr.eq(h["addr"]),
+                die.host.wdata.eq(h["wdata"]),
+                die.host.re.eq((h["re"] & sel) | h["re_all"]),
+                self.host.rdata_all[r].eq(die.host.rdata),
+                die.host.start.eq(start),
                 self.fabric_tx_blocks[r].eq(fabric.tx_blocks[r]),
                 self.fabric_rx_blocks[r].eq(fabric.rx_blocks[r]),
                 self.fabric_tx_stalls[r].eq(fabric.tx_stalls[r]),
@@ -294,27 +248,16 @@ class System(wiring.Component):
                 quiet_all.append(die.core_outstanding[c] == 0)
                 traces.append(die.trace[c])
         # host reads: exactly one die answers (the one addressed hbm_latency cycles ago)
-        rvalid = Cat(*(die.host_rvalid for die in self.dies))
-        m.d.comb += self.host_rvalid.eq(rvalid.any())
+        rvalid = Cat(*(die.host.rvalid for die in self.dies))
+        m.d.comb += self.host.rvalid.eq(rvalid.any())
         for die in self.dies:
-            with m.If(die.host_rvalid):
-                m.d.comb += self.host_rdata.eq(die.host_rdata)
+            with m.If(die.host.rvalid):
+                m.d.comb += self.host.rdata.eq(die.host.rdata)
 
         # --- run control: cycle counter, done, watchdog --------------------------------------
         all_done = Signal()
-        m.d.comb += [all_done.eq(Cat(*halted_all).all() & Cat(*quiet_all).all()),
-                     self.stop.eq(self.done | self.timeout)]
-        nxt = Signal(33)
-        m.d.comb += nxt.eq(self.cycle + 1)
-        with m.If(start):
-            m.d.sync += [self.cycle.eq(0), self.running.eq(1), self.done.eq(0), self.timeout.eq(0)]
-        with m.Elif(self.running):
-            with m.If(all_done):
-                m.d.sync += [self.running.eq(0), self.done.eq(1)]
-            with m.Else():
-                m.d.sync += self.cycle.eq(nxt)
-                with m.If(nxt >= h["max_cycles"]):
-                    m.d.sync += [self.running.eq(0), self.timeout.eq(1)]
+        m.d.comb += all_done.eq(Cat(*halted_all).all() & Cat(*quiet_all).all())
+        run_control(m, self.host, start=start, finished=all_done, max_cycles=h["max_cycles"])
 
         # --- MARK trace buffer ------------------------------------------------------------------
         depth = self.trace_depth
@@ -324,7 +267,7 @@ class System(wiring.Component):
         m.d.comb += [trd.addr.eq(self.trace_raddr), self.trace_rdata.eq(trd.data)]
         grant, any_, advance = round_robin(m, [t.valid for t in traces], "trace")
         entry = Signal(trace_entry_layout)
-        m.d.comb += [entry.core.eq(grant), entry.cycle.eq(self.cycle)]
+        m.d.comb += [entry.core.eq(grant), entry.cycle.eq(self.host.cycle)]
         for g, t in enumerate(traces):
             with m.If(grant == g):
                 m.d.comb += [entry.event.eq(t.payload.event), t.ready.eq(1)]

@@ -14,15 +14,19 @@ NPU, and a last port to the die's uplink to its tier-1 switch. It routes by
 destination, so intra-NPU traffic never touches the tier-1 switch, and it
 merges incoming direct and switch traffic round-robin. Rate limiters (links of
 latency 0) on the endpoint's two directions make the die's total bandwidth the
-preset's per direction, however its traffic is split.
+link rate per direction, however its traffic is split.
 
-Every link (direct, die ↔ tier-1, tier-1 ↔ tier-2) runs at the preset's
-bandwidth. The tier-2 layer is ``dies_per_board`` planes (as CM384's L2 switch
+Every link (direct, die ↔ tier-1, tier-1 ↔ tier-2) runs at the same rate (the
+timing's). The tier-2 layer is ``dies_per_board`` planes (as CM384's L2 switch
 planes): tier-1 uplink ``k`` of every board goes to plane ``k``, and cross-board
 flits take the plane of their destination's board-local die index, so distinct
 destinations never share an uplink and a permutation is non-blocking.
-Per-hop latencies come from :meth:`epfabric.sw.presets.Preset.hop_cycles`.
+Per-hop latencies and the link rate arrive as a :class:`FabricTiming` in
+cycles; a preset computes one (``Preset.fabric_timing``) so that a lone
+block's path sums to its class latency. Hardware never sees physical units.
 """
+
+from dataclasses import dataclass, field
 
 from amaranth.hdl import Module, Shape
 from amaranth.lib import stream, wiring
@@ -31,16 +35,68 @@ from amaranth.lib.wiring import In, Out
 from .instances import instance_of
 from .link import Link, check_payload, flit_layout
 from .switch import Switch
+from .validate import check_choice, check_int
 
-__all__ = ["Fabric", "superpod", "star", "superpod_distance"]
+__all__ = ["FabricTiming", "Fabric", "superpod", "star", "superpod_distance", "SUPERPOD_HOPS",
+           "STAR_HOPS", "TOPOLOGIES", "MAX_RANKS", "check_topology", "topology_ranks", "check_timing"]
+
+#: Topology kinds: ``("superpod", dies_per_npu, npus_per_board, boards)``, ``("star", n)``.
+TOPOLOGIES = ("superpod", "star")
+#: Largest rank count: a core address names its rank in 8 bits.
+MAX_RANKS = 256
+
+#: Link kinds of a superpod and of a star, keys of :attr:`FabricTiming.hops`.
+SUPERPOD_HOPS = ("direct", "up", "down", "t2_up", "t2_down")
+STAR_HOPS = ("up", "down")
 
 
-def _count(name, value, maximum=None):
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1 \
-            or (maximum is not None and value > maximum):
-        bound = f"an integer in 1..{maximum}" if maximum is not None else "a positive integer"
-        raise ValueError(f"{name} must be {bound}, not {value!r}")
-    return value
+@dataclass(frozen=True)
+class FabricTiming:
+    """What the fabric builders need to know of time: per-link latencies and the link rate.
+
+    Parameters
+    ----------
+    hops : dict
+        ``{link kind: latency in cycles}``: :data:`SUPERPOD_HOPS` for
+        :func:`superpod`, :data:`STAR_HOPS` for :func:`star` (extra keys are
+        ignored). A latency of 0 is a wire.
+    rate_num, rate_den : int
+        Link bandwidth in bytes per cycle, ``rate_num / rate_den``
+        (:class:`~epfabric.hw.link.Link`).
+    block_bytes : int
+        Bytes each flit is charged by the rate limiters (one DataBlock).
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a field of the wrong type or out of range (named in the message).
+    """
+    hops: dict = field(default_factory=dict)
+    rate_num: int = 1
+    rate_den: int = 1
+    block_bytes: int = 512
+
+    def __post_init__(self):
+        if not isinstance(self.hops, dict):
+            raise TypeError(f"hops must be a dict of link kind -> cycles, not {self.hops!r}")
+        for kind, cycles in self.hops.items():
+            check_int(f"hops[{kind!r}]", cycles, 0)
+        check_int("rate_num", self.rate_num, 1)
+        check_int("rate_den", self.rate_den, 1)
+        check_int("block_bytes", self.block_bytes, 1)
+
+    def need(self, kinds):
+        """``{kind: cycles}`` for ``kinds``; ``ValueError`` naming the first one missing."""
+        missing = [k for k in kinds if k not in self.hops]
+        if missing:
+            raise ValueError(f"timing.hops lacks {', '.join(missing)} (has "
+                             f"{', '.join(self.hops) or 'nothing'})")
+        return {k: self.hops[k] for k in kinds}
+
+    def link(self, payload, latency):
+        """A :class:`~epfabric.hw.link.Link` of this rate with ``latency`` cycles."""
+        return Link(payload=payload, latency=latency, rate_num=self.rate_num,
+                    rate_den=self.rate_den, block_bytes=self.block_bytes)
 
 
 class Fabric(wiring.Component):
@@ -177,16 +233,60 @@ class Fabric(wiring.Component):
         return self.switches[kind].i_stream[idx]
 
 
+def check_timing(timing):
+    """Raise ``TypeError`` unless ``timing`` is a :class:`FabricTiming`."""
+    if not isinstance(timing, FabricTiming):
+        raise TypeError(f"timing must be a FabricTiming (e.g. Preset.fabric_timing()), not {timing!r}")
+    return timing
+
+
 def _payload(payload, addresses, data_bytes):
     if payload is None:
-        if not isinstance(data_bytes, int) or isinstance(data_bytes, bool) or data_bytes < 1:
-            raise ValueError(f"data_bytes must be a positive integer, not {data_bytes!r}")
+        if data_bytes is None:
+            raise ValueError("give payload (a flit layout) or data_bytes, not neither")
+        check_int("data_bytes", data_bytes, 1)
         return flit_layout(ranks=addresses, data_bits=8 * data_bytes)
     payload = check_payload(payload)
     if addresses > 2 ** Shape.cast(payload['dst'].shape).width:
         raise ValueError(f"payload's dst field ({Shape.cast(payload['dst'].shape).width} bits) cannot "
                          f"address {addresses} destinations")
     return payload
+
+
+def check_topology(topology):
+    """Validate a topology; return it as a tuple.
+
+    ``("superpod", dies_per_npu, npus_per_board, boards)`` (at least 2 dies)
+    or ``("star", n)`` (``n >= 2``), with at most :data:`MAX_RANKS` ranks.
+    The one check of a topology's shape: the machine configuration, the
+    system top and the CLI all call it.
+    """
+    if not isinstance(topology, (tuple, list)) or not topology:
+        raise TypeError(f"topology must be a tuple ('superpod', dies_per_npu, npus_per_board, "
+                        f"boards) or ('star', n), not {topology!r}")
+    kind, *shape = topology
+    check_choice("topology kind", kind, TOPOLOGIES)
+    names = ("dies_per_npu", "npus_per_board", "boards") if kind == "superpod" else ("n",)
+    if len(shape) != len(names):
+        raise ValueError(f"topology {kind!r} takes {len(names)} size(s) ({', '.join(names)}), "
+                         f"not {tuple(topology)!r}")
+    for name, value in zip(names, shape):
+        check_int(name, value, 2 if kind == "star" else 1)
+    ranks = topology_ranks(topology)
+    if kind == "superpod" and ranks < 2:
+        raise ValueError(f"a superpod needs at least 2 dies, not {tuple(topology)!r}")
+    if ranks > MAX_RANKS:
+        raise ValueError(f"topology {tuple(topology)!r} has {ranks} ranks; at most {MAX_RANKS} "
+                         f"are addressable")
+    return (kind, *shape)
+
+
+def topology_ranks(topology):
+    """Number of ranks (dies) of a topology tuple."""
+    ranks = 1
+    for size in topology[1:]:
+        ranks *= size
+    return ranks
 
 
 def superpod_distance(dies_per_npu, npus_per_board):
@@ -200,7 +300,7 @@ def superpod_distance(dies_per_npu, npus_per_board):
     return distance
 
 
-def superpod(preset, dies_per_npu=None, npus_per_board=None, boards=None, *, payload=None,
+def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
              data_bytes=None, switch_depth=4, counter_width=32):
     """A two-tier superpod fabric (UBEP §2.3 Insight 3, Table 2).
 
@@ -209,17 +309,16 @@ def superpod(preset, dies_per_npu=None, npus_per_board=None, boards=None, *, pay
 
     Parameters
     ----------
-    preset : epfabric.sw.presets.Preset
-        Bandwidth and latencies (via ``preset.rate()`` and
-        ``preset.hop_cycles("superpod")``); shape maxima.
+    timing : FabricTiming
+        Link rate and the latencies of :data:`SUPERPOD_HOPS`.
     dies_per_npu, npus_per_board, boards : int
-        Shape, each at most the preset's; ``None``: the preset's.
+        Shape (positive; at least 2 dies in all).
     payload : data.Layout or None
         Flit layout with a ``dst`` field; ``None``: ``flit_layout`` with
         ``data_bytes`` of data.
     data_bytes : int or None
-        Simulated bytes per block (``None``: ``preset.data_bytes``); cycle
-        counts do not depend on it.
+        Simulated bytes per block when ``payload`` is ``None``; cycle counts
+        do not depend on it.
     switch_depth : int
         Input FIFO depth of every switch.
 
@@ -232,23 +331,20 @@ def superpod(preset, dies_per_npu=None, npus_per_board=None, boards=None, *, pay
     ValueError
         On an invalid shape (the parameter is named).
     """
-    dpn = _count("dies_per_npu", preset.dies_per_npu if dies_per_npu is None else dies_per_npu,
-                 preset.dies_per_npu)
-    npb = _count("npus_per_board", preset.npus_per_board if npus_per_board is None else npus_per_board,
-                 preset.npus_per_board)
-    nb = _count("boards", preset.boards if boards is None else boards, preset.boards)
+    check_timing(timing)
+    dpn = check_int("dies_per_npu", dies_per_npu, 1)
+    npb = check_int("npus_per_board", npus_per_board, 1)
+    nb = check_int("boards", boards, 1)
     dpb = dpn * npb
     ranks = dpb * nb
     if ranks < 2:
         raise ValueError(f"a superpod needs at least 2 dies, not dies_per_npu={dpn}, "
                          f"npus_per_board={npb}, boards={nb}")
-    hops = preset.hop_cycles("superpod")
-    num, den = preset.rate()
-    block = preset.block_bytes
-    payload = _payload(payload, ranks, preset.data_bytes if data_bytes is None else data_bytes)
+    hops = timing.need(SUPERPOD_HOPS)
+    payload = _payload(payload, ranks, data_bytes)
 
     def link(latency):
-        return Link(payload=payload, latency=latency, rate_num=num, rate_den=den, block_bytes=block)
+        return timing.link(payload, latency)
 
     def npu_of(r):
         return r // dpn
@@ -302,17 +398,18 @@ def superpod(preset, dies_per_npu=None, npus_per_board=None, boards=None, *, pay
     return fabric
 
 
-def star(preset, n, *, attach=0, payload=None, data_bytes=None, switch_depth=4, counter_width=32):
+def star(timing, n, *, attach=0, payload=None, data_bytes=None, switch_depth=4, counter_width=32):
     """``n`` ranks on one switch, each by a full-duplex link (INC-MoE §3; UBEP one-hop class).
 
-    A lone block takes ``preset.latency_one_hop_ns`` rank to rank. ``attach``
+    A lone block takes ``up + switch + down`` cycles rank to rank. ``attach``
     extra switch ports, without links, are exposed as ``attach_tx[j]`` /
     ``attach_rx[j]`` for an engine inside the switch (the INC engine); flits
     with ``dst = n + j`` are routed to ``attach_rx[j]``.
 
     Parameters
     ----------
-    preset : epfabric.sw.presets.Preset
+    timing : FabricTiming
+        Link rate and the latencies of :data:`STAR_HOPS`.
     n : int
         Ranks (>= 2).
     attach : int
@@ -329,22 +426,18 @@ def star(preset, n, *, attach=0, payload=None, data_bytes=None, switch_depth=4, 
     ValueError
         On an invalid parameter (named in the message).
     """
-    if not isinstance(n, int) or isinstance(n, bool) or n < 2:
-        raise ValueError(f"n must be an integer >= 2, not {n!r}")
-    if not isinstance(attach, int) or isinstance(attach, bool) or attach < 0:
-        raise ValueError(f"attach must be an integer >= 0, not {attach!r}")
-    hops = preset.hop_cycles("star")
-    num, den = preset.rate()
-    payload = _payload(payload, n + attach, preset.data_bytes if data_bytes is None else data_bytes)
+    check_timing(timing)
+    check_int("n", n, 2)
+    check_int("attach", attach, 0)
+    hops = timing.need(STAR_HOPS)
+    payload = _payload(payload, n + attach, data_bytes)
     ports = n + attach
     sw = Switch(ports=ports, routes=list(range(ports)), payload=payload, depth=switch_depth,
                 counter_width=counter_width)
     links = []
     for r in range(n):
-        links.append((Link(payload=payload, latency=hops["up"], rate_num=num, rate_den=den,
-                           block_bytes=preset.block_bytes), ("tx", r), ("switch", r)))
-        links.append((Link(payload=payload, latency=hops["down"], rate_num=num, rate_den=den,
-                           block_bytes=preset.block_bytes), ("switch", r), ("rx", r)))
+        links.append((timing.link(payload, hops["up"]), ("tx", r), ("switch", r)))
+        links.append((timing.link(payload, hops["down"]), ("switch", r), ("rx", r)))
     wires = []
     for j in range(attach):
         wires.append((("attach_tx", j), ("switch", n + j)))

@@ -11,6 +11,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .topology import superpod
+from .validate import check_int
 
 __all__ = ["TrafficFabric", "xorshift32", "traffic_seed"]
 
@@ -41,12 +42,6 @@ def _xorshift32(x):
     return x ^ (x << 5)[:STATE_BITS]
 
 
-def _check_int(name, value, minimum):
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, not {value!r}")
-    return value
-
-
 class TrafficFabric(wiring.Component):
     """A superpod fabric with a uniform-traffic source and a counting sink on every rank.
 
@@ -69,10 +64,10 @@ class TrafficFabric(wiring.Component):
 
     Parameters
     ----------
-    preset : epfabric.sw.presets.Preset
-        Latencies, bandwidth and shape maxima (as :func:`~epfabric.hw.topology.superpod`).
+    timing : epfabric.hw.topology.FabricTiming
+        Link latencies and rate (as :func:`~epfabric.hw.topology.superpod`).
     dies_per_npu, npus_per_board, boards : int
-        Superpod shape (each at most the preset's).
+        Superpod shape.
     data_bytes : int
         Simulated bytes per block; cycle counts do not depend on it.
     switch_depth : int
@@ -102,31 +97,19 @@ class TrafficFabric(wiring.Component):
 
     Raises
     ------
-    ValueError
+    ValueError, TypeError
         On an invalid parameter (named in the message), including invalid shapes.
-    TypeError
-        If ``preset`` is not a superpod :class:`~epfabric.sw.presets.Preset`.
     """
 
-    def __init__(self, preset, dies_per_npu, npus_per_board, boards, *, data_bytes=2,
+    def __init__(self, timing, dies_per_npu, npus_per_board, boards, *, data_bytes=2,
                  switch_depth=4, counter_width=32):
-        from ..sw.presets import Preset
-        if not isinstance(preset, Preset):
-            raise TypeError(f"preset must be a Preset (see epfabric.sw.presets.get_preset), "
-                            f"not {preset!r}")
-        if preset.topology != "superpod":
-            raise ValueError(f"preset {preset.name!r} is a {preset.topology!r} preset; "
-                             f"TrafficFabric needs a superpod preset")
-        _check_int("data_bytes", data_bytes, 1)
-        _check_int("switch_depth", switch_depth, 2)
-        if not isinstance(counter_width, int) or isinstance(counter_width, bool) \
-                or not 16 <= counter_width <= 64:
-            raise ValueError(f"counter_width must be an integer in 16..64, not {counter_width!r}")
-        self.fabric = superpod(preset, dies_per_npu, npus_per_board, boards,
+        check_int("data_bytes", data_bytes, 1)
+        check_int("switch_depth", switch_depth, 2)
+        check_int("counter_width", counter_width, 16, 64)
+        self.fabric = superpod(timing, dies_per_npu, npus_per_board, boards,
                                data_bytes=data_bytes, switch_depth=switch_depth,
                                counter_width=counter_width)
         self.fabric._MustUse__silence = True
-        self.preset = preset
         self.ranks = self.fabric.ranks
         self.shape = dict(self.fabric.shape)
         super().__init__({

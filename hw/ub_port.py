@@ -58,6 +58,7 @@ from amaranth.lib.wiring import In, Out
 
 from .hbm import (BLOCK_BYTES, WORD_BYTES, HBMSlice, ReadPortSignature, WritePortSignature,
                   addr_shape, check_blocks, check_data_bytes, word_shape)
+from .validate import check_bool, check_int, check_multiple
 
 __all__ = ["UBOp", "request_layout", "response_layout", "UBPort", "UBMemory"]
 
@@ -93,11 +94,10 @@ def response_layout(*, blocks):
 def _check_port_params(blocks, data_bytes, non_atomic, beat_bytes):
     check_blocks(blocks)
     check_data_bytes(data_bytes)
-    if not isinstance(non_atomic, bool):
-        raise TypeError(f"non_atomic must be a bool, not {non_atomic!r}")
-    if (not isinstance(beat_bytes, int) or isinstance(beat_bytes, bool) or beat_bytes < WORD_BYTES
-            or beat_bytes % WORD_BYTES or BLOCK_BYTES % beat_bytes):
-        raise ValueError(f"beat_bytes must be a multiple of 4 that divides 512, not {beat_bytes!r}")
+    check_bool("non_atomic", non_atomic)
+    check_multiple("beat_bytes", beat_bytes, WORD_BYTES, WORD_BYTES, BLOCK_BYTES)
+    if BLOCK_BYTES % beat_bytes:
+        raise ValueError(f"beat_bytes must divide {BLOCK_BYTES}, not {beat_bytes!r}")
 
 
 class UBPort(wiring.Component):
@@ -272,8 +272,7 @@ class UBMemory(wiring.Component):
     def __init__(self, *, blocks=16, data_bytes=64, non_atomic=False, beat_bytes=64, latency=2,
                  read_ports=1, init=None):
         _check_port_params(blocks, data_bytes, non_atomic, beat_bytes)
-        if not isinstance(read_ports, int) or isinstance(read_ports, bool) or read_ports < 1:
-            raise ValueError(f"read_ports must be a positive integer, not {read_ports!r}")
+        check_int("read_ports", read_ports, 1)
         self.port = UBPort(blocks=blocks, data_bytes=data_bytes, non_atomic=non_atomic,
                            beat_bytes=beat_bytes)
         self.hbm = HBMSlice(blocks=blocks, data_bytes=data_bytes, latency=latency,

@@ -12,6 +12,8 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
+from .validate import check_int
+
 __all__ = ["VecOp", "Cond", "VectorUnit", "request_layout", "response_layout"]
 
 
@@ -40,14 +42,6 @@ class Cond(enum.Enum, shape=3):
     LE = 3
     GT = 4
     GE = 5
-
-
-def _check_int(name, value, lo, hi=None):
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, not {value!r}")
-    if value < lo or (hi is not None and value > hi):
-        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{name} must be {rng}, not {value!r}")
 
 
 def request_layout(*, lanes, width, max_len):
@@ -123,9 +117,9 @@ class VectorUnit(wiring.Component):
     LATENCY = 1
 
     def __init__(self, *, lanes=8, width=16, max_len=256):
-        _check_int("lanes", lanes, 1, 256)
-        _check_int("width", width, 1, 64)
-        _check_int("max_len", max_len, 1, 1 << 20)
+        check_int("lanes", lanes, 1, 256)
+        check_int("width", width, 1, 64)
+        check_int("max_len", max_len, 1, 1 << 20)
         self.lanes, self.width, self.max_len = lanes, width, max_len
         kw = dict(lanes=lanes, width=width, max_len=max_len)
         super().__init__({

@@ -3,7 +3,8 @@
 A :class:`Preset` describes a machine in physical units (ns, GB/s, bytes),
 selectable by name with :func:`get_preset`. Everything that needs cycles —
 link latencies, the rate limiter's bytes-per-cycle fraction — asks the preset
-(:meth:`Preset.cycles`, :meth:`Preset.rate`, :meth:`Preset.hop_cycles`), so no
+(:meth:`Preset.cycles`, :meth:`Preset.rate`, :meth:`Preset.hop_cycles`,
+:meth:`Preset.fabric_timing`), so no
 other module converts units.
 
 Latency assumption (DESIGN.md): a class latency of UBEP Table 2 is the one-way
@@ -12,16 +13,16 @@ per-hop latencies are derived such that a lone block crossing the fabric takes
 exactly the class latency; a remote load costs the round trip.
 """
 
-import math
 from dataclasses import dataclass, field, fields, replace
 from fractions import Fraction
 
 from ..hw.link import LINK_MIN_LATENCY
 from ..hw.switch import SWITCH_LATENCY
+from ..hw.topology import TOPOLOGIES, FabricTiming
+from ..hw.validate import check_bool, check_choice, check_int, check_number, check_pow2
 
 __all__ = ["Preset", "PRESETS", "get_preset", "preset_names", "TOPOLOGIES", "CLASSES"]
 
-TOPOLOGIES = ("superpod", "star")
 #: Distance classes (UBEP Table 2).
 CLASSES = ("intra", "one_hop", "two_hop")
 
@@ -71,27 +72,21 @@ class Preset:
     description: str = field(default="", metadata=_help("what the preset models"))
 
     def __post_init__(self):
-        def integer(name, minimum=1):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-                raise ValueError(f"{name} must be an integer >= {minimum}, not {v!r}")
-
         def number(name, allow_none=False):
             v = getattr(self, name)
             if v is None and allow_none:
                 return
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"{name} must be a positive number, not {v!r}")
+            check_number(name, v)
 
-        if not isinstance(self.name, str) or not self.name:
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a string, not {self.name!r}")
+        if not self.name:
             raise ValueError(f"name must be a non-empty string, not {self.name!r}")
-        if self.topology not in TOPOLOGIES:
-            raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}, not {self.topology!r}")
+        check_choice("topology", self.topology, TOPOLOGIES)
         for name in ("dies_per_npu", "npus_per_board", "boards", "ranks", "aivs_per_die",
-                     "block_bytes", "data_bytes", "flag_bytes"):
-            integer(name)
-        if self.block_bytes & (self.block_bytes - 1):
-            raise ValueError(f"block_bytes must be a power of two, not {self.block_bytes!r}")
+                     "data_bytes", "flag_bytes"):
+            check_int(name, getattr(self, name), 1)
+        check_pow2("block_bytes", self.block_bytes)
         if not self.flag_bytes <= self.block_bytes:
             raise ValueError(f"flag_bytes must be <= block_bytes ({self.block_bytes}), "
                              f"not {self.flag_bytes!r}")
@@ -109,8 +104,7 @@ class Preset:
                 f"latencies must grow with distance (intra < one_hop < two_hop), not "
                 f"latency_intra_ns={self.latency_intra_ns!r}, latency_one_hop_ns="
                 f"{self.latency_one_hop_ns!r}, latency_two_hop_ns={self.latency_two_hop_ns!r}")
-        if not isinstance(self.full_duplex, bool):
-            raise TypeError(f"full_duplex must be a bool, not {self.full_duplex!r}")
+        check_bool("full_duplex", self.full_duplex)
         if not self.full_duplex:
             raise ValueError("full_duplex=False is not modelled: every link direction is independent")
         self.hop_cycles()  # latencies the fabric cannot reach fail here, not in a simulation
@@ -209,6 +203,18 @@ class Preset:
         up, down = split(edge)
         t2_up, t2_down = split(core)
         return {"direct": direct, "up": up, "down": down, "t2_up": t2_up, "t2_down": t2_down}
+
+    def fabric_timing(self, topology=None):
+        """The :class:`~epfabric.hw.topology.FabricTiming` the fabric builders take (cycles only)."""
+        num, den = self.rate()
+        return FabricTiming(hops=self.hop_cycles(topology), rate_num=num, rate_den=den,
+                            block_bytes=self.block_bytes)
+
+    def check_shape(self, dies_per_npu, npus_per_board, boards):
+        """Raise ``ValueError`` unless the superpod shape fits this preset's maxima."""
+        for name, value in (("dies_per_npu", dies_per_npu), ("npus_per_board", npus_per_board),
+                            ("boards", boards)):
+            check_int(name, value, 1, getattr(self, name))
 
     def describe(self):
         """``{field: value}`` for reports."""

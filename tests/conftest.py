@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from epfabric.sim.tools import SIMULATORS, missing_reason
+from epfabric.sim.backends import SIMULATORS, missing_reason
 
 
 def pytest_addoption(parser):

@@ -1,8 +1,9 @@
 """Shared test helpers (one place; see STYLE.md 6)."""
 
-from epfabric.sim.harness import ComponentSpec, run
+from epfabric.sim.backends import ComponentSpec, run
 
-__all__ = ["run_on_all", "ComponentSpec", "run", "VECTOR_SPEC", "MACHINE", "machine"]
+__all__ = ["run_on_all", "ComponentSpec", "run", "VECTOR_SPEC", "MACHINE", "machine",
+           "system_spec", "TINY_TIMING", "tiny_timing"]
 
 # One vector-unit configuration shared by the tests that need "a component":
 # every distinct design costs a Verilator build (~15 s on 2 cores).
@@ -21,7 +22,24 @@ MACHINE = dict(topology=("superpod", 2, 1, 1), aivs_per_die=2, hbm_blocks=16, im
 
 
 def machine(simulator="pysim", **overrides):
-    """A :class:`~epfabric.sw.driver.Machine` of the shared test configuration."""
-    from epfabric.sim.machine import backend
-    from epfabric.sw.driver import Machine
+    """A :class:`~epfabric.sw.machine.Machine` of the shared test configuration."""
+    from epfabric.sim.backends.machine import backend
+    from epfabric.sw.machine import Machine
     return Machine("tiny", backend=backend(simulator), **{**MACHINE, **overrides})
+
+
+def system_spec(topology, aivs=1, **fields):
+    """ComponentSpec of the AIV system top (:func:`epfabric.sw.tops.aiv_system`) on the tiny preset."""
+    params = {"preset": "tiny", "topology": list(topology), "aivs_per_die": aivs, "imem_depth": 32,
+              "ubuf_rows": 2, "hbm_blocks": 8, "data_bytes": 32, "lanes": 4, "trace_depth": 16,
+              **fields}
+    return ComponentSpec("epfabric.sw.tops:aiv_system", params)
+
+
+def tiny_timing(topology="superpod"):
+    """The tiny preset's :class:`~epfabric.hw.topology.FabricTiming`."""
+    from epfabric.sw.presets import get_preset
+    return get_preset("tiny").fabric_timing(topology)
+
+
+TINY_TIMING = None   # use tiny_timing(): presets are built lazily

@@ -20,9 +20,10 @@ import numpy as np
 
 from ..assembler import Program
 from ..isa import address
+from . import Kernel, pow2_at_least, register
 
-__all__ = ["FLAG", "RECV", "layout", "program", "load", "check", "blocks_needed", "marks_needed",
-           "machine_sizes"]
+__all__ = ["FLAG", "RECV", "layout", "program", "tokens", "blocks_needed", "marks_needed",
+           "machine_sizes", "AllToAll", "KERNEL"]
 
 FLAG = 0x7F000000
 RECV = 1
@@ -44,10 +45,6 @@ def marks_needed(config):
     return 2 * config.cores
 
 
-def _pow2(n):
-    return 1 << (max(1, n) - 1).bit_length()
-
-
 def machine_sizes(config):
     """``hbm_blocks``, ``trace_depth`` and ``imem_depth`` (powers of two) a run of ``config`` needs.
 
@@ -55,9 +52,9 @@ def machine_sizes(config):
     """
     longest = max(len(program(config, r, c).assemble())
                   for r in range(config.ranks) for c in range(config.aivs_per_die))
-    return {"hbm_blocks": _pow2(blocks_needed(config)),
-            "trace_depth": max(64, _pow2(marks_needed(config))),
-            "imem_depth": _pow2(longest)}
+    return {"hbm_blocks": pow2_at_least(blocks_needed(config)),
+            "trace_depth": max(64, pow2_at_least(marks_needed(config))),
+            "imem_depth": pow2_at_least(longest)}
 
 
 def program(config, rank, core):
@@ -92,45 +89,64 @@ def tokens(config, seed=0):
                                          config.words_per_block), dtype=np.uint64)
 
 
-def load(machine, seed=0):
-    cfg = machine.config
-    if cfg.hbm_blocks < blocks_needed(cfg):
-        raise ValueError(f"alltoall needs hbm_blocks >= {blocks_needed(cfg)}, not {cfg.hbm_blocks}")
-    if cfg.trace_depth < marks_needed(cfg):
-        # the checker counts DONE marks: a full trace buffer drops them
-        raise ValueError(f"alltoall needs trace_depth >= {marks_needed(cfg)} (2 MARKs per core), "
-                         f"not {cfg.trace_depth}")
-    tok = tokens(cfg, seed)
-    _, send = layout(cfg)
-    for r in range(cfg.ranks):
-        for c in range(cfg.aivs_per_die):
-            machine.load_program(r, c, program(cfg, r, c))
-            for d in range(cfg.ranks):
-                machine.write_mem(r, address(0, send + c * cfg.ranks + d), tok[r, c, d].tolist())
-    return tok
+class AllToAll(Kernel):
+    """Every AIV sends one Token-Flag-Fusion block to every rank (module docstring)."""
 
+    name = "alltoall"
+    description = "every AIV sends one Token-Flag-Fusion block to every rank, checked against numpy"
+    params = {"seed": 0}
 
-def check(machine, report, tok):
-    """Every block delivered exactly once, to the right place, with its flag."""
-    cfg = machine.config
-    recv, _ = layout(cfg)
-    expected = tok.copy()
-    problems = []
-    wpb = cfg.words_per_block
-    for d in range(cfg.ranks):
-        got = np.array(machine.read_mem(d, address(0, recv), cfg.ranks * cfg.aivs_per_die * 128)
-                       ).reshape(-1, 128)[:, :wpb]
+    def sizes(self, config):
+        return machine_sizes(config)
+
+    def load(self, machine, params):
+        """Programs on every core, random tokens in every send slot; returns the tokens."""
+        cfg = machine.config
+        if cfg.hbm_blocks < blocks_needed(cfg):
+            raise ValueError(f"alltoall needs hbm_blocks >= {blocks_needed(cfg)}, not {cfg.hbm_blocks}")
+        if cfg.trace_depth < marks_needed(cfg):
+            # the checker counts DONE marks: a full trace buffer drops them
+            raise ValueError(f"alltoall needs trace_depth >= {marks_needed(cfg)} (2 MARKs per core), "
+                             f"not {cfg.trace_depth}")
+        tok = tokens(cfg, params["seed"])
+        _, send = layout(cfg)
         for r in range(cfg.ranks):
             for c in range(cfg.aivs_per_die):
-                s = r * cfg.aivs_per_die + c
-                want = expected[r, c, d].copy()
-                want[0] = FLAG | s
-                if not np.array_equal(got[s], want):
-                    problems.append(f"rank {d} block from (rank {r}, core {c}) differs")
-    done = report.marks(event=DONE_MARK)
-    if report.trace_dropped:
-        problems.append(f"the MARK trace dropped {report.trace_dropped} events (trace_depth too small)")
-    if len(done) != cfg.cores:
-        problems.append(f"{len(done)} of {cfg.cores} cores finished")
-    return {"correct": not problems, "problems": problems,
-            "blocks": cfg.ranks * cfg.cores, "cycles": report.cycles}
+                machine.load_program(r, c, program(cfg, r, c))
+                for d in range(cfg.ranks):
+                    machine.write_mem(r, address(0, send + c * cfg.ranks + d), tok[r, c, d].tolist())
+        return tok
+
+    def check(self, machine, report, inputs):
+        """Every block delivered exactly once, to the right place, with its flag."""
+        cfg = machine.config
+        recv, _ = layout(cfg)
+        expected = inputs.copy()
+        problems = []
+        wpb = cfg.words_per_block
+        for d in range(cfg.ranks):
+            got = np.array(machine.read_mem(d, address(0, recv), cfg.ranks * cfg.aivs_per_die * 128)
+                           ).reshape(-1, 128)[:, :wpb]
+            for r in range(cfg.ranks):
+                for c in range(cfg.aivs_per_die):
+                    s = r * cfg.aivs_per_die + c
+                    want = expected[r, c, d].copy()
+                    want[0] = FLAG | s
+                    if not np.array_equal(got[s], want):
+                        problems.append(f"rank {d} block from (rank {r}, core {c}) differs")
+        done = report.marks(event=DONE_MARK)
+        if report.trace_dropped:
+            problems.append(f"the MARK trace dropped {report.trace_dropped} events (trace_depth too small)")
+        if len(done) != cfg.cores:
+            problems.append(f"{len(done)} of {cfg.cores} cores finished")
+        return {"correct": not problems, "problems": problems,
+                "blocks": cfg.ranks * cfg.cores, "dies": cfg.ranks,
+                "aivs_per_die": cfg.aivs_per_die}
+
+    def summary(self, result):
+        return [f"alltoall on {result['preset']} [{result['backend']}]: {run['dies']} dies x "
+                f"{run['aivs_per_die']} AIVs, {run['blocks']} TFF blocks, {run['cycles']} cycles "
+                f"({run['ns']:.0f} ns)" for run in result["runs"]]
+
+
+KERNEL = register(AllToAll())

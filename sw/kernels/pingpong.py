@@ -14,8 +14,9 @@ overhead (store issue, UB commit, poll detection) on both ends.
 
 from ..assembler import Program
 from ..isa import address
+from . import Kernel, register
 
-__all__ = ["START", "END", "peers", "programs", "load", "check", "ROUNDS"]
+__all__ = ["START", "END", "peers", "programs", "ROUNDS", "PingPong", "KERNEL"]
 
 START, END = 1000, 2000
 ROUNDS = 3
@@ -77,30 +78,73 @@ def programs(config):
     return {(0, 0): ping, **pongs}
 
 
-def load(machine):
-    for (rank, core), prog in programs(machine.config).items():
-        machine.load_program(rank, core, prog)
+class PingPong(Kernel):
+    """One-way latency per distance class, and the cores' own overhead (module docstring)."""
+
+    name = "pingpong"
+    description = "one-way latency per distance class (and the cores' own overhead) by AIV programs"
+    default_preset = "cm384"
+
+    def default_topology(self, preset):
+        """The smallest superpod with all three distance classes the preset allows."""
+        if preset.topology != "superpod":
+            return ("star", 2)
+        return ("superpod", min(2, preset.dies_per_npu), min(2, preset.npus_per_board),
+                min(2, preset.boards))
+
+    def sizes(self, config):
+        return {"hbm_blocks": 8, "imem_depth": 128}
+
+    def load(self, machine, params):
+        for (rank, core), prog in programs(machine.config).items():
+            machine.load_program(rank, core, prog)
+
+    def check(self, machine, report, inputs):
+        """Per-class one-way latency (ns, mean over the rounds) next to the fabric's, and a verdict.
+
+        ``latency_ns`` excludes ``local``, which is ``core_overhead_ns``: the
+        expected one-way latency of a class is the fabric's plus that overhead.
+        """
+        problems = []
+        latency = {}
+        cycle_ns = machine.preset.cycle_ns
+        for k, cls in enumerate(peers(machine.config)):
+            rtts = []
+            for i in range(ROUNDS):
+                seq = _seq(k, i)
+                s, e = report.marks(event=START + seq), report.marks(event=END + seq)
+                if len(s) != 1 or len(e) != 1:
+                    problems.append(f"{cls} round {i}: marks missing")
+                    continue
+                rtts.append(e[0]["cycle"] - s[0]["cycle"])
+            if rtts:
+                latency[cls] = sum(rtts) / len(rtts) / 2 * cycle_ns
+            prank, _ = peers(machine.config)[cls]
+            last = _seq(k, ROUNDS - 1)
+            if machine.read_mem(prank, address(0, PING + k))[0] != last:
+                problems.append(f"{cls}: peer's ping block does not hold sequence {last}")
+            if machine.read_mem(0, address(0, PONG + k))[0] != last:
+                problems.append(f"{cls}: rank 0's pong block does not hold sequence {last}")
+        overhead = latency.pop("local", None)
+        fabric = {c: machine.preset.latency_ns()[c] for c in latency}
+        expected = {c: fabric[c] + overhead for c in latency} if overhead is not None else {}
+        return {"correct": not problems, "problems": problems, "latency_ns": latency,
+                "core_overhead_ns": overhead, "fabric_latency_ns": fabric,
+                "expected_latency_ns": expected,
+                "error_pct": {c: 100.0 * (latency[c] - expected[c]) / expected[c]
+                              for c in expected}}
+
+    def summary(self, result):
+        lines = []
+        for run in result["runs"]:
+            lines.append(f"pingpong on {result['preset']} [{result['backend']}]: "
+                         f"core overhead {run['core_overhead_ns']:.1f} ns one-way")
+            lines.append(f"{'class':>8} {'one-way ns':>11} {'fabric ns':>10} {'fabric+overhead':>16} "
+                         f"{'error':>7}")
+            for c in run["latency_ns"]:
+                lines.append(f"{c:>8} {run['latency_ns'][c]:>11.1f} {run['fabric_latency_ns'][c]:>10.1f} "
+                             f"{run['expected_latency_ns'][c]:>16.1f} {run['error_pct'][c]:>+6.2f}%")
+        return lines
 
 
-def check(machine, report, cycle_ns):
-    """Per-class one-way latency (ns, mean over the rounds) and a correctness verdict."""
-    problems = []
-    latency = {}
-    for k, cls in enumerate(peers(machine.config)):
-        rtts = []
-        for i in range(ROUNDS):
-            seq = _seq(k, i)
-            s, e = report.marks(event=START + seq), report.marks(event=END + seq)
-            if len(s) != 1 or len(e) != 1:
-                problems.append(f"{cls} round {i}: marks missing")
-                continue
-            rtts.append(e[0]["cycle"] - s[0]["cycle"])
-        if rtts:
-            latency[cls] = sum(rtts) / len(rtts) / 2 * cycle_ns
-        prank, _ = peers(machine.config)[cls]
-        last = _seq(k, ROUNDS - 1)
-        if machine.read_mem(prank, address(0, PING + k))[0] != last:
-            problems.append(f"{cls}: peer's ping block does not hold sequence {last}")
-        if machine.read_mem(0, address(0, PONG + k))[0] != last:
-            problems.append(f"{cls}: rank 0's pong block does not hold sequence {last}")
-    return {"correct": not problems, "latency_ns": latency, "problems": problems}
+KERNEL = register(PingPong())

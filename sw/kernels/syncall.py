@@ -18,8 +18,9 @@ barrier ``e``.
 
 from ..assembler import Program
 from ..isa import address
+from . import Kernel, register
 
-__all__ = ["ENTER", "LEAVE", "program", "load", "check"]
+__all__ = ["ENTER", "LEAVE", "program", "SyncAll", "KERNEL"]
 
 ENTER, LEAVE = 100, 200
 LOCAL, GLOBAL, RELEASE = 0, 1, 2   # words of block 0
@@ -53,42 +54,80 @@ def program(config, rank, core, epochs=2):
     return p
 
 
-def load(machine, epochs=2):
-    """Load the barrier on every core of ``machine`` (counters start at 0)."""
-    for rank in range(machine.ranks):
-        machine.write_mem(rank, address(0, 0, 0), [0, 0, 0])
-        for core in range(machine.config.aivs_per_die):
-            machine.load_program(rank, core, program(machine.config, rank, core, epochs))
+class SyncAll(Kernel):
+    """A two-level barrier over every AIV (module docstring); sweeps 1, 2, 4 AIVs per die."""
+
+    name = "syncall"
+    description = "two-level software barrier (fetch-add + poll) over every AIV; cost per barrier"
+    params = {"epochs": 2}
+    default_aivs = (1, 2, 4)
+
+    def default_topology(self, preset):
+        if preset.topology != "superpod":
+            return ("star", 2)
+        return ("superpod", min(2, preset.dies_per_npu), min(2, preset.npus_per_board), 1)
+
+    def sizes(self, config):
+        return {"hbm_blocks": 4}
+
+    def load(self, machine, params):
+        """Load the barrier on every core of ``machine`` (counters start at 0); returns ``epochs``."""
+        epochs = params["epochs"]
+        for rank in range(machine.ranks):
+            machine.write_mem(rank, address(0, 0, 0), [0, 0, 0])
+            for core in range(machine.config.aivs_per_die):
+                machine.load_program(rank, core, program(machine.config, rank, core, epochs))
+        return epochs
+
+    def check(self, machine, report, inputs):
+        """Verify the run; ``barrier_cycles[e-1]`` is the cost of barrier ``e``.
+
+        The cost runs from the last core's arrival (its ENTER mark) to the
+        last core's departure (LEAVE mark); ``cycles_per_barrier`` is the
+        largest.
+        """
+        epochs = inputs
+        cfg = machine.config
+        problems = []
+        costs = []
+        for e in range(1, epochs + 1):
+            enters = report.marks(event=ENTER + e)
+            leaves = report.marks(event=LEAVE + e)
+            if len(enters) != cfg.cores or len(leaves) != cfg.cores:
+                problems.append(f"barrier {e}: {len(enters)} ENTER and {len(leaves)} LEAVE marks "
+                                f"for {cfg.cores} cores")
+                continue
+            last_in = max(t["cycle"] for t in enters)
+            first_out = min(t["cycle"] for t in leaves)
+            if first_out <= last_in:
+                early = min(leaves, key=lambda t: t["cycle"])
+                problems.append(f"barrier {e}: rank {early['rank']} core {early['core']} left at "
+                                f"cycle {first_out}, before the last arrival at {last_in}")
+            costs.append(max(t["cycle"] for t in leaves) - last_in)
+        for rank in range(machine.ranks):
+            local = machine.read_mem(rank, address(0, 0, LOCAL))[0]
+            if local != epochs * cfg.aivs_per_die:
+                problems.append(f"rank {rank}: local counter {local}, expected "
+                                f"{epochs * cfg.aivs_per_die}")
+        glob = machine.read_mem(0, address(0, 0, GLOBAL))[0]
+        if glob != epochs * cfg.ranks:
+            problems.append(f"global counter {glob}, expected {epochs * cfg.ranks}")
+        worst = max(costs) if costs else None
+        return {"correct": not problems, "problems": problems, "barrier_cycles": costs,
+                "cycles_per_barrier": worst, "cores": cfg.cores, "dies": cfg.ranks,
+                "aivs_per_die": cfg.aivs_per_die,
+                "ns_per_barrier": None if worst is None else worst * machine.preset.cycle_ns}
+
+    def summary(self, result):
+        first = result["runs"][0]
+        lines = [f"syncall on {result['preset']} [{result['backend']}], topology "
+                 f"{tuple(first['config']['topology'])}, {result['params']['epochs']} barriers "
+                 f"back to back:",
+                 f"{'cores':>6} {'AIVs/die':>9} {'barrier cycles':>15} {'ns':>9}"]
+        for r in result["runs"]:
+            lines.append(f"{r['cores']:>6} {r['aivs_per_die']:>9} {r['cycles_per_barrier']!s:>15} "
+                         f"{(r['ns_per_barrier'] or 0):>9.1f}")
+        return lines
 
 
-def check(machine, report, epochs=2):
-    """Verify the run and return ``{"correct", "barrier_cycles", "problems"}``.
-
-    ``barrier_cycles[e-1]`` is the cost of barrier ``e``: from the last core's
-    arrival (its ENTER mark) to the last core's departure (LEAVE mark).
-    """
-    cfg = machine.config
-    problems = []
-    costs = []
-    for e in range(1, epochs + 1):
-        enters = report.marks(event=ENTER + e)
-        leaves = report.marks(event=LEAVE + e)
-        if len(enters) != cfg.cores or len(leaves) != cfg.cores:
-            problems.append(f"barrier {e}: {len(enters)} ENTER and {len(leaves)} LEAVE marks "
-                            f"for {cfg.cores} cores")
-            continue
-        last_in = max(t["cycle"] for t in enters)
-        first_out = min(t["cycle"] for t in leaves)
-        if first_out <= last_in:
-            early = min(leaves, key=lambda t: t["cycle"])
-            problems.append(f"barrier {e}: rank {early['rank']} core {early['core']} left at "
-                            f"cycle {first_out}, before the last arrival at {last_in}")
-        costs.append(max(t["cycle"] for t in leaves) - last_in)
-    for rank in range(machine.ranks):
-        local = machine.read_mem(rank, address(0, 0, LOCAL))[0]
-        if local != epochs * cfg.aivs_per_die:
-            problems.append(f"rank {rank}: local counter {local}, expected {epochs * cfg.aivs_per_die}")
-    glob = machine.read_mem(0, address(0, 0, GLOBAL))[0]
-    if glob != epochs * cfg.ranks:
-        problems.append(f"global counter {glob}, expected {epochs * cfg.ranks}")
-    return {"correct": not problems, "barrier_cycles": costs, "problems": problems}
+KERNEL = register(SyncAll())

@@ -1,0 +1,145 @@
+"""The host port: one signature for every top a host loads, starts and reads back.
+
+A host (a testbench, a Python driver, an FPGA prototype's soft core) talks to
+a machine only through this port, one word per cycle, while the machine is
+stopped — except ``start`` and the run-control outputs. Every top with a host
+port (:class:`~epfabric.hw.system.System`,
+:class:`~epfabric.hw.inc_endpoint.AgrsSystem`) and the die
+(:class:`~epfabric.hw.die.Die`) use :class:`HostSignature`, so one host-side
+sequence (:mod:`epfabric.sim.backends.host`) loads and reads all of them.
+
+Members (named from the host's side: ``Out`` is driven by the host)
+--------------------------------------------------------------------
+============  =====  =============================================================
+member        flow   meaning
+============  =====  =============================================================
+``we``        Out    write ``wdata`` this cycle, to ``target``
+``target``    Out    :class:`HostTarget`: instruction word ``addr`` of core
+                     ``core`` / memory word at byte address ``addr``
+                     (``block << 9 | word << 2``) / enable bit ``wdata[0]`` of core
+                     ``core`` / control register ``addr``
+``rank``      Out    rank addressed by a write or a read (only when ``ranks > 1``)
+``core``      Out    core addressed by an IMEM or ENABLE write
+``addr``      Out    word address (see ``target``)
+``wdata``     Out    32-bit write data
+``re``        Out    read the memory word at ``addr`` of ``rank``
+``rvalid``    In     ``rdata`` holds a read's answer (a fixed number of cycles
+                     after ``re``: the top's ``host_read_latency``)
+``rdata``     In     the word read
+``start``     Out    pulse: start a run
+``re_all``    Out    (``all_ranks``) read ``addr`` on every rank at once ...
+``rdata_all`` In     ... answered in ``rdata_all[r]`` when ``rvalid`` is 1
+``max_cycles``Out    (``run``) watchdog limit of the next run
+``cycle``     In     cycles since ``start`` (frozen at stop)
+``running``   In     a run is in progress
+``done``      In     the run finished (memory final)
+``timeout``   In     the watchdog stopped the run at ``max_cycles``
+``stop``      In     ``done | timeout``
+============  =====  =============================================================
+
+Writes to a target a top does not have are ignored; each top documents its
+targets, its memory map and its control registers.
+"""
+
+from amaranth.hdl import Signal
+from amaranth.lib import enum, wiring
+from amaranth.lib.wiring import In, Out
+
+from .validate import check_bool, check_int
+
+__all__ = ["HostTarget", "HostSignature", "RUN_OUTPUTS", "register_inputs", "run_control"]
+
+#: Run-control outputs a host reads after ``stop`` (with ``run=True``).
+RUN_OUTPUTS = ("cycle", "running", "done", "timeout", "stop")
+
+
+class HostTarget(enum.Enum, shape=2):
+    """What a host write (``we``) writes."""
+    IMEM = 0    #: instruction word ``addr`` of core ``core``
+    HBM = 1     #: memory word at byte address ``addr`` (block << 9 | word << 2)
+    ENABLE = 2  #: enable bit ``wdata[0]`` of core ``core``
+    CTRL = 3    #: control register ``addr`` (top-specific)
+
+
+class HostSignature(wiring.Signature):
+    """The host port (see the module docstring), seen from the host.
+
+    Parameters
+    ----------
+    ranks : int
+        Ranks behind the port (a ``rank`` member when more than 1).
+    cores : int
+        Cores per rank (sizes ``core``).
+    all_ranks : bool
+        Add ``re_all``/``rdata_all`` (read every rank at once).
+    run : bool
+        Add the run-control members (``max_cycles`` and :data:`RUN_OUTPUTS`).
+    """
+
+    def __init__(self, *, ranks=1, cores=1, all_ranks=False, run=False):
+        check_int("ranks", ranks, 1)
+        check_int("cores", cores, 1)
+        check_bool("all_ranks", all_ranks)
+        check_bool("run", run)
+        self.ranks, self.cores = ranks, cores
+        members = {
+            "we": Out(1), "target": Out(HostTarget),
+            "core": Out(range(max(2, cores))), "addr": Out(32), "wdata": Out(32),
+            "re": Out(1), "rvalid": In(1), "rdata": In(32),
+            "start": Out(1),
+        }
+        if ranks > 1:
+            members["rank"] = Out(range(ranks))
+        if all_ranks:
+            members.update({"re_all": Out(1), "rdata_all": In(32).array(ranks)})
+        if run:
+            members.update({"max_cycles": Out(32), **{name: In(32 if name == "cycle" else 1)
+                                                       for name in RUN_OUTPUTS}})
+        super().__init__(members)
+
+    def __repr__(self):
+        return f"HostSignature(ranks={self.ranks}, cores={self.cores})"
+
+
+def register_inputs(m, host):
+    """Registered copies of every host-driven member of ``host`` (a dict by member name).
+
+    ``host`` is a component's ``In(HostSignature(...))`` member (its host-driven
+    members are inputs of the component).
+
+    Tops pass host inputs through one register at the boundary, so nothing
+    inside depends combinationally on a top-level input: a fast simulator
+    re-evaluates all input-dependent logic on every input change (measured on
+    Verilator: the dies' UB and fabric-ready logic fed by the host port
+    dominated the run time). Each input then acts one cycle after the edge
+    that samples it.
+    """
+    regs = {}
+    for name, member in host.signature.members.items():
+        if member.is_port and member.flow == In:
+            reg = regs[name] = Signal.like(getattr(host, name), name=f"host_{name}_q")
+            m.d.sync += reg.eq(getattr(host, name))
+    return regs
+
+
+def run_control(m, host, *, start, finished, max_cycles):
+    """Drive ``host``'s run-control outputs from a (registered) ``start`` pulse.
+
+    ``start`` clears ``cycle``, ``done`` and ``timeout`` and sets ``running``.
+    While running, each cycle in which ``finished`` is 0 counts; the first
+    cycle ``finished`` is 1 ends the run with ``done`` (``cycle`` then holds
+    the cycles counted, e.g. 1 for a machine finished in its first cycle). If
+    the count reaches ``max_cycles`` first, the run ends with ``timeout``
+    (``cycle`` = ``max_cycles``). ``stop = done | timeout``.
+    """
+    nxt = Signal(33)
+    m.d.comb += [nxt.eq(host.cycle + 1), host.stop.eq(host.done | host.timeout)]
+    with m.If(start):
+        m.d.sync += [host.cycle.eq(0), host.running.eq(1), host.done.eq(0), host.timeout.eq(0)]
+    with m.Elif(host.running):
+        with m.If(finished):
+            m.d.sync += [host.running.eq(0), host.done.eq(1)]
+        with m.Else():
+            m.d.sync += host.cycle.eq(nxt)
+            with m.If(nxt >= max_cycles):
+                m.d.sync += [host.running.eq(0), host.timeout.eq(1)]

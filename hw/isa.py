@@ -1,0 +1,365 @@
+"""The AIV kernel ISA, defined once, as data (DESIGN.md "Kernel programs").
+
+:data:`INSTRUCTIONS` is the single definition of the instruction set: each
+:class:`Instruction` names its mnemonic, opcode, operand fields and a one-line
+description. Everything else derives from it:
+
+* the encoder / decoder here (:func:`encode`, :func:`decode`) and the
+  assembler (:mod:`epfabric.sw.assembler`);
+* the hardware decoder of :class:`epfabric.hw.aiv_core.AIVCore`, which builds
+  its :data:`Opcode` enum and instruction :func:`insn_layout` (a
+  ``data.StructLayout`` with a union of per-instruction operand structs) from
+  this table.
+
+Instruction word
+----------------
+32 bits. Bits ``[0:6]`` are the opcode; the operand fields of an instruction
+follow from bit 6 upwards, in the order listed, each ``field.bits`` wide
+(registers 4 bits, conditions 3 bits, immediates as declared). Unused high
+bits are zero.
+
+Machine model
+-------------
+* 16 scalar registers ``r0`` .. ``r15`` of 32 bits; ``r0`` reads 0 and ignores
+  writes.
+* Memory addresses are 32-bit byte addresses that name the rank (die):
+  ``[31:24]`` rank, ``[23:9]`` DataBlock index in that rank's HBM slice,
+  ``[8:2]`` 32-bit word in the block, ``[1:0]`` ignored (word aligned).
+  :func:`address` builds one. A rank is local or remote only to the system
+  that routes the request; the core treats every address alike.
+* The UBuf (the core's local buffer) is addressed the same way without a rank:
+  row ``addr >> 9``, word ``(addr >> 2) & 127``. A row stands for one 512 B
+  DataBlock of which the core models ``data_bytes``; words beyond them read as
+  0 and ignore writes, so results do not depend on ``data_bytes`` for data
+  kept in the leading modelled bytes (and cycle counts never do).
+* Vector operands are UBuf vectors: element ``i`` (``width`` bits, unsigned)
+  of a vector starting at row ``R`` is element ``i % (4096 // width)`` of row
+  ``R + i // (4096 // width)``; the length comes from a register.
+* Conditions (``cond`` fields) are unsigned comparisons ``a OP b``:
+  ``eq ne lt le gt ge`` (the vector unit's :class:`~epfabric.hw.vector_unit.Cond`).
+
+Reserved opcode space
+---------------------
+:data:`RESERVED` lists opcode ranges kept free for later work: 48..55 for INC
+message post/wait (INC-MoE §3.1) and 56..63 for the cube (matrix) unit.
+Opcode 0 is never assigned: executing it (e.g. running off the end of a
+program into zeroed instruction memory) faults the core.
+"""
+
+import types
+from dataclasses import dataclass
+
+from amaranth.hdl import signed, unsigned
+from amaranth.lib import data, enum
+
+from .validate import check_int
+from .vector_unit import Cond, VecOp
+
+__all__ = ["WORD_BITS", "OPCODE_BITS", "NUM_REGS", "REG_BITS", "COND_BITS", "Field", "Instruction",
+           "INSTRUCTIONS", "BY_MNEMONIC", "BY_OPCODE", "RESERVED", "Cond", "VecOp", "Csr",
+           "Opcode", "insn_layout", "encode", "decode", "address", "split_address",
+           "address_layout", "RANK_BITS", "BLOCK_BITS", "BLOCK_BYTES", "WORDS_PER_BLOCK"]
+
+WORD_BITS = 32
+OPCODE_BITS = 6
+NUM_REGS = 16
+REG_BITS = 4
+COND_BITS = 3
+RANK_BITS = 8
+BLOCK_BITS = 15
+BLOCK_BYTES = 512
+WORDS_PER_BLOCK = BLOCK_BYTES // 4
+
+
+class Csr(enum.Enum, shape=4):
+    """Read-only values for ``csrr``."""
+    CORE_ID = 0  #: the core's ``core_id`` parameter
+    RANK = 1     #: the core's ``rank`` input (its die)
+    CYCLE = 2    #: cycles since reset (the MARK time base)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One operand field.
+
+    ``kind`` is ``"reg"`` (4-bit register number), ``"imm"`` (``bits`` wide,
+    two's complement when ``signed``), ``"cond"`` (a :class:`Cond` name) or
+    ``"csr"`` (a :class:`Csr` name or number).
+    """
+    name: str
+    kind: str
+    bits: int = REG_BITS
+    signed: bool = False
+
+    @property
+    def lo(self):
+        """Smallest encodable value."""
+        return -(1 << (self.bits - 1)) if self.signed else 0
+
+    @property
+    def hi(self):
+        """Largest encodable value."""
+        return (1 << (self.bits - 1)) - 1 if self.signed else (1 << self.bits) - 1
+
+    def shape(self):
+        if self.kind == "cond":
+            return Cond
+        if self.kind == "csr":
+            return Csr
+        return signed(self.bits) if self.signed else unsigned(self.bits)
+
+
+def _reg(name):
+    return Field(name, "reg", REG_BITS)
+
+
+def _imm(name, bits, is_signed):
+    return Field(name, "imm", bits, is_signed)
+
+
+_COND = Field("cond", "cond", COND_BITS)
+_CSR = Field("csr", "csr", 4)
+RD, RS1, RS2, RS3, RU = (_reg(n) for n in ("rd", "rs1", "rs2", "rs3", "ru"))
+I18 = _imm("imm", 18, True)
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One instruction: mnemonic, opcode, operand fields, description.
+
+    ``vop`` names the vector-unit operation a vector instruction issues.
+    """
+    mnemonic: str
+    opcode: int
+    fields: tuple
+    doc: str
+    vop: VecOp = None
+
+    @property
+    def bits(self):
+        return OPCODE_BITS + sum(f.bits for f in self.fields)
+
+
+def _i(mnemonic, opcode, fields, doc, vop=None):
+    return Instruction(mnemonic, opcode, tuple(fields), doc, vop)
+
+
+#: The instruction set (see the module docstring). ``R[x]`` is register x.
+INSTRUCTIONS = (
+    _i("add", 1, [RD, RS1, RS2], "R[rd] = R[rs1] + R[rs2]"),
+    _i("sub", 2, [RD, RS1, RS2], "R[rd] = R[rs1] - R[rs2]"),
+    _i("and", 3, [RD, RS1, RS2], "R[rd] = R[rs1] & R[rs2]"),
+    _i("or", 4, [RD, RS1, RS2], "R[rd] = R[rs1] | R[rs2]"),
+    _i("xor", 5, [RD, RS1, RS2], "R[rd] = R[rs1] ^ R[rs2]"),
+    _i("sll", 6, [RD, RS1, RS2], "R[rd] = R[rs1] << (R[rs2] & 31)"),
+    _i("srl", 7, [RD, RS1, RS2], "R[rd] = R[rs1] >> (R[rs2] & 31), logical"),
+    _i("sra", 8, [RD, RS1, RS2], "R[rd] = R[rs1] >> (R[rs2] & 31), arithmetic"),
+    _i("slt", 9, [RD, RS1, RS2], "R[rd] = R[rs1] < R[rs2] (signed)"),
+    _i("sltu", 10, [RD, RS1, RS2], "R[rd] = R[rs1] < R[rs2] (unsigned)"),
+    _i("mul", 11, [RD, RS1, RS2], "R[rd] = low 32 bits of R[rs1] * R[rs2]"),
+    _i("addi", 12, [RD, RS1, I18], "R[rd] = R[rs1] + imm"),
+    _i("andi", 13, [RD, RS1, _imm("imm", 18, False)], "R[rd] = R[rs1] & imm (zero-extended)"),
+    _i("ori", 14, [RD, RS1, _imm("imm", 18, False)], "R[rd] = R[rs1] | imm (zero-extended)"),
+    _i("xori", 15, [RD, RS1, _imm("imm", 18, False)], "R[rd] = R[rs1] ^ imm (zero-extended)"),
+    _i("slli", 16, [RD, RS1, _imm("imm", 5, False)], "R[rd] = R[rs1] << imm"),
+    _i("srli", 17, [RD, RS1, _imm("imm", 5, False)], "R[rd] = R[rs1] >> imm, logical"),
+    _i("srai", 18, [RD, RS1, _imm("imm", 5, False)], "R[rd] = R[rs1] >> imm, arithmetic"),
+    _i("lui", 19, [RD, _imm("imm", 20, False)], "R[rd] = imm << 12"),
+    _i("beq", 20, [RS1, RS2, I18], "if R[rs1] == R[rs2]: pc += imm (in instructions)"),
+    _i("bne", 21, [RS1, RS2, I18], "if R[rs1] != R[rs2]: pc += imm"),
+    _i("blt", 22, [RS1, RS2, I18], "if R[rs1] < R[rs2] (signed): pc += imm"),
+    _i("bge", 23, [RS1, RS2, I18], "if R[rs1] >= R[rs2] (signed): pc += imm"),
+    _i("bltu", 24, [RS1, RS2, I18], "if R[rs1] < R[rs2] (unsigned): pc += imm"),
+    _i("bgeu", 25, [RS1, RS2, I18], "if R[rs1] >= R[rs2] (unsigned): pc += imm"),
+    _i("jal", 26, [RD, _imm("imm", 22, True)], "R[rd] = pc + 1; pc += imm"),
+    _i("jalr", 27, [RD, RS1, I18], "R[rd] = pc + 1; pc = R[rs1] + imm"),
+    _i("lw", 28, [RD, RS1, I18], "R[rd] = mem word at R[rs1] + imm (waits for the answer)"),
+    _i("sw", 29, [RS2, RS1, I18], "mem word at R[rs1] + imm = R[rs2] (posted; acked later)"),
+    _i("ldb", 30, [RU, RS1, I18],
+       "UBuf row of R[ru] = mem DataBlock at R[rs1] + imm (waits for the answer)"),
+    _i("stb", 31, [RU, RS1, I18],
+       "mem DataBlock at R[rs1] + imm = UBuf row of R[ru] (posted; remote: one 512 B atomic write)"),
+    _i("fadd", 32, [RD, RS1, RS2],
+       "atomically: R[rd] = mem word at R[rs1]; that word += R[rs2] (local or remote)"),
+    _i("poll", 33, [RD, RS1, RS2, _COND],
+       "repeat R[rd] = mem word at R[rs1] until cond(R[rd], R[rs2]) holds"),
+    _i("fence", 34, [], "wait until every posted store (sw, stb) has been acknowledged"),
+    _i("mark", 35, [_imm("imm", 16, False)], "emit (core id, cycle, event id imm) on the trace stream"),
+    _i("halt", 36, [], "stop; the core's halted output goes high"),
+    _i("csrr", 37, [RD, _CSR], "R[rd] = core value csr (core_id, rank, cycle)"),
+    _i("ulw", 38, [RD, RS1, I18], "R[rd] = UBuf word at R[rs1] + imm"),
+    _i("usw", 39, [RS2, RS1, I18], "UBuf word at R[rs1] + imm = R[rs2]"),
+    _i("vcount", 40, [RD, RS1, RS2, RS3, _COND],
+       "R[rd+k] = #{i < R[rs2]: cond(V[R[rs1]][i], R[rs3+k])} for k = 0, 1, 2 (three pivots)",
+       VecOp.COUNT),
+    _i("vcmp", 41, [RD, RS1, RS2, RS3, _COND],
+       "V[R[rd]][i] = cond(V[R[rs1]][i], R[rs3]) (0/1) for i < R[rs2]", VecOp.CMP),
+    _i("vfind", 42, [RD, RS1, RS2, RS3, _COND],
+       "R[rd] = first i < R[rs2] with cond(V[R[rs1]][i], R[rs3]), or 0xFFFFFFFF", VecOp.FIND_FIRST),
+    _i("vadd", 43, [RD, RS1, RS2, RS3],
+       "V[R[rd]][i] = V[R[rs1]][i] + V[R[rs3]][i] (mod 2**width) for i < R[rs2]", VecOp.ADD),
+    _i("vsum", 44, [RD, RS1, RS2], "R[rd] = sum of V[R[rs1]][i] for i < R[rs2]", VecOp.REDUCE_SUM),
+)
+
+#: Opcode ranges kept free for later work (inclusive bounds).
+RESERVED = {
+    "inc": (48, 55),   # INC message post/wait (INC-MoE §3.1)
+    "cube": (56, 63),  # cube (matrix) unit for the INC-MoE expert FFN
+}
+
+BY_MNEMONIC = {insn.mnemonic: insn for insn in INSTRUCTIONS}
+BY_OPCODE = {insn.opcode: insn for insn in INSTRUCTIONS}
+
+
+def _check_table():
+    if len(BY_MNEMONIC) != len(INSTRUCTIONS) or len(BY_OPCODE) != len(INSTRUCTIONS):
+        raise AssertionError("duplicate mnemonic or opcode in INSTRUCTIONS")
+    for insn in INSTRUCTIONS:
+        if not 0 < insn.opcode < (1 << OPCODE_BITS):
+            raise AssertionError(f"{insn.mnemonic}: opcode {insn.opcode} out of range")
+        if any(lo <= insn.opcode <= hi for lo, hi in RESERVED.values()):
+            raise AssertionError(f"{insn.mnemonic}: opcode {insn.opcode} is reserved")
+        if insn.bits > WORD_BITS:
+            raise AssertionError(f"{insn.mnemonic}: {insn.bits} bits exceed {WORD_BITS}")
+        names = [f.name for f in insn.fields]
+        if len(set(names)) != len(names):
+            raise AssertionError(f"{insn.mnemonic}: duplicate field name")
+
+
+_check_table()
+
+
+def _opcode_body(ns):
+    for insn in INSTRUCTIONS:
+        ns[insn.mnemonic.upper()] = insn.opcode
+
+
+#: Opcode enum (6-bit shape), one member per instruction, named in upper case.
+Opcode = types.new_class("Opcode", (enum.Enum,), {"shape": OPCODE_BITS}, _opcode_body)
+Opcode.__doc__ = "Opcode of an AIV instruction (generated from INSTRUCTIONS)."
+
+
+def insn_layout():
+    """``data.StructLayout`` of an instruction word: ``op`` then a union ``args``.
+
+    ``args.<mnemonic>`` is a ``StructLayout`` of that instruction's fields in
+    encoding order, so ``view.args.addi.imm`` is ADDI's signed immediate
+    (instructions without operands have no member).
+    """
+    args = {}
+    for insn in INSTRUCTIONS:
+        if insn.fields:  # no zero-width members: they become `wire [-1:0]` in Verilog
+            args[insn.mnemonic] = data.StructLayout({f.name: f.shape() for f in insn.fields})
+    fields = {"op": Opcode, "args": data.UnionLayout(args)}
+    pad = WORD_BITS - OPCODE_BITS - max(insn.bits - OPCODE_BITS for insn in INSTRUCTIONS)
+    if pad:
+        fields["_pad"] = pad
+    return data.StructLayout(fields)
+
+
+def _field_value(insn, field, value):
+    if field.kind == "cond":
+        names = {c.name.lower(): c.value for c in Cond}
+        value = names.get(value.lower(), -1) if isinstance(value, str) else value
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < len(Cond):
+            raise ValueError(f"{insn.mnemonic}: condition must be one of "
+                             f"{', '.join(c.name.lower() for c in Cond)}, not {value!r}")
+        return value
+    if field.kind == "csr":
+        if isinstance(value, str):
+            try:
+                return Csr[value.upper()].value
+            except KeyError:
+                raise ValueError(f"{insn.mnemonic}: csr must be one of "
+                                 f"{', '.join(c.name.lower() for c in Csr)}, not {value!r}") from None
+        value = int(value)
+        if value not in [c.value for c in Csr]:
+            raise ValueError(f"{insn.mnemonic}: csr must be one of "
+                             f"{', '.join(c.name.lower() for c in Csr)}, not {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{insn.mnemonic}: {field.name} must be an integer, not {value!r}")
+    if field.kind == "reg":
+        if not 0 <= value < NUM_REGS:
+            raise ValueError(f"{insn.mnemonic}: {field.name} must be a register r0..r{NUM_REGS - 1}, "
+                             f"not {value!r}")
+        return value
+    if not field.lo <= value <= field.hi:
+        raise ValueError(f"{insn.mnemonic}: {field.name} {value} out of range "
+                         f"[{field.lo}, {field.hi}] ({'signed' if field.signed else 'unsigned'} "
+                         f"{field.bits}-bit)")
+    return value & ((1 << field.bits) - 1)
+
+
+def encode(mnemonic, *operands):
+    """Encode one instruction; ``operands`` in field order (ints, cond/csr names).
+
+    Raises
+    ------
+    ValueError
+        Unknown mnemonic, wrong operand count, or an operand out of range.
+    """
+    try:
+        insn = BY_MNEMONIC[mnemonic.lower()]
+    except KeyError:
+        raise ValueError(f"unknown mnemonic {mnemonic!r}") from None
+    if len(operands) != len(insn.fields):
+        raise ValueError(f"{insn.mnemonic} takes {len(insn.fields)} operand(s) "
+                         f"({', '.join(f.name for f in insn.fields) or 'none'}), "
+                         f"not {len(operands)}")
+    word, pos = insn.opcode, OPCODE_BITS
+    for field, value in zip(insn.fields, operands):
+        word |= _field_value(insn, field, value) << pos
+        pos += field.bits
+    return word
+
+
+def decode(word):
+    """Decode a word into ``(mnemonic, operands)``; immediates sign-extended.
+
+    Conditions and CSRs decode to their lower-case names. Raises
+    ``ValueError`` for an unassigned opcode.
+    """
+    if not 0 <= word < (1 << WORD_BITS):
+        raise ValueError(f"instruction word must be a 32-bit unsigned int, not {word!r}")
+    op = word & ((1 << OPCODE_BITS) - 1)
+    if op not in BY_OPCODE:
+        raise ValueError(f"unassigned opcode {op} in word {word:#010x}")
+    insn = BY_OPCODE[op]
+    pos, out = OPCODE_BITS, []
+    for field in insn.fields:
+        raw = (word >> pos) & ((1 << field.bits) - 1)
+        pos += field.bits
+        if field.kind == "cond":
+            out.append(Cond(raw).name.lower() if raw < len(Cond) else raw)
+        elif field.kind == "csr":
+            out.append(Csr(raw).name.lower() if raw < len(Csr) else raw)
+        elif field.signed and raw >> (field.bits - 1):
+            out.append(raw - (1 << field.bits))
+        else:
+            out.append(raw)
+    if word >> pos:
+        raise ValueError(f"{insn.mnemonic}: nonzero unused bits in word {word:#010x}")
+    return insn.mnemonic, out
+
+
+#: Layout of a 32-bit memory byte address (see the module docstring).
+address_layout = data.StructLayout({
+    "byte": 2,
+    "word": 7,
+    "block": BLOCK_BITS,
+    "rank": RANK_BITS,
+})
+
+
+def address(rank, block, word=0):
+    """Byte address of ``word`` in DataBlock ``block`` of rank ``rank``'s HBM slice."""
+    for name, value, bits in (("rank", rank, RANK_BITS), ("block", block, BLOCK_BITS),
+                              ("word", word, 7)):
+        check_int(name, value, 0, (1 << bits) - 1)
+    return (rank << 24) | (block << 9) | (word << 2)
+
+
+def split_address(addr):
+    """``(rank, block, word)`` of a byte address."""
+    return (addr >> 24) & 0xFF, (addr >> 9) & ((1 << BLOCK_BITS) - 1), (addr >> 2) & 127

@@ -1,0 +1,233 @@
+"""Icarus and Verilator as backends: generated Verilog under cocotb.
+
+:func:`build` compiles a component's simulation Verilog
+(:func:`~epfabric.sim.verilog.simulation.verilog_of`) once per distinct text
+and option set, into a content-hash folder of the build cache
+(:func:`~epfabric.sim.output.build_cache_dir`); parallel test workers that
+ask for the same model wait on a file lock while one builds.
+:func:`run_cocotb` runs a test intent in the simulator process
+(:mod:`epfabric.sim.backends.cocotb_entry`) and returns its result.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from ..output import PROGRESS_AFTER_S, build_cache_dir, progress, waveform_dir
+from ..verilog.simulation import TOPLEVEL, has_reset, verilog_of
+from .testbench import SimulationError, intent_ref
+from .toolchain import verilator_env
+
+__all__ = ["build", "run_cocotb", "build_dir_for", "verilator_opt", "TIMESCALE"]
+
+#: cocotb needs a timescale for Amaranth's Verilog.
+TIMESCALE = ("1ns", "1ps")
+
+
+def verilator_opt():
+    """C++ optimisation level of Verilator models (``$EPFABRIC_VERILATOR_OPT``, default ``-O0``).
+
+    Measured here on the 8-rank tiny fabric (1 MB of Verilog): the C++ compile
+    takes 43 s at ``-O0`` against 178 s at Verilator's default ``-Os``; at
+    ``-O2`` gcc did not finish a 4-die machine's largest file in 19 CPU-minutes.
+    Everything builds at ``-O0`` unless told otherwise (``epfabric bench --opt``).
+    """
+    return os.environ.get("EPFABRIC_VERILATOR_OPT", "-O0")
+
+
+def build_dir_for(text, simulator, waves, opt=None):
+    """Cache folder of a build: a hash of the Verilog text and the build options."""
+    opt = (opt or verilator_opt()) if simulator == "verilator" else ""
+    key = hashlib.sha256(f"{simulator}\0{int(waves)}\0{TIMESCALE}\0{opt}\0public-ports-only-3\0{text}".encode())
+    return build_cache_dir() / f"{simulator}-{key.hexdigest()[:16]}"
+
+
+def build(spec, simulator, waves=False, opt=None):
+    """Build (or reuse) the simulator model; return its build directory."""
+    text = verilog_of(spec, simulator)
+    opt = opt or verilator_opt()
+    bdir = build_dir_for(text, simulator, waves, opt)
+    stamp = bdir / "built.ok"
+    if stamp.exists():
+        return bdir
+    bdir.parent.mkdir(parents=True, exist_ok=True)
+    # Parallel test workers may ask for the same model: one builds, the others wait.
+    with open(bdir.parent / f"{bdir.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.exists():
+            return bdir
+        return _build_locked(bdir, stamp, text, simulator, waves, opt)
+
+
+def _verilator_runner_class():
+    from cocotb_tools.runner import Verilator
+
+    class _Verilator(Verilator):
+        """cocotb's Verilator runner without ``--public-flat-rw``.
+
+        Testbenches only touch top-level ports, made public by a
+        ``public.vlt`` next to the build; making every internal signal public
+        stops Verilator from optimising them away or inlining logic.
+        """
+
+        def _build_command(self):
+            cmds = super()._build_command()
+            cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"]
+            return cmds
+    return _Verilator
+
+
+def _Verilator():
+    return _verilator_runner_class()()
+
+
+def _public_ports_vlt(text):
+    """Verilator config making exactly the top module's ports visible to VPI.
+
+    Inputs are writable, outputs readable. Making every signal of ``top``
+    public (``-var "*"``) also covers the wires between its submodules; Verilator
+    must then assume VPI may change them at any time and re-evaluates all logic
+    they feed on every ``eval()`` (its input-combinational region). Measured on
+    the 4-die machine, that logic was most of the model's run time.
+    """
+    body = re.search(rf"^module {TOPLEVEL}\(.*?^endmodule", text, re.M | re.S)
+    if body is None:
+        raise SimulationError(f"no module {TOPLEVEL} in the generated Verilog")
+    lines = ["`verilator_config"]
+    for direction, name in re.findall(r"^\s*(input|output|inout)\s+(?:(?:wire|reg|signed)\s+)*"
+                                      r"(?:\[[^\]]*\]\s*)?\\?([^\s;]+)\s*;", body.group(0), re.M):
+        kind = "public_flat_rd" if direction == "output" else "public_flat_rw"
+        lines.append(f'{kind} -module "{TOPLEVEL}" -var "{name}"')
+    return "\n".join(lines) + "\n"
+
+
+def _build_locked(bdir, stamp, text, simulator, waves, opt):
+    from cocotb_tools.runner import get_runner
+
+    bdir.mkdir(parents=True, exist_ok=True)
+    vfile = bdir / f"{TOPLEVEL}.v"
+    vfile.write_text(text)
+    env_backup = dict(os.environ)
+    if simulator == "verilator":
+        os.environ.update(verilator_env())
+        os.environ["MAKEFLAGS"] += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
+    t0 = time.monotonic()
+    if len(text) > 1_000_000:
+        progress(f"building the {simulator} model of {len(text) / 1e6:.1f} MB of Verilog in {bdir} "
+                  f"(log: {bdir / 'build.log'}) ...")
+    try:
+        runner = _Verilator() if simulator == "verilator" else get_runner(simulator)
+        # Simulation builds accept Amaranth's width idioms; `make lint` is where
+        # Verilator's -Wall warnings are reviewed.
+        build_args = []
+        if simulator == "verilator":
+            public = bdir / "public.vlt"   # only the top module's ports are visible to VPI
+            public.write_text(_public_ports_vlt(text))
+            build_args = ["-Wno-fatal", "-Wno-lint", "-Wno-style", str(public)]
+        runner.build(sources=[vfile], hdl_toplevel=TOPLEVEL, build_dir=bdir,
+                     timescale=TIMESCALE, waves=waves, always=True, build_args=build_args,
+                     log_file=bdir / "build.log")
+    except BaseException as exc:  # cocotb's runner raises SystemExit on tool failure
+        log = (bdir / "build.log").read_text()[-3000:] if (bdir / "build.log").exists() else ""
+        raise SimulationError(f"{simulator} build failed in {bdir}: {exc}\n{log}") from None
+    finally:
+        os.environ.clear()
+        os.environ.update(env_backup)
+    if simulator == "verilator":
+        log = (bdir / "build.log").read_text() if (bdir / "build.log").exists() else ""
+        never = [line for line in log.splitlines() if "%Warning-ALWNEVER" in line]
+        if never:
+            # An always block that reads no signal never runs in Verilator (Icarus
+            # leaves its targets X): the model would silently differ from pysim.
+            raise SimulationError("Verilator: always block(s) that never run (write the "
+                                  "logic as one expression/Mux chain):\n" + "\n".join(never[:5]))
+    dt = time.monotonic() - t0
+    if dt > PROGRESS_AFTER_S:
+        progress(f"{simulator} model built in {dt:.0f} s")
+    stamp.write_text(f"{dt:.2f}\n")
+    return bdir
+
+
+def run_cocotb(spec, intent, args, simulator, waveform=None, opt=None):
+    from cocotb_tools.runner import get_runner
+
+    waves = bool(waveform)
+    bdir = build(spec, simulator, waves, opt)
+    ref, intent_dir = intent_ref(intent)
+    with tempfile.TemporaryDirectory(prefix=f"epf-{simulator}-") as tdir:
+        result_file = Path(tdir) / "result.json"
+        # Arguments (programs, memory images) go through a file: the environment
+        # is limited to a few hundred KB ("Argument list too long").
+        args_file = Path(tdir) / "args.json"
+        args_file.write_text(json.dumps(args))
+        pythonpath = os.pathsep.join(p for p in (intent_dir, os.environ.get("PYTHONPATH")) if p)
+        extra_env = {
+            "EPFABRIC_SPEC": spec.to_json(),
+            "EPFABRIC_INTENT": ref,
+            "EPFABRIC_ARGS_FILE": str(args_file),
+            "EPFABRIC_RESULT": str(result_file),
+            "EPFABRIC_HAS_RST": str(int(has_reset(simulator))),
+            "EPFABRIC_PROGRESS": str(Path(tdir) / "progress"),
+            "PYTHONPATH": pythonpath,
+            "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
+        }
+        env_backup = dict(os.environ)
+        if simulator == "verilator":
+            os.environ.update(verilator_env())
+        stop = threading.Event()
+        follower = threading.Thread(target=_follow_progress, daemon=True,
+                                    args=(Path(tdir) / "progress", simulator, stop))
+        follower.start()
+        try:
+            runner = get_runner(simulator)
+            runner.test(test_module="epfabric.sim.backends.cocotb_entry", hdl_toplevel=TOPLEVEL, hdl_toplevel_lang="verilog",
+                        build_dir=bdir, test_dir=tdir, extra_env=extra_env, waves=waves,
+                        timescale=TIMESCALE, log_file=Path(tdir) / "sim.log")
+        except BaseException as exc:
+            log = (Path(tdir) / "sim.log").read_text()[-3000:] if (Path(tdir) / "sim.log").exists() else ""
+            raise SimulationError(f"{simulator} run failed: {exc}\n{log}") from None
+        finally:
+            stop.set()
+            follower.join()
+            os.environ.clear()
+            os.environ.update(env_backup)
+        if not result_file.exists():
+            log = (Path(tdir) / "sim.log").read_text()[-3000:] if (Path(tdir) / "sim.log").exists() else ""
+            raise SimulationError(f"{simulator} run produced no result\n{log}")
+        out = json.loads(result_file.read_text())
+        if waveform:
+            _collect_waves(bdir, Path(tdir), waveform, simulator)
+    if "error" in out:
+        raise SimulationError(f"test intent failed on {simulator}:\n{out['error']}")
+    return out["result"], out["cycles"]
+
+
+def _follow_progress(path, simulator, stop):
+    """Echo the simulator process's progress lines (long waits, see cocotb_entry) on stderr."""
+    seen = 0
+    while True:
+        done = stop.wait(1.0)
+        if path.exists():
+            lines = path.read_text().splitlines()
+            for line in lines[seen:]:
+                progress(f"{simulator}: {line}")
+            seen = len(lines)
+        if done:
+            return
+
+
+def _collect_waves(bdir, tdir, waveform, simulator):
+    wdir = waveform_dir()
+    wdir.mkdir(parents=True, exist_ok=True)
+    for cand in list(tdir.glob("*.vcd")) + list(tdir.glob("*.fst")) + list(bdir.glob("*.fst")):
+        target = wdir / f"{waveform}-{simulator}{cand.suffix}"
+        target.write_bytes(cand.read_bytes())
+        cand.unlink()
+        return target
+    return None

@@ -1,0 +1,105 @@
+"""The host-port protocol as testbench coroutines (:mod:`epfabric.hw.host`).
+
+Every top with a :class:`~epfabric.hw.host.HostSignature` — the AIV system,
+the AG/RS system, a single die — is loaded, started and read back through
+these, on every simulator: the machine session
+(:mod:`epfabric.sim.backends.machine`) and the hardware tests use the same
+sequence. ``port`` is the host port's path (``"host"``).
+"""
+
+from ...hw.host import HostTarget
+from .testbench import SimulationError
+
+__all__ = ["host_write", "host_read", "host_read_all", "host_run", "load_programs"]
+
+
+async def host_write(bench, writes, *, port="host"):
+    """Write ``[target, rank, core, addr, word]`` entries, one per cycle, in order."""
+    has_rank = bench.has_port(f"{port}.rank")
+    for target, rank, core, addr, word in writes:
+        bench.set(f"{port}.we", 1)
+        bench.set(f"{port}.target", int(target))
+        if has_rank:
+            bench.set(f"{port}.rank", rank)
+        elif rank:
+            raise SimulationError(f"{port} has no rank member; cannot write rank {rank}")
+        bench.set(f"{port}.core", core)
+        bench.set(f"{port}.addr", addr)
+        bench.set(f"{port}.wdata", word)
+        await bench.tick()
+    bench.set(f"{port}.we", 0)
+
+
+def load_programs(programs, hbm=()):
+    """Host writes for ``programs`` (``[[rank, core, words]]``) and ``hbm`` (``[[rank, addr, word]]``).
+
+    Each program is followed by its core's enable bit.
+    """
+    writes = []
+    for rank, core, words in programs:
+        writes += [[HostTarget.IMEM.value, rank, core, k, w] for k, w in enumerate(words)]
+        writes.append([HostTarget.ENABLE.value, rank, core, 0, 1])
+    writes += [[HostTarget.HBM.value, rank, 0, addr, w] for rank, addr, w in hbm]
+    return writes
+
+
+async def host_read(bench, reads, *, port="host", timeout=1000):
+    """Words at ``[[rank, addr], ...]``, one read at a time (waits for ``rvalid``)."""
+    has_rank = bench.has_port(f"{port}.rank")
+    out = []
+    for rank, addr in reads:
+        if has_rank:
+            bench.set(f"{port}.rank", rank)
+        bench.set(f"{port}.addr", addr)
+        bench.set(f"{port}.re", 1)
+        await bench.tick()
+        bench.set(f"{port}.re", 0)
+        waited = 0
+        while not await bench.get(f"{port}.rvalid"):
+            waited += 1
+            if waited > timeout:
+                raise SimulationError(f"{port}.rvalid never rose after a read of {addr:#x}")
+            await bench.tick()
+        out.append(await bench.get(f"{port}.rdata"))
+    return out
+
+
+async def host_read_all(bench, ranks, addrs, *, port="host"):
+    """``{rank: [word at each of addrs]}`` for every rank, one address per cycle (``re_all``), pipelined."""
+    out = {r: [] for r in range(ranks)}
+    i = got = 0
+    n = len(addrs)
+    while got < n:
+        if i < n:
+            bench.set(f"{port}.re_all", 1)
+            bench.set(f"{port}.addr", addrs[i])
+            i += 1
+        else:
+            bench.set(f"{port}.re_all", 0)
+        await bench.tick()
+        if await bench.get(f"{port}.rvalid"):
+            for r in range(ranks):
+                out[r].append(await bench.get(f"{port}.rdata_all.{r}"))
+            got += 1
+    bench.set(f"{port}.re_all", 0)
+    return out
+
+
+async def host_run(bench, max_cycles, *, port="host", slack=1000):
+    """Set the watchdog, pulse ``start`` and wait for ``stop`` (natively on cocotb).
+
+    Returns ``{"cycles", "done", "timeout"}`` as the top reports them. The
+    wait itself gives up ``slack`` cycles after ``max_cycles`` (the top's own
+    watchdog must have stopped it by then).
+    """
+    bench.set(f"{port}.max_cycles", max_cycles)
+    bench.set(f"{port}.start", 1)
+    await bench.tick()
+    bench.set(f"{port}.start", 0)
+    # Tops register their host inputs: the edge above only sampled start, the
+    # next one acts on it (clears the previous run's stop). Wait for it, or a
+    # second run in one simulation would see the first run's stop.
+    await bench.tick()
+    await bench.wait_high(f"{port}.stop", timeout=max_cycles + slack)
+    return {"cycles": await bench.get(f"{port}.cycle"), "done": await bench.get(f"{port}.done"),
+            "timeout": await bench.get(f"{port}.timeout")}

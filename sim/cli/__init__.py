@@ -1,0 +1,57 @@
+"""Command-line interface: ``epfabric SUBCOMMAND ...``.
+
+Each subcommand is a thin module of this package with two functions:
+
+* ``add_arguments(parser)``;
+* ``prepare(args)`` — validates every option and output path and returns a
+  zero-argument callable that does the work and returns the exit status.
+
+Bad input is found in ``prepare``, before anything is simulated: the CLI
+prints one line naming the option and the value and exits with status 2.
+Errors raised while the work runs are not bad input and are not disguised
+as such.
+"""
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["COMMANDS", "make_parser", "main"]
+
+# (subcommand, module, one-line help)
+COMMANDS = [
+    ("run", "epfabric.sim.cli.run", "run a registered kernel on the simulated machine and check it"),
+    ("verilog", "epfabric.sim.cli.verilog", "write Verilog for a registered component"),
+    ("demo", "epfabric.sim.cli.demo", "quaternary search (UBEP Alg. 1) on the simulated vector unit"),
+    ("races", "epfabric.sim.cli.races", "run the synchronization-race catalog and write waveforms"),
+    ("calibrate", "epfabric.sim.cli.calibrate", "measure latency and bandwidth per distance class"),
+    ("agrs", "epfabric.sim.cli.agrs", "AllGather + ReduceScatter, in-network (INC) or ring"),
+    ("bench", "epfabric.sim.cli.bench", "simulated cycles per second of alltoall on each backend"),
+    ("fabric-speed", "epfabric.sim.cli.fabric_speed",
+     "cycles per second of a loaded superpod fabric, per backend"),
+]
+
+
+def make_parser():
+    parser = argparse.ArgumentParser(
+        prog="epfabric", description="Cycle-approximate models of the hardware under expert-parallel "
+        "MoE communication: run kernels and experiments, write Verilog.",
+        epilog="Each command has --help. Bad input exits with status 2 and a one-line message.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module, help_text in COMMANDS:
+        mod = importlib.import_module(module)
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        mod.add_arguments(p)
+        p.set_defaults(_prepare=mod.prepare)
+    return parser
+
+
+def main(argv=None):
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    try:
+        job = args._prepare(args)
+    except (ValueError, TypeError) as exc:
+        print(f"epfabric {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return job() or 0

@@ -1,0 +1,7 @@
+"""``python -m epfabric.sim.cli`` = ``epfabric``."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,71 @@
+"""``epfabric bench``: simulated cycles/s of the whole machine per backend; ``--scale`` for the scale probe.
+
+Front end of the ``speed`` experiment (:mod:`epfabric.sim.experiments.speed`).
+"""
+
+from ..backends import SIMULATORS, missing_reason
+from ..experiments import EXPERIMENTS
+from ..experiments.speed import BENCH_OPT, SCALE_LADDER, SHAPES, parse_shapes, ratios, scale
+from .common import check_output, write_json
+
+__all__ = ["add_arguments", "prepare"]
+
+EXPERIMENT = EXPERIMENTS["speed"]
+
+
+def add_arguments(parser):
+    parser.add_argument("--backends", default=",".join(SIMULATORS),
+                        help="comma-separated backends (default: all three)")
+    parser.add_argument("--dies", default="4,16",
+                        help=f"comma-separated die counts ({', '.join(map(str, SHAPES))})")
+    parser.add_argument("--aivs", type=int, default=1, help="AIVs per die")
+    parser.add_argument("--opt", default=BENCH_OPT,
+                        help="Verilator C++ optimisation level, written --opt=-O1 (default -O0)")
+    parser.add_argument("--json", metavar="FILE", help="write {runs, verilator_over_pysim} as JSON")
+    parser.add_argument("--scale", action="store_true",
+                        help="scale probe: largest Verilator system that builds and runs in --budget")
+    parser.add_argument("--budget", type=float, default=600.0,
+                        help="scale probe: seconds per shape, generation + build + run (default 600)")
+    parser.add_argument("--shapes", default=",".join(f"{d}x{a}" for d, a in SCALE_LADDER),
+                        help="scale probe: comma-separated DIESxAIVS, smallest first")
+
+
+def prepare(args):
+    check_output(args.json, "--json")
+    if args.scale:
+        if args.budget <= 0:
+            raise ValueError(f"--budget must be positive, not {args.budget}")
+        if missing_reason("verilator"):
+            raise ValueError(f"--scale needs Verilator: {missing_reason('verilator')}")
+        shapes = parse_shapes(args.shapes)
+
+        def probe():
+            result = scale(shapes, args.budget, args.opt)
+            print(f"{'dies':>5} {'AIVs':>5} {'status':>12} {'wall s':>7} {'build s':>8} {'run s':>7} "
+                  f"{'cycles':>7} {'peak MB':>8}")
+            for r in result["runs"]:
+                print(f"{r['dies']:>5} {r['aivs_per_die']:>5} {r['status']:>12} {r['wall_s']:>7.0f} "
+                      f"{r.get('build_s', float('nan')):>8.0f} {r.get('run_s', float('nan')):>7.1f} "
+                      f"{r.get('cycles', 0):>7} {r['peak_rss_mb']:>8}")
+            print(f"largest within {args.budget:.0f} s: "
+                  + (f"{result['largest'][0]} dies x {result['largest'][1]} AIVs"
+                     if result["largest"] else "none"))
+            if args.json:
+                write_json(args.json, result)
+            return 0 if result["largest"] else 1
+        return probe
+
+    params = EXPERIMENT.resolve(backends=args.backends, dies=args.dies, aivs=args.aivs, opt=args.opt)
+    from ..experiments.speed import parse_dies
+    parse_dies(params["dies"])
+    for b in params["backends"].split(","):
+        if b and b not in SIMULATORS:
+            raise ValueError(f"--backends: unknown backend {b!r}; valid: {', '.join(SIMULATORS)}")
+
+    def job():
+        rows = EXPERIMENT.run(**params)
+        print(EXPERIMENT.format(rows))
+        if args.json:
+            write_json(args.json, {"runs": rows, "verilator_over_pysim": ratios(rows)})
+        return 0 if all(r["correct"] for r in rows) else 1
+    return job

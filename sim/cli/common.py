@@ -1,0 +1,36 @@
+"""Option helpers shared by the command modules."""
+
+import ast
+import json
+
+from ...hw.validate import check_int
+from ..output import check_output, write_atomic
+
+__all__ = ["positive", "write_json", "check_output", "parse_params"]
+
+
+def positive(option, value, minimum=1):
+    """``value`` of ``option`` if given (not None) and ``>= minimum``; the option is named on error."""
+    if value is None:
+        return None
+    return check_int(option, value, minimum)
+
+
+def write_json(path, obj):
+    """Write ``obj`` as indented JSON to ``path`` atomically and say so."""
+    write_atomic(path, json.dumps(obj, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+def parse_params(pairs):
+    """Parse ``["key=value", ...]``; values are Python literals, else strings."""
+    params = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--param must look like key=value, not {pair!r}")
+        try:
+            params[key] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            params[key] = text
+    return params

@@ -1,0 +1,42 @@
+"""``epfabric fabric-speed``: cycles/s of a superpod fabric under saturating uniform traffic.
+
+Front end of the ``fabric_speed`` experiment (:mod:`epfabric.sim.experiments.fabric_speed`).
+"""
+
+import os
+
+from ..experiments import EXPERIMENTS
+from ..experiments.fabric_speed import DEFAULT_CYCLES
+from .common import check_output, write_json
+
+__all__ = ["add_arguments", "prepare"]
+
+EXPERIMENT = EXPERIMENTS["fabric_speed"]
+
+
+def add_arguments(parser):
+    for p in EXPERIMENT.params:
+        help_text = p.help if p.name != "cycles" else (
+            "cycles per backend (default: " + ", ".join(f"{b} {c}" for b, c in DEFAULT_CYCLES.items())
+            + ")")
+        parser.add_argument(f"--{p.name.replace('_', '-')}", dest=p.name, type=p.type,
+                            default=p.default, help=help_text)
+    parser.add_argument("--json", metavar="FILE", help="write {runs, verilator_over_pysim} as JSON")
+
+
+def prepare(args):
+    params = EXPERIMENT.resolve(**{p.name: getattr(args, p.name) for p in EXPERIMENT.params})
+    check_output(args.json, "--json")
+
+    def job():
+        rows = EXPERIMENT.run(**params)
+        print(f"fabric_speed: {params['preset']} superpod {params['shape']}, uniform saturating traffic")
+        print(EXPERIMENT.format(rows))
+        if args.json:
+            by = {r["backend"]: r for r in rows}
+            ratio = (round(by["verilator"]["cycles_per_s"] / by["pysim"]["cycles_per_s"], 1)
+                     if "verilator" in by and "pysim" in by else None)
+            write_json(args.json, {"runs": rows, "verilator_over_pysim": ratio,
+                                   "load": os.getloadavg()})
+        return 0 if all(r["misrouted"] == 0 for r in rows) else 1
+    return job

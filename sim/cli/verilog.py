@@ -1,0 +1,43 @@
+"""``epfabric verilog NAME [--param k=v ...] -o DIR``: Verilog for a registered component."""
+
+from ..verilog.export import write_verilog
+from ..verilog.registry import build_component, registered
+from .common import parse_params
+
+__all__ = ["add_arguments", "prepare"]
+
+
+def add_arguments(parser):
+    parser.add_argument("name", nargs="?", help="component name (omit with --all or --list)")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a constructor parameter (Python literal)")
+    parser.add_argument("-o", "--output", default="build/verilog", help="output folder")
+    parser.add_argument("--all", action="store_true", help="write every registered component")
+    parser.add_argument("--list", action="store_true", help="list components and their parameters")
+
+
+def prepare(args):
+    table = registered()
+    if args.list:
+        def listing():
+            for name, (_cls, defaults) in table.items():
+                print(f"{name}: " + " ".join(f"{k}={v!r}" for k, v in defaults.items()))
+            return 0
+        return listing
+    if args.all:
+        if args.param:
+            raise ValueError("--param cannot be combined with --all")
+        names = list(table)
+    elif args.name:
+        names = [args.name]
+    else:
+        raise ValueError(f"give a component name or --all; registered: {', '.join(table)}")
+    params = parse_params(args.param)
+    for name in names:
+        build_component(name, params)._MustUse__silence = True   # bad parameters fail here
+
+    def job():
+        for name in names:
+            print(write_verilog(name, params, args.output))
+        return 0
+    return job

@@ -1,0 +1,250 @@
+"""Simulation speed (``epfabric bench``): simulated cycles per second of the whole machine, per backend.
+
+Runs ``alltoall`` on ``cm384`` machines of 4 dies (superpod 2×2×1) and 16 dies
+(2×4×2), one AIV per die by default, on each backend, and reports per run:
+
+* ``build_s`` — Verilog generation + simulator build (Icarus/Verilator; cached
+  by content, so a rerun reports the cache hit) or elaboration (pysim);
+* ``run_s`` — wall time of the machine run alone, from ``start`` to ``stop``
+  (host loading and read-back excluded), measured inside the simulator process;
+* ``cycles_per_s`` = simulated cycles / ``run_s``;
+
+and the Verilator / Amaranth-simulator ratio of cycles per second measured in
+the same invocation. Verilator models are built at ``-O0`` (``--opt`` to
+change): measured here, gcc at ``-O2`` spent over 19 CPU-minutes on a single
+generated C++ file of the 4-die system without finishing, so ``-O0`` figures
+are a lower bound on Verilator's speed.
+
+``--scale`` is the scale probe: it runs the ladder of Verilator systems
+(dies × AIVs per die, :data:`SCALE_LADDER` or ``--shapes``), each in a fresh
+subprocess with an empty build cache and a wall-clock budget (``--budget``,
+default 600 s for Verilog generation + build + run), skipping every shape at
+least as large in both dimensions as one that failed, and reports per shape
+build time, run time, total wall time and the peak resident memory of any
+single process involved (Python/Amaranth, Verilator, gcc, the simulator).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from ...hw.validate import check_choice, check_int
+from ...sw.kernels import KERNELS
+from ...sw.machine import Machine
+from ..backends import SIMULATORS, missing_reason, run
+from ..backends.cocotb_runner import build
+from ..backends.machine import SimulatorBackend, machine_spec, session_intent
+from . import Experiment, Param, register
+
+__all__ = ["bench_one", "probe_one", "scale", "parse_shapes", "SHAPES", "SCALE_LADDER", "BENCH_OPT",
+           "Speed", "EXPERIMENT"]
+
+SHAPES = {4: ("superpod", 2, 2, 1), 16: ("superpod", 2, 4, 2), 32: ("superpod", 2, 8, 2),
+          64: ("superpod", 2, 8, 4), 128: ("superpod", 2, 8, 8)}
+BENCH_OPT = "-O0"
+#: Shapes the scale probe tries, smallest first: (dies, AIVs per die).
+SCALE_LADDER = [(16, 1), (16, 2), (32, 1), (32, 2), (16, 4), (32, 4), (64, 1), (16, 8),
+                (64, 2), (128, 1)]
+
+
+class TimedBackend(SimulatorBackend):
+    """A backend that also measures the build (or elaboration) apart from the run."""
+
+    def __init__(self, simulator, opt):
+        super().__init__(simulator, opt=opt)
+        self.build_s = 0.0
+
+    def execute(self, config, session):
+        spec = machine_spec(config)
+        t0 = time.monotonic()
+        if self.name == "pysim":
+            from amaranth.sim import Simulator
+            Simulator(spec.build())          # elaboration, as a build-time figure
+        else:
+            build(spec, self.name, False, self.opt)   # Verilog generation + build
+        self.build_s = time.monotonic() - t0
+        result, _ = run(spec, session_intent, {"session": session}, simulator=self.name,
+                        opt=self.opt)
+        return result
+
+
+def bench_one(simulator, dies, aivs=1, opt=BENCH_OPT, max_cycles=1_000_000):
+    """Run alltoall once; return the JSON row (``run_s`` measured around the machine run)."""
+    check_choice("dies", dies, tuple(SHAPES))
+    kernel = KERNELS["alltoall"]
+    be = TimedBackend(simulator, opt)
+    config, = kernel.configs("cm384", SHAPES[dies], aivs)
+    m = Machine(backend=be, config=config)
+    tok = kernel.load(m, kernel.resolve_params({}))
+    report = m.run(max_cycles)
+    verdict = kernel.check(m, report, tok)
+    run_s = report.extra.get("run_wall_s")
+    return {"backend": simulator, "dies": dies, "aivs_per_die": aivs, "cycles": report.cycles,
+            "build_s": round(be.build_s, 2), "run_s": round(run_s, 3),
+            "cycles_per_s": round(report.cycles / run_s, 1) if run_s else None,
+            "correct": verdict["correct"], "problems": verdict["problems"][:5]}
+
+
+def probe_one(dies, aivs, budget_s, opt=BENCH_OPT, log=print):
+    """One scale-probe point: ``bench_one`` on Verilator in a subprocess, fresh build, time budget.
+
+    Returns {``dies``, ``aivs_per_die``, ``status`` (``ok``, ``over_budget``,
+    ``failed``), ``wall_s``, ``build_s``, ``run_s``, ``cycles``,
+    ``cycles_per_s``, ``correct``, ``peak_rss_mb``}; ``peak_rss_mb`` is the
+    largest resident set of any one process of the attempt (``wait4``).
+    """
+    with tempfile.TemporaryDirectory(prefix="epf-scale-") as tdir:
+        out = Path(tdir) / "row.json"
+        cmd = [sys.executable, "-m", "epfabric.sim.cli", "bench", "--backends", "verilator",
+               "--dies", str(dies), "--aivs", str(aivs), f"--opt={opt}", "--json", str(out)]
+        env = dict(os.environ, EPFABRIC_BUILD_DIR=str(Path(tdir) / "build"))
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        tail = []
+
+        def pump():
+            for line in proc.stdout:
+                tail.append(line.rstrip())
+                del tail[:-20]
+                log(f"  [{dies}x{aivs} {time.monotonic() - t0:6.0f} s] {line.rstrip()}")
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        over = False
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - t0 > budget_s:
+                over = True
+                os.killpg(proc.pid, signal.SIGKILL)
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.5)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.monotonic() - t0
+        reader.join(timeout=5)
+        row = {"dies": dies, "aivs_per_die": aivs, "wall_s": round(wall, 1),
+               "peak_rss_mb": usage.ru_maxrss // 1024}
+        if over:
+            row["status"] = "over_budget"
+        elif not out.exists():
+            row["status"] = "failed"
+            row["error"] = "\n".join(tail[-8:])
+        else:
+            got = json.loads(out.read_text())["runs"][0]
+            row.update({k: got[k] for k in ("cycles", "build_s", "run_s", "cycles_per_s", "correct")})
+            row["status"] = "ok" if got["correct"] and wall <= budget_s else "failed"
+            if not got["correct"]:
+                row["error"] = "\n".join(tail[-8:])
+        return row
+
+
+def parse_shapes(text):
+    shapes = []
+    for item in text.split(","):
+        try:
+            d, a = (int(x) for x in item.lower().split("x"))
+        except ValueError:
+            raise ValueError(f"--shapes: {item!r} is not DIESxAIVS (e.g. 16x2)") from None
+        check_choice("--shapes dies", d, tuple(SHAPES))
+        check_int("--shapes AIVs per die", a, 1, 256)
+        shapes.append((d, a))
+    return shapes
+
+
+def scale(shapes, budget_s, opt=BENCH_OPT):
+    """Run the scale probe over ``shapes``; return ``{"budget_s", "runs", "largest"}``."""
+    runs, failed = [], []
+    for d, a in shapes:
+        if any(d >= fd and a >= fa for fd, fa in failed):
+            print(f"scale: {d} dies x {a} AIVs skipped (a smaller shape did not fit)", flush=True)
+            continue
+        print(f"scale: {d} dies x {a} AIVs, budget {budget_s:.0f} s ...", flush=True)
+        row = probe_one(d, a, budget_s, opt)
+        print(f"scale: {d}x{a}: {row['status']}, wall {row['wall_s']:.0f} s, "
+              f"build {row.get('build_s', float('nan')):.0f} s, run {row.get('run_s', float('nan')):.1f} s, "
+              f"peak RSS {row['peak_rss_mb']} MB", flush=True)
+        runs.append(row)
+        if row["status"] != "ok":
+            failed.append((d, a))
+    ok = [r for r in runs if r["status"] == "ok"]
+    largest = max(ok, key=lambda r: (r["dies"] * r["aivs_per_die"], r["dies"]), default=None)
+    return {"budget_s": budget_s, "opt": opt, "runs": runs,
+            "largest": None if largest is None else [largest["dies"], largest["aivs_per_die"]]}
+
+
+class Speed(Experiment):
+    """One row per (dies, backend): cycles/s of alltoall, build time apart."""
+
+    name = "speed"
+    title = "simulated cycles per second of the whole machine (alltoall) per backend"
+    params = (
+        Param("backends", ",".join(SIMULATORS), "comma-separated backends", str),
+        Param("dies", "4,16", f"comma-separated die counts ({', '.join(map(str, SHAPES))})", str),
+        Param("aivs", 1, "AIVs per die", int, minimum=1),
+        Param("opt", BENCH_OPT, "Verilator C++ optimisation level", str),
+    )
+
+    def run(self, **params):
+        p = self.resolve(**params)
+        backends = [b for b in p["backends"].split(",") if b]
+        for b in backends:
+            check_choice("backends", b, SIMULATORS)
+        dies = parse_dies(p["dies"])
+        rows = []
+        for d in dies:
+            for b in backends:
+                reason = missing_reason(b)
+                if reason:
+                    print(f"skip {b}: {reason}", file=sys.stderr)
+                    continue
+                print(f"bench: alltoall, cm384, {d} dies x {p['aivs']} AIV on {b} ...", flush=True)
+                row = bench_one(b, d, p["aivs"], opt=p["opt"])
+                print(f"  {row['cycles']} cycles, build {row['build_s']:.1f} s, run "
+                      f"{row['run_s']:.2f} s, {row['cycles_per_s']:.0f} cycles/s, "
+                      f"correct={row['correct']}", flush=True)
+                for problem in row["problems"]:
+                    print(f"  problem: {problem}", flush=True)
+                rows.append(row)
+        return rows
+
+    def format(self, rows):
+        lines = [f"{'backend':>10} {'dies':>5} {'cycles':>8} {'build s':>8} {'run s':>8} "
+                 f"{'cycles/s':>10}"]
+        for r in rows:
+            lines.append(f"{r['backend']:>10} {r['dies']:>5} {r['cycles']:>8} {r['build_s']:>8.1f} "
+                         f"{r['run_s']:>8.2f} {r['cycles_per_s']:>10.0f}")
+        for d, x in ratios(rows).items():
+            lines.append(f"verilator / pysim at {d} dies: {x}x (cycles per second, same invocation)")
+        return "\n".join(lines)
+
+
+def parse_dies(text):
+    """``"4,16"`` → ``[4, 16]``, each one of :data:`SHAPES`."""
+    try:
+        dies = [int(d) for d in text.split(",") if d]
+    except ValueError:
+        raise ValueError(f"dies must be comma-separated integers, not {text!r}") from None
+    for d in dies:
+        check_choice("dies", d, tuple(SHAPES))
+    return dies
+
+
+def ratios(rows):
+    """``{dies: verilator cycles/s / pysim cycles/s}`` where both ran (same invocation)."""
+    out = {}
+    for d in sorted({r["dies"] for r in rows}):
+        by = {r["backend"]: r for r in rows if r["dies"] == d}
+        if "verilator" in by and "pysim" in by:
+            out[str(d)] = round(by["verilator"]["cycles_per_s"] / by["pysim"]["cycles_per_s"], 1)
+    return out
+
+
+EXPERIMENT = register(Speed())

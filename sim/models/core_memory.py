@@ -1,0 +1,131 @@
+"""Run programs on a standalone AIV core against a Python memory model.
+
+:func:`run_programs` is a test intent (it runs unchanged on pysim,
+Icarus and Verilator, see :mod:`epfabric.sim.backends`): for each program it
+writes the instruction memory through ``imem_w``, pulses ``start`` and then,
+every cycle, answers ``mem_req`` from a dict memory with a fixed latency,
+collects MARK events and stops when the core halts. It is the test fixture
+of :mod:`epfabric.hw.aiv_core`, not the system memory: the die wires the core
+to the HBM slice and the UB port instead.
+
+Memory model
+------------
+``memory`` maps byte addresses (word aligned) to 32-bit words; absent words
+read 0. A request accepted in cycle *t* takes effect in cycle *t* and is
+answered in cycle *t + latency* (answers queue one per cycle if they
+collide). READ_BLOCK / WRITE_BLOCK move the ``data_bytes`` leading bytes of
+the 512 B block at ``addr & ~511``. ``events`` are scheduled writes
+``[cycle, addr, value]`` (cycles counted from ``start``) applied by the model
+itself, e.g. to release a POLL.
+"""
+
+from epfabric.hw.aiv_core import MemOp
+
+__all__ = ["run_programs", "MEM_LATENCY"]
+
+MEM_LATENCY = 3
+
+
+async def _load(bench, words):
+    bench.set("imem_w.en", 1)
+    for i, word in enumerate(words):
+        bench.set("imem_w.addr", i)
+        bench.set("imem_w.data", word)
+        await bench.tick()
+    bench.set("imem_w.en", 0)
+
+
+async def run_program(bench, words, memory, *, latency=MEM_LATENCY, events=(), max_cycles=5000,
+                      rank=0, trace_stall_every=0):
+    """Run one program to HALT; return a result dict (see :func:`run_programs`)."""
+    core = bench.component
+    nwords = core.data_bytes // 4
+    mem = {int(k): int(v) & 0xFFFFFFFF for k, v in memory.items()}
+    events = sorted((int(c), int(a), int(v)) for c, a, v in events)
+    await _load(bench, words)
+    bench.set("rank", rank)
+    bench.set("mem_req.ready", 1)
+    bench.set("start", 1)
+    await bench.tick()
+    bench.set("start", 0)
+    t0 = bench.cycle
+    # MARK times are reported relative to the core's cycle counter at start:
+    # simulators hold reset for different lengths, so absolute counts differ.
+    c0 = await bench.get("cycle")
+    pending = []   # (due cycle, op, data)
+    trace, requests = [], []
+    while True:
+        now = bench.cycle - t0
+        while events and events[0][0] <= now:
+            _, addr, value = events.pop(0)
+            mem[addr & ~3] = value & 0xFFFFFFFF
+        if await bench.get("halted"):
+            break
+        if pending and pending[0][0] <= now:
+            _, op, payload = pending.pop(0)
+            bench.set("mem_rsp.payload", {"op": op, "data": payload})
+            bench.set("mem_rsp.valid", 1)
+        else:
+            bench.set("mem_rsp.valid", 0)
+        trace_ready = 0 if trace_stall_every and now % trace_stall_every else 1
+        bench.set("trace.ready", trace_ready)
+        if now >= max_cycles:
+            return {"timeout": True, "pc": await bench.get("pc"),
+                    "waiting": await bench.get("waiting"),
+                    "wait_addr": await bench.get("wait_addr"), "cycles": now}
+        if await bench.get("mem_req.valid"):
+            req = bench.decode("mem_req.payload", await bench.get("mem_req.payload"))
+            op = MemOp(req.op)
+            addr = req.addr.as_value().value & ~3
+            value = int(req.data)
+            requests.append([now, op.name, addr])
+            base = addr & ~511
+            if op == MemOp.READ_WORD:
+                out = mem.get(addr, 0)
+            elif op == MemOp.WRITE_WORD:
+                mem[addr] = value & 0xFFFFFFFF
+                out = 0
+            elif op == MemOp.FETCH_ADD:
+                out = mem.get(addr, 0)
+                mem[addr] = (out + value) & 0xFFFFFFFF
+            elif op == MemOp.READ_BLOCK:
+                out = sum(mem.get(base + 4 * w, 0) << (32 * w) for w in range(nwords))
+            else:
+                for w in range(nwords):
+                    mem[base + 4 * w] = (value >> (32 * w)) & 0xFFFFFFFF
+                out = 0
+            due = max([now + latency] + [p[0] + 1 for p in pending])
+            pending.append((due, op, out))
+        if trace_ready and await bench.get("trace.valid"):
+            ev = bench.decode("trace.payload", await bench.get("trace.payload"))
+            trace.append([int(ev.core), (int(ev.cycle) - c0) & 0xFFFFFFFF, int(ev.event)])
+        await bench.tick()
+    # drain the acks of posted stores the program did not fence
+    bench.set("mem_rsp.valid", 0)
+    while pending:
+        _, op, payload = pending.pop(0)
+        bench.set("mem_rsp.payload", {"op": op, "data": payload})
+        bench.set("mem_rsp.valid", 1)
+        await bench.tick()
+    bench.set("mem_rsp.valid", 0)
+    await bench.tick()
+    return {"timeout": False, "cycles": now, "pc": await bench.get("pc"),
+            "fault": await bench.get("fault"),
+            "memory": {str(k): v for k, v in sorted(mem.items())},
+            "trace": trace, "requests": requests}
+
+
+async def run_programs(bench, programs):
+    """Harness intent: run each ``{"words", "memory", ...}`` in turn; return their results.
+
+    Each result has ``cycles`` (from the ``start`` edge to the cycle
+    ``halted`` is first seen high, i.e. the program's cycle count including
+    its HALT), ``memory`` (``{str(byte address): word}``), ``trace``
+    (``[core, cycle, event]``, cycle counted from the program's first cycle), ``requests`` (``[cycle, op, addr]``),
+    ``pc`` and ``fault``; or ``timeout`` with the watchdog view.
+    """
+    results = []
+    for prog in programs:
+        kw = {k: v for k, v in prog.items() if k not in ("words", "memory")}
+        results.append(await run_program(bench, prog["words"], prog.get("memory", {}), **kw))
+    return results

@@ -1,0 +1,67 @@
+"""Where simulation outputs go, and how long steps report themselves.
+
+* :func:`build_cache_dir` — simulator builds, cached by content
+  (``$EPFABRIC_BUILD_DIR``, default ``build/sim`` under the working folder);
+* :func:`waveform_dir` — VCD/FST and ``.gtkw`` files
+  (``$EPFABRIC_WAVEFORM_DIR``, default ``waveforms/``);
+* :func:`progress` — one line on stderr for steps longer than
+  :data:`PROGRESS_AFTER_S` (``EPFABRIC_QUIET=1`` silences it);
+* :func:`check_output` / :func:`write_atomic` — result files: checked
+  before a simulation starts, written whole or not at all.
+"""
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["build_cache_dir", "waveform_dir", "progress", "PROGRESS_AFTER_S", "check_output",
+           "write_atomic"]
+
+#: Steps longer than this many seconds report their time on stderr.
+PROGRESS_AFTER_S = 10.0
+
+
+def build_cache_dir():
+    """Folder of cached simulator builds."""
+    return Path(os.environ.get("EPFABRIC_BUILD_DIR", Path.cwd() / "build" / "sim"))
+
+
+def waveform_dir():
+    """Folder waveforms are written to."""
+    return Path(os.environ.get("EPFABRIC_WAVEFORM_DIR", Path.cwd() / "waveforms"))
+
+
+def progress(msg):
+    """Print ``[epfabric] msg`` on stderr unless ``EPFABRIC_QUIET=1``."""
+    if os.environ.get("EPFABRIC_QUIET") != "1":
+        print(f"[epfabric] {msg}", file=sys.stderr, flush=True)
+
+
+def check_output(path, option):
+    """Raise ``ValueError`` naming ``option`` unless ``path`` can be written (checked before any run)."""
+    if path is None:
+        return None
+    path = Path(path)
+    parent = path.resolve().parent
+    if path.is_dir():
+        raise ValueError(f"{option} {str(path)!r} is a folder, not a file")
+    if not parent.is_dir():
+        raise ValueError(f"{option} {str(path)!r}: folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"{option} {str(path)!r}: folder {str(parent)!r} is not writable")
+    return path
+
+
+def write_atomic(path, text):
+    """Write ``text`` to ``path`` through a temporary file and a rename: never a half-written file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.resolve().parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,211 @@
+"""Machine configurations: everything that determines the simulated hardware (and its Verilog).
+
+Two kinds of machine share the driver (:class:`~epfabric.sw.machine.Machine`):
+
+* :class:`MachineConfig` — the AIV machine: dies with AIV cores, an HBM
+  slice and an atomic UB port each, on a ``superpod`` or ``star`` fabric
+  (:class:`~epfabric.hw.system.System`); it runs kernel *programs*;
+* :class:`AgrsConfig` — AllGather/ReduceScatter endpoints (hardware traffic
+  engines, INC-MoE §3.1) on a ``star`` with the INC engine, or the ring
+  baseline (:class:`~epfabric.hw.inc_endpoint.AgrsSystem`); it runs one
+  AG + RS per run on buffers loaded through the same host port.
+
+Both validate every field at construction — the one place a machine's shape
+is checked (the hardware constructors call the same checks in
+:mod:`epfabric.hw.validate` and :func:`epfabric.hw.topology.check_topology`)
+— and both tell the driver how to build their top (:attr:`factory`), how
+their memory is laid out and which status outputs a run reports.
+"""
+
+from dataclasses import asdict, dataclass
+
+from ..hw.inc_endpoint import MODES, agrs_control_map, agrs_memory_map
+from ..hw.system import MAX_AIVS_PER_DIE
+from ..hw.topology import check_topology, topology_ranks
+from ..hw.validate import check_choice, check_int, check_multiple, check_pow2
+from .presets import get_preset, preset_names
+
+__all__ = ["MachineConfig", "AgrsConfig", "parse_topology", "format_topology"]
+
+
+def parse_topology(text):
+    """``"superpod:2,2,2"`` or ``"star:4"`` → a validated topology tuple."""
+    kind, _, sizes = str(text).partition(":")
+    try:
+        nums = tuple(int(x) for x in sizes.split(",")) if sizes else ()
+    except ValueError:
+        raise ValueError(f"topology must look like superpod:2,2,2 or star:4, not {text!r}") from None
+    return check_topology((kind, *nums))
+
+
+def format_topology(topology):
+    """``("superpod", 2, 2, 2)`` → ``"superpod:2,2,2"`` (what :func:`parse_topology` reads)."""
+    return f"{topology[0]}:{','.join(str(x) for x in topology[1:])}"
+
+
+def _named_preset(config):
+    """The config's :class:`~epfabric.sw.presets.Preset`; ``config.preset`` becomes its name.
+
+    Configurations cross into simulator processes as JSON, so they hold a
+    preset *name*; a preset object is accepted only if it is the named one.
+    """
+    preset = get_preset(config.preset)
+    if not isinstance(config.preset, str):
+        if get_preset(preset.name) != preset:
+            raise ValueError(f"preset must be a named preset ({', '.join(preset_names())}), "
+                             f"not a modified {preset.name!r}")
+        object.__setattr__(config, "preset", preset.name)
+    return preset
+
+
+@dataclass(frozen=True)
+class MachineConfig:
+    """The AIV machine (:class:`~epfabric.hw.system.System`): see the module docstring.
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a field of the wrong type or out of range, a topology the preset
+        cannot build, or a superpod larger than the preset's (named in the
+        message).
+    """
+    preset: str = "tiny"
+    topology: tuple = ("superpod", 2, 1, 1)
+    aivs_per_die: int = 1
+    imem_depth: int = 64
+    ubuf_rows: int = 4
+    hbm_blocks: int = 16
+    data_bytes: int = 32
+    lanes: int = 4
+    trace_depth: int = 64
+
+    #: the JSON-facing factory of the top (``ComponentSpec`` of a backend)
+    factory = "epfabric.sw.tops:aiv_system"
+    kind = "aiv"
+
+    def __post_init__(self):
+        preset = _named_preset(self)
+        topo = check_topology(self.topology)
+        object.__setattr__(self, "topology", topo)
+        if topo[0] == "superpod":
+            preset.check_shape(*topo[1:])
+        preset.fabric_timing(topo[0])     # a star preset cannot build a superpod
+        check_int("aivs_per_die", self.aivs_per_die, 1, MAX_AIVS_PER_DIE)
+        check_pow2("imem_depth", self.imem_depth, 2, 65536)
+        check_pow2("ubuf_rows", self.ubuf_rows, 1, 1024)
+        check_pow2("hbm_blocks", self.hbm_blocks, 1, 1 << 15)
+        check_multiple("data_bytes", self.data_bytes, 32, 32, 512)
+        check_pow2("lanes", self.lanes, 1, 64)
+        check_int("trace_depth", self.trace_depth, 1, 65535)
+
+    @property
+    def ranks(self):
+        return topology_ranks(self.topology)
+
+    @property
+    def cores(self):
+        return self.ranks * self.aivs_per_die
+
+    @property
+    def words_per_block(self):
+        return self.data_bytes // 4
+
+    @property
+    def memory_blocks(self):
+        """DataBlocks of each rank's memory the host can write."""
+        return self.hbm_blocks
+
+    @property
+    def readback_blocks(self):
+        """DataBlocks of each rank read back after a run."""
+        return self.hbm_blocks
+
+    def status_ports(self):
+        """Outputs read after every run: ``{"cores": {field: [port, ...]}, "counters": {...}}``.
+
+        ``cores`` has one port per global core id, ``counters`` one per rank.
+        """
+        cores = range(self.cores)
+        return {"cores": {k: [f"core_{k}.{g}" for g in cores]
+                          for k in ("pc", "halted", "fault", "waiting", "wait_addr")},
+                "counters": {k: [f"fabric_{k}.{r}" for r in range(self.ranks)]
+                             for k in ("tx_blocks", "rx_blocks", "tx_stalls")}}
+
+    has_trace = True
+
+    def to_dict(self):
+        d = asdict(self)
+        d["topology"] = list(self.topology)
+        return d
+
+
+@dataclass(frozen=True)
+class AgrsConfig:
+    """AllGather/ReduceScatter endpoints on an INC star (:class:`~epfabric.hw.inc_endpoint.AgrsSystem`).
+
+    ``mode`` is ``"inc"`` (the switch's INC engine multicasts and reduces) or
+    ``"ring"`` (the ring baseline on the same star). Buffers use the padded
+    layout of INC-MoE §3.1: ``ranks`` blocks of ``tmax`` rows, one 512 B
+    DataBlock per row of which ``lanes`` int32 words are modelled. The memory
+    map the host sees is :func:`~epfabric.hw.inc_endpoint.agrs_memory_map`.
+    """
+    preset: str = "incmoe-testbed"
+    ranks: int = 4
+    mode: str = "inc"
+    tmax: int = 4
+    lanes: int = 2
+    slots: int = 16
+    switch_depth: int = 4
+
+    factory = "epfabric.sw.tops:agrs_system"
+    kind = "agrs"
+    has_trace = False
+
+    def __post_init__(self):
+        preset = _named_preset(self)
+        check_int("ranks", self.ranks, 2)
+        check_topology(("star", self.ranks))
+        preset.fabric_timing("star")
+        check_choice("mode", self.mode, MODES)
+        check_int("tmax", self.tmax, 1)
+        check_int("lanes", self.lanes, 1, 128)
+        check_pow2("slots", self.slots)
+        check_int("switch_depth", self.switch_depth, 2)
+
+    @property
+    def topology(self):
+        return ("star", self.ranks)
+
+    @property
+    def words_per_block(self):
+        return self.lanes
+
+    @property
+    def memory_map(self):
+        """``{buffer: first DataBlock}`` (see :func:`~epfabric.hw.inc_endpoint.agrs_memory_map`)."""
+        return agrs_memory_map(self.ranks, self.tmax)
+
+    @property
+    def control_map(self):
+        """Control registers (:func:`~epfabric.hw.inc_endpoint.agrs_control_map`)."""
+        return agrs_control_map(self.ranks)
+
+    @property
+    def memory_blocks(self):
+        return self.memory_map["end"]
+
+    @property
+    def readback_blocks(self):
+        """The gather buffer and the reduced shard (the partials are inputs only)."""
+        return self.memory_map["rs"]
+
+    def status_ports(self):
+        """Outputs read after every run (see :meth:`MachineConfig.status_ports`)."""
+        n = range(self.ranks)
+        return {"cores": {},
+                "counters": {"ag_count": [f"ag_count.{r}" for r in n],
+                             "rs_count": [f"rs_count.{r}" for r in n],
+                             "slot_stalls": ["slot_stalls"]}}
+
+    def to_dict(self):
+        return asdict(self)

@@ -1,0 +1,153 @@
+"""``agrs``: one AllGather and one ReduceScatter, in-network (INC) or on a ring (INC-MoE §3.1–3.2).
+
+Runs on an :class:`~epfabric.sw.config.AgrsConfig` machine: ``ranks``
+endpoints on a star, the switch's INC engine multicasting and reducing
+(``mode="inc"``) or the ring baseline (``mode="ring"``). Buffers use the
+padded layout of INC-MoE §3.1 — ``ranks`` blocks of ``tmax`` rows, rank
+``r``'s ``T_r`` rows at the start of block ``r`` — and one row is one 512 B
+DataBlock of which ``lanes`` int32 words are modelled.
+
+* AllGather: rank ``r`` contributes its ``T_r`` rows; afterwards every rank
+  holds every rank's rows in its gather buffer.
+* ReduceScatter: every rank holds partials of the whole padded buffer;
+  afterwards rank ``r``'s reduced shard holds the int32 (wrapping) sum over
+  all ranks of block ``r``'s first ``T_r`` rows.
+
+:func:`reference` is the numpy model :meth:`Agrs.check` compares with;
+:func:`bound_gbps` the equivalent-bandwidth bounds of INC-MoE Eq. 4–5. The
+endpoints are hardware traffic engines: nothing here is a program, and what
+a run does depends only on the configuration and the control registers
+(row counts, concurrent, barrier), never on the data.
+"""
+
+import numpy as np
+
+from ..config import AgrsConfig
+from ..isa import address
+from ..presets import get_preset
+from . import Kernel, register
+
+__all__ = ["make_case", "reference", "bound_gbps", "Agrs", "KERNEL"]
+
+
+def make_case(*, ranks, tmax, lanes, counts=None, seed=0):
+    """Random int32 inputs for one AG + RS: ``{"counts", "ag_in", "rs_in"}`` (lists).
+
+    ``ag_in[r]`` are rank r's own ``counts[r]`` rows; ``rs_in[r]`` its partials
+    of the whole padded buffer (``ranks * tmax`` rows).
+    """
+    rng = np.random.default_rng(seed)
+    if counts is None:
+        counts = [tmax] * ranks
+    counts = [int(c) for c in counts]
+    if len(counts) != ranks or any(not 0 <= c <= tmax for c in counts):
+        raise ValueError(f"counts must be {ranks} row counts in [0, {tmax}], not {counts!r}")
+    ag_in = [rng.integers(-2**31, 2**31, size=(c, lanes), dtype=np.int64).tolist() for c in counts]
+    rs_in = rng.integers(-2**31, 2**31, size=(ranks, ranks * tmax, lanes), dtype=np.int64).tolist()
+    return {"counts": counts, "ag_in": ag_in, "rs_in": rs_in}
+
+
+def reference(case, *, ranks, tmax):
+    """numpy results: ``(gathered, out)`` — ``{row: values}`` every rank must hold, ``out[r]`` rows."""
+    counts = case["counts"]
+    gathered = {}
+    for q in range(ranks):
+        for i in range(counts[q]):
+            gathered[q * tmax + i] = list(case["ag_in"][q][i])
+    rs = np.array(case["rs_in"], dtype=np.int64).astype(np.int32)
+    total = rs.sum(axis=0, dtype=np.int32)  # wrapping int32 sum
+    out = [total[r * tmax: r * tmax + counts[r]].astype(np.int64).tolist() for r in range(ranks)]
+    return gathered, out
+
+
+def bound_gbps(preset, mode, ranks):
+    """Equivalent-bandwidth bound in Gb/s: ring ``N/(N-1)*BW``, INC ``2*BW`` (INC-MoE Eq. 4–5)."""
+    bw = get_preset(preset).bandwidth_gbits_s
+    return 2 * bw if mode == "inc" else ranks / (ranks - 1) * bw
+
+
+def _u32(v):
+    return int(v) & 0xFFFFFFFF
+
+
+def _s32(v):
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
+class Agrs(Kernel):
+    """One AG + one RS on an :class:`AgrsConfig` machine (module docstring).
+
+    Parameters (``params``): ``mode``, ``tmax``, ``lanes`` and ``slots``
+    shape the machine; ``counts`` (rows per rank, default ``tmax`` each),
+    ``seed``, ``concurrent`` (AG and RS at once) and ``barrier`` (a
+    cross-rank barrier first, INC only) shape the operation.
+    """
+
+    name = "agrs"
+    description = "one AllGather + one ReduceScatter, in-network (INC) or ring, checked against numpy"
+    params = {"mode": "inc", "tmax": 4, "lanes": 2, "slots": 16, "counts": None, "seed": 0,
+              "concurrent": True, "barrier": False}
+    default_preset = "incmoe-testbed"
+    default_max_cycles = 10_000_000
+
+    def default_topology(self, preset):
+        return ("star", preset.ranks)
+
+    def configs(self, preset, topology=None, aivs=None, params=None):
+        params = self.resolve_params(params)
+        p = get_preset(preset)
+        topology = tuple(topology) if topology is not None else self.default_topology(p)
+        if topology[0] != "star" or len(topology) != 2:
+            raise ValueError(f"agrs runs on a star topology (star:N), not {topology!r}")
+        if aivs is not None:
+            raise ValueError("agrs has no AIV cores: its endpoints are hardware traffic engines "
+                             "(do not give --aivs)")
+        return [AgrsConfig(p.name, ranks=topology[1], mode=params["mode"], tmax=params["tmax"],
+                           lanes=params["lanes"], slots=params["slots"])]
+
+    def load(self, machine, params):
+        """AG rows, RS partials and the control registers; returns the case (inputs)."""
+        cfg = machine.config
+        case = make_case(ranks=cfg.ranks, tmax=cfg.tmax, lanes=cfg.lanes, counts=params["counts"],
+                         seed=params["seed"])
+        mm = cfg.memory_map
+        for r in range(cfg.ranks):
+            for i, row in enumerate(case["ag_in"][r]):
+                machine.write_mem(r, address(0, mm["ag"] + r * cfg.tmax + i), [_u32(v) for v in row])
+            for a, row in enumerate(case["rs_in"][r]):
+                machine.write_mem(r, address(0, mm["rs"] + a), [_u32(v) for v in row])
+        ctrl = cfg.control_map
+        for q, c in enumerate(case["counts"]):
+            machine.write_control(ctrl["counts"] + q, c)
+        machine.write_control(ctrl["concurrent"], int(bool(params["concurrent"])))
+        machine.write_control(ctrl["barrier"], int(bool(params["barrier"])))
+        return case
+
+    def check(self, machine, report, inputs):
+        """Every rank's gather buffer and reduced shard against :func:`reference`, bit for bit."""
+        cfg = machine.config
+        gathered, out = reference(inputs, ranks=cfg.ranks, tmax=cfg.tmax)
+        mm = cfg.memory_map
+        problems = []
+        for r in range(cfg.ranks):
+            for row, want in gathered.items():
+                got = [_s32(v) for v in machine.read_mem(r, address(0, mm["ag"] + row), cfg.lanes)]
+                if got != want:
+                    problems.append(f"rank {r}: gathered row {row} differs")
+            for i, want in enumerate(out[r]):
+                got = [_s32(v) for v in machine.read_mem(r, address(0, mm["out"] + i), cfg.lanes)]
+                if got != want:
+                    problems.append(f"rank {r}: reduced row {i} differs")
+        nbytes = cfg.ranks * max(inputs["counts"]) * machine.preset.block_bytes
+        return {"correct": not problems, "problems": problems[:20] + (
+                    [f"... {len(problems) - 20} more"] if len(problems) > 20 else []),
+                "errors": len(problems), "bytes": nbytes, "mode": cfg.mode,
+                "slot_stalls": report.counters["slot_stalls"][0]}
+
+    def summary(self, result):
+        return [f"agrs {run['mode']} on {result['preset']} [{result['backend']}]: "
+                f"S={run['bytes']} B, {run['cycles']} cycles ({run['ns']:.0f} ns)"
+                for run in result["runs"]]
+
+
+KERNEL = register(Agrs())

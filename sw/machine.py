@@ -1,0 +1,235 @@
+"""The driver: load programs and memory onto a machine, run it, read results.
+
+The Glasgow split (STYLE.md 1): a :class:`Machine` is built from a
+configuration (:class:`~epfabric.sw.config.MachineConfig` for the AIV
+machine, :class:`~epfabric.sw.config.AgrsConfig` for the AG/RS endpoints) and
+a :class:`Backend`; driver code (kernels, experiments) talks only to the
+machine, and :mod:`epfabric.sim.backends.machine` supplies backends
+(Amaranth's simulator, Icarus, Verilator) that all implement
+:meth:`Backend.execute` for the same top.
+
+A run is one *session* through the top's host port
+(:mod:`epfabric.hw.host`): host writes (instruction memories, memory words,
+core enables, control registers), ``start``, wait until the machine stops
+(finished, or the watchdog fired), then read back memory, status outputs and
+(AIV machine) the MARK trace buffer. No Python runs per simulated cycle on
+the fast backends.
+"""
+
+import abc
+
+from ..hw.host import HostTarget
+from ..hw.validate import check_int
+from .config import MachineConfig
+from .isa import address, split_address
+from .presets import get_preset
+from .report import Report, WatchdogTimeout
+
+__all__ = ["Backend", "Machine", "Report", "WatchdogTimeout", "MachineConfig"]
+
+
+class Backend(abc.ABC):
+    """Something that runs a session on the top a configuration describes."""
+
+    name = "abstract"
+
+    @abc.abstractmethod
+    def execute(self, config, session):
+        """Run ``session`` (:meth:`Machine.session`) on ``config``'s top.
+
+        Returns a dict with ``cycles``, ``done``, ``timeout``, ``run_wall_s``,
+        ``mem`` (``{rank: [word, ...]}``), ``status`` (the values of
+        ``session["status"]``, same structure), and, when ``session["trace"]``,
+        ``trace`` (list of ``[core, cycle, event]``) and ``trace_dropped``.
+        """
+
+
+class Machine:
+    """A simulated machine, run on a backend.
+
+    Parameters
+    ----------
+    preset : str, optional
+        Preset name (:func:`epfabric.sw.presets.get_preset`) of an AIV
+        machine; default ``"tiny"``.
+    backend : Backend
+        Where the hardware runs (``epfabric.sim.backends.machine.backend("pysim")``,
+        ``"icarus"`` or ``"verilator"``).
+    config : MachineConfig or AgrsConfig, optional
+        The whole configuration, instead of ``preset`` and ``**fields``.
+    **fields
+        :class:`~epfabric.sw.config.MachineConfig` fields (``topology``,
+        ``aivs_per_die``, ...).
+
+    Raises
+    ------
+    ValueError, TypeError
+        On a bad preset, topology or size (the message names it).
+    """
+
+    def __init__(self, preset=None, *, backend, config=None, **fields):
+        if config is None:
+            config = MachineConfig(preset="tiny" if preset is None else preset, **fields)
+        elif preset is not None or fields:
+            raise TypeError("give either config or preset and MachineConfig fields, not both")
+        if not isinstance(backend, Backend):
+            raise TypeError(f"backend must be a Backend, not {backend!r}")
+        self.config = config
+        self.preset = get_preset(config.preset)
+        self.backend = backend
+        self._programs = {}
+        self._mem = {}
+        self._ctrl = {}
+        self._readback = None
+        self.last_report = None
+
+    @property
+    def ranks(self):
+        return self.config.ranks
+
+    @property
+    def has_cores(self):
+        return self.config.kind == "aiv"
+
+    def _check_core(self, rank, core):
+        check_int("rank", rank, 0, self.ranks - 1)
+        check_int("core", core, 0, self.config.aivs_per_die - 1)
+
+    def load_program(self, rank, core, program):
+        """Load ``program`` (a :class:`~epfabric.sw.assembler.Program` or words) into a core."""
+        if not self.has_cores:
+            raise TypeError(f"a {self.config.kind} machine has no cores to load programs into")
+        self._check_core(rank, core)
+        words = program.assemble() if hasattr(program, "assemble") else list(program)
+        if len(words) > self.config.imem_depth:
+            raise ValueError(f"program for rank {rank} core {core} has {len(words)} "
+                             f"instructions; imem_depth is {self.config.imem_depth}")
+        self._programs[(rank, core)] = [int(w) & 0xFFFFFFFF for w in words]
+
+    def _check_addr(self, rank, addr, n=1):
+        check_int("rank", rank, 0, self.ranks - 1)
+        check_int("addr", addr, 0)
+        r, block, word = split_address(addr)
+        if r != 0 or addr & 3:
+            raise ValueError(f"addr must be a word-aligned local byte address "
+                             f"(block << 9 | word << 2), not {addr:#x}")
+        last = word + n - 1
+        if block + last // 128 >= self.config.memory_blocks:
+            raise ValueError(f"addr {addr:#x} + {n} words runs past the {self.config.memory_blocks} "
+                             f"blocks of the machine's memory")
+
+    def write_mem(self, rank, addr, words):
+        """Write 32-bit ``words`` to rank ``rank``'s memory from byte address ``addr`` on.
+
+        Words beyond the modelled ``words_per_block`` of a block are not
+        simulated and are dropped.
+        """
+        words = [int(w) & 0xFFFFFFFF for w in words]
+        self._check_addr(rank, addr, len(words))
+        for i, w in enumerate(words):
+            self._mem[(rank, addr + 4 * i)] = w
+
+    def write_control(self, register, value):
+        """Set control register ``register`` (host target CTRL) before the next run."""
+        if self.has_cores:
+            raise TypeError("the AIV machine has no control registers; its cores run programs")
+        check_int("register", register, 0, 0xFFFF)
+        self._ctrl[register] = int(value) & 0xFFFFFFFF
+
+    def read_mem(self, rank, addr, n=1):
+        """``n`` words of rank ``rank``'s memory from ``addr``, as read back after the last run."""
+        if self.last_report is None:
+            raise RuntimeError("read_mem needs a finished run(); call machine.run() first")
+        self._check_addr(rank, addr, n)
+        out = []
+        wpb = self.config.words_per_block
+        for i in range(n):
+            _, block, word = split_address(addr + 4 * i)
+            index = block * wpb + word
+            readback = self._readback[rank]
+            if word >= wpb:
+                out.append(0)
+            elif index >= len(readback):
+                raise ValueError(f"block {block} of rank {rank} is not read back after a run "
+                                 f"(the first {self.config.readback_blocks} blocks are)")
+            else:
+                out.append(readback[index])
+        return out
+
+    def session(self, max_cycles):
+        """The host-port session of the next run (what :meth:`Backend.execute` receives)."""
+        wpb = self.config.words_per_block
+        writes = []
+        for (rank, core), words in sorted(self._programs.items()):
+            writes += [[HostTarget.IMEM.value, rank, core, i, w] for i, w in enumerate(words)]
+            writes.append([HostTarget.ENABLE.value, rank, core, 0, 1])
+        for (rank, addr), w in sorted(self._mem.items()):
+            _, block, word = split_address(addr)
+            if word < wpb:  # words beyond data_bytes are not modelled
+                writes.append([HostTarget.HBM.value, rank, 0, addr, w])
+        for register, value in sorted(self._ctrl.items()):
+            writes.append([HostTarget.CTRL.value, 0, 0, register, value])
+        return {"writes": writes, "max_cycles": max_cycles,
+                "read_words": self.config.readback_blocks * wpb, "words_per_block": wpb,
+                "status": self.config.status_ports(), "trace": self.config.has_trace}
+
+    def run(self, max_cycles=100_000):
+        """Run until the machine finishes; return a :class:`Report`.
+
+        Raises :class:`WatchdogTimeout` (carrying the report) when the
+        watchdog stops the machine after ``max_cycles`` cycles.
+        """
+        check_int("max_cycles", max_cycles, 1, (1 << 32) - 1)
+        if self.has_cores and not self._programs:
+            raise RuntimeError("no program loaded; call load_program() first")
+        out = self.backend.execute(self.config, self.session(max_cycles))
+        status = out["status"]
+        cores = []
+        if self.has_cores:
+            aivs = self.config.aivs_per_die
+            trace = [{"rank": c // aivs, "core": c % aivs, "cycle": cyc, "event": ev}
+                     for c, cyc, ev in out["trace"]]
+            fields = status["cores"]
+            for i in range(self.config.cores):
+                cores.append({**{k: v[i] for k, v in fields.items()},
+                              "rank": i // aivs, "core": i % aivs})
+        else:
+            trace = []
+        self._readback = {int(r): words for r, words in out["mem"].items()}
+        report = Report(config={**self.config.to_dict(), "kind": self.config.kind,
+                                "cycle_ns": self.preset.cycle_ns},
+                        backend=self.backend.name, cycles=out["cycles"],
+                        ns=out["cycles"] * self.preset.cycle_ns, done=bool(out["done"]),
+                        timeout=bool(out["timeout"]), trace=trace, cores=cores,
+                        counters=dict(status["counters"]),
+                        trace_dropped=out.get("trace_dropped", 0),
+                        extra={"run_wall_s": out.get("run_wall_s")})
+        self.last_report = report
+        if report.timeout:
+            report.diagnosis = self._diagnose(report, max_cycles)
+            raise WatchdogTimeout(report)
+        return report
+
+    def _diagnose(self, report, max_cycles):
+        if not self.has_cores:
+            counters = ", ".join(f"{k} {v}" for k, v in report.counters.items())
+            return (f"watchdog: the {self.config.kind} machine did not finish within {max_cycles} "
+                    f"cycles; counters: {counters}")
+        loaded = set(self._programs)
+        lines = [f"watchdog: not every core halted within {max_cycles} cycles"]
+        for c in report.cores:
+            if (c["rank"], c["core"]) not in loaded or c["halted"]:
+                continue
+            if c["waiting"]:
+                r, block, word = split_address(c["wait_addr"])
+                lines.append(f"rank {c['rank']} core {c['core']} (pc {c['pc']}) waits on "
+                             f"address {c['wait_addr']:#010x} (rank {r} block {block} word {word})")
+            else:
+                lines.append(f"rank {c['rank']} core {c['core']} (pc {c['pc']}) still running"
+                             + (" (faulted)" if c.get("fault") else ""))
+        return "; ".join(lines)
+
+    @staticmethod
+    def address(rank, block, word=0):
+        """Global byte address (for programs): see :func:`epfabric.hw.isa.address`."""
+        return address(rank, block, word)

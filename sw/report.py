@@ -1,0 +1,69 @@
+"""What a machine run produced: :class:`Report`, and :class:`WatchdogTimeout` when it hung."""
+
+import json
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["Report", "WatchdogTimeout"]
+
+
+class WatchdogTimeout(RuntimeError):
+    """The run hit ``max_cycles`` before the machine finished; ``report`` says who waits on what."""
+
+    def __init__(self, report):
+        super().__init__(report.diagnosis)
+        self.report = report
+
+
+@dataclass
+class Report:
+    """What a run produced; :meth:`to_json` and :meth:`chrome_trace` serialise it.
+
+    ``cores`` is one status dict per AIV core (``rank``, ``core``, ``pc``,
+    ``halted``, ``fault``, ``waiting``, ``wait_addr``; empty for machines
+    without cores); ``counters`` the machine's counters by name, one value
+    per rank; ``trace`` the MARK records (:meth:`marks`).
+    """
+    config: dict
+    backend: str
+    cycles: int
+    ns: float
+    done: bool
+    timeout: bool
+    trace: list = field(default_factory=list)
+    cores: list = field(default_factory=list)
+    counters: dict = field(default_factory=dict)
+    trace_dropped: int = 0
+    diagnosis: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def marks(self, event=None, rank=None, core=None):
+        """MARK records, filtered; each is ``{"rank", "core", "cycle", "event"}``."""
+        return [t for t in self.trace
+                if (event is None or t["event"] == event) and (rank is None or t["rank"] == rank)
+                and (core is None or t["core"] == core)]
+
+    def to_dict(self):
+        return asdict(self)
+
+    def to_json(self, **kw):
+        return json.dumps(self.to_dict(), **kw)
+
+    def chrome_trace(self, cycle_ns):
+        """MARK events in the Chrome/Perfetto trace-event format (``chrome://tracing``).
+
+        One process per rank, one thread per AIV, an instant event per MARK;
+        timestamps in microseconds of simulated time.
+        """
+        events = []
+        for rank in sorted({t["rank"] for t in self.trace}):
+            events.append({"name": "process_name", "ph": "M", "pid": rank,
+                           "args": {"name": f"rank {rank}"}})
+        for rank, core in sorted({(t["rank"], t["core"]) for t in self.trace}):
+            events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": core,
+                           "args": {"name": f"aiv {core}"}})
+        for t in self.trace:
+            events.append({"name": f"mark {t['event']}", "ph": "i", "s": "t",
+                           "pid": t["rank"], "tid": t["core"],
+                           "ts": t["cycle"] * cycle_ns / 1000.0,
+                           "args": {"cycle": t["cycle"], "event": t["event"]}})
+        return {"traceEvents": events, "displayTimeUnit": "ns"}

@@ -1,0 +1,32 @@
+"""Hardware tops from configurations: where a preset name becomes cycles and integers.
+
+Backends construct a machine's top in another process from a JSON
+``ComponentSpec`` (``factory`` + parameters); the factories named by
+:attr:`MachineConfig.factory <epfabric.sw.config.MachineConfig.factory>` and
+:attr:`AgrsConfig.factory <epfabric.sw.config.AgrsConfig.factory>` live
+here. Hardware (``epfabric.hw``) never resolves a preset: it receives a
+:class:`~epfabric.hw.topology.FabricTiming` in cycles.
+"""
+
+from ..hw.inc_endpoint import AgrsSystem
+from ..hw.system import System
+from .config import AgrsConfig, MachineConfig
+from .presets import get_preset
+
+__all__ = ["aiv_system", "agrs_system"]
+
+
+def aiv_system(**fields):
+    """:class:`~epfabric.hw.system.System` of a :class:`MachineConfig` given as a dict."""
+    cfg = MachineConfig(**{**fields, "topology": tuple(fields["topology"])})
+    params = cfg.to_dict()
+    preset = get_preset(params.pop("preset"))
+    topology = tuple(params.pop("topology"))
+    return System(timing=preset.fabric_timing(topology[0]), topology=topology, **params)
+
+
+def agrs_system(**fields):
+    """:class:`~epfabric.hw.inc_endpoint.AgrsSystem` of an :class:`AgrsConfig` given as a dict."""
+    params = AgrsConfig(**fields).to_dict()
+    preset = get_preset(params.pop("preset"))
+    return AgrsSystem(timing=preset.fabric_timing("star"), **params)

@@ -1,0 +1,323 @@
+"""AIV core (hw/aiv_core.py): every instruction run on the core, cycle costs, three simulators.
+
+All programs of this file run in ONE testbench run per simulator (a module
+fixture), against the Python memory model of :mod:`epfabric.sim.models.core_memory`.
+"""
+
+import pytest
+
+from epfabric.hw.aiv_core import AIVCore
+from epfabric.sim.models.core_memory import MEM_LATENCY as L
+from epfabric.sim.models.core_memory import run_programs
+from epfabric.sw.assembler import Program, assemble
+from epfabric.hw.isa import BY_MNEMONIC, address
+
+from utils import ComponentSpec, run
+
+PARAMS = {"core_id": 5, "imem_depth": 64, "ubuf_rows": 2, "data_bytes": 32, "lanes": 4,
+          "width": 16, "max_outstanding": 7}
+SPEC = ComponentSpec("epfabric.hw.aiv_core:AIVCore", PARAMS)
+M32 = 0xFFFFFFFF
+OUT = 0x100      # result words are stored from here
+RANK = 3         # the ``rank`` input during the runs
+
+# --- programs ------------------------------------------------------------------------------
+
+X, Y, Z = 0x12345678, -3, 5
+
+
+def _alu():
+    ops = [  # (mnemonic, operands after rd, expected)
+        ("add", (1, 2), X + Y), ("sub", (1, 2), X - Y), ("and", (1, 2), X & Y),
+        ("or", (1, 2), X | Y), ("xor", (1, 2), X ^ Y), ("sll", (2, 3), Y << Z),
+        ("srl", (2, 3), (Y & M32) >> Z), ("sra", (2, 3), Y >> Z), ("slt", (2, 3), 1),
+        ("sltu", (2, 3), 0), ("mul", (1, 3), X * Z), ("addi", (1, -100), X - 100),
+        ("andi", (1, 0x3F0F0), X & 0x3F0F0), ("ori", (2, 0x155), Y | 0x155),
+        ("xori", (1, 0x2FFFF), X ^ 0x2FFFF), ("slli", (1, 4), X << 4), ("srli", (2, 28), 0xF),
+        ("srai", (2, 1), -2), ("lui", (0xABCDE,), 0xABCDE << 12),
+        ("csrr", ("core_id",), PARAMS["core_id"]), ("csrr", ("rank",), RANK),
+    ]
+    p = Program()
+    p.li(1, X).li(2, Y).li(3, Z).li(10, OUT)
+    for k, (mn, ops_, _exp) in enumerate(ops):
+        p.emit(mn, 4, *ops_)
+        p.sw(4, 10, 4 * k)
+    p.halt()
+    return p, {OUT + 4 * k: exp & M32 for k, (_m, _o, exp) in enumerate(ops)}
+
+
+def _branches():
+    p = Program()
+    p.li(1, -1).li(2, 1).li(10, OUT).li(9, 0).li(5, 0)
+    # (branch, operands taken, operands not taken); signed: -1 < 1; unsigned: 1 < 0xFFFFFFFF
+    cases = [("beq", (1, 1), (1, 2)), ("bne", (1, 2), (1, 1)), ("blt", (1, 2), (2, 1)),
+             ("bge", (2, 1), (1, 2)), ("bltu", (2, 1), (1, 2)), ("bgeu", (1, 2), (2, 1))]
+    for k, (br, taken, not_taken) in enumerate(cases):
+        p.emit(br, *taken, f"ok{k}")
+        p.addi(9, 9, 1)             # skipped when the branch works
+        p.label(f"ok{k}")
+        p.emit(br, *not_taken, f"bad{k}")
+        p.addi(5, 5, 1)             # counts correct fall-throughs
+        p.label(f"bad{k}")
+    p.jal(6, "after_jal")
+    p.addi(9, 9, 1)
+    p.label("after_jal")
+    p.li(8, 0).addi(8, 8, 0)       # r8 = 0; jalr to an absolute label index
+    p.jalr(7, 8, "target")
+    p.addi(9, 9, 1)
+    p.label("target")
+    p.sw(9, 10, 0).sw(5, 10, 4).sw(6, 10, 8).sw(7, 10, 12)
+    p.halt()
+    labels = p.labels
+    return p, {OUT: 0, OUT + 4: 6, OUT + 8: labels["after_jal"] - 1,
+               OUT + 12: labels["target"] - 1}
+
+
+LOOP_N = 10
+LOOP_SRC = f"""
+    li   r1, {LOOP_N}        # 1 cycle
+    li   r2, 0               # 1
+loop:
+    add  r2, r2, r1          # 3 per iteration
+    addi r1, r1, -1
+    bne  r1, r0, loop
+    li   r3, {OUT}           # 1
+    sw   r2, r3, 0           # 1 (posted)
+    halt                     # 1
+"""
+LOOP_CYCLES = 2 + 3 * LOOP_N + 1 + 1 + 1
+
+BLK = 0x200                          # source DataBlock in memory
+ELEMS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3]   # 16-bit elements of row 0
+
+
+def _pack(elems):
+    words = [0] * 8
+    for i, e in enumerate(elems):
+        words[i // 2] |= e << (16 * (i % 2))
+    return {BLK + 4 * w: v for w, v in enumerate(words)}
+
+
+def _mem():
+    src = f"""
+        li   r1, {BLK}
+        li   r2, 512           # UBuf row 1
+        ldb  r2, r1, 0         # row 1 = block at 0x200
+        ulw  r3, r2, 12        # word 3 of row 1
+        li   r4, 0x7777
+        usw  r4, r2, 0         # word 0 of row 1
+        ulw  r5, r2, 256       # word 64: beyond the modelled 32 B: reads 0
+        stb  r2, r1, 0x200     # row 1 -> block at 0x400
+        fence
+        lw   r6, r1, 0x200     # word 0 of the stored block
+        li   r7, 0x300
+        li   r8, 2
+        fadd r9, r7, r8        # old value 40
+        li   r10, {OUT}
+        sw   r3, r10, 0
+        sw   r5, r10, 4
+        sw   r6, r10, 8
+        sw   r9, r10, 12
+        halt
+    """
+    mem = {**_pack(ELEMS), 0x300: 40}
+    stored = {0x400 + 4 * w: v for w, v in enumerate(_pack(ELEMS).values())}
+    stored[0x400] = 0x7777
+    return assemble(src), mem, {**stored, 0x300: 42, OUT: mem[BLK + 12], OUT + 4: 0,
+                                OUT + 8: 0x7777, OUT + 12: 40}
+
+
+def _vec():
+    n = len(ELEMS)
+    src = f"""
+        li   r1, {BLK}
+        ldb  r0, r1, 0          # row 0 = elements
+        li   r2, {n}
+        li   r6, 3
+        li   r7, 5
+        li   r8, 9
+        vcount r11, r0, r2, r6, lt
+        li   r3, 7
+        vcount r12, r0, r3, r6, ge   # r12..r14, first 7 elements only
+        vfind r4, r0, r2, r7, gt
+        vfind r5, r0, r2, r8, gt     # none
+        vsum  r9, r0, r2
+        li   r15, 512
+        vcmp  r15, r0, r2, r7, ge    # row 1 = 0/1 mask
+        stb   r15, r1, 0x200         # -> 0x400
+        vadd  r15, r0, r2, r0        # row 1 = 2 * row 0
+        stb   r15, r1, 0x400         # -> 0x600
+        li   r10, {OUT}
+        sw   r11, r10, 0
+        sw   r12, r10, 4
+        sw   r13, r10, 8
+        sw   r14, r10, 12
+        sw   r4, r10, 16
+        sw   r5, r10, 20
+        sw   r9, r10, 24
+        halt
+    """
+    e7 = ELEMS[:7]
+    out = {OUT: sum(e < 3 for e in ELEMS), OUT + 4: sum(e >= 3 for e in e7),
+           OUT + 8: sum(e >= 5 for e in e7), OUT + 12: sum(e >= 9 for e in e7),
+           OUT + 16: next(i for i, e in enumerate(ELEMS) if e > 5), OUT + 20: M32,
+           OUT + 24: sum(ELEMS)}
+    mask = {k + 0x200: v for k, v in _pack([int(e >= 5) for e in ELEMS]).items()}
+    double = {k + 0x400: v for k, v in _pack([2 * e for e in ELEMS]).items()}
+    return assemble(src), _pack(ELEMS), {**out, **mask, **double}
+
+
+POLL_SRC = f"""
+    li   r1, {OUT}
+    li   r3, 7
+    poll r2, r1, r3, ge      # until mem[OUT] >= 7
+    sw   r2, r1, 4
+    halt
+"""
+POLL_EVENTS = [[20, OUT, 3], [40, OUT, 9]]
+
+MARK_SRC = """
+    mark 1
+    nop
+    nop
+    mark 65535
+    halt
+"""
+
+# (name, program dict, expected memory subset, mnemonics it covers)
+PROGRAMS = {}
+
+
+def _add(name, words, expect, covers, **kw):
+    PROGRAMS[name] = ({"words": words, "rank": RANK, **kw}, expect, covers)
+
+
+_p, _e = _alu()
+_add("alu", _p.assemble(), _e, ["add", "sub", "and", "or", "xor", "sll", "srl", "sra", "slt",
+                                "sltu", "mul", "addi", "andi", "ori", "xori", "slli", "srli",
+                                "srai", "lui", "csrr", "sw"])
+_p, _e = _branches()
+_add("branches", _p.assemble(), _e, ["beq", "bne", "blt", "bge", "bltu", "bgeu", "jal", "jalr"])
+_add("loop", assemble(LOOP_SRC), {OUT: sum(range(1, LOOP_N + 1))}, ["halt"])
+_w, _m, _e = _mem()
+_add("mem", _w, _e, ["ldb", "stb", "ulw", "usw", "fence", "lw", "fadd"], memory=_m)
+_w, _m, _e = _vec()
+_add("vec", _w, _e, ["vcount", "vcmp", "vfind", "vadd", "vsum"], memory=_m)
+_add("poll", assemble(POLL_SRC), {OUT + 4: 9}, ["poll"], events=POLL_EVENTS)
+_add("mark", assemble(MARK_SRC), {}, ["mark"], trace_stall_every=2)
+# cycle-cost probes
+_add("cost_lw", assemble("lw r1, r0, 0x100\nhalt"), {}, [])
+_add("cost_sw_fence", assemble("sw r0, r0, 0x100\nfence\nhalt"), {}, [])
+_add("cost_vsum", assemble("li r2, 9\nvsum r1, r0, r2\nhalt"), {}, [])
+_add("cost_fadd", assemble("fadd r1, r0, r0\nhalt"), {}, [])
+_add("remote", assemble(f"li r1, {address(7, 3, 2)}\nsw r0, r1, 0\nstb r0, r1, 0\n"
+                        "lw r2, r1, 0\nhalt"), {}, [])
+_add("fault", [0], {}, [])
+_add("hang", assemble(f"li r1, {OUT}\nli r2, 1\npoll r3, r1, r2, eq\nhalt"), {}, [],
+     max_cycles=60)
+
+NAMES = list(PROGRAMS)
+
+
+@pytest.fixture(scope="module")
+def pysim_results():
+    out, _ = run(SPEC, run_programs, {"programs": [PROGRAMS[n][0] for n in NAMES]})
+    return dict(zip(NAMES, out))
+
+
+def _mem_of(result):
+    return {int(k): v for k, v in result["memory"].items()}
+
+
+def test_every_instruction_runs_on_the_core():
+    """The decoder is tested per instruction: fails when an instruction has no program."""
+    covered = {mn for _p, _e, covers in PROGRAMS.values() for mn in covers}
+    assert covered == set(BY_MNEMONIC), sorted(set(BY_MNEMONIC) ^ covered)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if PROGRAMS[n][1]])
+def test_program_results(pysim_results, name):
+    res = pysim_results[name]
+    assert not res["timeout"] and not res["fault"]
+    mem = _mem_of(res)
+    for addr, value in PROGRAMS[name][1].items():
+        assert mem.get(addr, 0) == value, f"{name}: word {addr:#x} = {mem.get(addr, 0):#x}, " \
+                                          f"expected {value:#x}"
+
+
+def test_loop_cycles(pysim_results):
+    assert pysim_results["loop"]["cycles"] == LOOP_CYCLES
+
+
+def test_cycle_costs(pysim_results):
+    r = pysim_results
+    assert r["cost_lw"]["cycles"] == (1 + L) + 1
+    assert r["cost_fadd"]["cycles"] == (1 + L) + 1
+    # sw 1; its ack arrives in cycle L and is counted in L + 1, when fence completes
+    assert r["cost_sw_fence"]["cycles"] == 1 + (L + 1) + 1
+    assert r["cost_vsum"]["cycles"] == 1 + AIVCore.vector_cycles(9, PARAMS["lanes"]) + 1
+    assert AIVCore.vector_cycles(9, 4) == 3 + 3
+    assert AIVCore.vector_cycles(0, 4) == 1 + 3
+
+
+def test_poll_waits_for_the_memory_change(pysim_results):
+    res = pysim_results["poll"]
+    reads = [c for c, op, addr in res["requests"] if op == "READ_WORD" and addr == OUT]
+    # reads repeat back to back every L + 1 cycles until one after cycle 40 sees 9
+    assert all(b - a == L + 1 for a, b in zip(reads, reads[1:]))
+    assert reads[-1] >= 40 and reads[-2] < 40
+    assert res["cycles"] == reads[-1] + (L + 1) + 1 + 1
+
+
+def test_mark_trace(pysim_results):
+    trace = pysim_results["mark"]["trace"]
+    assert [(c, e) for c, _t, e in trace] == [(5, 1), (5, 65535)]
+    # trace.ready is low on odd cycles here: MARK stalls until accepted
+    assert [t for _c, t, _e in trace] == [0, 4]
+    assert pysim_results["mark"]["cycles"] >= 5
+
+
+def test_remote_addresses_carry_the_rank(pysim_results):
+    reqs = pysim_results["remote"]["requests"]
+    assert [op for _c, op, _a in reqs] == ["WRITE_WORD", "WRITE_BLOCK", "READ_WORD"]
+    assert reqs[0][2] == address(7, 3, 2)
+    assert reqs[1][2] == address(7, 3, 2)   # block ops keep the address; memory aligns it
+
+
+def test_unassigned_opcode_faults(pysim_results):
+    res = pysim_results["fault"]
+    assert res["fault"] == 1 and res["pc"] == 0 and res["cycles"] == 1
+
+
+def test_hung_poll_reports_waiting_address(pysim_results):
+    res = pysim_results["hang"]
+    assert res["timeout"] and res["waiting"] == 1 and res["wait_addr"] == OUT
+
+
+def test_same_on_every_simulator(simulator, pysim_results):
+    """The whole program batch: identical results and cycle counts on all simulators."""
+    if simulator == "pysim":
+        out = [pysim_results[n] for n in NAMES]
+    else:
+        out, _ = run(SPEC, run_programs, {"programs": [PROGRAMS[n][0] for n in NAMES]},
+                     simulator=simulator)
+    assert dict(zip(NAMES, out)) == pysim_results
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    ({"core_id": 256}, ValueError, r"core_id must be in \[0, 255\], not 256"),
+    ({"imem_depth": 100}, ValueError, r"imem_depth must be a power of two, not 100"),
+    ({"ubuf_rows": 0}, ValueError, r"ubuf_rows must be in \[1, 1024\], not 0"),
+    ({"data_bytes": 48}, ValueError, r"data_bytes must be a multiple of 32, not 48"),
+    ({"lanes": 3}, ValueError, r"lanes must be a power of two, not 3"),
+    ({"width": 12}, ValueError, r"width must be one of 8, 16, 32, not 12"),
+    ({"lanes": 1, "width": 16}, ValueError, r"lanes \* width must be a multiple of 32"),
+    ({"max_outstanding": 0}, ValueError, r"max_outstanding must be in \[1, 255\], not 0"),
+    ({"core_id": "1"}, TypeError, r"core_id must be an integer, not '1'"),
+    ({"imem_depth": 64.0}, TypeError, r"imem_depth must be an integer, not 64.0"),
+    ({"data_bytes": 1024}, ValueError, r"data_bytes must be in \[32, 512\], not 1024"),
+    ({"max_outstanding": None}, TypeError, r"max_outstanding must be an integer, not None"),
+])
+def test_bad_parameters(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        AIVCore(**kw)

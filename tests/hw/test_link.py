@@ -1,0 +1,134 @@
+"""Link: latency as a (release cycle, flit) FIFO, credit rate limiter, backpressure."""
+
+import random
+
+import pytest
+from amaranth.lib import data
+
+from epfabric.hw.link import Link, flit_layout
+from epfabric.sim.backends import SimulationError
+from utils import ComponentSpec, run
+
+
+def spec(**params):
+    base = {"latency": 6, "rate_num": 3, "rate_den": 2, "block_bytes": 4, "ranks": 4, "data_bits": 8}
+    return ComponentSpec("epfabric.hw.link:Link", {**base, **params})
+
+
+async def lone_then_stream(bench, blocks, seed, offer_p, stall_p, timeout=5000):
+    """A lone flit's latency, then `blocks` flits with random gaps and random receiver stalls."""
+    bench.set("o_stream.ready", 1)
+    bench.set("i_stream.payload", {"dst": 1, "src": 0, "data": 0xAA})
+    bench.set("i_stream.valid", 1)
+    assert await bench.get("i_stream.ready")
+    start = bench.cycle
+    while not await bench.get("o_stream.valid"):   # latency 0: valid in the same cycle
+        if bench.cycle - start > timeout:
+            raise SimulationError("lone flit never arrived")
+        await bench.tick()
+        bench.set("i_stream.valid", 0)
+    latency = bench.cycle - start
+    await bench.tick()
+    bench.set("i_stream.valid", 0)
+
+    rng = random.Random(seed)
+    sent, got, offering, arrivals = 0, [], False, []
+    t0 = bench.cycle
+    while len(got) < blocks:
+        if bench.cycle - t0 > timeout:
+            raise SimulationError(f"deadlock: {len(got)}/{blocks} delivered")
+        if not offering and sent < blocks and rng.random() < offer_p:
+            offering = True
+            bench.set("i_stream.payload", {"dst": 2, "src": 1, "data": sent & 0xFF})
+        bench.set("i_stream.valid", int(offering))
+        ready = int(rng.random() >= stall_p)
+        bench.set("o_stream.ready", ready)
+        accepted = offering and await bench.get("i_stream.ready")
+        if ready and await bench.get("o_stream.valid"):
+            got.append(bench.decode("o_stream.payload", await bench.get("o_stream.payload")).data)
+            arrivals.append(bench.cycle - t0)
+        await bench.tick()
+        if accepted:
+            sent += 1
+            offering = False
+    return {"latency": latency, "data": got, "arrivals": arrivals}
+
+
+@pytest.mark.parametrize("latency", [0, 2, 3, 17, 100])
+def test_lone_flit_latency_is_exact(latency):
+    res, _ = run(spec(latency=latency), lone_then_stream,
+                 {"blocks": 4, "seed": 1, "offer_p": 1.0, "stall_p": 0.0})
+    assert res["latency"] == latency
+
+
+@pytest.mark.parametrize("num, den, latency", [(3, 2, 9), (1, 1, 40), (2, 1, 0), (7, 3, 5)])
+def test_average_rate_is_the_fraction(num, den, latency):
+    """Saturated input: blocks per cycle = num / (den * block_bytes), including over a long latency
+    (the link holds the bandwidth-delay product)."""
+    blocks = 120
+    res, _ = run(spec(rate_num=num, rate_den=den, latency=latency), lone_then_stream,
+                 {"blocks": blocks, "seed": 2, "offer_p": 1.0, "stall_p": 0.0})
+    a = res["arrivals"]
+    measured = (blocks - 1 - 8) / (a[-1] - a[8])
+    assert measured == pytest.approx(num / (den * 4), rel=0.02)
+    assert res["data"] == [i & 0xFF for i in range(blocks)]
+
+
+def test_unlimited_rate_is_one_flit_per_cycle():
+    res, _ = run(spec(rate_num=0, latency=5), lone_then_stream,
+                 {"blocks": 50, "seed": 3, "offer_p": 1.0, "stall_p": 0.0})
+    assert res["arrivals"][-1] - res["arrivals"][0] == 49
+
+
+def test_backpressure_never_drops_and_keeps_order():
+    res, _ = run(spec(latency=12, depth=3), lone_then_stream,
+                 {"blocks": 150, "seed": 4, "offer_p": 0.9, "stall_p": 0.6})
+    assert res["data"] == [i & 0xFF for i in range(150)]
+
+
+def test_three_simulators_agree(simulator):
+    args = {"blocks": 40, "seed": 5, "offer_p": 0.7, "stall_p": 0.3}
+    ref = run(spec(latency=9), lone_then_stream, args)
+    got = run(spec(latency=9), lone_then_stream, args, simulator=simulator)
+    assert got == ref
+    assert ref[0]["latency"] == 9
+
+
+def test_payload_must_have_dst():
+    with pytest.raises(TypeError, match=r"payload layout must have a 'dst' field"):
+        Link(payload=data.StructLayout({"a": 4}), latency=2)
+    with pytest.raises(TypeError, match=r"payload must be a data.Layout"):
+        Link(payload=8, latency=2)
+
+
+@pytest.mark.parametrize("params, exc, match", [
+    ({"latency": 1}, ValueError, r"latency must be 0 or an integer >= 2, not 1"),
+    ({"latency": -3}, ValueError, r"latency must be 0 or an integer >= 2, not -3"),
+    ({"latency": 4.0}, TypeError, r"latency must be an integer, not 4.0"),
+    ({"latency": 4, "rate_den": 0}, ValueError, r"rate_den must be >= 1, not 0"),
+    ({"latency": 4, "rate_num": -1}, ValueError, r"rate_num must be >= 0, not -1"),
+    ({"latency": 4, "rate_num": 1.5}, TypeError, r"rate_num must be an integer, not 1.5"),
+    ({"latency": 4, "burst": 0}, ValueError, r"burst must be >= 1, not 0"),
+    ({"latency": 4, "block_bytes": "512"}, TypeError, r"block_bytes must be an integer, not '512'"),
+    ({"latency": 4, "depth": 0}, ValueError, r"depth must be >= 1, not 0"),
+])
+def test_validation(params, exc, match):
+    with pytest.raises(exc, match=match):
+        Link(**params)
+    with pytest.raises(TypeError):
+        Link(4)  # keyword-only
+
+
+def test_flit_layout():
+    layout = flit_layout(ranks=5, data_bits=16)
+    assert dict(iter(layout)).keys() == {"dst", "src", "data"}
+    assert layout.size == 3 + 3 + 16
+    with pytest.raises(ValueError, match=r"ranks must be >= 1, not 0"):
+        flit_layout(ranks=0, data_bits=8)
+    with pytest.raises(TypeError, match=r"data_bits must be an integer, not 8.0"):
+        flit_layout(ranks=2, data_bits=8.0)
+
+
+def test_default_depth_covers_bandwidth_delay_product():
+    link = Link(latency=784, rate_num=392, rate_den=1, block_bytes=512)
+    assert link.depth >= 784 * 392 / 512

@@ -1,0 +1,293 @@
+"""System top (hw/system.py): dies on a fabric, host port, done, watchdog, MARK trace, three simulators.
+
+The system is loaded, run and read back through its host port with the
+shared host-side sequence (:mod:`epfabric.sim.backends.host`), as the
+machine backends do.
+"""
+
+import pytest
+
+from epfabric.hw.host import HostTarget
+from epfabric.hw.isa import address
+from epfabric.hw.system import System
+from epfabric.sim.backends.host import (host_read, host_read_all, host_run, host_write,
+                                        load_programs)
+from epfabric.sw.assembler import Program
+from epfabric.sw.presets import get_preset
+
+from utils import run, system_spec, tiny_timing
+
+M32 = 0xFFFFFFFF
+
+
+def spec(topology, aivs=1, **kw):
+    """The AIV system of the tiny preset (:func:`utils.system_spec`)."""
+    return system_spec(topology, aivs, **kw)
+
+
+#: the cross-simulator configuration: 2 dies of one NPU, 1 AIV each
+SMALL = spec(("superpod", 2, 1, 1), aivs=1)
+
+
+async def system_run(bench, programs, hbm=None, reads=(), max_cycles=2000):
+    """Load ``programs`` ([[rank, core, words]]) and ``hbm`` ([[rank, addr, word]]), run to stop.
+
+    Everything is read through ports after the run (as the fast backends do).
+    """
+    sysc = bench.component
+    await host_write(bench, load_programs(programs, hbm or ()))
+    t0 = bench.cycle
+    result = await host_run(bench, max_cycles)
+    waited = bench.cycle - t0
+    n = sysc.n_cores
+    out = {"cycle": result["cycles"], "done": result["done"], "timeout": result["timeout"],
+           "waited": waited,
+           "pc": [await bench.get(f"core_pc.{g}") for g in range(n)],
+           "halted": [await bench.get(f"core_halted.{g}") for g in range(n)],
+           "fault": [await bench.get(f"core_fault.{g}") for g in range(n)],
+           "waiting": [await bench.get(f"core_waiting.{g}") for g in range(n)],
+           "wait_addr": [await bench.get(f"core_wait_addr.{g}") for g in range(n)],
+           "tx_blocks": [await bench.get(f"fabric_tx_blocks.{r}") for r in range(sysc.ranks)],
+           "trace_dropped": await bench.get("trace_dropped")}
+    count = await bench.get("trace_count")
+    trace = []
+    for k in range(count):
+        bench.set("trace_raddr", k)
+        await bench.tick()
+        e = bench.decode("trace_rdata", await bench.get("trace_rdata"))
+        trace.append([int(e.core), int(e.cycle), int(e.event)])
+    out["trace"] = trace
+    out["mem"] = await host_read(bench, reads)
+    return out
+
+
+def run_sys(sp, programs, simulator="pysim", **kw):
+    progs = [[r, c, p.assemble() if isinstance(p, Program) else p] for (r, c), p in programs.items()]
+    result, _ = run(sp, system_run, {"programs": progs, **kw}, simulator=simulator)
+    return result
+
+
+# --- programs -------------------------------------------------------------------------------------
+
+def pingpong_programs():
+    """Rank 0 stores 0x11 to rank 1 and polls its own word for rank 1's answer; rank 1 polls, answers."""
+    p0 = Program().li(10, address(1, 2, 0)).li(11, address(0, 2, 0)).li(5, 0x11).li(6, 0x22)
+    p0.mark(1).sw(5, 10, 0).poll(4, 11, 6, "eq").mark(2).sw(4, 11, 4).fence().halt()
+    p1 = Program().li(10, address(1, 2, 0)).li(11, address(0, 2, 0)).li(5, 0x11).li(6, 0x22)
+    p1.poll(4, 10, 5, "eq").mark(3).sw(6, 11, 0).fence().halt()
+    return {(0, 0): p0, (1, 0): p1}
+
+
+def fetch_add_programs(ranks, aivs, target, reps):
+    progs = {}
+    for r in range(ranks):
+        for c in range(aivs):
+            p = Program().li(10, target).li(5, r * aivs + c + 1).li(6, reps)
+            p.label("loop").fadd(4, 10, 5).addi(6, 6, -1).bne(6, 0, "loop").halt()
+            progs[(r, c)] = p
+    return progs
+
+
+# --- tests ------------------------------------------------------------------------------------------
+
+def test_remote_store_and_poll_across_dies():
+    r = run_sys(SMALL, pingpong_programs(), reads=[[0, address(0, 2, 1)], [1, address(1, 2, 0)]])
+    assert r["done"] == 1 and r["timeout"] == 0
+    assert r["mem"] == [0x22, 0x11]
+    # MARKs: rank 0's mark 2 comes after rank 1's mark 3 by at least one intra-NPU latency
+    marks = {e: (core, cyc) for core, cyc, e in r["trace"]}
+    intra = get_preset("tiny").latency_cycles()["intra"]
+    assert marks[1][0] == 0 and marks[3][0] == 1 and marks[2][0] == 0
+    assert marks[3][1] - marks[1][1] >= intra
+    assert marks[2][1] - marks[3][1] >= intra
+    assert r["tx_blocks"][0] >= 1 and r["tx_blocks"][1] >= 1
+
+
+def test_small_system_same_on_every_simulator(simulator):
+    """2 dies x 1 AIV: identical cycles, memory and trace on pysim, Icarus and Verilator."""
+    reads = [[0, address(0, 2, 1)], [1, address(1, 2, 0)], [0, address(0, 3, 0)]]
+    progs = pingpong_programs()
+    ref = run_sys(SMALL, progs, reads=reads, hbm=[[0, address(0, 3, 0), 0xCAFE]])
+    got = ref if simulator == "pysim" else run_sys(SMALL, progs, simulator=simulator, reads=reads,
+                                                   hbm=[[0, address(0, 3, 0), 0xCAFE]])
+    assert got["mem"] == [0x22, 0x11, 0xCAFE]
+    assert got == ref
+
+
+def test_remote_fetch_add_from_every_core_is_exact():
+    sp = spec(("superpod", 2, 2, 1), aivs=2)     # 4 dies, intra-NPU and one-hop
+    target = address(3, 1, 0)
+    reps = 3
+    r = run_sys(sp, fetch_add_programs(4, 2, target, reps), reads=[[3, target]], max_cycles=5000)
+    assert r["done"] == 1
+    assert r["mem"] == [reps * sum(range(1, 9))]
+
+
+def test_remote_block_store_is_atomic_and_host_loaded_data_travels():
+    """Rank 0 loads a block (host-written), stores it remotely; rank 1 polls the block's last word then checks word 0."""
+    blk0 = address(0, 1, 0)
+    dst = address(1, 4, 0)
+    p0 = Program().li(10, blk0).li(11, dst).li(1, 0)
+    p0.ldb(1, 10, 0).stb(1, 11, 0).fence().halt()
+    hbm = [[0, blk0 + 4 * w, 0x100 + w] for w in range(7)] + [[0, blk0 + 28, 0x77]]
+    # the flag is word 7 (the last modelled word): poll it, then word 0 must already be new
+    p1 = Program().li(11, dst + 28).li(6, 0x77).poll(4, 11, 6, "eq").lw(5, 11, -28)
+    p1.li(12, address(1, 5, 0)).sw(5, 12, 0).fence().halt()
+    r = run_sys(SMALL, {(0, 0): p0, (1, 0): p1}, hbm=hbm,
+                reads=[[1, dst + 4 * w] for w in range(8)] + [[1, address(1, 5, 0)]])
+    assert r["done"] == 1
+    assert r["mem"] == [0x100 + w for w in range(7)] + [0x77, 0x100]
+
+
+def test_host_writes_imem_and_hbm_and_reads_back():
+    # a program written through the host port runs; HBM words written by the host read back
+    p = Program().li(10, address(1, 0, 3)).lw(4, 10, 0).addi(4, 4, 1).sw(4, 10, 4).fence().halt()
+    r = run_sys(SMALL, {(1, 0): p}, hbm=[[1, address(1, 0, 3), 41], [0, address(0, 6, 5), 9]],
+                reads=[[1, address(1, 0, 4)], [0, address(0, 6, 5)], [1, address(1, 0, 3)]])
+    assert r["mem"] == [42, 9, 41]
+    assert r["done"] == 1 and r["halted"] == [1, 1]   # rank 0's core is disabled: counts as halted
+
+
+def test_done_cycle_count_of_halt():
+    r = run_sys(SMALL, {(0, 0): Program().halt(), (1, 0): Program().nop().nop().halt()})
+    assert r["done"] == 1 and r["cycle"] == 3
+
+
+def test_lone_halt_counts_one_cycle():
+    """run_control's count: a lone ``halt`` (the other rank's core disabled) gives cycle 1."""
+    r = run_sys(SMALL, {(0, 0): Program().halt()})
+    assert r["done"] == 1 and r["timeout"] == 0 and r["cycle"] == 1
+    assert r["halted"] == [1, 1] and r["pc"][0] == 0 and r["fault"] == [0, 0]
+
+
+def test_never_halting_program_times_out_and_names_the_wait():
+    flag = address(1, 3, 2)
+    p = Program().li(10, flag).li(6, 1).poll(4, 10, 6, "eq").halt()
+    r = run_sys(SMALL, {(0, 0): p, (1, 0): Program().halt()}, max_cycles=150)
+    assert r["timeout"] == 1 and r["done"] == 0 and r["cycle"] == 150
+    assert r["waiting"] == [1, 0] and r["wait_addr"][0] == flag
+    assert r["halted"] == [0, 1]
+
+
+def test_trace_drops_and_counts_when_full():
+    p = Program()
+    for k in range(20):
+        p.mark(k)
+    p.halt()
+    r = run_sys(SMALL, {(0, 0): p})
+    assert len(r["trace"]) == 16 and r["trace_dropped"] == 4
+    assert [e for _c, _t, e in r["trace"]] == list(range(16))
+    assert [t for _c, t, _e in r["trace"]] == list(range(16))
+
+
+def test_bad_topology_and_shape_name_the_parameter():
+    timing = tiny_timing()
+    with pytest.raises(ValueError, match="topology kind must be one of superpod, star, not 'ring'"):
+        System(timing=timing, topology=("ring", 4))
+    with pytest.raises(ValueError, match="topology 'star' takes 1 size"):
+        System(timing=timing, topology=("star", 2, 2))
+    with pytest.raises(TypeError, match="topology must be a tuple"):
+        System(timing=timing, topology="star")
+    with pytest.raises(ValueError, match=r"aivs_per_die must be in \[1, 256\], not 0"):
+        System(timing=timing, topology=("star", 2), aivs_per_die=0)
+    with pytest.raises(TypeError, match=r"aivs_per_die must be an integer, not 1.0"):
+        System(timing=timing, topology=("star", 2), aivs_per_die=1.0)
+    with pytest.raises(ValueError, match="n must be >= 2, not 1"):
+        System(timing=timing, topology=("star", 1))
+    with pytest.raises(TypeError, match=r"n must be an integer, not '2'"):
+        System(timing=timing, topology=("star", "2"))
+    with pytest.raises(ValueError, match=r"trace_depth must be in \[1, 65535\], not 0"):
+        System(timing=timing, topology=("star", 2), trace_depth=0)
+    with pytest.raises(TypeError, match="timing must be a FabricTiming"):
+        System(timing=get_preset("tiny"), topology=("star", 2))
+    with pytest.raises(ValueError, match="timing.hops lacks direct"):
+        System(timing=tiny_timing("star"), topology=("superpod", 2, 1, 1))
+
+
+def test_preset_shape_maxima_are_checked_by_the_factory():
+    """System takes any shape; the JSON-facing factory checks it against the preset's maxima."""
+    from epfabric.sw.tops import aiv_system
+    with pytest.raises(ValueError, match=r"npus_per_board must be in \[1, 2\], not 3"):
+        aiv_system(preset="tiny", topology=["superpod", 2, 3, 1])
+    with pytest.raises(ValueError, match=r"unknown preset 'nope'"):
+        aiv_system(preset="nope", topology=["superpod", 2, 1, 1])
+    assert System(timing=tiny_timing(), topology=("superpod", 2, 3, 1)).ranks == 6
+
+
+def test_verilog_has_one_die_module_shared_by_every_rank():
+    """The simulation Verilog defines the die once; every rank instantiates it with its rank."""
+    import re
+    from epfabric.sim.verilog.simulation import verilog_of
+    text = verilog_of(spec(("superpod", 2, 2, 1)), "verilator")
+    modules = re.findall(r"^module \\?(\S+?)[ (]", text, re.M)
+    assert modules.count("epf_die") == 1
+    assert not any(re.fullmatch(r"top\.die\d+(\..*)?", name) for name in modules)
+    inst = re.findall(r"^\s*epf_die (\S+) \(", text, re.M)
+    assert sorted(inst) == [f"die{r}" for r in range(4)]
+    ranks = sorted(int(v, 16) for v in re.findall(r"\.rank_in\(2'h(\d)\)", text))
+    assert ranks == [0, 1, 2, 3]
+
+
+def test_die_module_takes_its_rank_from_a_port():
+    from epfabric.hw.die import Die
+    assert "rank_in" in Die(rank=None, ranks=4).signature.members
+    assert "rank_in" not in Die(rank=1, ranks=4).signature.members
+    with pytest.raises(TypeError, match="die_module"):
+        System(timing=tiny_timing(), topology=("superpod", 2, 1, 1), die_module="epf_die")
+
+
+def test_host_port_is_the_shared_signature():
+    """The host port has every member: rank, all-ranks reads and run control."""
+    sysc = System(timing=tiny_timing(), topology=("superpod", 2, 2, 1), aivs_per_die=2)
+    members = sysc.signature.members["host"].signature.members
+    assert set(members) == {"we", "target", "rank", "core", "addr", "wdata", "re", "rvalid",
+                            "rdata", "start", "re_all", "rdata_all", "max_cycles", "cycle",
+                            "running", "done", "timeout", "stop"}
+    assert sysc.host_read_latency == 2 + 1     # hbm_latency + the boundary register
+
+
+async def read_all_intent(bench, addrs):
+    """Write a different word at each address of every rank, then read them all back at once."""
+    sysc = bench.component
+    await host_write(bench, [[HostTarget.HBM.value, r, 0, a, 0x100 * r + k]
+                             for r in range(sysc.ranks) for k, a in enumerate(addrs)])
+    got = await host_read_all(bench, sysc.ranks, addrs)
+    return {str(r): words for r, words in got.items()}
+
+
+def test_host_reads_every_rank_at_once():
+    addrs = [0, 4, 8]                                   # block 0, words 0..2
+    got, _ = run(spec(("superpod", 2, 2, 1)), read_all_intent, {"addrs": addrs})
+    assert got == {str(r): [0x100 * r + k for k in range(3)] for r in range(4)}
+
+
+async def host_read_timing(bench, words):
+    """Host-write ``words`` ([[rank, addr, word]]), then read them back, one ``re`` per cycle.
+
+    Returns the ticks from each read's ``re`` to its ``rvalid`` and the words read.
+    """
+    await host_write(bench, [[HostTarget.HBM.value, r, 0, a, w] for r, a, w in words])
+    issued, answers = [], []
+    for k in range(len(words) + 8):
+        if await bench.get("host.rvalid"):
+            answers.append([bench.cycle, await bench.get("host.rdata")])
+        if k < len(words):
+            bench.set("host.rank", words[k][0])
+            bench.set("host.addr", words[k][1])
+            bench.set("host.re", 1)
+            issued.append(bench.cycle)
+        else:
+            bench.set("host.re", 0)
+        await bench.tick()
+    return {"latency": [c - t for t, (c, _w) in zip(issued, answers)],
+            "words": [w for _c, w in answers]}
+
+
+def test_host_read_latency_is_exact_and_reads_pipeline():
+    """A host read answers exactly ``host_read_latency`` ticks after ``re``, one read per cycle."""
+    words = [[0, address(0, 6, 5), 9], [1, address(1, 0, 3), 41], [0, address(0, 2, 0), 0x22],
+             [1, address(1, 7, 7), M32]]
+    out, _ = run(SMALL, host_read_timing, {"words": words})
+    latency = System(timing=tiny_timing(), topology=("superpod", 2, 1, 1)).host_read_latency
+    assert out["latency"] == [latency] * len(words)
+    assert out["words"] == [w for _r, _a, w in words]

@@ -1,0 +1,292 @@
+"""Topologies: class latencies, fair sharing, non-blocking permutations, scoreboarded random traffic."""
+
+import hashlib
+import random
+
+import pytest
+from amaranth.lib import data
+
+from epfabric.hw.topology import (MAX_RANKS, STAR_HOPS, SUPERPOD_HOPS, TOPOLOGIES, FabricTiming,
+                                   check_topology, star, superpod, topology_ranks)
+from epfabric.sim.backends import SimulationError
+from epfabric.sw.presets import get_preset
+from utils import ComponentSpec, run, tiny_timing
+
+TINY = get_preset("tiny")
+TIMING = tiny_timing()       # the tiny preset's superpod timing (cycles only)
+RANKS = 8   # the calibration fabric of `tiny`: 2 dies/NPU, 2 NPUs/board, 2 boards
+
+
+def spec(data_bytes=2):
+    return ComponentSpec("epfabric.sim.experiments.calibrate:calibration_fabric",
+                         {"preset": "tiny", "data_bytes": data_bytes})
+
+
+async def lone_latencies(bench, pairs):
+    for r in range(RANKS):
+        bench.set(f"rx.{r}.ready", 1)
+    out = []
+    for src, dst in pairs:
+        bench.set(f"tx.{src}.payload", {"dst": dst, "src": src, "data": 5})
+        bench.set(f"tx.{src}.valid", 1)
+        start = bench.cycle
+        await bench.tick()
+        bench.set(f"tx.{src}.valid", 0)
+        while not await bench.get(f"rx.{dst}.valid"):
+            await bench.tick()
+        out.append(bench.cycle - start)
+        await bench.tick()
+    return out
+
+
+def test_every_pair_has_its_class_latency():
+    fabric = superpod(TIMING, 2, 2, 2, data_bytes=2)
+    pairs = [(s, d) for s in range(RANKS) for d in range(RANKS) if s != d]
+    got, _ = run(spec(), lone_latencies, {"pairs": pairs})
+    want = TINY.latency_cycles()
+    assert got == [want[fabric.distance(s, d)] for s, d in pairs]
+
+
+async def streams(bench, flows, cycles, warmup):
+    """Every flow's source streams to its destination; count arrivals per flow after warmup."""
+    for r in range(RANKS):
+        bench.set(f"rx.{r}.ready", 1)
+    seq = {tuple(f): 0 for f in flows}
+    by_src = {}
+    for s, d in flows:
+        by_src.setdefault(s, []).append(d)
+    turn = {s: 0 for s in by_src}
+    counts = {f"{s}-{d}": 0 for s, d in flows}
+    expect = {f"{s}-{d}": 0 for s, d in flows}
+    dsts = sorted({d for _s, d in flows})
+    for _ in range(cycles):
+        offered = {}
+        for s, ds in by_src.items():
+            d = ds[turn[s] % len(ds)]
+            bench.set(f"tx.{s}.payload", {"dst": d, "src": s, "data": seq[(s, d)] & 0xFFFF})
+            bench.set(f"tx.{s}.valid", 1)
+            offered[s] = d
+        acc = [s for s in offered if await bench.get(f"tx.{s}.ready")]
+        for d in dsts:
+            if await bench.get(f"rx.{d}.valid"):
+                f = bench.decode(f"rx.{d}.payload", await bench.get(f"rx.{d}.payload"))
+                key = f"{f.src}-{d}"
+                if f.data != expect[key] & 0xFFFF:
+                    raise SimulationError(f"flow {key}: got {f.data}, expected {expect[key]}")
+                expect[key] += 1
+                if bench.cycle >= warmup:
+                    counts[key] += 1
+        await bench.tick()
+        for s in acc:
+            seq[(s, offered[s])] += 1
+            turn[s] += 1
+    return counts
+
+
+def test_two_senders_share_a_receiver_and_a_permutation_runs_at_full_rate():
+    per_cycle = TINY.bytes_per_cycle() / TINY.block_bytes          # blocks per cycle per link
+    cycles, warmup = 460, 60
+    window = cycles - warmup
+    # Board 0: a permutation of disjoint one-hop pairs. Board 1: an intra and a one-hop sender
+    # into rank 4 (arbitration in rank 4's die router); 7 -> 5 runs alongside.
+    perm = [[0, 2], [1, 3], [2, 0], [3, 1]]
+    fan_in_mixed = [[5, 4], [6, 4]]
+    res, _ = run(spec(), streams, {"flows": perm + fan_in_mixed + [[7, 5]],
+                                    "cycles": cycles, "warmup": warmup})
+    for s, d in perm:
+        assert res[f"{s}-{d}"] / window == pytest.approx(float(per_cycle), rel=0.02)
+    for s, d in fan_in_mixed:
+        assert res[f"{s}-{d}"] / window == pytest.approx(float(per_cycle) / 2, rel=0.05)
+    # two one-hop senders into one receiver (arbitration in the tier-1 switch)
+    res, _ = run(spec(), streams, {"flows": [[0, 2], [1, 2], [4, 7], [5, 7]],
+                                    "cycles": cycles, "warmup": warmup})
+    for key in ("0-2", "1-2", "4-7", "5-7"):
+        assert res[key] / window == pytest.approx(float(per_cycle) / 2, rel=0.05)
+
+
+async def random_traffic(bench, blocks, pattern, seed, stall_p, offer_p, hot=0, timeout=20000):
+    """Every rank sends `blocks` blocks to random destinations (uniform, or hot-spot: half to
+    `hot`); receivers stall at random. Scoreboard: exactly once, per-flow order, no deadlock."""
+    rng = random.Random(seed)
+    plan = {}
+    for s in range(RANKS):
+        dsts = []
+        for _ in range(blocks):
+            if pattern == "hotspot" and rng.random() < 0.5 and s != hot:
+                dsts.append(hot)
+            else:
+                dsts.append(rng.choice([d for d in range(RANKS) if d != s]))
+        plan[s] = dsts
+    sent = {s: 0 for s in range(RANKS)}
+    seq = {}
+    expect = {}
+    offer = {}
+    delivered = 0
+    digest = hashlib.sha256()
+    total = RANKS * blocks
+    start = bench.cycle
+    while delivered < total:
+        if bench.cycle - start > timeout:
+            raise SimulationError(f"deadlock: {delivered}/{total} delivered by cycle {bench.cycle}")
+        for s in range(RANKS):
+            if s not in offer and sent[s] < blocks and rng.random() < offer_p:
+                d = plan[s][sent[s]]
+                n = seq.get((s, d), 0)
+                seq[(s, d)] = n + 1
+                offer[s] = d
+                bench.set(f"tx.{s}.payload", {"dst": d, "src": s, "data": n})
+            bench.set(f"tx.{s}.valid", int(s in offer))
+        ready = {d: int(rng.random() >= stall_p) for d in range(RANKS)}
+        for d, r in ready.items():
+            bench.set(f"rx.{d}.ready", r)
+        acc = [s for s in offer if await bench.get(f"tx.{s}.ready")]
+        for d in range(RANKS):
+            if ready[d] and await bench.get(f"rx.{d}.valid"):
+                f = bench.decode(f"rx.{d}.payload", await bench.get(f"rx.{d}.payload"))
+                if f.dst != d:
+                    raise SimulationError(f"block for {f.dst} delivered to {d}")
+                n = expect.get((f.src, d), 0)
+                if f.data != n:
+                    raise SimulationError(f"flow {f.src}->{d}: block {f.data} arrived, expected {n}")
+                expect[(f.src, d)] = n + 1
+                delivered += 1
+                digest.update(f"{bench.cycle},{f.src},{d},{n};".encode())
+        await bench.tick()
+        for s in acc:
+            sent[s] += 1
+            del offer[s]
+    await bench.tick(30)   # nothing else may arrive: every block exactly once
+    extra = [d for d in range(RANKS) if await bench.get(f"rx.{d}.valid")]
+    if extra or expect != seq:
+        raise SimulationError(f"extra deliveries at {extra} or missing flows")
+    counters = [await bench.get(f"rx_blocks.{d}") for d in range(RANKS)]
+    return {"delivered": delivered, "digest": digest.hexdigest(), "rx_blocks": counters,
+            "end": bench.cycle - start}
+
+
+@pytest.mark.parametrize("pattern", ["uniform", "hotspot"])
+def test_random_traffic_scoreboard(pattern):
+    res, cycles = run(spec(), random_traffic,
+                      {"blocks": 40, "pattern": pattern, "seed": 3, "stall_p": 0.4,
+                       "offer_p": 0.8, "hot": 5})
+    assert res["delivered"] == 8 * 40 and sum(res["rx_blocks"]) == 8 * 40
+
+
+def test_cycle_counts_do_not_depend_on_data_bytes():
+    args = {"blocks": 12, "pattern": "uniform", "seed": 9, "stall_p": 0.3, "offer_p": 0.9}
+    assert run(spec(2), random_traffic, args) == run(spec(32), random_traffic, args)
+
+
+def test_random_traffic_on_three_simulators(simulator):
+    args = {"blocks": 6, "pattern": "hotspot", "seed": 21, "stall_p": 0.3, "offer_p": 0.9, "hot": 2}
+    ref = run(spec(), random_traffic, args)
+    assert run(spec(), random_traffic, args, simulator=simulator) == ref
+
+
+def test_star_latency_and_attach_ports():
+    p = get_preset("incmoe-testbed").replace(latency_one_hop_ns=20.0)
+    fabric = star(p.fabric_timing(), 4, attach=1, data_bytes=2)
+    assert fabric.distance(0, 3) == "one_hop" and fabric.distance(1, 1) is None
+    assert "attach_tx" in fabric.signature.members and "attach_rx" in fabric.signature.members
+    assert fabric.payload["dst"].shape == 3   # 4 ranks + 1 engine address
+
+
+def test_preset_timing_is_cycles_only():
+    """A preset makes the timing; the builders see latencies in cycles and the link rate."""
+    num, den = TINY.rate()
+    assert TIMING == FabricTiming(hops=TINY.hop_cycles("superpod"), rate_num=num, rate_den=den,
+                                  block_bytes=TINY.block_bytes)
+    assert set(TIMING.hops) == set(SUPERPOD_HOPS)
+    assert set(tiny_timing("star").hops) == set(STAR_HOPS)
+    assert TIMING.need(("up", "down")) == {"up": TIMING.hops["up"], "down": TIMING.hops["down"]}
+    # a star preset cannot make a superpod timing; any preset makes a star timing
+    with pytest.raises(ValueError, match=r"preset 'incmoe-testbed' has no intra-NPU"):
+        get_preset("incmoe-testbed").fabric_timing("superpod")
+    assert set(get_preset("incmoe-testbed").fabric_timing().hops) == set(STAR_HOPS)
+
+
+@pytest.mark.parametrize("args, exc, match", [
+    ((0, 2, 2), ValueError, r"dies_per_npu must be >= 1, not 0"),
+    ((2, "2", 1), TypeError, r"npus_per_board must be an integer, not '2'"),
+    ((2, 2, 1.0), TypeError, r"boards must be an integer, not 1.0"),
+    ((1, 1, 1), ValueError, r"a superpod needs at least 2 dies"),
+])
+def test_superpod_shape_errors(args, exc, match):
+    with pytest.raises(exc, match=match):
+        superpod(TIMING, *args, data_bytes=2)
+
+
+def test_shape_maxima_are_the_presets_not_the_fabrics():
+    """superpod() takes any shape; a preset's maxima are checked by Preset.check_shape."""
+    assert superpod(TIMING, 2, 2, 3, data_bytes=2).ranks == 12
+    TINY.check_shape(2, 2, 2)
+    with pytest.raises(ValueError, match=r"boards must be in \[1, 2\], not 3"):
+        TINY.check_shape(2, 2, 3)
+    with pytest.raises(ValueError, match=r"npus_per_board must be in \[1, 2\], not 3"):
+        TINY.check_shape(2, 3, 1)
+    with pytest.raises(TypeError, match=r"dies_per_npu must be an integer, not '2'"):
+        TINY.check_shape("2", 2, 1)
+
+
+def test_other_errors():
+    with pytest.raises(ValueError, match=r"n must be >= 2, not 1"):
+        star(TIMING, 1, data_bytes=2)
+    with pytest.raises(TypeError, match=r"n must be an integer, not 2.0"):
+        star(TIMING, 2.0, data_bytes=2)
+    with pytest.raises(ValueError, match=r"attach must be >= 0, not -1"):
+        star(TIMING, 2, attach=-1, data_bytes=2)
+    with pytest.raises(TypeError, match=r"timing must be a FabricTiming"):
+        superpod(TINY, 2, 2, 2, data_bytes=2)
+    with pytest.raises(TypeError, match=r"timing must be a FabricTiming"):
+        star("tiny", 2, data_bytes=2)
+    with pytest.raises(ValueError,
+                       match=r"timing.hops lacks direct, t2_up, t2_down \(has up, down\)"):
+        superpod(tiny_timing("star"), 2, 2, 2, data_bytes=2)
+    with pytest.raises(ValueError,
+                       match=r"give payload \(a flit layout\) or data_bytes, not neither"):
+        superpod(TIMING, 2, 2, 2)
+    with pytest.raises(ValueError, match=r"data_bytes must be >= 1, not 0"):
+        star(TIMING, 2, data_bytes=0)
+    with pytest.raises(TypeError, match=r"payload layout must have a 'dst' field"):
+        superpod(TIMING, 2, 2, 2, payload=data.StructLayout({"x": 8}))
+    with pytest.raises(ValueError, match=r"cannot address 8 destinations"):
+        superpod(TIMING, 2, 2, 2, payload=data.StructLayout({"dst": 2, "d": 8}))
+
+
+@pytest.mark.parametrize("fields, exc, match", [
+    ({"hops": [1, 2]}, TypeError, r"hops must be a dict of link kind -> cycles"),
+    ({"hops": {"up": -1}}, ValueError, r"hops\['up'\] must be >= 0, not -1"),
+    ({"hops": {"up": 2.5}}, TypeError, r"hops\['up'\] must be an integer, not 2.5"),
+    ({"rate_num": 0}, ValueError, r"rate_num must be >= 1, not 0"),
+    ({"rate_den": "1"}, TypeError, r"rate_den must be an integer, not '1'"),
+    ({"block_bytes": 0}, ValueError, r"block_bytes must be >= 1, not 0"),
+])
+def test_fabric_timing_errors(fields, exc, match):
+    with pytest.raises(exc, match=match):
+        FabricTiming(**fields)
+
+
+def test_check_topology():
+    assert TOPOLOGIES == ("superpod", "star")
+    assert check_topology(["superpod", 2, 2, 2]) == ("superpod", 2, 2, 2)
+    assert check_topology(("star", 4)) == ("star", 4)
+    assert check_topology(("superpod", 2, 1, 1)) == ("superpod", 2, 1, 1)
+    assert topology_ranks(("superpod", 2, 3, 4)) == 24 and topology_ranks(("star", 5)) == 5
+    assert check_topology(("star", MAX_RANKS)) == ("star", MAX_RANKS)
+
+
+@pytest.mark.parametrize("topology, exc, match", [
+    ("star", TypeError, r"topology must be a tuple"),
+    ((), TypeError, r"topology must be a tuple"),
+    (("ring", 4), ValueError, r"topology kind must be one of superpod, star, not 'ring'"),
+    (("star", 2, 2), ValueError, r"topology 'star' takes 1 size\(s\) \(n\)"),
+    (("superpod", 2, 2), ValueError, r"topology 'superpod' takes 3 size\(s\)"),
+    (("star", 1), ValueError, r"n must be >= 2, not 1"),
+    (("star", 2.0), TypeError, r"n must be an integer, not 2.0"),
+    (("superpod", 2, 0, 1), ValueError, r"npus_per_board must be >= 1, not 0"),
+    (("superpod", 1, 1, 1), ValueError, r"a superpod needs at least 2 dies"),
+    (("star", MAX_RANKS + 1), ValueError, r"has 257 ranks; at most 256 are addressable"),
+])
+def test_check_topology_errors(topology, exc, match):
+    with pytest.raises(exc, match=match):
+        check_topology(topology)

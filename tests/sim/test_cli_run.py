@@ -1,0 +1,153 @@
+"""``epfabric run`` (sim/cli/run.py): registered kernels from the command line, JSON, Perfetto trace, VCD.
+
+Bad input exits with status 2 and one line on stderr *before* anything is
+simulated: the tests that check it make every simulation fail loudly.
+"""
+
+import json
+import os
+
+import pytest
+
+from epfabric.sim.cli import main, make_parser
+from epfabric.sw.kernels import KERNELS
+
+SMALL = ["--preset", "tiny", "--topology", "superpod:2,1,1", "--aivs", "2"]
+
+
+@pytest.fixture
+def no_simulation(monkeypatch):
+    """Any attempt to run a kernel or a machine session fails the test."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a simulation was started")
+    monkeypatch.setattr("epfabric.sim.cli.run.run_kernel", forbidden)
+    monkeypatch.setattr("epfabric.sim.backends.machine.SimulatorBackend.execute", forbidden)
+    monkeypatch.setattr("epfabric.sim.backends.machine.run", forbidden)
+
+
+def test_every_registered_kernel_is_a_choice():
+    parser = make_parser()
+    sub = next(a for a in parser._subparsers._group_actions)
+    run_parser = sub.choices["run"]
+    (kernel_arg,) = [a for a in run_parser._actions if a.dest == "kernel"]
+    assert list(kernel_arg.choices) == sorted(KERNELS)
+    assert {"alltoall", "pingpong", "syncall", "agrs"} <= set(KERNELS)
+
+
+def test_syncall_json_and_trace(tmp_path, capsys):
+    out, trace = tmp_path / "out.json", tmp_path / "trace.json"
+    assert main(["run", "syncall", *SMALL, "--json", str(out), "--trace", str(trace)]) == 0
+    text = out.read_text()
+    assert text.endswith("}\n")                         # written whole (sim/output.write_atomic)
+    result = json.loads(text)
+    assert result["kernel"] == "syncall" and result["preset"] == "tiny"
+    assert result["backend"] == "pysim" and result["params"] == {"epochs": 2}
+    assert result["correct"] and result["problems"] == []
+    (run,) = result["runs"]                             # --aivs 2: one machine, not the 1/2/4 sweep
+    assert run["cores"] == 4 and run["aivs_per_die"] == 2
+    assert run["config"]["topology"] == ["superpod", 2, 1, 1]
+    assert len(run["barrier_cycles"]) == 2 and run["cycles_per_barrier"] > 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    marks = [e for e in events if e["ph"] == "i"]
+    assert len(marks) == 4 * 2 * 2                     # 4 cores x 2 barriers x (enter, leave)
+    assert {e["name"] for e in events if e["ph"] == "M"} == {"process_name", "thread_name"}
+    assert sorted(os.listdir(tmp_path)) == ["out.json", "trace.json"]   # no temporary files left
+    assert "correct" in capsys.readouterr().out
+
+
+def test_param_json_and_vcd(tmp_path):
+    out, vcd = tmp_path / "a2a.json", tmp_path / "a2a.vcd"
+    assert main(["run", "alltoall", *SMALL, "--param", "seed=7", "--json", str(out),
+                 "--vcd", str(vcd)]) == 0
+    result = json.loads(out.read_text())
+    assert result["params"] == {"seed": 7} and result["correct"]
+    (run,) = result["runs"]
+    assert run["blocks"] == 2 * 4 and run["dies"] == 2 and run["aivs_per_die"] == 2
+    assert vcd.stat().st_size > 0 and vcd.with_suffix(".gtkw").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "alltoall", "--preset", "nope"], "unknown preset 'nope'"),
+    (["run", "alltoall", "--topology", "ring:4"],
+     "topology kind must be one of superpod, star, not 'ring'"),
+    (["run", "alltoall", "--topology", "superpod:2,x"],
+     "topology must look like superpod:2,2,2 or star:4, not 'superpod:2,x'"),
+    (["run", "alltoall", "--topology", "superpod:3,1,1"], "dies_per_npu must be in [1, 2], not 3"),
+    (["run", "pingpong", "--vcd", "x.vcd", "--backend", "icarus"], "--vcd is written by the pysim backend"),
+    (["run", "syncall", "--max-cycles", "0"], "--max-cycles must be >= 1, not 0"),
+    (["run", "alltoall", "--aivs", "0"], "--aivs must be >= 1, not 0"),
+    (["run", "alltoall", "--aivs", "-1"], "--aivs must be >= 1, not -1"),
+    (["run", "alltoall", "--aivs", "300"], "aivs_per_die must be in [1, 256], not 300"),
+    (["run", "alltoall", "--param", "sed=1"], "unknown parameter(s) sed for kernel alltoall; valid: seed=0"),
+    (["run", "alltoall", "--param", "oops"], "--param must look like key=value, not 'oops'"),
+    (["run", "agrs", "--aivs", "2"], "agrs has no AIV cores"),
+    (["run", "agrs", "--param", "mode='x'"], "mode must be one of inc, ring, not 'x'"),
+    (["run", "alltoall", "--json", "/missing-folder/x.json"],
+     "--json '/missing-folder/x.json': folder '/missing-folder' does not exist"),
+    (["run", "alltoall", "--trace", "/missing-folder/t.json"], "--trace '/missing-folder/t.json'"),
+])
+def test_bad_input_one_line_before_any_simulation(argv, message, capsys, no_simulation):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("epfabric run: error: ")
+    assert message in err and "\n" not in err
+    assert captured.out == ""
+
+
+def test_json_folder_is_an_error_not_a_file(tmp_path, capsys, no_simulation):
+    assert main(["run", "alltoall", "--json", str(tmp_path)]) == 2
+    assert f"--json {str(tmp_path)!r} is a folder, not a file" in capsys.readouterr().err
+
+
+def _canned(kernel="alltoall"):
+    """What run_kernel returns for a small alltoall (no simulation)."""
+    run = {"config": {"topology": ["superpod", 2, 1, 1]}, "cycles": 100, "ns": 100.0,
+           "correct": True, "problems": [], "blocks": 8, "dies": 2, "aivs_per_die": 2}
+    return ({"kernel": kernel, "preset": "tiny", "backend": "pysim", "correct": True,
+             "problems": [], "params": {"seed": 0}, "runs": [run]}, [])
+
+
+def test_json_is_written_atomically(tmp_path, monkeypatch, capsys):
+    """A write that fails leaves the previous file intact and no temporary file behind."""
+    out = tmp_path / "r.json"
+    monkeypatch.setattr("epfabric.sim.cli.run.run_kernel", lambda *a, **k: _canned())
+    assert main(["run", "alltoall", *SMALL, "--json", str(out)]) == 0
+    first = out.read_text()
+    assert json.loads(first) == _canned()[0] and first.endswith("\n")
+    assert f"wrote {out}" in capsys.readouterr().out
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+    monkeypatch.setattr("epfabric.sim.output.os.replace", broken_replace)
+    second = {**_canned()[0], "problems": ["a different result"]}
+    monkeypatch.setattr("epfabric.sim.cli.run.run_kernel", lambda *a, **k: (second, []))
+    with pytest.raises(OSError, match="disk full"):
+        main(["run", "alltoall", *SMALL, "--json", str(out)])
+    assert out.read_text() == first                     # the old result, whole
+    assert os.listdir(tmp_path) == ["r.json"]           # the temporary file was removed
+
+
+def test_write_atomic_never_leaves_a_partial_file(tmp_path):
+    from epfabric.sim.output import write_atomic
+    path = tmp_path / "x.json"
+    assert write_atomic(path, '{"a": 1}\n') == path and json.loads(path.read_text()) == {"a": 1}
+    with pytest.raises(TypeError):
+        write_atomic(path, object())                    # fails while writing
+    assert path.read_text() == '{"a": 1}\n' and os.listdir(tmp_path) == ["x.json"]
+
+
+def test_watchdog_exit_code(capsys):
+    assert main(["run", "alltoall", *SMALL, "--max-cycles", "20"]) == 1
+    err = capsys.readouterr().err
+    assert "watchdog: not every core halted within 20 cycles" in err
+    assert "waits on address" in err or "still running" in err
+
+
+def test_commands_and_experiments_are_registered():
+    from epfabric.sim.cli import COMMANDS
+    from epfabric.sim.experiments import EXPERIMENTS
+    assert [name for name, _, _ in COMMANDS] == ["run", "verilog", "demo", "races", "calibrate",
+                                                 "agrs", "bench", "fabric-speed"]
+    assert set(EXPERIMENTS) == {"agrs", "calibrate", "races", "speed", "fabric_speed", "quaternary"}
+    assert all(e.name == name and e.title for name, e in EXPERIMENTS.items())

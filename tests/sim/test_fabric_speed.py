@@ -1,0 +1,51 @@
+"""``epfabric fabric-speed`` (sim/experiments/fabric_speed.py): cycles/s of a loaded superpod fabric."""
+
+import json
+
+import pytest
+
+from epfabric.sim.cli import main
+from epfabric.sim.experiments import EXPERIMENTS
+from epfabric.sim.experiments.fabric_speed import traffic_spec
+
+
+def test_small_pysim_run(tmp_path, capsys):
+    out = tmp_path / "fs.json"
+    assert main(["fabric-speed", "--backends", "pysim", "--shape", "2,1,1", "--cycles", "400",
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    (row,) = data["runs"]
+    assert row["backend"] == "pysim" and row["ranks"] == 2 and row["cycles"] == 400
+    assert row["misrouted"] == 0 and row["sent"] > 0 and 0 < row["received"] <= row["sent"]
+    assert row["cycles_per_s"] == pytest.approx(row["cycles"] / row["run_s"], rel=0.01)
+    assert data["verilator_over_pysim"] is None          # no Verilator run, no ratio
+    assert "uniform saturating traffic" in capsys.readouterr().out
+
+
+def test_traffic_spec_checks_the_shape_against_the_preset():
+    assert traffic_spec(preset="cm384", dies_per_npu=2, npus_per_board=1, boards=1).build().ranks == 2
+    with pytest.raises(ValueError, match=r"dies_per_npu must be in \[1, 2\], not 3"):
+        traffic_spec(preset="cm384", dies_per_npu=3, npus_per_board=1, boards=1).build()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--preset", "nope"], "preset must be one of"),
+    (["--json", "/missing-folder/f.json"], "--json '/missing-folder/f.json'"),
+    # checked by the experiment's run(); must be found before anything is built
+    (["--backends", "xcelium"], "backends must be one of pysim, icarus, verilator, not 'xcelium'"),
+    (["--shape", "2,x"], "shape must be three integers a,b,c, not '2,x'"),
+    (["--shape", "3,8,2"], "dies_per_npu must be in [1, 2], not 3"),
+    (["--cycles", "0"], "cycles must be >= 1, not 0"),
+])
+def test_bad_input_one_line_before_any_simulation(argv, message, capsys, monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a simulation was started")
+    monkeypatch.setattr("epfabric.sim.experiments.fabric_speed.measure", forbidden)
+    assert main(["fabric-speed", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("epfabric fabric-speed: error: ") and "\n" not in err
+    assert message in err
+
+
+def test_registered():
+    assert EXPERIMENTS["fabric_speed"].resolve()["backends"] == "pysim,verilator"

@@ -1,0 +1,188 @@
+"""The driver (sw/machine.py, sw/config.py, sw/report.py): Machine, Report, watchdog diagnosis, trace export."""
+
+import json
+
+import pytest
+
+from epfabric.sw.assembler import Program
+from epfabric.sw.config import AgrsConfig, MachineConfig, parse_topology
+from epfabric.sw.machine import Backend, Machine, Report, WatchdogTimeout
+from epfabric.sw.isa import address
+from epfabric.sw import report as report_module
+from epfabric.sim.backends.machine import backend
+
+from utils import machine
+
+
+def store_program(rank, values):
+    p = Program()
+    for i, v in enumerate(values):
+        p.li(1, v)
+        p.li(2, address(rank, 3, i))
+        p.sw(1, 2, 0)
+        p.mark(10 + i)
+    p.fence()
+    p.halt()
+    return p
+
+
+def test_run_writes_reads_and_reports():
+    m = machine()
+    m.write_mem(1, address(0, 2, 0), [5, 6, 7])
+    m.load_program(0, 0, store_program(1, [11, 22]))   # rank 0 stores into rank 1
+    p = Program()
+    p.li(1, address(1, 2, 0))
+    p.lw(3, 1, 4)                                       # rank 1 reads its own word 1 (= 6)
+    p.li(2, address(1, 2, 3))
+    p.sw(3, 2, 0)
+    p.fence()
+    p.halt()
+    m.load_program(1, 1, p)
+    report = m.run(5_000)
+    assert report.done and not report.timeout and report.cycles > 0
+    assert m.read_mem(1, address(0, 3, 0), 2) == [11, 22]
+    assert m.read_mem(1, address(0, 2, 0), 4) == [5, 6, 7, 6]
+    assert [t["event"] for t in report.marks(rank=0, core=0)] == [10, 11]
+    cycles = [t["cycle"] for t in report.marks(rank=0, core=0)]
+    assert cycles == sorted(cycles)
+    back = json.loads(report.to_json())
+    assert back["cycles"] == report.cycles and back["config"]["aivs_per_die"] == 2
+    assert back["config"]["kind"] == "aiv" and back["backend"] == "pysim"
+    assert set(report.counters) == {"tx_blocks", "rx_blocks", "tx_stalls"}
+    assert all(len(v) == m.ranks for v in report.counters.values())
+    assert report.counters["tx_blocks"][0] >= 1            # rank 0's store crossed the fabric
+    assert [(c["rank"], c["core"]) for c in report.cores] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(c["halted"] for c in report.cores if (c["rank"], c["core"]) in {(0, 0), (1, 1)})
+    chrome = report.chrome_trace(cycle_ns=1.0)
+    inst = [e for e in chrome["traceEvents"] if e["ph"] == "i"]
+    assert [e["name"] for e in inst] == ["mark 10", "mark 11"]
+    assert inst[0]["ts"] == cycles[0] / 1000.0 and inst[0]["pid"] == 0 and inst[0]["tid"] == 0
+
+
+def test_watchdog_names_waiting_cores_and_addresses():
+    m = machine()
+    p = Program()
+    p.li(1, address(1, 5, 2))
+    p.li(2, 99)
+    p.poll(3, 1, 2, "eq")                               # nobody ever writes 99 there
+    p.halt()
+    m.load_program(0, 1, p)
+    m.load_program(1, 0, store_program(1, [1]))
+    with pytest.raises(WatchdogTimeout) as info:
+        m.run(max_cycles=400)
+    msg = str(info.value)
+    assert "within 400 cycles" in msg
+    assert "rank 0 core 1" in msg and f"{address(1, 5, 2):#010x}" in msg
+    assert "rank 1 block 5 word 2" in msg
+    assert "rank 1 core 0" not in msg                   # that one halted
+    assert info.value.report.timeout and info.value.report.cycles == 400
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    ({"preset": "nope"}, ValueError, "nope"),
+    ({"topology": ("ring", 4)}, ValueError, "topology kind must be one of superpod, star, not 'ring'"),
+    ({"topology": ("superpod", 2, 0, 1)}, ValueError, "npus_per_board must be >= 1, not 0"),
+    ({"topology": ("superpod", 2, 1)}, ValueError, r"topology 'superpod' takes 3 size\(s\)"),
+    ({"topology": ("star", 1)}, ValueError, r"n must be >= 2, not 1"),
+    ({"topology": ("superpod", 3, 1, 1)}, ValueError, r"dies_per_npu must be in \[1, 2\], not 3"),
+    ({"preset": "incmoe-testbed"}, ValueError, "preset 'incmoe-testbed' has no intra-NPU"),
+    ({"aivs_per_die": 0}, ValueError, r"aivs_per_die must be in \[1, 256\], not 0"),
+    ({"hbm_blocks": 12}, ValueError, "hbm_blocks must be a power of two, not 12"),
+    ({"data_bytes": 48}, ValueError, "data_bytes must be a multiple of 32, not 48"),
+    ({"lanes": 2.0}, TypeError, "lanes must be an integer, not 2.0"),
+])
+def test_bad_configuration_names_the_parameter(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        MachineConfig(**kw)
+
+
+def test_bad_calls_are_rejected_early():
+    m = machine()
+    with pytest.raises(ValueError, match=r"rank must be in \[0, 1\], not 2"):
+        m.load_program(2, 0, [0])
+    with pytest.raises(ValueError, match="has 200 instructions; imem_depth is 128"):
+        m.load_program(0, 0, [0] * 200)
+    with pytest.raises(ValueError, match="word-aligned local byte address"):
+        m.write_mem(0, 3, [1])
+    with pytest.raises(ValueError, match="runs past the 16 blocks of the machine's memory"):
+        m.write_mem(0, address(0, 15, 127), [1, 2])
+    with pytest.raises(RuntimeError, match="needs a finished run"):
+        m.read_mem(0, 0)
+    with pytest.raises(RuntimeError, match="no program loaded"):
+        m.run()
+    with pytest.raises(TypeError, match="backend must be a Backend"):
+        Machine("tiny", backend="pysim")
+    with pytest.raises(ValueError, match="backend must be one of pysim, icarus, verilator, not 'modelsim'"):
+        backend("modelsim")
+    with pytest.raises(TypeError, match="the AIV machine has no control registers"):
+        m.write_control(0, 1)
+    with pytest.raises(TypeError, match="give either config or preset and MachineConfig fields"):
+        Machine("tiny", backend=backend("pysim"), config=m.config)
+
+
+def test_agrs_machine_has_no_cores():
+    """An AG/RS machine takes control registers and memory, never programs."""
+    m = Machine(backend=backend("pysim"), config=AgrsConfig("tiny", ranks=4, tmax=2, lanes=1))
+    assert not m.has_cores and m.ranks == 4
+    with pytest.raises(TypeError, match="a agrs machine has no cores to load programs into"):
+        m.load_program(0, 0, [0])
+    with pytest.raises(ValueError, match=r"register must be in \[0, 65535\], not 70000"):
+        m.write_control(70000, 1)
+    m.write_control(3, -1)
+    assert m.session(10)["writes"][-1][3:] == [3, 0xFFFFFFFF]
+
+
+class _Recorder(Backend):
+    """A backend that records the session and answers like a finished run."""
+
+    name = "recorder"
+
+    def __init__(self):
+        self.sessions = []
+
+    def execute(self, config, session):
+        self.sessions.append((config, session))
+        ranks = config.ranks
+        status = {"cores": {k: [0 if k != "halted" else 1] * config.cores
+                            for k in session["status"]["cores"]},
+                  "counters": {k: [7] * len(v) for k, v in session["status"]["counters"].items()}}
+        return {"cycles": 42, "done": 1, "timeout": 0, "run_wall_s": 0.0, "status": status,
+                "mem": {r: [r] * session["read_words"] for r in range(ranks)},
+                "trace": [[1, 5, 99]], "trace_dropped": 0}
+
+
+def test_session_is_what_the_backend_runs():
+    """Programs, enables and memory words go to the backend as one host-port session."""
+    be = _Recorder()
+    m = Machine("tiny", backend=be, topology=("superpod", 2, 1, 1), aivs_per_die=2)
+    m.load_program(1, 0, [0x11, 0x22])
+    m.write_mem(0, address(0, 3, 1), [9])
+    session = m.session(123)
+    report = m.run(123)
+    ((config, sent),) = be.sessions
+    assert config is m.config and sent == session
+    assert sent["max_cycles"] == 123 and sent["trace"] is True
+    targets = [w[0] for w in sent["writes"]]
+    assert len(targets) == 4                              # two words, an enable, one memory word
+    assert [w[1:] for w in sent["writes"][:2]] == [[1, 0, 0, 0x11], [1, 0, 1, 0x22]]
+    assert sent["writes"][3][1:] == [0, 0, address(0, 3, 1), 9]
+    assert sent["read_words"] == m.config.hbm_blocks * m.config.words_per_block
+    assert sent["status"] == m.config.status_ports()
+    assert report.cycles == 42 and report.done and report.backend == "recorder"
+    assert report.marks() == [{"rank": 0, "core": 1, "cycle": 5, "event": 99}]
+    assert report.counters == {"tx_blocks": [7, 7], "rx_blocks": [7, 7], "tx_stalls": [7, 7]}
+    assert m.read_mem(1, address(0, 0, 0), 1) == [1]
+
+
+def test_report_lives_in_its_own_module():
+    assert Report is report_module.Report and WatchdogTimeout is report_module.WatchdogTimeout
+
+
+def test_parse_topology_validates():
+    assert parse_topology("superpod:2,2,2") == ("superpod", 2, 2, 2)
+    assert parse_topology("star:4") == ("star", 4)
+    with pytest.raises(ValueError, match=r"topology must look like superpod:2,2,2 or star:4, "
+                                         r"not 'superpod:2,x'"):
+        parse_topology("superpod:2,x")
+    with pytest.raises(ValueError, match="topology kind must be one of superpod, star, not 'ring'"):
+        parse_topology("ring:4")

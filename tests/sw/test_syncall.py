@@ -1,0 +1,58 @@
+"""The ``syncall`` barrier kernel (sw/kernels/syncall.py) and its checker."""
+
+from epfabric.sw.assembler import Program
+from epfabric.sw.config import MachineConfig
+from epfabric.sw.kernels import syncall
+
+from utils import machine
+
+KERNEL = syncall.KERNEL
+
+
+def test_barrier_holds_every_core_until_the_last_arrives():
+    m = machine()
+    epochs = KERNEL.load(m, {"epochs": 2})
+    assert epochs == 2
+    report = m.run(20_000)
+    verdict = KERNEL.check(m, report, epochs)
+    assert verdict["correct"], verdict["problems"]
+    assert len(verdict["barrier_cycles"]) == 2 and min(verdict["barrier_cycles"]) > 0
+    assert verdict["cycles_per_barrier"] == max(verdict["barrier_cycles"])
+    assert verdict["cores"] == m.config.cores == 4
+    for e in (1, 2):   # the property itself, from the MARK timestamps
+        last_in = max(t["cycle"] for t in report.marks(event=syncall.ENTER + e))
+        first_out = min(t["cycle"] for t in report.marks(event=syncall.LEAVE + e))
+        assert first_out > last_in
+
+
+def test_checker_catches_a_broken_barrier():
+    """A barrier whose leader does not wait for the others is reported, not passed."""
+    m = machine()
+    epochs = KERNEL.load(m, {"epochs": 1})
+
+    lazy = MachineConfig(**{**m.config.to_dict(), "aivs_per_die": 1})
+    for rank in range(m.ranks):      # leaders wait for one core only: core 1 comes late
+        m.load_program(rank, 0, syncall.program(lazy, rank, 0, epochs=1))
+    slow = syncall.program(m.config, 0, 1, epochs=1)
+    m.load_program(0, 1, _delayed(slow))
+    report = m.run(20_000)
+    verdict = KERNEL.check(m, report, epochs)
+    assert not verdict["correct"]
+    assert any("left at cycle" in p or "counter" in p for p in verdict["problems"])
+
+
+def test_configs_sweep_aivs_per_die():
+    """``epfabric run syncall`` runs one machine per AIV count unless --aivs names one."""
+    assert [c.aivs_per_die for c in KERNEL.configs("tiny")] == [1, 2, 4]
+    assert [c.aivs_per_die for c in KERNEL.configs("tiny", aivs=2)] == [2]
+    assert all(c.hbm_blocks == 4 for c in KERNEL.configs("tiny"))
+
+
+def _delayed(program, spins=40):
+    """``program`` preceded by a busy loop, so its core arrives late."""
+    p = Program()
+    p.li(15, spins)
+    p.label("spin")
+    p.addi(15, 15, -1)
+    p.bne(15, 0, "spin")
+    return p.assemble() + program.assemble()
