@@ -4,7 +4,7 @@ UBEP's dispatch and combine kernels run on the AIV vector cores of each die
 (UBEP §3.3 Algorithm 1, §4): scalar bookkeeping, VectorCount-based mapping,
 512 B DataBlock stores through the UB fabric and Data-as-Flag polling. This
 core executes such programs, encoded in the ISA of :mod:`epfabric.hw.isa`,
-whose table also generates this core's decoder.
+whose table also generates this core's decoder (:class:`~epfabric.hw.decoder.Decoder`).
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
@@ -12,8 +12,9 @@ from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from .isa import (BLOCK_BYTES, INSTRUCTIONS, NUM_REGS, OPCODE_BITS, RANK_BITS, Cond, Csr, Opcode,
-                  VecOp, address_layout, insn_layout)
+from .decoder import Decoder
+from .isa import (BLOCK_BYTES, INSTRUCTIONS, NUM_REGS, RANK_BITS, Cond, Csr, Opcode, VecOp,
+                  address_layout, insn_layout)
 from .validate import check_choice, check_int, check_multiple, check_pow2
 from .vector_unit import VectorUnit
 
@@ -184,6 +185,7 @@ class AIVCore(wiring.Component):
             "cycle": Out(32),
         })
         self.vu = VectorUnit(lanes=lanes, width=width, max_len=self.max_len)
+        self.decoder = Decoder()
         self.state = Signal(_State, name="state")
         self.insn = Signal(insn_layout(), name="insn")
 
@@ -223,46 +225,12 @@ class AIVCore(wiring.Component):
         insn = self.insn
         m.d.comb += insn.eq(ir.data)
 
-        # --- decoder: operand slots generated from the ISA table ---------------
-        slot_names = {}
-        for ins in INSTRUCTIONS:
-            for f in ins.fields:
-                slot_names.setdefault(f.name, f)
-        slots = {}
-        for name, f in slot_names.items():
-            if f.kind == "imm":
-                slots[name] = Signal(unsigned(32), name=f"d_{name}")
-            elif f.kind == "cond":
-                slots[name] = Signal(Cond, name=f"d_{name}")
-            elif f.kind == "csr":
-                slots[name] = Signal(Csr, name=f"d_{name}")
-            else:
-                slots[name] = Signal(4, name=f"d_{name}")
-        legal = Signal()
-        with m.Switch(insn.op):
-            with m.Case(*(Opcode[ins.mnemonic.upper()] for ins in INSTRUCTIONS)):
-                m.d.comb += legal.eq(1)
-            with m.Default():
-                m.d.comb += legal.eq(0)
-        # Instructions whose field sits at the same bits share one decoder case
-        # (a field's position follows from the table's field order).
-        placements = {}
-        for ins in INSTRUCTIONS:
-            pos = OPCODE_BITS
-            for f in ins.fields:
-                key = (pos, f.bits, f.signed)
-                placements.setdefault(f.name, {}).setdefault(key, []).append(ins)
-                pos += f.bits
-        for name, groups in placements.items():
-            with m.Switch(insn.op):
-                for (pos, bits, is_signed), members in groups.items():
-                    with m.Case(*(Opcode[ins.mnemonic.upper()] for ins in members)):
-                        src = insn.as_value()[pos:pos + bits]
-                        m.d.comb += slots[name].eq(src.as_signed() if is_signed else src)
-                with m.Default():
-                    pass
-        rd, rs1, rs2, rs3, ru = (slots[n] for n in ("rd", "rs1", "rs2", "rs3", "ru"))
-        imm, cond, csr = slots["imm"], slots["cond"], slots["csr"]
+        # --- decoder: operand slots generated from the ISA table (hw/decoder.py) ---
+        m.submodules.decoder = dec = self.decoder
+        m.d.comb += dec.insn.eq(insn)
+        legal = dec.legal
+        rd, rs1, rs2, rs3, ru = dec.rd, dec.rs1, dec.rs2, dec.rs3, dec.ru
+        imm, cond, csr = dec.imm, dec.cond, dec.csr
 
         # --- register file -------------------------------------------------------
         regs = [Const(0, 32)] + [Signal(32, name=f"r{i}") for i in range(1, NUM_REGS)]

@@ -47,7 +47,8 @@ from amaranth.lib.wiring import In, Out
 
 from .validate import check_bool, check_int
 
-__all__ = ["HostTarget", "HostSignature", "RUN_OUTPUTS", "register_inputs", "run_control"]
+__all__ = ["HostTarget", "HostSignature", "HostMemorySignature", "RUN_OUTPUTS", "register_inputs",
+           "run_control"]
 
 #: Run-control outputs a host reads after ``stop`` (with ``run=True``).
 RUN_OUTPUTS = ("cycle", "running", "done", "timeout", "stop")
@@ -99,6 +100,23 @@ class HostSignature(wiring.Signature):
 
     def __repr__(self):
         return f"HostSignature(ranks={self.ranks}, cores={self.cores})"
+
+
+class HostMemorySignature(wiring.Signature):
+    """The memory part of the host port, seen from the host.
+
+    ``we`` writes ``wdata`` to the memory word at byte address ``addr``
+    (``block << 9 | word << 2``); ``re`` reads that word, answered on
+    ``rvalid``/``rdata`` ``hbm_latency`` cycles later. (The die decodes its :class:`HostSignature` ``we`` with target HBM
+    into ``we``; :class:`~epfabric.hw.router.DieRouter` takes this port.)
+    """
+
+    def __init__(self):
+        super().__init__({"we": Out(1), "addr": Out(32), "wdata": Out(32), "re": Out(1),
+                          "rvalid": In(1), "rdata": In(32)})
+
+    def __repr__(self):
+        return "HostMemorySignature()"
 
 
 def register_inputs(m, host):

@@ -44,3 +44,13 @@ def waveform(request):
     if not wanted:
         return None
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name).strip("_")
+
+
+@pytest.fixture
+def no_simulation(monkeypatch):
+    """Any attempt to build or run a simulation fails the test (bad input must stop earlier)."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a simulation was started")
+    monkeypatch.setattr("epfabric.sim.backends.pysim.run_pysim", forbidden)
+    monkeypatch.setattr("epfabric.sim.backends.cocotb_runner.run_cocotb", forbidden)
+    monkeypatch.setattr("epfabric.sim.backends.cocotb_runner.build", forbidden)

@@ -33,10 +33,9 @@ TIMESCALE = ("1ns", "1ps")
 def verilator_opt():
     """C++ optimisation level of Verilator models (``$EPFABRIC_VERILATOR_OPT``, default ``-O0``).
 
-    Measured here on the 8-rank tiny fabric (1 MB of Verilog): the C++ compile
-    takes 43 s at ``-O0`` against 178 s at Verilator's default ``-Os``; at
-    ``-O2`` gcc did not finish a 4-die machine's largest file in 19 CPU-minutes.
-    Everything builds at ``-O0`` unless told otherwise (``epfabric bench --opt``).
+    ``-O0`` compiles several times faster than Verilator's default ``-Os``
+    (build times per level: README, "Model assumptions"). Everything builds at
+    ``-O0`` unless told otherwise (``epfabric bench --opt``).
     """
     return os.environ.get("EPFABRIC_VERILATOR_OPT", "-O0")
 

@@ -10,7 +10,8 @@ sequence. ``port`` is the host port's path (``"host"``).
 from ...hw.host import HostTarget
 from .testbench import SimulationError
 
-__all__ = ["host_write", "host_read", "host_read_all", "host_run", "load_programs"]
+__all__ = ["host_write", "host_read", "host_read_pipelined", "host_read_all", "host_run",
+           "load_programs"]
 
 
 async def host_write(bench, writes, *, port="host"):
@@ -62,6 +63,32 @@ async def host_read(bench, reads, *, port="host", timeout=1000):
             await bench.tick()
         out.append(await bench.get(f"{port}.rdata"))
     return out
+
+
+async def host_read_pipelined(bench, reads, *, port="host", drain=16):
+    """Issue ``[[rank, addr], ...]`` one ``re`` per cycle; return ``[(latency, word), ...]``.
+
+    ``latency`` is the ticks from a read's ``re`` to its ``rvalid`` (answers
+    come back in order). For tests that pin a top's host read latency.
+    """
+    has_rank = bench.has_port(f"{port}.rank")
+    issued, answers = [], []
+    for k in range(len(reads) + drain):
+        if await bench.get(f"{port}.rvalid"):
+            answers.append((bench.cycle, await bench.get(f"{port}.rdata")))
+        if k < len(reads):
+            rank, addr = reads[k]
+            if has_rank:
+                bench.set(f"{port}.rank", rank)
+            bench.set(f"{port}.addr", addr)
+            bench.set(f"{port}.re", 1)
+            issued.append(bench.cycle)
+        else:
+            bench.set(f"{port}.re", 0)
+        await bench.tick()
+    if len(answers) != len(reads):
+        raise SimulationError(f"{len(reads)} reads, {len(answers)} answers within {drain} cycles")
+    return [(c - t, w) for t, (c, w) in zip(issued, answers)]
 
 
 async def host_read_all(bench, ranks, addrs, *, port="host"):

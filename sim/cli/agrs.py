@@ -7,7 +7,7 @@ AG/RS machine).
 from ...sw.config import AgrsConfig
 from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS
-from ..experiments.agrs import SWEEP_ROWS, format_report, format_sweep, measure, sweep
+from ..experiments.agrs import SWEEP_ROWS, format_report, format_sweep, run_point, sweep
 from .common import check_output, positive, write_json
 
 __all__ = ["add_arguments", "prepare"]
@@ -68,7 +68,7 @@ def prepare(args):
         raise ValueError(f"--bytes must be a multiple of ranks * block_bytes ({unit}), not {nbytes}")
 
     def job():
-        report = measure(preset=args.preset, ranks=args.ranks, nbytes=nbytes, mode=args.mode,
+        report = run_point(preset=args.preset, ranks=args.ranks, nbytes=nbytes, mode=args.mode,
                          concurrent=args.concurrent, backend=args.backend or "pysim",
                          lanes=2 if args.lanes is None else args.lanes)
         print(format_report(report))

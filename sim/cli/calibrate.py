@@ -7,7 +7,7 @@ import sys
 
 from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS
-from ..experiments.calibrate import format_report, measure
+from ..experiments.calibrate import format_report, calibrate
 from .common import check_output, positive, write_json
 
 __all__ = ["add_arguments", "prepare"]
@@ -34,7 +34,7 @@ def prepare(args):
     def job():
         if not args.quiet:
             print(f"calibrating {preset.name} on {args.backend} ...", file=sys.stderr, flush=True)
-        report = measure(preset, backend=args.backend, blocks=args.blocks,
+        report = calibrate(preset, backend=args.backend, blocks=args.blocks,
                          data_bytes=args.data_bytes, verbose=not args.quiet)
         print(format_report(report))
         if args.json:

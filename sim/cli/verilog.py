@@ -1,5 +1,6 @@
 """``epfabric verilog NAME [--param k=v ...] -o DIR``: Verilog for a registered component."""
 
+from ...hw.instances import mark_used
 from ..verilog.export import write_verilog
 from ..verilog.registry import build_component, registered
 from .common import parse_params
@@ -34,7 +35,7 @@ def prepare(args):
         raise ValueError(f"give a component name or --all; registered: {', '.join(table)}")
     params = parse_params(args.param)
     for name in names:
-        build_component(name, params)._MustUse__silence = True   # bad parameters fail here
+        mark_used(build_component(name, params))   # bad parameters fail here; built again below
 
     def job():
         for name in names:

@@ -36,8 +36,9 @@ its bound near ``S = L*BW`` (INC, ~12.5 KB) and ``S = N/2 * L*BW`` (ring,
 Fig. 6, where the emulated switch's per-message fixed costs made INC *lose*
 efficiency at small ``S`` while the ring stayed flat; their sizes (tens of
 MiB and up) are far into the bandwidth-bound regime here. ``S`` in the sweep
-stops at 512 KiB per collective because by then both curves are within
-~3 % of their bounds, and larger ``S`` only adds simulation time.
+stops at 512 KiB per collective because by then both curves are close to
+their bounds (``make fig6`` prints how close), and larger ``S`` only adds
+simulation time.
 """
 
 from ...hw.validate import check_choice, check_int
@@ -48,10 +49,10 @@ from ..backends import SIMULATORS
 from ..backends.machine import backend as make_backend
 from . import Experiment, Param, register
 
-__all__ = ["measure", "sweep", "format_sweep", "format_report", "SWEEP_ROWS", "Fig6", "EXPERIMENT"]
+__all__ = ["run_point", "sweep", "format_sweep", "format_report", "SWEEP_ROWS", "Fig6", "EXPERIMENT"]
 
 
-def measure(*, preset="incmoe-testbed", ranks=4, nbytes, mode="inc", concurrent=True,
+def run_point(*, preset="incmoe-testbed", ranks=4, nbytes, mode="inc", concurrent=True,
             backend="pysim", lanes=2, slots=16, seed=0, tmax=None):
     """Run one AG + one RS of ``nbytes`` each; return the report dict (CLI JSON keys).
 
@@ -109,9 +110,9 @@ def sweep(*, preset="incmoe-testbed", ranks=4, sizes=None, backend="verilator", 
     tmax = max(sizes) // unit
     rows = []
     for s in sizes:
-        ring = measure(preset=preset, ranks=ranks, nbytes=s, mode="ring", backend=backend,
+        ring = run_point(preset=preset, ranks=ranks, nbytes=s, mode="ring", backend=backend,
                        lanes=lanes, tmax=tmax)
-        inc = measure(preset=preset, ranks=ranks, nbytes=s, mode="inc", backend=backend,
+        inc = run_point(preset=preset, ranks=ranks, nbytes=s, mode="inc", backend=backend,
                       lanes=lanes, tmax=tmax)
         rows.append({"bytes": s, "ring": ring, "inc": inc,
                      "gain": inc["equiv_bw_gbps"] / ring["equiv_bw_gbps"] - 1,

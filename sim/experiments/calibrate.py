@@ -26,7 +26,7 @@ from ...sw.presets import CLASSES, get_preset, preset_names
 from ..backends import SIMULATORS, ComponentSpec, SimulationError, run, wait_until
 from . import Experiment, Param, register
 
-__all__ = ["calibration_fabric", "calibration_ranks", "calibration_pairs", "measure",
+__all__ = ["calibration_fabric", "calibration_ranks", "calibration_pairs", "calibrate",
            "format_report", "Calibrate", "EXPERIMENT"]
 
 
@@ -125,7 +125,7 @@ async def calibrate_intent(bench, pairs, blocks, skip, ranks, timeout, verbose=F
     return {"latency_cycles": latency, "bandwidth": bandwidth}
 
 
-def measure(preset, *, backend="pysim", blocks=None, skip=8, data_bytes=4, verbose=False):
+def calibrate(preset, *, backend="pysim", blocks=None, skip=8, data_bytes=4, verbose=False):
     """Calibrate ``preset`` on ``backend``; return the report dict (see module docstring)."""
     preset = get_preset(preset)
     check_choice("backend", backend, SIMULATORS)
@@ -186,7 +186,7 @@ class Calibrate(Experiment):
 
     def run(self, **params):
         p = self.resolve(**params)
-        report = measure(p["preset"], backend=p["backend"], blocks=p["blocks"],
+        report = calibrate(p["preset"], backend=p["backend"], blocks=p["blocks"],
                          data_bytes=p["data_bytes"], verbose=p["verbose"])
         return rows_of(report)
 
@@ -195,7 +195,7 @@ class Calibrate(Experiment):
 
 
 def rows_of(report):
-    """One row per class of a :func:`measure` report."""
+    """One row per class of a :func:`calibrate` report."""
     rows = []
     for cls in CLASSES:
         if cls not in report["latency_ns"]:

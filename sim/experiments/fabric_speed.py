@@ -30,7 +30,7 @@ from ..backends.cocotb_runner import build, build_dir_for
 from ..verilog.simulation import verilog_of
 from . import Experiment, Param, register
 
-__all__ = ["traffic_fabric", "traffic_spec", "speed_intent", "measure", "DEFAULT_CYCLES",
+__all__ = ["traffic_fabric", "traffic_spec", "speed_intent", "run_backend", "DEFAULT_CYCLES",
            "SPEED_OPT", "FabricSpeed", "EXPERIMENT"]
 
 #: Cycles per backend by default: a few hundred on pysim (~20 cycles/s at 32
@@ -81,7 +81,7 @@ def _say(text):
     print(text, file=sys.stderr, flush=True)
 
 
-def measure(backend, cycles, *, params=None, opt=SPEED_OPT, drain=0):
+def run_backend(backend, cycles, *, params=None, opt=SPEED_OPT, drain=0):
     """Build and run one backend; return the JSON row."""
     params = dict(params or {})
     spec = traffic_spec(**params)
@@ -172,7 +172,7 @@ class FabricSpeed(Experiment):
             cycles = p["cycles"] if p["cycles"] is not None else DEFAULT_CYCLES[b]
             if b == "pysim" and p["pysim_cycles"] is not None:
                 cycles = p["pysim_cycles"]
-            rows.append(measure(b, cycles, params=params, opt=p["opt"]))
+            rows.append(run_backend(b, cycles, params=params, opt=p["opt"]))
         return rows
 
     def format(self, rows):

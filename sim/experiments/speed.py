@@ -11,9 +11,8 @@ Runs ``alltoall`` on ``cm384`` machines of 4 dies (superpod 2×2×1) and 16 dies
 
 and the Verilator / Amaranth-simulator ratio of cycles per second measured in
 the same invocation. Verilator models are built at ``-O0`` (``--opt`` to
-change): measured here, gcc at ``-O2`` spent over 19 CPU-minutes on a single
-generated C++ file of the 4-die system without finishing, so ``-O0`` figures
-are a lower bound on Verilator's speed.
+change; the README records the build and run times at each level), so ``-O0``
+figures are a lower bound on Verilator's speed.
 
 ``--scale`` is the scale probe: it runs the ladder of Verilator systems
 (dies × AIVs per die, :data:`SCALE_LADDER` or ``--shapes``), each in a fresh

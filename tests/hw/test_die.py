@@ -6,7 +6,7 @@ from epfabric.hw.aiv_core import MemOp
 from epfabric.hw.die import Die, FlitKind, flit_layout
 from epfabric.hw.host import HostTarget
 from epfabric.hw.isa import address
-from epfabric.sim.backends.host import host_read, host_write, load_programs
+from epfabric.sim.backends.host import host_read, host_read_pipelined, host_write, load_programs
 from epfabric.sw.assembler import Program
 
 from utils import ComponentSpec, run
@@ -176,19 +176,8 @@ async def host_read_timing(bench, words):
     Returns the ticks from each read's ``re`` to its ``rvalid`` and the words read.
     """
     await host_write(bench, [[HostTarget.HBM.value, 0, 0, a, w] for a, w in words])
-    issued, answers = [], []
-    for k in range(len(words) + 3 * L):
-        if await bench.get("host.rvalid"):
-            answers.append([bench.cycle, await bench.get("host.rdata")])
-        if k < len(words):
-            bench.set("host.addr", words[k][0])
-            bench.set("host.re", 1)
-            issued.append(bench.cycle)
-        else:
-            bench.set("host.re", 0)
-        await bench.tick()
-    return {"latency": [c - t for t, (c, _w) in zip(issued, answers)],
-            "words": [w for _c, w in answers]}
+    got = await host_read_pipelined(bench, [[0, a] for a, _w in words])
+    return {"latency": [lat for lat, _w in got], "words": [w for _lat, w in got]}
 
 
 def test_host_read_latency_is_hbm_latency_and_reads_pipeline():

@@ -10,8 +10,8 @@ import pytest
 from epfabric.hw.host import HostTarget
 from epfabric.hw.isa import address
 from epfabric.hw.system import System
-from epfabric.sim.backends.host import (host_read, host_read_all, host_run, host_write,
-                                        load_programs)
+from epfabric.sim.backends.host import (host_read, host_read_all, host_read_pipelined, host_run,
+                                        host_write, load_programs)
 from epfabric.sw.assembler import Program
 from epfabric.sw.presets import get_preset
 
@@ -267,20 +267,8 @@ async def host_read_timing(bench, words):
     Returns the ticks from each read's ``re`` to its ``rvalid`` and the words read.
     """
     await host_write(bench, [[HostTarget.HBM.value, r, 0, a, w] for r, a, w in words])
-    issued, answers = [], []
-    for k in range(len(words) + 8):
-        if await bench.get("host.rvalid"):
-            answers.append([bench.cycle, await bench.get("host.rdata")])
-        if k < len(words):
-            bench.set("host.rank", words[k][0])
-            bench.set("host.addr", words[k][1])
-            bench.set("host.re", 1)
-            issued.append(bench.cycle)
-        else:
-            bench.set("host.re", 0)
-        await bench.tick()
-    return {"latency": [c - t for t, (c, _w) in zip(issued, answers)],
-            "words": [w for _c, w in answers]}
+    got = await host_read_pipelined(bench, [[r, a] for r, a, _w in words])
+    return {"latency": [lat for lat, _w in got], "words": [w for _lat, w in got]}
 
 
 def test_host_read_latency_is_exact_and_reads_pipeline():

@@ -125,15 +125,6 @@ def test_operations_back_to_back_in_one_simulation():
         assert second[key] == [a + b for a, b in zip(first[key], fresh[key])]
 
 
-@pytest.fixture
-def no_simulation(monkeypatch):
-    """Any attempt to run a kernel or a machine session fails the test."""
-    def forbidden(*args, **kwargs):
-        raise AssertionError("a simulation was started")
-    monkeypatch.setattr("epfabric.sim.experiments.agrs.run_kernel", forbidden)
-    monkeypatch.setattr("epfabric.sim.backends.machine.SimulatorBackend.execute", forbidden)
-
-
 def test_cli_json_report(tmp_path, capsys):
     out = tmp_path / "r.json"
     rc = main(["agrs", "--ranks", "2", "--bytes", str(2 * 512 * 2), "--mode", "inc", "--concurrent",
@@ -195,12 +186,12 @@ def test_cli_sweep_bad_sizes(sizes, msg, capsys, no_simulation):
 
 def test_measure_and_experiment_validate_before_running(no_simulation):
     with pytest.raises(ValueError, match=r"bytes must be >= 2048, not 1000"):
-        experiment.measure(ranks=4, nbytes=1000)
+        experiment.run_point(ranks=4, nbytes=1000)
     with pytest.raises(ValueError, match=r"bytes must be a multiple of ranks \* block_bytes "
                                          r"\(2048\), not 3000"):
-        experiment.measure(ranks=4, nbytes=3000)
+        experiment.run_point(ranks=4, nbytes=3000)
     with pytest.raises(ValueError, match="mode must be one of inc, ring, not 'tree'"):
-        experiment.measure(ranks=4, nbytes=2048, mode="tree")
+        experiment.run_point(ranks=4, nbytes=2048, mode="tree")
     with pytest.raises(ValueError, match=r"sizes must be positive multiples of ranks \* block_bytes"):
         experiment.sweep(ranks=4, sizes=[2048, 1000])
     fig6 = EXPERIMENTS["agrs"]
@@ -218,8 +209,8 @@ def test_bandwidth_bound_and_eq5_reduction(ranks):
     # t cut 34.0 %); N=8 INC 84826 / ring 151031 (98.9 %, 43.8 %). The ring
     # pays N-1 link latencies, INC one: the cut sits just above Eq. 5.
     nbytes = ranks * 512 * 256
-    inc = experiment.measure(ranks=ranks, nbytes=nbytes, mode="inc", backend="verilator", lanes=1)
-    ring = experiment.measure(ranks=ranks, nbytes=nbytes, mode="ring", backend="verilator", lanes=1)
+    inc = experiment.run_point(ranks=ranks, nbytes=nbytes, mode="inc", backend="verilator", lanes=1)
+    ring = experiment.run_point(ranks=ranks, nbytes=nbytes, mode="ring", backend="verilator", lanes=1)
     assert inc["correct"] and ring["correct"]
     assert inc["fraction_of_bound"] >= 0.95
     reduction = 1 - inc["cycles"] / ring["cycles"]

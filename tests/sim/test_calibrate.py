@@ -5,12 +5,12 @@ import json
 import pytest
 
 from epfabric.sim.experiments import EXPERIMENTS
-from epfabric.sim.experiments.calibrate import calibration_fabric, format_report, measure
+from epfabric.sim.experiments.calibrate import calibration_fabric, format_report, calibrate
 from epfabric.sim.cli import main as cli
 
 
 def test_tiny_matches_targets_exactly():
-    rep = measure("tiny", blocks=64)
+    rep = calibrate("tiny", blocks=64)
     assert rep["latency_ns"] == rep["target_latency_ns"]
     for cls, bw in rep["bandwidth_gbps"].items():
         assert bw == pytest.approx(rep["target_bandwidth_gbps"][cls], rel=0.03)
@@ -18,7 +18,7 @@ def test_tiny_matches_targets_exactly():
 
 def test_cm384_acceptance():
     """UBEP Table 2: 218 / 929 / 2500 ns within 2 %, 392 GB/s within 3 %, measured in simulation."""
-    rep = measure("cm384", blocks=48)
+    rep = calibrate("cm384", blocks=48)
     for cls, target in {"intra": 218, "one_hop": 929, "two_hop": 2500}.items():
         assert rep["latency_ns"][cls] == pytest.approx(target, rel=0.02)
         assert rep["bandwidth_gbps"][cls] == pytest.approx(392, rel=0.03)
@@ -42,7 +42,7 @@ def test_cli_json(tmp_path, capsys):
 def test_cli_bad_input(argv, message, capsys, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("a simulation was started")
-    monkeypatch.setattr("epfabric.sim.cli.calibrate.measure", forbidden)
+    monkeypatch.setattr("epfabric.sim.cli.calibrate.calibrate", forbidden)
     assert cli(["calibrate", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("epfabric calibrate: error: ") and "\n" not in err
@@ -50,17 +50,17 @@ def test_cli_bad_input(argv, message, capsys, monkeypatch):
 
 
 def test_experiment_rows_and_report(monkeypatch):
-    """The registered experiment: its parameters reach measure(), one row per class."""
+    """The registered experiment: its parameters reach calibrate(), one row per class."""
     exp = EXPERIMENTS["calibrate"]
     assert exp.paper == "UBEP Table 2"
     calls = []
 
-    def fake_measure(preset, **kw):         # a report as measure() returns it, not simulated
+    def fake_measure(preset, **kw):         # a report as calibrate() returns it, not simulated
         calls.append((preset, kw))
         return {"preset": preset, "backend": kw["backend"], "latency_ns": {"one_hop": 1000.0},
                 "target_latency_ns": {"one_hop": 1000.0}, "bandwidth_gbps": {"one_hop": 12.4},
                 "target_bandwidth_gbps": {"one_hop": 12.5}, "latency_cycles": {"one_hop": 1000}}
-    monkeypatch.setattr("epfabric.sim.experiments.calibrate.measure", fake_measure)
+    monkeypatch.setattr("epfabric.sim.experiments.calibrate.calibrate", fake_measure)
     rows = exp.run(preset="incmoe-testbed", blocks=24)
     assert calls == [("incmoe-testbed", {"backend": "pysim", "blocks": 24, "data_bytes": 4,
                                          "verbose": False})]
@@ -80,7 +80,7 @@ def test_calibration_fabric_is_the_smallest_with_every_class():
 
 
 def test_star_preset():
-    rep = measure("incmoe-testbed", blocks=24)
+    rep = calibrate("incmoe-testbed", blocks=24)
     assert rep["latency_ns"] == {"one_hop": 1000.0}
     assert rep["bandwidth_gbps"]["one_hop"] == pytest.approx(12.5, rel=0.03)
     assert "calibration of preset incmoe-testbed on pysim" in format_report(rep)

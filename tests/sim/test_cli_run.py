@@ -15,16 +15,6 @@ from epfabric.sw.kernels import KERNELS
 SMALL = ["--preset", "tiny", "--topology", "superpod:2,1,1", "--aivs", "2"]
 
 
-@pytest.fixture
-def no_simulation(monkeypatch):
-    """Any attempt to run a kernel or a machine session fails the test."""
-    def forbidden(*args, **kwargs):
-        raise AssertionError("a simulation was started")
-    monkeypatch.setattr("epfabric.sim.cli.run.run_kernel", forbidden)
-    monkeypatch.setattr("epfabric.sim.backends.machine.SimulatorBackend.execute", forbidden)
-    monkeypatch.setattr("epfabric.sim.backends.machine.run", forbidden)
-
-
 def test_every_registered_kernel_is_a_choice():
     parser = make_parser()
     sub = next(a for a in parser._subparsers._group_actions)

@@ -40,7 +40,7 @@ def test_traffic_spec_checks_the_shape_against_the_preset():
 def test_bad_input_one_line_before_any_simulation(argv, message, capsys, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("a simulation was started")
-    monkeypatch.setattr("epfabric.sim.experiments.fabric_speed.measure", forbidden)
+    monkeypatch.setattr("epfabric.sim.experiments.fabric_speed.run_backend", forbidden)
     assert main(["fabric-speed", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("epfabric fabric-speed: error: ") and "\n" not in err
