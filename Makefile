@@ -5,7 +5,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.epfabric-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-slow run demo fig6 bench fabric-speed verilog lint clean
+.PHONY: help setup test test-slow run demo fig6 reproduce figures bench fabric-speed verilog lint clean
+RESULTS ?= results
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -34,6 +35,12 @@ demo: $(STAMP) ## quaternary search (UBEP Alg. 1) on the simulated vector unit
 fig6: $(STAMP) ## INC-MoE Fig. 6-shaped table: ring vs INC equivalent bandwidth vs S (N=4, Verilator)
 	$(VENV)/bin/epfabric agrs --sweep --ranks 4 --backend verilator
 
+reproduce: $(STAMP) ## every registered experiment, quick grids: CSV + JSON + PNG + summary.md in $(RESULTS)/
+	$(VENV)/bin/epfabric reproduce all --quick -o $(RESULTS)
+
+figures: $(STAMP) ## redraw every PNG in $(RESULTS)/ from its CSV (no simulation)
+	$(VENV)/bin/epfabric figures $(RESULTS)
+
 bench: $(STAMP) ## simulated cycles/s of alltoall on each backend (Verilator/pysim ratio)
 	$(VENV)/bin/epfabric bench
 
@@ -47,4 +54,4 @@ lint: verilog ## verilator --lint-only -Wall on every registered component
 	$(PY) -m epfabric.sim.verilog.lint build/verilog
 
 clean: ## remove build outputs and waveforms (keeps .venv)
-	rm -rf build waveforms/*.vcd waveforms/*.fst waveforms/*-gen.gtkw
+	rm -rf build $(RESULTS) waveforms/*.vcd waveforms/*.fst waveforms/*-gen.gtkw

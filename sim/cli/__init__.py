@@ -29,6 +29,9 @@ COMMANDS = [
     ("bench", "epfabric.sim.cli.bench", "simulated cycles per second of alltoall on each backend"),
     ("fabric-speed", "epfabric.sim.cli.fabric_speed",
      "cycles per second of a loaded superpod fabric, per backend"),
+    ("reproduce", "epfabric.sim.cli.reproduce",
+     "reproduce paper figures: CSV, JSON and PNG per experiment, and a summary"),
+    ("figures", "epfabric.sim.cli.figures", "redraw every PNG of a reproduce folder from its CSVs"),
 ]
 
 

@@ -1,22 +1,32 @@
-"""Experiments: one module per question, each declaring its parameters and returning rows.
+"""Experiments: one module per question, each declaring its parameters and its grid of points.
 
 An experiment answers one question about the model — how long a lone block
-takes per distance class, how close in-network AG+RS gets to 2·BW, what a
-torn read looks like, how fast each simulator runs — by running kernels or
-hardware tops on a backend. Each is an :class:`Experiment` registered in
-:data:`EXPERIMENTS` (name → experiment):
+takes per distance class (``table2``), how close in-network AG+RS gets to
+2·BW (``fig6``), what a torn read looks like (``races``), how fast each
+simulator runs (``speed``) — by running kernels or hardware tops on a
+backend. Each is an :class:`Experiment` registered in :data:`EXPERIMENTS`
+(name → experiment):
 
-* ``name``, ``title`` (the question, one line), ``paper`` (the figure or
-  table it reproduces, or ``""``);
-* ``params`` — a tuple of :class:`Param` (name, default, help, type,
-  choices): what a caller may set, validated by :meth:`Experiment.resolve`
-  before anything runs;
-* ``run(**params)`` → a list of row dicts (flat, JSON-able: one row per
-  point measured);
-* ``format(rows)`` → the table ``epfabric`` prints.
+* ``name``; ``title`` (the question, one line); ``paper`` (the figure or
+  table it reproduces, or ``""``); ``headline`` (the paper's claim, one line);
+* ``params`` — a tuple of :class:`Param`: what a caller may set, validated
+  by :meth:`Experiment.resolve` before anything runs;
+* ``points(params, quick)`` — the grid: a list of independent points, each a
+  flat JSON-able dict that carries everything :meth:`measure` needs
+  (backend included); ``quick`` is a reduced grid;
+* ``measure(point)`` → one row (a flat dict of the model's values) or a list
+  of rows; points run in any order, in any process;
+* ``compare(row)`` → the paper's values at that row (keys ``paper_*``) and
+  their ratio or difference to the model's;
+* ``verdict(rows)`` → ``(holds, line)``: ``True``/``False``, or ``None``
+  where the paper gives nothing to hold against;
+* ``plot(rows, path)`` → a PNG of the model beside the paper;
+* ``run(**params)`` → rows (every point, in this process) and
+  ``format(rows)`` → the table a CLI command prints.
 
-The CLI commands (:mod:`epfabric.sim.cli`) are thin front ends over these;
-``epfabric reproduce`` runs them by name.
+``epfabric reproduce`` (:mod:`epfabric.sim.results`) runs the grids —
+serially or on Dask — caches every point, and writes CSV, JSON, PNG and a
+summary; the CLI commands (:mod:`epfabric.sim.cli`) are thin front ends.
 """
 
 from dataclasses import dataclass
@@ -65,7 +75,10 @@ class Experiment:
     name = ""
     title = ""
     paper = ""
+    headline = ""
     params = ()
+    #: points may run in parallel processes (False: timing figures that contention would skew)
+    parallel = True
 
     def resolve(self, **given):
         """Every parameter, given or default, validated; ``ValueError`` for an unknown name."""
@@ -76,9 +89,42 @@ class Experiment:
                              f"valid: {', '.join(known) or 'none'}")
         return {name: p.check(given.get(name, p.default)) for name, p in known.items()}
 
-    def run(self, **params):
-        """Rows of the experiment (a list of flat dicts)."""
+    def points(self, params, quick=False):
+        """The grid for resolved ``params`` (default: one point, the parameters themselves)."""
+        return [dict(params)]
+
+    def measure(self, point):
+        """The model's values at ``point``: a flat dict, or a list of them."""
         raise NotImplementedError
+
+    def compare(self, row):
+        """``{paper_*: value, ...}`` — the paper's values at ``row`` and their ratio/difference."""
+        return {}
+
+    def verdict(self, rows):
+        """``(holds, line)``: whether the paper's claim holds in the model, and why, in one line."""
+        return None, "the paper gives nothing to hold against"
+
+    def plot(self, rows, path):
+        """Write a PNG of ``rows`` (the model beside the paper) to ``path``."""
+        from ..results.plot import table_figure
+        table_figure(self, rows, path)
+
+    def rows_of(self, point, measured):
+        """Rows of one point: the point's parameters, the model's values, the paper's."""
+        out = []
+        for row in (measured if isinstance(measured, list) else [measured]):
+            row = {**point, **row}
+            out.append({**row, **self.compare(row)})
+        return out
+
+    def run(self, **params):
+        """Every point of the full grid of ``params``, in this process; the rows."""
+        p = self.resolve(**params)
+        rows = []
+        for point in self.points(p):
+            rows += self.rows_of(point, self.measure(point))
+        return rows
 
     def format(self, rows):
         """A plain-text table of ``rows``."""
@@ -100,4 +146,4 @@ def register(experiment):
     return experiment
 
 
-from . import agrs, calibrate, fabric_speed, quaternary, races, speed   # noqa: E402,F401
+from . import agrs, calibrate, fabric_speed, payload, quaternary, races, speed   # noqa: E402,F401

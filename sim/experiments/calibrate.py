@@ -27,7 +27,7 @@ from ..backends import SIMULATORS, ComponentSpec, SimulationError, run, wait_unt
 from . import Experiment, Param, register
 
 __all__ = ["calibration_fabric", "calibration_ranks", "calibration_pairs", "calibrate",
-           "format_report", "Calibrate", "EXPERIMENT"]
+           "format_report", "Table2", "EXPERIMENT"]
 
 
 def _shape(preset):
@@ -169,12 +169,19 @@ def calibrate(preset, *, backend="pysim", blocks=None, skip=8, data_bytes=4, ver
     }
 
 
-class Calibrate(Experiment):
-    """One row per distance class: latency and bandwidth, measured and targeted."""
+#: UBEP Table 2 (CM384): one-way latency per class (ns), normalised, and the UB bandwidth (GB/s)
+PAPER_LATENCY_NS = {"intra": 218.0, "one_hop": 929.0, "two_hop": 2500.0}
+PAPER_NORMALISED = {"intra": 1.0, "one_hop": 4.3, "two_hop": 11.5}
+PAPER_BANDWIDTH = 392.0
 
-    name = "calibrate"
+
+class Table2(Experiment):
+    """One row per distance class: latency and bandwidth, measured, targeted and the paper's."""
+
+    name = "table2"
     title = "one-way latency of a lone 512 B block and sustained bandwidth per distance class"
     paper = "UBEP Table 2"
+    headline = "CM384: 218 / 929 / 2500 ns (1 : 4.3 : 11.5) intra-NPU / one-hop / two-hop, ~392 GB/s"
     params = (
         Param("preset", "cm384", f"preset ({', '.join(preset_names())})", str, tuple(preset_names())),
         Param("backend", "pysim", "simulator", str, SIMULATORS),
@@ -184,11 +191,68 @@ class Calibrate(Experiment):
         Param("verbose", False, "progress messages on stderr", bool),
     )
 
+    def points(self, params, quick=False):
+        # quick is the full grid: one point, and fewer blocks would measure the limiter's burst
+        return [{k: params[k] for k in ("preset", "backend", "blocks", "data_bytes")}]
+
+    def measure(self, point):
+        report = calibrate(point["preset"], backend=point["backend"], blocks=point["blocks"],
+                           data_bytes=point["data_bytes"])
+        rows = rows_of(report)
+        for row in rows:                   # latency relative to the nearest class, as Table 2
+            row["normalised"] = row["latency_ns"] / rows[0]["latency_ns"]
+        return rows
+
+    def compare(self, row):
+        if row["preset"] != "cm384":
+            return {}
+        cls = row["class"]
+        return {"paper_latency_ns": PAPER_LATENCY_NS[cls],
+                "paper_normalised": PAPER_NORMALISED[cls],
+                "latency_over_paper": row["latency_ns"] / PAPER_LATENCY_NS[cls],
+                "paper_bandwidth_gbytes_s": PAPER_BANDWIDTH,
+                "bandwidth_over_paper": row["bandwidth_gbytes_s"] / PAPER_BANDWIDTH}
+
+    def verdict(self, rows):
+        papered = [r for r in rows if "paper_latency_ns" in r]
+        if not papered:
+            return None, "the paper's Table 2 is for cm384 only"
+        lat = max(abs(r["latency_over_paper"] - 1) for r in papered)
+        bw = max(abs(r["bandwidth_over_paper"] - 1) for r in papered)
+        text = " / ".join(f"{r['latency_ns']:.0f}" for r in papered)
+        return (lat <= 0.01 and bw <= 0.01,
+                f"{text} ns (worst {100 * lat:.2f} % off), "
+                f"{min(r['bandwidth_gbytes_s'] for r in papered):.1f} GB/s per class "
+                f"(worst {100 * bw:.2f} % off) — the preset is calibrated to Table 2")
+
+    def plot(self, rows, path):
+        from ..results.plot import save, subplots
+        fig, (lat_ax, bw_ax) = subplots(1, 2, width=10)
+        classes = [r["class"] for r in rows]
+        x = range(len(rows))
+        lat_ax.bar([i - 0.2 for i in x], [r["latency_ns"] for r in rows], 0.4, label="model")
+        if "paper_latency_ns" in rows[0]:
+            lat_ax.bar([i + 0.2 for i in x], [r["paper_latency_ns"] for r in rows], 0.4,
+                       label="paper", color="C3")
+        lat_ax.set_xticks(list(x), classes)
+        lat_ax.set_ylabel("one-way latency of a lone 512 B block (ns)")
+        lat_ax.legend()
+        bw_ax.bar([i - 0.2 for i in x], [r["bandwidth_gbytes_s"] for r in rows], 0.4,
+                  label="model")
+        if "paper_bandwidth_gbytes_s" in rows[0]:
+            bw_ax.bar([i + 0.2 for i in x], [r["paper_bandwidth_gbytes_s"] for r in rows], 0.4,
+                      label="paper", color="C3")
+        bw_ax.set_xticks(list(x), classes)
+        bw_ax.set_ylabel("sustained bandwidth, one stream (GB/s)")
+        bw_ax.legend(loc="lower right")
+        save(fig, path, f"{self.paper}: latency and bandwidth per distance class "
+                        f"({rows[0]['preset']}, {rows[0]['backend']})")
+
     def run(self, **params):
         p = self.resolve(**params)
         report = calibrate(p["preset"], backend=p["backend"], blocks=p["blocks"],
-                         data_bytes=p["data_bytes"], verbose=p["verbose"])
-        return rows_of(report)
+                           data_bytes=p["data_bytes"], verbose=p["verbose"])
+        return [{**r, **self.compare(r)} for r in rows_of(report)]
 
     def format(self, rows):
         return format_rows(rows)
@@ -229,4 +293,4 @@ def format_report(report):
     return head + "\n" + format_rows(rows_of(report))
 
 
-EXPERIMENT = register(Calibrate())
+EXPERIMENT = register(Table2())

@@ -157,23 +157,46 @@ class FabricSpeed(Experiment):
                 check_int(name, p[name], 1)
         return p
 
-    def run(self, **params):
-        p = self.resolve(**params)
-        backends = [b for b in p["backends"].split(",") if b]
-        dpn, npb, nb = (int(x) for x in p["shape"].split(","))
-        params = {"preset": p["preset"], "dies_per_npu": dpn, "npus_per_board": npb, "boards": nb,
-                  "data_bytes": 2}
-        rows = []
+    #: wall-clock figures: points run one at a time, never beside each other
+    parallel = False
+
+    def points(self, params, quick=False):
+        backends = [b for b in params["backends"].split(",") if b and not missing_reason(b)]
+        shape = "2,2,2" if quick else params["shape"]
+        out = []
         for b in backends:
-            reason = missing_reason(b)
-            if reason:
-                _say(f"skip {b}: {reason}")
-                continue
-            cycles = p["cycles"] if p["cycles"] is not None else DEFAULT_CYCLES[b]
-            if b == "pysim" and p["pysim_cycles"] is not None:
-                cycles = p["pysim_cycles"]
-            rows.append(run_backend(b, cycles, params=params, opt=p["opt"]))
-        return rows
+            cycles = params["cycles"] if params["cycles"] is not None else DEFAULT_CYCLES[b]
+            if b == "pysim" and params["pysim_cycles"] is not None:
+                cycles = params["pysim_cycles"]
+            if quick:
+                cycles = min(cycles, 200 if b == "pysim" else 20_000)
+            out.append({"backend": b, "cycles": cycles, "preset": params["preset"], "shape": shape,
+                        "opt": "-O0" if quick else params["opt"]})
+        return out
+
+    def measure(self, point):
+        dpn, npb, nb = (int(x) for x in point["shape"].split(","))
+        params = {"preset": point["preset"], "dies_per_npu": dpn, "npus_per_board": npb,
+                  "boards": nb, "data_bytes": 2}
+        row = run_backend(point["backend"], point["cycles"], params=params, opt=point["opt"])
+        row.pop("params", None)
+        return row
+
+    def verdict(self, rows):
+        by = {r["backend"]: r for r in rows}
+        if "verilator" in by and "pysim" in by:
+            x = by["verilator"]["cycles_per_s"] / by["pysim"]["cycles_per_s"]
+            return None, f"Verilator {x:.0f}x Amaranth's simulator on the loaded fabric"
+        return None, "cycles/s per backend (the papers give no simulator speed)"
+
+    def plot(self, rows, path):
+        from ..results.plot import save, subplots
+        fig, (ax,) = subplots()
+        ax.bar([r["backend"] for r in rows], [r["cycles_per_s"] for r in rows])
+        ax.set_yscale("log")
+        ax.set_ylabel("simulated cycles per second")
+        save(fig, path, f"Fabric speed: {rows[0]['preset']} superpod {rows[0]['shape']} "
+                        f"under uniform saturating traffic (no paper figure)")
 
     def format(self, rows):
         lines = [f"{'backend':>10} {'elab/gen s':>10} {'build s':>8} {'cycles':>8} {'run s':>8} "

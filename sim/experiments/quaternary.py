@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from ...hw.instances import mark_used
 from ...hw.vector_unit import VectorUnit
 from ...sw.mapper import quaternary_search, reference_lookup
 from ..backends import SIMULATORS, ComponentSpec, run
@@ -41,6 +42,7 @@ class Quaternary(Experiment):
     name = "quaternary"
     title = "UBEP Algorithm 1: quaternary search with every VectorCount on the vector unit"
     paper = "UBEP §3.3, Algorithm 1"
+    headline = "three pivots per VectorCount: a lookup in O(log4 E) vector commands"
     params = (
         Param("tokens", 32, "batch size (tokens)", int, minimum=1),
         Param("topk", 8, "experts per token", int, minimum=1),
@@ -59,11 +61,14 @@ class Quaternary(Experiment):
             raise ValueError(f"targets ({p['targets']}) must not exceed tokens * topk "
                              f"({p['tokens'] * p['topk']})")
         width = max(1, int(p["experts"]).bit_length())
-        VectorUnit(lanes=p["lanes"], width=width, max_len=p["tokens"] * p["topk"])
+        mark_used(VectorUnit(lanes=p["lanes"], width=width, max_len=p["tokens"] * p["topk"]))
         return p
 
-    def run(self, **params):
-        p = self.resolve(**params)
+    def points(self, params, quick=False):
+        return [dict(params, targets=min(params["targets"], 3)) if quick else dict(params)]
+
+    def measure(self, point):
+        p = point
         rng = np.random.default_rng(p["seed"])
         topk_idx = np.stack([rng.choice(p["experts"], p["topk"], replace=False)
                              for _ in range(p["tokens"])])
@@ -85,6 +90,23 @@ class Quaternary(Experiment):
                          "match": (r["expert"], r["offset"]) == ref, "entries": len(expert_list),
                          "count_cycles": per_count, "total_cycles": total, "wall_s": wall})
         return rows
+
+    def verdict(self, rows):
+        ok = all(r["match"] for r in rows)
+        steps = sorted({r["steps"] for r in rows})
+        return ok, (f"{sum(r['match'] for r in rows)}/{len(rows)} lookups match numpy, "
+                    f"{'/'.join(map(str, steps))} VectorCount commands each "
+                    f"({rows[0]['count_cycles']} cycles per command)")
+
+    def plot(self, rows, path):
+        from ..results.plot import save, subplots
+        fig, (ax,) = subplots()
+        ax.bar([str(r["target"]) for r in rows], [r["cycles"] for r in rows],
+               color=["C0" if r["match"] else "C3" for r in rows])
+        ax.set_xlabel("target token index T")
+        ax.set_ylabel("cycles of the search (vector unit)")
+        save(fig, path, f"{self.paper}: quaternary search per lookup, {rows[0]['entries']} "
+                        f"entries, {rows[0]['lanes']} lanes (red: mismatch with numpy)")
 
     def format(self, rows):
         lines = [f"{'target':>7} {'expert':>7} {'offset':>7} {'counts':>6} {'cycles':>7}   "

@@ -150,19 +150,39 @@ class Races(Experiment):
     name = "races"
     title = "synchronization races: unsafe vs safe variant of each, measured, with waveforms"
     paper = "UBEP §3.4; INC-MoE §3.1"
+    headline = ("an atomic 512 B write never tears; data-as-flag needs a fence, a reserved "
+                "sentinel or cumulative counters to be safe")
     params = (
         Param("scenarios", None, "comma-separated scenarios (default: all)", str),
         Param("waveform", True, "write waveforms/<scenario>.vcd + .gtkw", bool),
     )
 
-    def run(self, **params):
-        p = self.resolve(**params)
-        names = p["scenarios"].split(",") if p["scenarios"] else None
-        for n in names or ():
+    def resolve(self, **given):
+        p = super().resolve(**given)
+        for n in (p["scenarios"].split(",") if p["scenarios"] else ()):
             check_choice("scenario", n, SCENARIOS)
-        return [{k: r[k] for k in ("scenario", "unsafe_outcome", "safe_outcome",
-                                   "race_observed_unsafe", "race_observed_safe", "vcd")}
-                for r in run_catalog(names, waveform=p["waveform"])]
+        return p
+
+    def points(self, params, quick=False):
+        names = params["scenarios"].split(",") if params["scenarios"] else list(SCENARIOS)
+        return [{"scenario": n, "waveform": params["waveform"]} for n in names]
+
+    def measure(self, point):
+        r = run_scenario(point["scenario"], waveform=point["waveform"])
+        return {k: r[k] for k in ("unsafe_outcome", "safe_outcome", "race_observed_unsafe",
+                                  "race_observed_safe", "vcd")}
+
+    def verdict(self, rows):
+        bad = [r["scenario"] for r in rows
+               if not r["race_observed_unsafe"] or r["race_observed_safe"]]
+        if bad:
+            return False, f"expected race missing or safe variant failing in {', '.join(bad)}"
+        return True, (f"all {len(rows)} unsafe variants show their race "
+                      f"({', '.join(r['scenario'] for r in rows)}); no safe variant does")
+
+    def plot(self, rows, path):
+        from ..results.plot import table_figure
+        table_figure(self, rows, path, ["scenario", "unsafe_outcome", "safe_outcome"])
 
     def format(self, rows):
         header = ("scenario", "unsafe outcome", "safe outcome", "waveform")

@@ -190,29 +190,59 @@ class Speed(Experiment):
         Param("aivs", 1, "AIVs per die", int, minimum=1),
         Param("opt", BENCH_OPT, "Verilator C++ optimisation level", str),
     )
+    #: wall-clock figures: points run one at a time, never beside each other
+    parallel = False
 
-    def run(self, **params):
-        p = self.resolve(**params)
-        backends = [b for b in p["backends"].split(",") if b]
-        for b in backends:
-            check_choice("backends", b, SIMULATORS)
-        dies = parse_dies(p["dies"])
-        rows = []
-        for d in dies:
-            for b in backends:
-                reason = missing_reason(b)
-                if reason:
-                    print(f"skip {b}: {reason}", file=sys.stderr)
-                    continue
-                print(f"bench: alltoall, cm384, {d} dies x {p['aivs']} AIV on {b} ...", flush=True)
-                row = bench_one(b, d, p["aivs"], opt=p["opt"])
-                print(f"  {row['cycles']} cycles, build {row['build_s']:.1f} s, run "
-                      f"{row['run_s']:.2f} s, {row['cycles_per_s']:.0f} cycles/s, "
-                      f"correct={row['correct']}", flush=True)
-                for problem in row["problems"]:
-                    print(f"  problem: {problem}", flush=True)
-                rows.append(row)
-        return rows
+    def resolve(self, **given):
+        p = super().resolve(**given)
+        for b in p["backends"].split(","):
+            if b:
+                check_choice("backends", b, SIMULATORS)
+        parse_dies(p["dies"])
+        return p
+
+    def points(self, params, quick=False):
+        dies = parse_dies(params["dies"])
+        if quick:
+            dies = dies[:1]
+        backends = [b for b in params["backends"].split(",") if b]
+        return [{"dies": d, "backend": b, "aivs": params["aivs"], "opt": params["opt"]}
+                for d in dies for b in backends if not missing_reason(b)]
+
+    def measure(self, point):
+        print(f"bench: alltoall, cm384, {point['dies']} dies x {point['aivs']} AIV on "
+              f"{point['backend']} ...", flush=True)
+        row = bench_one(point["backend"], point["dies"], point["aivs"], opt=point["opt"])
+        print(f"  {row['cycles']} cycles, build {row['build_s']:.1f} s, run {row['run_s']:.2f} s, "
+              f"{row['cycles_per_s']:.0f} cycles/s, correct={row['correct']}", flush=True)
+        for problem in row["problems"]:
+            print(f"  problem: {problem}", flush=True)
+        return row
+
+    def verdict(self, rows):
+        ratio = ratios(rows)
+        text = "; ".join(f"{d} dies: Verilator {x}x Amaranth's simulator" for d, x in ratio.items())
+        return None, (text or "cycles/s per backend") + " (the papers give no simulator speed)"
+
+    def plot(self, rows, path):
+        from ..results.plot import save, subplots
+        fig, (ax,) = subplots()
+        dies = sorted({r["dies"] for r in rows})
+        backends = [b for b in SIMULATORS if any(r["backend"] == b for r in rows)]
+        width = 0.8 / max(1, len(backends))
+        for k, b in enumerate(backends):
+            xs, ys = [], []
+            for i, d in enumerate(dies):
+                for r in rows:
+                    if r["backend"] == b and r["dies"] == d:
+                        xs.append(i + (k - (len(backends) - 1) / 2) * width)
+                        ys.append(r["cycles_per_s"])
+            ax.bar(xs, ys, width, label=b)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(dies)), [f"{d} dies" for d in dies])
+        ax.set_ylabel("simulated cycles per second (machine run only)")
+        ax.legend()
+        save(fig, path, "Simulator speed: alltoall on cm384 per backend (no paper figure)")
 
     def format(self, rows):
         lines = [f"{'backend':>10} {'dies':>5} {'cycles':>8} {'build s':>8} {'run s':>8} "

@@ -194,8 +194,12 @@ def test_measure_and_experiment_validate_before_running(no_simulation):
         experiment.run_point(ranks=4, nbytes=2048, mode="tree")
     with pytest.raises(ValueError, match=r"sizes must be positive multiples of ranks \* block_bytes"):
         experiment.sweep(ranks=4, sizes=[2048, 1000])
-    fig6 = EXPERIMENTS["agrs"]
-    assert fig6 is experiment.EXPERIMENT and fig6.paper == "INC-MoE Fig. 6, Eq. 5"
+    fig6 = EXPERIMENTS["fig6"]
+    assert fig6 is experiment.EXPERIMENT and fig6.paper == "INC-MoE Fig. 6"
+    assert EXPERIMENTS["eq5"].paper == "INC-MoE Eq. 5"
+    with pytest.raises(ValueError, match=r"bytes must be a multiple of N \* block_bytes \(4096\) "
+                                         r"for N=8, not 2048"):
+        EXPERIMENTS["eq5"].resolve(bytes=2048)
     with pytest.raises(ValueError, match="ranks must be >= 2, not 1"):
         fig6.resolve(ranks=1)
     with pytest.raises(ValueError, match="unknown parameter"):

@@ -51,7 +51,7 @@ def test_cli_bad_input(argv, message, capsys, monkeypatch):
 
 def test_experiment_rows_and_report(monkeypatch):
     """The registered experiment: its parameters reach calibrate(), one row per class."""
-    exp = EXPERIMENTS["calibrate"]
+    exp = EXPERIMENTS["table2"]
     assert exp.paper == "UBEP Table 2"
     calls = []
 
@@ -68,6 +68,7 @@ def test_experiment_rows_and_report(monkeypatch):
     assert rows[0]["latency_ns"] == rows[0]["target_latency_ns"] == 1000.0
     assert rows[0]["latency_error_pct"] == 0
     assert rows[0]["bandwidth_error_pct"] == pytest.approx(100 * (12.4 - 12.5) / 12.5)
+    assert "paper_latency_ns" not in rows[0]             # Table 2 is for cm384 only
     assert "one_hop" in exp.format(rows)
     with pytest.raises(ValueError, match="blocks must be >= 16, not 8"):
         exp.resolve(blocks=8)
@@ -84,3 +85,17 @@ def test_star_preset():
     assert rep["latency_ns"] == {"one_hop": 1000.0}
     assert rep["bandwidth_gbps"]["one_hop"] == pytest.approx(12.5, rel=0.03)
     assert "calibration of preset incmoe-testbed on pysim" in format_report(rep)
+
+
+def test_table2_compares_with_the_paper_and_holds_only_within_one_percent():
+    exp = EXPERIMENTS["table2"]
+    rows = []
+    for cls, lat in (("intra", 218.0), ("one_hop", 929.0), ("two_hop", 2500.0)):
+        row = {"preset": "cm384", "class": cls, "latency_ns": lat, "bandwidth_gbytes_s": 392.75}
+        rows.append({**row, **exp.compare(row)})
+    assert [r["paper_latency_ns"] for r in rows] == [218.0, 929.0, 2500.0]
+    assert [r["paper_normalised"] for r in rows] == [1.0, 4.3, 11.5]
+    holds, text = exp.verdict(rows)
+    assert holds and "218 / 929 / 2500 ns" in text
+    rows[2] = {**rows[2], **exp.compare({**rows[2], "latency_ns": 2600.0}), "latency_ns": 2600.0}
+    assert exp.verdict(rows)[0] is False                  # 4 % off: the claim no longer holds

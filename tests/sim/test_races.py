@@ -56,8 +56,8 @@ def test_every_scenario_races_unsafe_only(catalog):
     rows, _ = catalog
     assert [r["scenario"] for r in rows] == list(races.SCENARIOS)
     for r in rows:
-        assert set(r) == {"scenario", "unsafe_outcome", "safe_outcome", "race_observed_unsafe",
-                          "race_observed_safe", "vcd"}
+        assert set(r) == {"scenario", "waveform", "unsafe_outcome", "safe_outcome",
+                          "race_observed_unsafe", "race_observed_safe", "vcd"}
         assert r["race_observed_unsafe"] is True, r
         assert r["race_observed_safe"] is False, r
 

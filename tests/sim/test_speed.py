@@ -22,7 +22,8 @@ def test_pysim_row(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["bench", "--backends", "xcelium"], "--backends: unknown backend 'xcelium'"),
+    (["bench", "--backends", "xcelium"],
+     "backends must be one of pysim, icarus, verilator, not 'xcelium'"),
     (["bench", "--dies", "5"], "dies must be one of 4, 16, 32, 64, 128, not 5"),
     (["bench", "--dies", "4,x"], "dies must be comma-separated integers, not '4,x'"),
     (["bench", "--aivs", "0"], "aivs must be >= 1, not 0"),

@@ -1,0 +1,59 @@
+"""``epfabric reproduce [NAME ...|all] -o DIR``: every paper figure as CSV + JSON + PNG, and a summary.
+
+Front end of :mod:`epfabric.sim.results`. Experiments come from
+:data:`epfabric.sim.experiments.EXPERIMENTS`; points are cached
+(``build/results``), so a rerun reads what it has and a killed sweep resumes.
+"""
+
+from ..experiments import EXPERIMENTS
+from ..backends import SIMULATORS
+from ..results.reproduce import reproduce
+from ..results.sweep import SCHEDULERS, have_dask, open_scheduler
+from .common import positive
+
+__all__ = ["add_arguments", "prepare"]
+
+
+def add_arguments(parser):
+    parser.add_argument("names", nargs="*", default=["all"], metavar="NAME",
+                        help="experiments to reproduce, or all (default): "
+                             + ", ".join(sorted(EXPERIMENTS)))
+    parser.add_argument("-o", "--output", required=True, metavar="DIR",
+                        help="folder for NAME.csv, NAME.json, NAME.png and summary.md")
+    parser.add_argument("--backend", choices=SIMULATORS, default=None,
+                        help="simulator for experiments that take one (default: each experiment's)")
+    parser.add_argument("--quick", action="store_true", help="the reduced grid of each experiment")
+    parser.add_argument("--scheduler", default=None,
+                        help="serial, local (a Dask LocalCluster, one worker per core; the default "
+                             "where Dask is installed) or a Dask scheduler address (tcp://host:8786)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes of --scheduler local (default: one per core)")
+    parser.add_argument("--force", action="store_true", help="recompute cached points")
+
+
+def prepare(args):
+    names = sorted(EXPERIMENTS) if args.names in (["all"], []) else args.names
+    unknown = [n for n in names if n not in EXPERIMENTS]
+    if unknown:
+        raise ValueError(f"unknown experiment(s) {', '.join(unknown)}; registered: "
+                         f"{', '.join(sorted(EXPERIMENTS))}")
+    experiments = [EXPERIMENTS[n] for n in names]
+    for e in experiments:           # every parameter set valid before anything runs
+        given = {"backend": args.backend} if args.backend and any(
+            p.name == "backend" for p in e.params) else {}
+        e.points(e.resolve(**given), args.quick)
+    scheduler = args.scheduler or ("local" if have_dask() else "serial")
+    open_scheduler(scheduler)       # validates the name (connects only when the job runs)
+    positive("--workers", args.workers)
+    from pathlib import Path
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--output {args.output!r} is a file, not a folder")
+
+    def job():
+        docs = reproduce(experiments, out, backend=args.backend, quick=args.quick,
+                         scheduler=scheduler, force=args.force, workers=args.workers)
+        print(f"wrote {out}/summary.md ({len(docs)} experiments)")
+        failed = [d["experiment"] for d in docs if d["errors"]]
+        return 1 if failed else 0
+    return job

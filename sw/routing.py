@@ -1,0 +1,84 @@
+"""Routing generator: which experts each token goes to (seeded, host-side data).
+
+MoE routing is *data* for every kernel (DESIGN.md): a generator draws it on
+the host with a seeded numpy RNG and the simulated hardware computes
+everything that depends on it. Conventions of ``../shared/KERNELS.md`` §4:
+
+* every token picks ``topk`` **distinct** experts, drawn without
+  replacement; by default uniformly;
+* optionally ``hot`` experts are favoured with weight ``w_hot`` (the others
+  weight 1), spread over the ranks at ids ``m * experts // hot`` (KERNELS.md
+  §1.6 "Hot experts": with ``w_hot = 0.3 * (E - hot) / (hot * 0.7)`` the hot
+  experts take about 30 % of the slots);
+* routing weights are small integers 1..7 (so reductions stay exact).
+
+Expert ``e`` lives on rank ``e // (experts // ranks)`` (contiguous blocks of
+``experts // ranks``).
+"""
+
+import numpy as np
+
+from ..hw.validate import check_int, check_number
+
+__all__ = ["route", "hot_weight", "expert_rank", "remote_need"]
+
+
+def hot_weight(experts, hot, share=0.3):
+    """Weight of a hot expert so that ``hot`` of ``experts`` take ``share`` of the slots (about)."""
+    check_int("experts", experts, 1)
+    check_int("hot", hot, 1, experts - 1)
+    return share * (experts - hot) / (hot * (1 - share))
+
+
+def route(tokens, experts, topk, *, seed=0, hot=0, w_hot=None):
+    """``(topk_idx, topk_weights)``: int arrays of shape ``(tokens, topk)``.
+
+    Each row holds ``topk`` distinct expert ids (in draw order); weights are
+    integers in 1..7.
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a bad size (named), ``topk > experts`` or ``hot >= experts``.
+    """
+    check_int("tokens", tokens, 1)
+    check_int("experts", experts, 1)
+    check_int("topk", topk, 1, experts)
+    check_int("hot", hot, 0, experts - 1)
+    check_int("seed", seed, 0)
+    rng = np.random.default_rng(seed)
+    weight = np.ones(experts)
+    if hot:
+        w = hot_weight(experts, hot) if w_hot is None else check_number("w_hot", w_hot)
+        weight[[m * experts // hot for m in range(hot)]] = w
+    # Sampling k distinct items with probabilities proportional to `weight`
+    # (successive draws without replacement) = the k smallest of E_i / w_i
+    # with E_i ~ Exp(1) (Efraimidis–Spirakis), vectorised over tokens.
+    keys = rng.exponential(size=(tokens, experts)) / weight
+    topk_idx = np.argsort(keys, axis=1, kind="stable")[:, :topk]
+    weights = rng.integers(1, 8, size=(tokens, topk))
+    return topk_idx.astype(np.int64), weights.astype(np.int64)
+
+
+def expert_rank(topk_idx, experts, ranks):
+    """The rank hosting each entry of ``topk_idx`` (``experts // ranks`` experts per rank)."""
+    check_int("ranks", ranks, 1, experts)
+    if experts % ranks:
+        raise ValueError(f"experts ({experts}) must be a multiple of ranks ({ranks})")
+    return np.asarray(topk_idx) // (experts // ranks)
+
+
+def remote_need(topk_idx, experts, ranks, token_rank=None):
+    """Boolean ``(tokens, ranks)``: rank ``r`` hosts at least one of the token's experts.
+
+    ``token_rank`` (default: tokens dealt round-robin) is the rank that owns
+    each token; its own column is left False.
+    """
+    idx = np.asarray(topk_idx)
+    host = expert_rank(idx, experts, ranks)
+    need = np.zeros((idx.shape[0], ranks), dtype=bool)
+    rows = np.repeat(np.arange(idx.shape[0]), idx.shape[1])
+    need[rows, host.reshape(-1)] = True
+    owner = np.arange(idx.shape[0]) % ranks if token_rank is None else np.asarray(token_rank)
+    need[np.arange(idx.shape[0]), owner] = False
+    return need

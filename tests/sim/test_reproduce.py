@@ -1,0 +1,178 @@
+"""``epfabric reproduce`` / ``epfabric figures`` (sim/results/): grids, cache, Dask, faults, files."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from epfabric.sim.cli import main
+from epfabric.sim.experiments import EXPERIMENTS, Experiment, Param, register
+from epfabric.sim.results import cache, files
+from epfabric.sim.results.reproduce import reproduce
+
+PAYLOAD = EXPERIMENTS["payload"]
+
+
+@pytest.fixture
+def result_cache(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("EPFABRIC_RESULT_CACHE", str(folder))
+    return folder
+
+
+@pytest.fixture
+def small_payload(monkeypatch):
+    """The payload experiment on a 2-point grid of small routings (the registered one, so workers know it)."""
+    monkeypatch.setattr(type(PAYLOAD), "params", tuple(
+        Param(p.name, {"tokens": 3000, "seeds": "0,1"}.get(p.name, p.default), p.help, p.type,
+              p.choices, p.minimum) for p in PAYLOAD.params))
+    return PAYLOAD
+
+
+def test_csv_has_parameters_model_and_paper_columns(tmp_path, result_cache, small_payload):
+    doc, = reproduce([small_payload], tmp_path / "out", scheduler="serial", log=lambda *_: None)
+    rows = files.read_csv(tmp_path / "out" / "payload.csv")
+    assert [r["seed"] for r in rows] == [0, 1]
+    for key in ("experts", "tokens", "no_expert_fraction", "paper_no_expert_fraction",
+                "diff_no_expert_fraction", "extra_ag_bytes", "paper_extra_ag_bytes"):
+        assert key in rows[0], key
+    assert rows[0]["paper_no_expert_fraction"] == 0.085
+    assert rows == doc["rows"]                       # the CSV reads back exactly (types too)
+    saved = json.loads((tmp_path / "out" / "payload.json").read_text())
+    assert {"rows", "metadata", "holds", "verdict"} <= set(saved)
+    assert saved["holds"] in (True, False) and "8." in saved["verdict"]
+    meta = saved["metadata"]
+    assert meta["commit"] and meta["source_hash"] == cache.source_hash()
+    assert meta["packages"]["amaranth"] and meta["packages"]["numpy"]
+    assert [p["cached"] for p in meta["points"]] == [False, False]
+    assert all(p["wall_s"] >= 0 for p in meta["points"])
+    assert (tmp_path / "out" / "payload.png").stat().st_size > 1000
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "| payload | INC-MoE §2.2 |" in summary
+
+
+def test_second_run_reads_the_cache(tmp_path, result_cache, small_payload, monkeypatch):
+    reproduce([small_payload], tmp_path / "a", scheduler="serial", log=lambda *_: None)
+
+    def forbidden(self, point):
+        raise AssertionError("a cached point was measured again")
+    monkeypatch.setattr(type(small_payload), "measure", forbidden)
+    doc, = reproduce([small_payload], tmp_path / "b", scheduler="serial", log=lambda *_: None)
+    assert [p["cached"] for p in doc["metadata"]["points"]] == [True, True]
+    assert (tmp_path / "a" / "payload.csv").read_text() == (tmp_path / "b" / "payload.csv").read_text()
+    doc, = reproduce([small_payload], tmp_path / "c", scheduler="serial", force=True,
+                     log=lambda *_: None)                          # --force measures again
+    assert [e["error"] for e in doc["errors"]] == ["AssertionError: a cached point was measured again"] * 2
+
+
+def test_local_cluster_and_serial_give_the_same_csv(tmp_path, result_cache, small_payload,
+                                                    monkeypatch):
+    pytest.importorskip("distributed")
+    serial_dir, dask_dir = tmp_path / "serial", tmp_path / "dask"
+    reproduce([small_payload], serial_dir, scheduler="serial", log=lambda *_: None)
+    monkeypatch.setenv("EPFABRIC_RESULT_CACHE", str(tmp_path / "cache2"))   # nothing cached for Dask
+    doc, = reproduce([small_payload], dask_dir, scheduler="local", workers=2, log=lambda *_: None)
+    assert [p["cached"] for p in doc["metadata"]["points"]] == [False, False]
+    assert doc["metadata"]["scheduler"] == "local"
+    assert (serial_dir / "payload.csv").read_text() == (dask_dir / "payload.csv").read_text()
+    assert len(list((tmp_path / "cache2" / "payload").glob("*.json"))) == 2   # workers cached
+
+
+def test_a_killed_sweep_resumes_with_only_the_rest(tmp_path):
+    """SIGKILL after the first point is cached; the rerun computes exactly the missing points."""
+    env = dict(os.environ, EPFABRIC_RESULT_CACHE=str(tmp_path / "cache"))
+    cmd = [sys.executable, "-m", "epfabric.sim.cli", "reproduce", "payload", "--scheduler", "serial",
+           "-o", str(tmp_path / "out")]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    folder = tmp_path / "cache" / "payload"
+    deadline = time.monotonic() + 120
+    while not (folder.exists() and list(folder.glob("*.json"))):
+        assert proc.poll() is None, "the sweep ended before its first point was cached"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = {p.stem for p in folder.glob("*.json")}
+    total = len(PAYLOAD.points(PAYLOAD.resolve()))
+    assert 1 <= len(done_before) < total
+    assert not (tmp_path / "out" / "payload.csv").exists()       # never a half-written CSV
+    assert subprocess.run(cmd, env=env, capture_output=True).returncode == 0
+    doc = json.loads((tmp_path / "out" / "payload.json").read_text())
+    cached = {p["key"] for p in doc["metadata"]["points"] if p["cached"]}
+    assert cached == done_before
+    assert sum(not p["cached"] for p in doc["metadata"]["points"]) == total - len(done_before)
+
+
+class Flaky(Experiment):
+    """Test experiment: point 1 fails, the others succeed."""
+
+    name = "flaky_for_test"
+    title = "a grid with one failing point"
+    params = (Param("n", 3, "points", int),)
+
+    def points(self, params, quick=False):
+        return [{"i": i} for i in range(params["n"])]
+
+    def measure(self, point):
+        if point["i"] == 1:
+            raise RuntimeError("watchdog: nothing halted")
+        return {"value": 10 * point["i"]}
+
+    def verdict(self, rows):
+        return True, f"{len(rows)} values"
+
+
+@pytest.fixture
+def flaky():
+    experiment = register(Flaky())
+    yield experiment
+    del EXPERIMENTS[experiment.name]
+
+
+def test_a_failed_point_is_reported_and_the_others_complete(tmp_path, result_cache, flaky,
+                                                            capsys):
+    assert main(["reproduce", flaky.name, "--scheduler", "serial", "-o", str(tmp_path)]) == 1
+    rows = files.read_csv(tmp_path / f"{flaky.name}.csv")
+    assert [r["value"] for r in rows] == [0, None, 20]
+    assert rows[1]["error"] == "RuntimeError: watchdog: nothing halted"
+    doc = json.loads((tmp_path / f"{flaky.name}.json").read_text())
+    assert doc["holds"] is False and doc["verdict"].startswith("1 of 3 points failed")
+    assert "1 of 3 points failed" in (tmp_path / "summary.md").read_text()
+    cached = list((result_cache / flaky.name).glob("*.json"))
+    assert len(cached) == 2                                       # failures are retried next time
+
+
+def test_figures_redraws_from_the_csv_without_simulating(tmp_path, result_cache, small_payload,
+                                                         no_simulation, monkeypatch):
+    reproduce([small_payload], tmp_path, scheduler="serial", log=lambda *_: None)
+    (tmp_path / "payload.png").unlink()
+    monkeypatch.setattr(type(small_payload), "measure", lambda *a: pytest.fail("measured"))
+    assert main(["figures", str(tmp_path)]) == 0
+    assert (tmp_path / "payload.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["reproduce", "nope", "-o", "x"], "unknown experiment(s) nope; registered:"),
+    (["reproduce", "payload", "-o", "x", "--scheduler", "bogus"],
+     "scheduler must be serial, local or a Dask scheduler address"),
+    (["reproduce", "payload", "-o", "x", "--workers", "0"], "--workers must be >= 1, not 0"),
+    (["figures", "/nonexistent-folder"], "is not a folder"),
+])
+def test_bad_input_one_line(argv, message, capsys, no_simulation):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_every_experiment_has_a_grid_and_a_quick_grid():
+    for name, experiment in EXPERIMENTS.items():
+        params = experiment.resolve()
+        full, quick = experiment.points(params), experiment.points(params, quick=True)
+        assert quick and len(quick) <= len(full), name
+        for point in full + quick:
+            json.dumps(point)                                     # points cross processes
+        assert experiment.title and experiment.name == name
