@@ -53,6 +53,12 @@ def check_output(path, option):
     return path
 
 
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path, text):
     """Write ``text`` to ``path`` through a temporary file and a rename: never a half-written file."""
     path = Path(path)
@@ -60,6 +66,7 @@ def write_atomic(path, text):
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())        # as open() would have made it, not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

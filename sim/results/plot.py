@@ -28,6 +28,9 @@ def save(fig, path, title):
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=110)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)

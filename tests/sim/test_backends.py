@@ -1,5 +1,7 @@
 """The simulator backends (sim/backends/) themselves: one intent, three simulators."""
 
+import os
+
 import pytest
 
 from epfabric.sim import backends
@@ -144,3 +146,13 @@ def test_output_folders_progress_and_checks(tmp_path, monkeypatch, capsys):
     assert verilator_opt() == "-O0"
     monkeypatch.setenv("EPFABRIC_VERILATOR_OPT", "-O1")
     assert verilator_opt() == "-O1"
+
+
+def test_atomic_writes_get_ordinary_permissions(tmp_path):
+    from epfabric.sim.output import write_atomic
+    mask = os.umask(0o022)
+    try:
+        path = write_atomic(tmp_path / "r.json", "{}")
+        assert path.stat().st_mode & 0o777 == 0o644
+    finally:
+        os.umask(mask)
