@@ -10,7 +10,7 @@ whose table also generates this core's decoder (:class:`~epfabric.hw.decoder.Dec
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2, exact_log2
+from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from .decoder import Decoder
 from .isa import (BLOCK_BYTES, INSTRUCTIONS, NUM_REGS, RANK_BITS, Cond, Csr, Opcode, VecOp,
@@ -18,7 +18,13 @@ from .isa import (BLOCK_BYTES, INSTRUCTIONS, NUM_REGS, RANK_BITS, Cond, Csr, Opc
 from .validate import check_choice, check_int, check_multiple, check_pow2
 from .vector_unit import VectorUnit
 
-__all__ = ["MemOp", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore"]
+__all__ = ["MemOp", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore", "MAX_WINDOW",
+           "ACK_COUNT_BITS"]
+
+#: Largest store window (``max_outstanding``) of a core.
+MAX_WINDOW = 4095
+#: Bits of an ack answer's count (``data[0:ACK_COUNT_BITS]``: stores acknowledged at once).
+ACK_COUNT_BITS = 16
 
 
 class MemOp(enum.Enum, shape=3):
@@ -115,7 +121,8 @@ class AIVCore(wiring.Component):
     width : int
         Vector element width in bits: 8, 16 or 32.
     max_outstanding : int
-        Posted stores that may await their ack before a store stalls (1..255).
+        Posted stores that may await their ack before a store stalls
+        (1..:data:`MAX_WINDOW`): the core's store window.
 
     Attributes
     ----------
@@ -139,8 +146,10 @@ class AIVCore(wiring.Component):
         Blocked on memory: a load/poll/fetch-add answer, or a fence.
     wait_addr : Out(32)
         Address of the load or poll the core waits on (for the watchdog).
-    outstanding : Out(8)
-        Posted stores not yet acknowledged.
+    outstanding : Out(bits_for(max_outstanding))
+        Posted stores not yet acknowledged. An ack answer (op WRITE_WORD or
+        WRITE_BLOCK on ``mem_rsp``) acknowledges ``data[0:16]`` stores at once:
+        the die coalesces the acks of remote stores (:mod:`epfabric.hw.router`).
     cycle : Out(32)
         Cycles since reset (the MARK time base).
 
@@ -162,7 +171,7 @@ class AIVCore(wiring.Component):
             raise ValueError(f"lanes * width must be a multiple of 32 that divides "
                              f"data_bytes * 8, not lanes={lanes}, width={width}, "
                              f"data_bytes={data_bytes}")
-        check_int("max_outstanding", max_outstanding, 1, 255)
+        check_int("max_outstanding", max_outstanding, 1, MAX_WINDOW)
         self.core_id, self.imem_depth, self.ubuf_rows = core_id, imem_depth, ubuf_rows
         self.data_bytes, self.lanes, self.width = data_bytes, lanes, width
         self.max_outstanding = max_outstanding
@@ -181,7 +190,7 @@ class AIVCore(wiring.Component):
             "pc": Out(range(imem_depth)),
             "waiting": Out(1),
             "wait_addr": Out(32),
-            "outstanding": Out(8),
+            "outstanding": Out(bits_for(max_outstanding)),
             "cycle": Out(32),
         })
         self.vu = VectorUnit(lanes=lanes, width=width, max_len=self.max_len)
@@ -266,7 +275,9 @@ class AIVCore(wiring.Component):
         rsp_data = self.mem_rsp.valid & ~rsp_ack
         store_taken = Signal()
         outstanding = self.outstanding
-        m.d.sync += outstanding.eq(outstanding + store_taken - rsp_ack)
+        acked = Signal.like(outstanding)
+        m.d.comb += acked.eq(Mux(rsp_ack, rsp.data[:ACK_COUNT_BITS], 0))
+        m.d.sync += outstanding.eq(outstanding + store_taken - acked)
         can_store = outstanding < self.max_outstanding
 
         # latched blocking request

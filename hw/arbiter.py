@@ -39,7 +39,8 @@ def round_robin(m, requests, name):
         return grant, any_, lambda cond: None
     ptr = Signal(range(n), name=f"{name}_ptr")
     high = Signal(n, name=f"{name}_high")
-    m.d.comb += high.eq(req & Cat(*(ptr <= i for i in range(n))))
+    # ptr <= n - 1 always holds (ptr is a grant index): a constant, not a comparison
+    m.d.comb += high.eq(req & Cat(*(ptr <= i if i < n - 1 else Const(1, 1) for i in range(n))))
     lo_high = lowest_set(m, high, f"{name}_lo_high")
     lo_all = lowest_set(m, req, f"{name}_lo_all")
     grant = Signal(range(n), name=f"{name}_grant")

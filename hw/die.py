@@ -50,8 +50,9 @@ writes, at the clock edge, an instruction word (target IMEM), an HBM word
 from amaranth.hdl import Const, Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import bits_for
 
-from .aiv_core import AIVCore, trace_layout
+from .aiv_core import MAX_WINDOW, AIVCore, trace_layout
 from .host import HostSignature, HostTarget
 from .router import DieRouter, FlitKind, flit_layout, rsp_depth_bound
 from .ub_port import UBMemory
@@ -86,9 +87,9 @@ class Die(wiring.Component):
     hbm_latency : int
         HBM read latency *L* in cycles.
     rsp_depth : int or None
-        Entries of the router's RSP queue (answers to incoming REQ flits).
-        ``None``: the deadlock-free bound
-        ``(ranks - 1) * aivs * (max_outstanding + 1)`` (at least 2;
+        Entries of the router's RSP queue (data answers to incoming loads and
+        fetch-adds; store acks are counted, not queued). ``None``: the
+        deadlock-free bound ``(ranks - 1) * aivs`` (at least 2;
         :func:`~epfabric.hw.router.rsp_depth_bound`).
 
     Attributes
@@ -122,10 +123,10 @@ class Die(wiring.Component):
             check_int("rank", rank, 0, ranks - 1)
         check_int("aivs", aivs, 1, 256)
         check_pow2("hbm_blocks", hbm_blocks, 1, 1 << 15)
-        check_int("max_outstanding", max_outstanding, 1, 255)
+        check_int("max_outstanding", max_outstanding, 1, MAX_WINDOW)
         check_int("hbm_latency", hbm_latency, 1, 256)
         if rsp_depth is None:
-            rsp_depth = rsp_depth_bound(ranks, aivs, max_outstanding)
+            rsp_depth = rsp_depth_bound(ranks, aivs)
         check_int("rsp_depth", rsp_depth, 1)
         self.rank, self.ranks, self.aivs = rank, ranks, aivs
         self.hbm_blocks, self.data_bytes, self.hbm_latency = hbm_blocks, data_bytes, hbm_latency
@@ -136,7 +137,8 @@ class Die(wiring.Component):
         self.mem = UBMemory(blocks=hbm_blocks, data_bytes=data_bytes, latency=hbm_latency,
                             read_ports=aivs + 1)
         self.router = DieRouter(ranks=ranks, aivs=aivs, hbm_blocks=hbm_blocks, data_bytes=data_bytes,
-                                hbm_latency=hbm_latency, rsp_depth=rsp_depth)
+                                hbm_latency=hbm_latency, rsp_depth=rsp_depth,
+                                max_outstanding=max_outstanding)
         self.flit = self.router.flit
         super().__init__({
             "tx": Out(stream.Signature(self.flit)),
@@ -148,7 +150,7 @@ class Die(wiring.Component):
             "core_fault": Out(1).array(aivs),
             "core_waiting": Out(1).array(aivs),
             "core_wait_addr": Out(32).array(aivs),
-            "core_outstanding": Out(8).array(aivs),
+            "core_outstanding": Out(bits_for(max_outstanding)).array(aivs),
             "trace": Out(stream.Signature(trace_layout)).array(aivs),
             **({"rank_in": In(range(max(2, ranks)))} if rank is None else {}),
         })

@@ -63,10 +63,12 @@ class Link(wiring.Component):
 
     Bandwidth is an integer credit scheme (DESIGN.md time model): every cycle
     the credit grows by ``rate_num``; a flit may enter when the credit is at
-    least ``block_bytes * rate_den`` and then costs that much, so the average
-    rate is exactly ``rate_num / rate_den`` bytes per cycle, charged per
-    ``block_bytes`` DataBlock. The credit saturates at ``burst`` blocks (it
-    starts full, so a lone block is never delayed by the limiter).
+    least its cost — ``block_bytes * rate_den``, or ``small_bytes * rate_den``
+    for a flit whose payload has a ``small`` field set (no DataBlock on
+    board: an ack, a word store, a load) — and then pays it, so the average
+    rate is exactly ``rate_num / rate_den`` bytes per cycle. The credit
+    saturates at ``burst`` blocks (it starts full, so a lone block is never
+    delayed by the limiter).
 
     Parameters
     ----------
@@ -82,6 +84,9 @@ class Link(wiring.Component):
         ``rate_num = 0`` means unlimited (one flit per cycle).
     block_bytes : int
         Bytes charged per flit (the 512 B UB DataBlock).
+    small_bytes : int or None
+        Bytes charged per flit whose payload's ``small`` field is 1 (a UB
+        control packet); ``None``: ``block_bytes`` (every flit is a block).
     burst : int
         Credit ceiling, in blocks.
     depth : int or None
@@ -104,12 +109,13 @@ class Link(wiring.Component):
     """
 
     def __init__(self, *, payload=None, latency, rate_num=0, rate_den=1, block_bytes=512,
-                 burst=2, depth=None, ranks=4, data_bits=32):
+                 small_bytes=None, burst=2, depth=None, ranks=4, data_bits=32):
         if payload is None:
             payload = flit_layout(ranks=ranks, data_bits=data_bits)
         #: what makes two links the same hardware (see Fabric.share_links)
         self.params = dict(payload=payload, latency=latency, rate_num=rate_num, rate_den=rate_den,
-                           block_bytes=block_bytes, burst=burst, depth=depth)
+                           block_bytes=block_bytes, small_bytes=small_bytes, burst=burst,
+                           depth=depth)
         self.payload = check_payload(payload)
         check_int("latency", latency)
         if latency < 0 or 0 < latency < LINK_MIN_LATENCY:
@@ -119,13 +125,19 @@ class Link(wiring.Component):
         check_int("rate_num", rate_num, 0)
         check_int("rate_den", rate_den, 1)
         check_int("block_bytes", block_bytes, 1)
+        if small_bytes is not None:
+            check_int("small_bytes", small_bytes, 1, block_bytes)
         check_int("burst", burst, 1)
         self.block_bytes = block_bytes
+        # flits may be small only if the payload says so
+        self.small_bytes = small_bytes if "small" in dict(iter(payload)) else None
         self.burst = burst
         # At one block per cycle or more the limiter never holds a flit back.
         self.limited = rate_num > 0 and rate_num < block_bytes * rate_den
         self.rate_num, self.rate_den = rate_num, rate_den
-        flits_per_cycle = rate_num / (block_bytes * rate_den) if self.limited else 1.0
+        smallest = self.small_bytes or block_bytes
+        # flits in flight at full rate (at most one enters per cycle)
+        flits_per_cycle = min(1.0, rate_num / (smallest * rate_den)) if self.limited else 1.0
         if depth is None:
             depth = math.ceil(latency * flits_per_cycle) + burst + 1
         check_int("depth", depth, 1)
@@ -140,9 +152,13 @@ class Link(wiring.Component):
 
         credit_ok = Signal(init=1)
         if self.limited:
-            cost = self.block_bytes * self.rate_den
-            cap = self.burst * cost
+            block_cost = self.block_bytes * self.rate_den
+            cap = self.burst * block_cost
             credit = Signal(range(cap + self.rate_num + 1), init=cap)
+            if self.small_bytes is None:
+                cost = block_cost
+            else:
+                cost = Mux(self.i_stream.payload.small, self.small_bytes * self.rate_den, block_cost)
             m.d.comb += credit_ok.eq(credit >= cost)
             fire = self.i_stream.valid & self.i_stream.ready
             nxt = Signal.like(credit)

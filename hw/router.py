@@ -50,19 +50,39 @@ host word write / read             0: on ``ub_req`` (the UB commits it at that
                                    ``host.rdata``)
 =================================  ===============================================
 
+Store acknowledgements: counted, coalesced, small
+------------------------------------------------
+A remote store's answer carries no data, only "committed". The router does
+not queue one answer per store: it counts the acks it owes per requesting
+``(src rank, core)`` in a table (``owed``, ``ranks << core_bits`` entries of
+``bits_for(max_outstanding)`` bits) and keeps a FIFO of the entries that
+became non-zero (each entry at most once). The ack sender pops an entry and
+sends **one** RSP flit acknowledging all the stores counted so far (the
+count in ``data[0:16]``); a store committed in that cycle for the same entry
+starts a new count. A core can owe no more than its window, so counters never
+overflow. So:
+
+* accepting a remote store never waits for answer space;
+* the answer traffic of a stream of stores is a few small flits, not one per
+  store: every flit without a DataBlock — acks, word stores, loads,
+  fetch-adds and their answers — has ``small = 1`` and the links charge it
+  their ``small_bytes`` (a UB control packet, :class:`~epfabric.hw.link.Link`),
+  not 512 B.
+
 Request/response deadlock
 -------------------------
 The fabric has one channel, so REQ and RSP flits share every buffer. A die
 always sinks RSP flits: they go to the core's ``mem_rsp``, which is always
 ready (at most a one-cycle wait while a local answer of the same core is
-handed over). An incoming REQ is only blocked while its answer has no space:
-answers are written into a dedicated RSP queue of ``rsp_depth`` entries, with
-space reserved before a REQ is accepted (the entries queued, plus the remote
-loads in flight on the read port, plus a UB answer entering the queue this
-cycle, must leave room for it). Every core limits its own requests
-(``max_outstanding`` posted stores plus one blocking load/fetch-add), so at
-most ``(ranks - 1) * aivs * (max_outstanding + 1)`` answers can ever be owed
-by one die (:func:`rsp_depth_bound`); with ``rsp_depth`` at least that (the
+handed over). An incoming REQ is only blocked while its answer has no space.
+Store acks need none (above). Answers with data — a load's word or block, a
+fetch-add's old value — are written into a dedicated RSP queue of
+``rsp_depth`` entries, with space reserved before the REQ is accepted (the
+entries queued, plus the remote loads in flight on the read port, plus a UB
+answer entering the queue this cycle, must leave room for it). A core has at
+most one blocking load/fetch-add in flight, so at most ``(ranks - 1) * aivs``
+data answers can ever be owed by one die (:func:`rsp_depth_bound`) —
+independent of the store window. With ``rsp_depth`` at least that (the
 default of :class:`~epfabric.hw.die.Die` and
 :class:`~epfabric.hw.system.System`) the RSP queue never fills, an incoming
 REQ never waits for ``tx``, ``rx`` always drains, and therefore the fabric
@@ -72,10 +92,11 @@ still correct but a heavy all-to-all could deadlock.)
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, fifo, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .aiv_core import MemOp, mem_req_layout, mem_rsp_layout
+from .aiv_core import ACK_COUNT_BITS, MAX_WINDOW, MemOp, mem_req_layout, mem_rsp_layout
 from .arbiter import round_robin
 from .hbm import ReadPortSignature, check_blocks, check_data_bytes
 from .host import HostMemorySignature
@@ -108,7 +129,10 @@ def flit_layout(ranks, aivs, data_bytes, blocks):
     ``core``      ``ceil_log2(aivs)`` bits               requesting core on its die
     ``addr``      ``{block, word}``                      REQ: DataBlock in ``dst``'s slice, word
     ``data``      ``8 * data_bytes`` bits                REQ: store data / addend; RSP: the word
-                                                         (bits 0..31) or the block read
+                                                         (bits 0..31), the block read, or (store
+                                                         ack) the number of stores acknowledged
+    ``small``     1 bit                                  no DataBlock on board: the links charge
+                                                         it ``small_bytes``, not ``block_bytes``
     ============  =====================================  ========================================
     """
     check_int("ranks", ranks, 1, 256)
@@ -123,15 +147,15 @@ def flit_layout(ranks, aivs, data_bytes, blocks):
         "core": _bits(aivs),
         "addr": data.StructLayout({"block": _bits(blocks), "word": 7}),
         "data": unsigned(data_bytes * 8),
+        "small": 1,
     })
 
 
-def rsp_depth_bound(ranks, aivs, max_outstanding):
-    """The deadlock-free RSP queue depth ``max(2, (ranks - 1) * aivs * (max_outstanding + 1))``."""
+def rsp_depth_bound(ranks, aivs):
+    """The deadlock-free RSP queue depth ``max(2, (ranks - 1) * aivs)`` (data answers only)."""
     check_int("ranks", ranks, 1, 256)
     check_int("aivs", aivs, 1, 256)
-    check_int("max_outstanding", max_outstanding, 1, 255)
-    return max(2, (ranks - 1) * aivs * (max_outstanding + 1))
+    return max(2, (ranks - 1) * aivs)
 
 
 _UB_OF = {MemOp.WRITE_WORD: UBOp.WORD_WRITE, MemOp.WRITE_BLOCK: UBOp.BLOCK_WRITE,
@@ -175,8 +199,10 @@ class DieRouter(wiring.Component):
         Read latency *L* of the UB memory's read ports (1..256): the depth
         of the tag pipeline of read port ``aivs``.
     rsp_depth : int
-        Entries of the RSP queue (>= 1); deadlock-free from
+        Entries of the RSP queue of data answers (>= 1); deadlock-free from
         :func:`rsp_depth_bound` up.
+    max_outstanding : int
+        The cores' store window (sizes the ack counters), 1..:data:`~epfabric.hw.aiv_core.MAX_WINDOW`.
 
     Attributes
     ----------
@@ -208,13 +234,15 @@ class DieRouter(wiring.Component):
     """
 
     def __init__(self, *, ranks=2, aivs=2, hbm_blocks=16, data_bytes=32, hbm_latency=2,
-                 rsp_depth=10):
+                 rsp_depth=2, max_outstanding=4):
         check_int("ranks", ranks, 1, 256)
         check_int("aivs", aivs, 1, 256)
         check_pow2("hbm_blocks", hbm_blocks, 1, 1 << 15)
         check_data_bytes(data_bytes)
         check_int("hbm_latency", hbm_latency, 1, 256)
         check_int("rsp_depth", rsp_depth, 1)
+        check_int("max_outstanding", max_outstanding, 1, MAX_WINDOW)
+        self.max_outstanding = max_outstanding
         self.ranks, self.aivs, self.hbm_blocks = ranks, aivs, hbm_blocks
         self.data_bytes, self.hbm_latency, self.rsp_depth = data_bytes, hbm_latency, rsp_depth
         self.flit = flit_layout(ranks, aivs, data_bytes, hbm_blocks)
@@ -359,16 +387,49 @@ class DieRouter(wiring.Component):
                 m.d.comb += ub_op.eq(MemOp.WRITE_BLOCK)
             with m.Default():
                 m.d.comb += ub_op.eq(MemOp.FETCH_ADD)
+        ub_store = (ub_op == MemOp.WRITE_WORD) | (ub_op == MemOp.WRITE_BLOCK)
+        ub_remote = ub_rsp.valid & ~tag_local & ~tag_host
         with m.If(rd_answer):
             m.d.comb += [rspq.w_en.eq(1), rsp_w.dst.eq(done_tag.src), rsp_w.core.eq(done_tag.core),
                          rsp_w.op.eq(Mux(done_tag.block, MemOp.READ_BLOCK, MemOp.READ_WORD)),
                          rsp_w.data.eq(Mux(done_tag.block, resp.block, resp.word))]
-        ub_remote = ub_rsp.valid & ~tag_local & ~tag_host
-        with m.Elif(ub_remote & (used < self.rsp_depth)):
+        with m.Elif(ub_remote & ~ub_store & (used < self.rsp_depth)):
             m.d.comb += [ub_wr.eq(1), rspq.w_en.eq(1), rsp_w.dst.eq(tag_src), rsp_w.core.eq(tag_rcore),
                          rsp_w.op.eq(ub_op), rsp_w.data.eq(ub_old), ub_rsp.ready.eq(1)]
         with m.If(ub_rsp.valid & tag_host):
             m.d.comb += ub_rsp.ready.eq(1)
+
+        # --- store acks: counted per (src, core), coalesced (module docstring) ---------------------
+        core_bits = _bits(n)
+        entries = (1 << core_bits) * max(2, self.ranks)
+        idx_bits = _bits(entries)
+        count_bits = max(1, self.max_outstanding.bit_length())
+        m.submodules.owed = owed = Memory(shape=count_bits, depth=entries, init=[])
+        owed_inc_r = owed.read_port(domain="comb")
+        owed_pop_r = owed.read_port(domain="comb")
+        owed_inc_w = owed.write_port()
+        owed_pop_w = owed.write_port()
+        m.submodules.ack_pending = pend = fifo.SyncFIFO(width=idx_bits, depth=entries)
+        inc = Signal(name="ack_inc")
+        inc_idx = Signal(idx_bits, name="ack_inc_idx")
+        m.d.comb += [inc.eq(ub_remote & ub_store),
+                     inc_idx.eq((tag_src << core_bits) | tag_rcore),
+                     owed_inc_r.addr.eq(inc_idx)]
+        with m.If(inc):
+            m.d.comb += ub_rsp.ready.eq(1)          # counting never waits
+        pop_idx = Signal(idx_bits, name="ack_pop_idx")
+        pop_count = Signal(count_bits, name="ack_pop_count")
+        ack_sent = Signal(name="ack_sent")
+        m.d.comb += [pop_idx.eq(pend.r_data), owed_pop_r.addr.eq(pop_idx),
+                     pop_count.eq(owed_pop_r.data), pend.r_en.eq(ack_sent)]
+        same = ack_sent & inc & (inc_idx == pop_idx)
+        # the increment: from the value read, or from 0 when the same entry is sent this cycle
+        m.d.comb += [owed_inc_w.addr.eq(inc_idx), owed_inc_w.en.eq(inc),
+                     owed_inc_w.data.eq(Mux(same, 1, owed_inc_r.data + 1)),
+                     pend.w_en.eq(inc & (same | (owed_inc_r.data == 0))),
+                     pend.w_data.eq(inc_idx)]
+        m.d.comb += [owed_pop_w.addr.eq(pop_idx), owed_pop_w.en.eq(ack_sent & ~same),
+                     owed_pop_w.data.eq(0)]
 
         # --- answers to the cores: local load > local UB answer > RSP flit --------------------------
         rx_rsp_ready = Signal()
@@ -383,7 +444,8 @@ class DieRouter(wiring.Component):
                              rsp.payload.data.eq(Mux(rd_block[i], port.resp.payload.block,
                                                      port.resp.payload.word))]
             with m.Elif(ub_mine):
-                m.d.comb += [rsp.valid.eq(1), rsp.payload.op.eq(ub_op), rsp.payload.data.eq(ub_old),
+                m.d.comb += [rsp.valid.eq(1), rsp.payload.op.eq(ub_op),
+                             rsp.payload.data.eq(Mux(ub_store, 1, ub_old)),   # a local ack: 1 store
                              ub_rsp.ready.eq(1)]
             with m.Elif(rx_mine):
                 m.d.comb += [rsp.valid.eq(1), rsp.payload.op.eq(rx.op), rsp.payload.data.eq(rx.data),
@@ -400,20 +462,27 @@ class DieRouter(wiring.Component):
 
         # --- tx: round robin over the RSP queue and every core's remote requests ------------------
         tx = self.tx.payload
-        tx_grant, tx_any, tx_advance = round_robin(m, [rspq.r_rdy] + want_tx, "tx_arb")
+        tx_grant, tx_any, tx_advance = round_robin(m, [rspq.r_rdy, pend.r_rdy] + want_tx, "tx_arb")
         m.d.comb += self.tx.valid.eq(tx_any)
         rq = Signal(rsp_layout)
         m.d.comb += rq.eq(rspq.r_data)
         with m.If(tx_any & (tx_grant == 0)):
             m.d.comb += [tx.dst.eq(rq.dst), tx.src.eq(rank), tx.kind.eq(FlitKind.RSP),
                          tx.op.eq(rq.op), tx.core.eq(rq.core), tx.data.eq(rq.data),
+                         tx.small.eq(rq.op != MemOp.READ_BLOCK),
                          rspq.r_en.eq(self.tx.ready)]
+        with m.If(tx_any & (tx_grant == 1)):
+            m.d.comb += [tx.dst.eq(pop_idx >> core_bits), tx.src.eq(rank),
+                         tx.kind.eq(FlitKind.RSP), tx.op.eq(MemOp.WRITE_BLOCK),
+                         tx.core.eq(pop_idx[:core_bits]), tx.data.eq(pop_count), tx.small.eq(1),
+                         ack_sent.eq(self.tx.ready)]
         for i, r in enumerate(reqs):
-            with m.If(tx_any & (tx_grant == i + 1)):
+            with m.If(tx_any & (tx_grant == i + 2)):
                 m.d.comb += [tx.dst.eq(r.payload.addr.rank), tx.src.eq(rank),
                              tx.kind.eq(FlitKind.REQ), tx.op.eq(r.payload.op), tx.core.eq(i),
                              tx.addr.block.eq(r.payload.addr.block[:blk_bits]),
                              tx.addr.word.eq(r.payload.addr.word), tx.data.eq(r.payload.data),
+                             tx.small.eq(r.payload.op != MemOp.WRITE_BLOCK),
                              r.ready.eq(self.tx.ready)]
         tx_advance(self.tx.valid & self.tx.ready)
         return m

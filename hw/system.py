@@ -121,7 +121,7 @@ class System(wiring.Component):
 
     def __init__(self, *, timing, topology, aivs_per_die=1, imem_depth=64, ubuf_rows=2,
                  hbm_blocks=16, data_bytes=32, lanes=4, trace_depth=64, width=16,
-                 max_outstanding=4, hbm_latency=2, rsp_depth=None, switch_depth=4,
+                 max_outstanding=512, hbm_latency=2, rsp_depth=None, switch_depth=4,
                  die_module=None):
         self._params = dict(timing=timing, topology=topology, aivs_per_die=aivs_per_die,
                             imem_depth=imem_depth, ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks,

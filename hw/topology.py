@@ -65,6 +65,9 @@ class FabricTiming:
         (:class:`~epfabric.hw.link.Link`).
     block_bytes : int
         Bytes each flit is charged by the rate limiters (one DataBlock).
+    small_bytes : int or None
+        Bytes charged for a flit without a DataBlock (payload field ``small``
+        set: acks, word stores, loads); ``None``: ``block_bytes``.
 
     Raises
     ------
@@ -75,6 +78,7 @@ class FabricTiming:
     rate_num: int = 1
     rate_den: int = 1
     block_bytes: int = 512
+    small_bytes: int = None
 
     def __post_init__(self):
         if not isinstance(self.hops, dict):
@@ -84,6 +88,8 @@ class FabricTiming:
         check_int("rate_num", self.rate_num, 1)
         check_int("rate_den", self.rate_den, 1)
         check_int("block_bytes", self.block_bytes, 1)
+        if self.small_bytes is not None:
+            check_int("small_bytes", self.small_bytes, 1, self.block_bytes)
 
     def need(self, kinds):
         """``{kind: cycles}`` for ``kinds``; ``ValueError`` naming the first one missing."""
@@ -96,7 +102,8 @@ class FabricTiming:
     def link(self, payload, latency):
         """A :class:`~epfabric.hw.link.Link` of this rate with ``latency`` cycles."""
         return Link(payload=payload, latency=latency, rate_num=self.rate_num,
-                    rate_den=self.rate_den, block_bytes=self.block_bytes)
+                    rate_den=self.rate_den, block_bytes=self.block_bytes,
+                    small_bytes=self.small_bytes)
 
 
 class Fabric(wiring.Component):

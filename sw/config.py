@@ -20,6 +20,7 @@ their memory is laid out and which status outputs a run reports.
 from dataclasses import asdict, dataclass
 
 from ..hw.inc_endpoint import MODES, agrs_control_map, agrs_memory_map
+from ..hw.aiv_core import MAX_WINDOW
 from ..hw.system import MAX_AIVS_PER_DIE
 from ..hw.topology import check_topology, topology_ranks
 from ..hw.validate import check_choice, check_int, check_multiple, check_pow2
@@ -78,6 +79,7 @@ class MachineConfig:
     data_bytes: int = 32
     lanes: int = 4
     trace_depth: int = 64
+    max_outstanding: int = 512
 
     #: the JSON-facing factory of the top (``ComponentSpec`` of a backend)
     factory = "epfabric.sw.tops:aiv_system"
@@ -97,6 +99,7 @@ class MachineConfig:
         check_multiple("data_bytes", self.data_bytes, 32, 32, 512)
         check_pow2("lanes", self.lanes, 1, 64)
         check_int("trace_depth", self.trace_depth, 1, 65535)
+        check_int("max_outstanding", self.max_outstanding, 1, MAX_WINDOW)
 
     @property
     def ranks(self):

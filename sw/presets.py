@@ -62,6 +62,9 @@ class Preset:
     cycle_ns: float = field(default=1.0, metadata=_help("nanoseconds per simulated cycle"))
     block_bytes: int = field(default=512, metadata=_help("DataBlock size: the UB atomic unit, "
                                                          "charged per flit by the rate limiter"))
+    control_bytes: int = field(default=32, metadata=_help(
+        "bytes a link charges for a flit without a DataBlock (an ack, a word store, a load, a "
+        "fetch-add): a UB control packet"))
     data_bytes: int = field(default=64, metadata=_help(
         "bytes of each block the datapath carries (flag_bytes..block_bytes); "
         "cycle counts do not depend on it"))
@@ -87,6 +90,7 @@ class Preset:
                      "data_bytes", "flag_bytes"):
             check_int(name, getattr(self, name), 1)
         check_pow2("block_bytes", self.block_bytes)
+        check_int("control_bytes", self.control_bytes, 1, self.block_bytes)
         if not self.flag_bytes <= self.block_bytes:
             raise ValueError(f"flag_bytes must be <= block_bytes ({self.block_bytes}), "
                              f"not {self.flag_bytes!r}")
@@ -208,7 +212,7 @@ class Preset:
         """The :class:`~epfabric.hw.topology.FabricTiming` the fabric builders take (cycles only)."""
         num, den = self.rate()
         return FabricTiming(hops=self.hop_cycles(topology), rate_num=num, rate_den=den,
-                            block_bytes=self.block_bytes)
+                            block_bytes=self.block_bytes, small_bytes=self.control_bytes)
 
     def check_shape(self, dies_per_npu, npus_per_board, boards):
         """Raise ``ValueError`` unless the superpod shape fits this preset's maxima."""

@@ -84,7 +84,7 @@ async def run_program(bench, words, memory, *, latency=MEM_LATENCY, events=(), m
                 out = mem.get(addr, 0)
             elif op == MemOp.WRITE_WORD:
                 mem[addr] = value & 0xFFFFFFFF
-                out = 0
+                out = 1                                   # an ack of one store
             elif op == MemOp.FETCH_ADD:
                 out = mem.get(addr, 0)
                 mem[addr] = (out + value) & 0xFFFFFFFF
@@ -93,7 +93,7 @@ async def run_program(bench, words, memory, *, latency=MEM_LATENCY, events=(), m
             else:
                 for w in range(nwords):
                     mem[base + 4 * w] = (value >> (32 * w)) & 0xFFFFFFFF
-                out = 0
+                out = 1
             due = max([now + latency] + [p[0] + 1 for p in pending])
             pending.append((due, op, out))
         if trace_ready and await bench.get("trace.valid"):

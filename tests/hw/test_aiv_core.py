@@ -312,7 +312,7 @@ def test_same_on_every_simulator(simulator, pysim_results):
     ({"lanes": 3}, ValueError, r"lanes must be a power of two, not 3"),
     ({"width": 12}, ValueError, r"width must be one of 8, 16, 32, not 12"),
     ({"lanes": 1, "width": 16}, ValueError, r"lanes \* width must be a multiple of 32"),
-    ({"max_outstanding": 0}, ValueError, r"max_outstanding must be in \[1, 255\], not 0"),
+    ({"max_outstanding": 0}, ValueError, r"max_outstanding must be in \[1, 4095\], not 0"),
     ({"core_id": "1"}, TypeError, r"core_id must be an integer, not '1'"),
     ({"imem_depth": 64.0}, TypeError, r"imem_depth must be an integer, not 64.0"),
     ({"data_bytes": 1024}, ValueError, r"data_bytes must be in \[32, 512\], not 1024"),

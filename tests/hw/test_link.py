@@ -132,3 +132,44 @@ def test_flit_layout():
 def test_default_depth_covers_bandwidth_delay_product():
     link = Link(latency=784, rate_num=392, rate_den=1, block_bytes=512)
     assert link.depth >= 784 * 392 / 512
+
+
+def small_flit_link(**params):
+    """A Link whose payload has a ``small`` field (as the die's flits do)."""
+    layout = data.StructLayout({"dst": 2, "small": 1, "data": 8})
+    return Link(payload=layout, **params)
+
+
+async def stream_of(bench, pattern, timeout=2000):
+    """Offer flits back to back (``pattern``: 1 = small, 0 = block); cycles until the last is accepted."""
+    bench.set("o_stream.ready", 1)
+    for k, small in enumerate(pattern):
+        bench.set("i_stream.payload", {"dst": 1, "small": small, "data": k & 0xFF})
+        bench.set("i_stream.valid", 1)
+        start = bench.cycle
+        while not await bench.get("i_stream.ready"):
+            if bench.cycle - start > timeout:
+                raise SimulationError("link never accepted")
+            await bench.tick()
+        await bench.tick()
+    bench.set("i_stream.valid", 0)
+    return bench.cycle
+
+
+@pytest.mark.parametrize("pattern, cycles", [
+    ([0] * 20, 1 + 18 * 8),         # blocks: taken at 0, 1 (the 2-block burst), then every 512/64
+    ([1] * 20, 20),                 # small flits: 32 B each, under the rate: one per cycle
+])
+def test_small_flits_pay_small_bytes(pattern, cycles):
+    spec_ = ComponentSpec("test_link:small_flit_link",
+                          {"latency": 4, "rate_num": 64, "rate_den": 1, "block_bytes": 512,
+                           "small_bytes": 32})
+    _, got = run(spec_, stream_of, {"pattern": pattern})
+    assert got == cycles
+
+
+def test_small_bytes_needs_a_small_field_and_is_checked():
+    plain = Link(latency=4, rate_num=64, block_bytes=512, small_bytes=32)   # no 'small' field
+    assert plain.small_bytes is None                                         # every flit a block
+    with pytest.raises(ValueError, match=r"small_bytes must be in \[1, 512\], not 600"):
+        Link(latency=4, block_bytes=512, small_bytes=600)

@@ -38,7 +38,7 @@ def fields(bench, path, raw):
     out = {"op": MemOp(f.op).name, "data": int(f.data)}
     if hasattr(f, "kind"):
         out.update(dst=int(f.dst), src=int(f.src), kind=FlitKind(f.kind).name, core=int(f.core),
-                   block=int(f.addr.block), word=int(f.addr.word))
+                   block=int(f.addr.block), word=int(f.addr.word), small=int(f.small))
     return out
 
 
@@ -129,7 +129,7 @@ def test_remote_request_becomes_a_req_flit():
     r, cycles = run(spec(), remote_request_intent)
     assert r["ready_held"] == 0 and r["ub_valid"] == 0     # waits for tx.ready, never the UB port
     assert r["flit"] == {"dst": 3, "src": RANK, "kind": "REQ", "op": "FETCH_ADD", "core": 1,
-                         "block": 2, "word": 7, "data": 41}
+                         "block": 2, "word": 7, "data": 41, "small": 1}   # no DataBlock on board
     assert cycles == 1
 
 
@@ -175,11 +175,12 @@ def test_incoming_req_is_applied_and_answered_as_rsp_flit():
     r, _ = run(spec(), incoming_req_intent)
     assert r["ub"] == [1, "BLOCK_WRITE", 4, 0xD47A] and r["rx_ready"] == 1
     assert r["ub_rsp_ready"] == 1 and r["core_valid"] == [0, 0] and r["tx_same_cycle"] == 0
+    # the store's ack: counted for (rank 2, core 1), sent as an ack of 1 store, a small flit
     assert r["ack"] == {"dst": 2, "src": RANK, "kind": "RSP", "op": "WRITE_BLOCK", "core": 1,
-                        "block": 0, "word": 0, "data": 0}
+                        "block": 0, "word": 0, "data": 1, "small": 1}
     assert r["load_port"] == [1, 1] and r["load_addr"] == [5, 9] and r["host_rvalid"] == 0
     assert r["word"] == {"dst": 3, "src": RANK, "kind": "RSP", "op": "READ_WORD", "core": 0,
-                         "block": 0, "word": 0, "data": 0x5678}
+                         "block": 0, "word": 0, "data": 0x5678, "small": 1}
 
 
 async def incoming_rsp_intent(bench):
@@ -291,12 +292,22 @@ async def reserved_space_intent(bench, depth):
     # RSP flits are still sunk with the queue full (the deadlock argument)
     bench.set("rx.payload", flit(FlitKind.RSP, MemOp.READ_WORD, core=1, data=1))
     seen["rsp_ready_full"] = await bench.get("rx.ready")
-    # a remote UB answer cannot enter a full queue: ub_rsp is held off
+    # a store's ack needs no queue space: counted even with the queue full
     bench.set("rx.payload", flit(FlitKind.REQ, MemOp.WRITE_WORD, src=2, core=1, block=1))
-    seen["write_taken"] = await bench.get("rx.ready")        # the UB port takes it ...
+    seen["store_taken"] = await bench.get("rx.ready")
     await bench.tick()
     bench.set("rx.valid", 0)
     bench.set("ub_rsp.payload", {"op": UBOp.WORD_WRITE, "addr": 1, "old": 0})
+    bench.set("ub_rsp.valid", 1)
+    seen["store_ack_taken_full"] = await bench.get("ub_rsp.ready")
+    await bench.tick()
+    # a remote fetch-add's answer (data) cannot enter a full queue: ub_rsp is held off
+    bench.set("rx.payload", flit(FlitKind.REQ, MemOp.FETCH_ADD, src=2, core=1, block=1))
+    bench.set("rx.valid", 1)
+    seen["write_taken"] = await bench.get("rx.ready")        # the UB port takes it ...
+    await bench.tick()
+    bench.set("rx.valid", 0)
+    bench.set("ub_rsp.payload", {"op": UBOp.FETCH_ADD, "addr": 1, "old": 7})
     bench.set("ub_rsp.valid", 1)
     seen["ub_rsp_ready_full"] = await bench.get("ub_rsp.ready")   # ... its answer waits
     # drain one entry: the UB answer enters; a load arriving in that same cycle must not
@@ -328,17 +339,18 @@ def test_rsp_queue_reserved_space_holds_rx(depth):
     assert r["accepted"] == depth               # answers in flight count against the space
     assert r["ready_full"] == 0
     assert r["rsp_ready_full"] == 1
+    assert r["store_taken"] == 1 and r["store_ack_taken_full"] == 1
     assert r["write_taken"] == 1 and r["ub_rsp_ready_full"] == 0
     assert r["ub_rsp_ready_after_drain"] == 1 and r["load_ready_while_ub_enters"] == 0
-    assert r["drained"] == depth
+    assert r["drained"] == depth + 1            # the data answers and the store's ack
     assert r["ready_after_drain"] == 1
 
 
 # --- parameters ----------------------------------------------------------------------------------
 
 def test_rsp_depth_bound():
-    assert rsp_depth_bound(4, 2, 4) == 3 * 2 * 5
-    assert rsp_depth_bound(1, 8, 4) == 2
+    assert rsp_depth_bound(4, 2) == 3 * 2            # one data answer per remote core
+    assert rsp_depth_bound(1, 8) == 2
 
 
 @pytest.mark.parametrize("kw, exc, text", [
@@ -353,3 +365,34 @@ def test_rsp_depth_bound():
 def test_bad_parameters(kw, exc, text):
     with pytest.raises(exc, match=text.replace("[", r"\[").replace("]", r"\]")):
         DieRouter(**{**PARAMS, **kw})
+
+
+# --- ack coalescing ----------------------------------------------------------------------------------
+
+async def coalesce_intent(bench, stores):
+    """``stores`` remote stores of (rank 2, core 1) committed while tx is blocked: one ack for all."""
+    await reset_inputs(bench)
+    for k in range(stores + 1):
+        # the REQ the UB port takes in cycle k is answered (committed) in cycle k + 1
+        bench.set("rx.payload", flit(FlitKind.REQ, MemOp.WRITE_BLOCK, src=2, core=1, block=k))
+        bench.set("rx.valid", int(k < stores))
+        bench.set("ub_rsp.payload", {"op": UBOp.BLOCK_WRITE if k % 2 else UBOp.WORD_WRITE,
+                                     "addr": k, "old": 0})
+        bench.set("ub_rsp.valid", int(k > 0))
+        await bench.tick()
+    bench.set("rx.valid", 0)
+    bench.set("ub_rsp.valid", 0)
+    await bench.tick()
+    acks = []
+    bench.set("tx.ready", 1)
+    for _ in range(6):
+        if await bench.get("tx.valid"):
+            acks.append(fields(bench, "tx.payload", await bench.get("tx.payload")))
+        await bench.tick()
+    return acks
+
+
+def test_store_acks_are_counted_and_coalesced_into_one_small_flit():
+    acks, _ = run(spec(), coalesce_intent, {"stores": 5})
+    assert [(a["op"], a["dst"], a["core"], a["data"], a["small"]) for a in acks] == [
+        ("WRITE_BLOCK", 2, 1, 5, 1)]

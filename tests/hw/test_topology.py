@@ -195,7 +195,7 @@ def test_preset_timing_is_cycles_only():
     """A preset makes the timing; the builders see latencies in cycles and the link rate."""
     num, den = TINY.rate()
     assert TIMING == FabricTiming(hops=TINY.hop_cycles("superpod"), rate_num=num, rate_den=den,
-                                  block_bytes=TINY.block_bytes)
+                                  block_bytes=TINY.block_bytes, small_bytes=TINY.control_bytes)
     assert set(TIMING.hops) == set(SUPERPOD_HOPS)
     assert set(tiny_timing("star").hops) == set(STAR_HOPS)
     assert TIMING.need(("up", "down")) == {"up": TIMING.hops["up"], "down": TIMING.hops["down"]}
