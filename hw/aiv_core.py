@@ -480,7 +480,7 @@ class AIVCore(wiring.Component):
                             write_reg(v_rd, Mux(out.none, 0xFFFFFFFF, out.index))
                         with m.Case(VecOp.REDUCE_SUM):
                             write_reg(v_rd, out.sum[:32])
-                        with m.Case(VecOp.CMP, VecOp.ADD):
+                        with m.Case(VecOp.CMP, VecOp.ADD, VecOp.MULS):
                             o_slot = v_out % slots_full
                             sel = o_slot[:max(1, ceil_log2(slots_mod))] if slots_mod > 1 else 0
                             elems = Mux(v_op == VecOp.CMP,
@@ -494,7 +494,8 @@ class AIVCore(wiring.Component):
                             m.d.sync += v_out.eq(v_out + 1)
                         with m.Default():
                             pass
-                    with m.If(((v_op != VecOp.CMP) & (v_op != VecOp.ADD)) | out.last):
+                    vector_out = (v_op == VecOp.CMP) | (v_op == VecOp.ADD) | (v_op == VecOp.MULS)
+                    with m.If(~vector_out | out.last):
                         m.d.sync += [state.eq(_State.RUN), self.pc.eq(pc_next)]
 
             with m.Default():

@@ -199,6 +199,8 @@ INSTRUCTIONS = (
     _i("vadd", 43, [RD, RS1, RS2, RS3],
        "V[R[rd]][i] = V[R[rs1]][i] + V[R[rs3]][i] (mod 2**width) for i < R[rs2]", VecOp.ADD),
     _i("vsum", 44, [RD, RS1, RS2], "R[rd] = sum of V[R[rs1]][i] for i < R[rs2]", VecOp.REDUCE_SUM),
+    _i("vmuls", 45, [RD, RS1, RS2, RS3],
+       "V[R[rd]][i] = V[R[rs1]][i] * R[rs3] (mod 2**width) for i < R[rs2]", VecOp.MULS),
 )
 
 #: Opcode ranges kept free for later work (inclusive bounds).

@@ -32,6 +32,9 @@ class VecOp(enum.Enum, shape=3):
     ADD = 3
     #: ``sum = a[0] + ... + a[L-1]``, exact (``sum`` is wide enough for max_len).
     REDUCE_SUM = 4
+    #: Element-wise ``vec[j] = (a[j] * s[0]) mod 2**width`` per beat (Ascend's Muls):
+    #: the combine's weighting (UBEP §1.8 of KERNELS.md).
+    MULS = 5
 
 
 class Cond(enum.Enum, shape=3):
@@ -81,7 +84,7 @@ class VectorUnit(wiring.Component):
     may follow each other back to back. Elements of the last beat at index
     ``>= L`` are ignored.
 
-    Responses on ``o_stream``: CMP and ADD give one response beat per request
+    Responses on ``o_stream``: CMP, ADD and MULS give one response beat per request
     beat (``mask`` / ``vec``; ``last`` marks the final one); COUNT, FIND_FIRST
     and REDUCE_SUM give one response (``count[0..2]`` / ``index``+``none`` /
     ``sum``) after the last beat.
@@ -207,7 +210,8 @@ class VectorUnit(wiring.Component):
                 ]
                 m.d.sync += [s1_count[k].eq(popcount(hits[k])) for k in range(3)]
                 for j in range(lanes):
-                    m.d.sync += s1_vec[j].eq(req.a[j] + req.b[j])
+                    m.d.sync += s1_vec[j].eq(Mux(req.op == VecOp.MULS, req.a[j] * req.s[0],
+                                                 req.a[j] + req.b[j]))
                 m.d.sync += pos.eq(Mux(last, 0, pos + lanes))
 
         # --- accumulators and output register ---------------------------------
@@ -228,7 +232,7 @@ class VectorUnit(wiring.Component):
             tot_sum.eq(acc_sum + s1_sum),
         ]
 
-        elementwise = (s1_op == VecOp.CMP) | (s1_op == VecOp.ADD)
+        elementwise = (s1_op == VecOp.CMP) | (s1_op == VecOp.ADD) | (s1_op == VecOp.MULS)
         out = self.o_stream.payload
         with m.If(advance):
             m.d.sync += self.o_stream.valid.eq(s1_valid & (elementwise | s1_last))

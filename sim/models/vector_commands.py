@@ -15,7 +15,7 @@ from epfabric.hw.vector_unit import Cond, VecOp
 
 __all__ = ["command", "run_commands", "reference", "ELEMENTWISE"]
 
-ELEMENTWISE = (VecOp.CMP.name, VecOp.ADD.name)
+ELEMENTWISE = (VecOp.CMP.name, VecOp.ADD.name, VecOp.MULS.name)
 
 
 def command(op, a, *, cond="LT", s=(0, 0, 0), b=None):
@@ -41,7 +41,7 @@ def _result(cmd, rsps, lanes):
     length = len(cmd["a"])
     if cmd["op"] == "CMP":
         return [int(r.mask >> j & 1) for r in rsps for j in range(lanes)][:length]
-    if cmd["op"] == "ADD":
+    if cmd["op"] in ("ADD", "MULS"):
         return [int(x) for r in rsps for x in r.vec][:length]
     r = rsps[-1]
     if cmd["op"] == "COUNT":
@@ -117,4 +117,6 @@ def reference(cmd, width):
         return int(hit[0]) if hit.size else -1
     if cmd["op"] == "ADD":
         return [(int(x) + int(y)) % (1 << width) for x, y in zip(cmd["a"], cmd["b"])]
+    if cmd["op"] == "MULS":
+        return [(int(x) * int(cmd["s"][0])) % (1 << width) for x in cmd["a"]]
     return int(sum(int(x) for x in a))

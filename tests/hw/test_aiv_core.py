@@ -147,6 +147,8 @@ def _vec():
         stb   r15, r1, 0x200         # -> 0x400
         vadd  r15, r0, r2, r0        # row 1 = 2 * row 0
         stb   r15, r1, 0x400         # -> 0x600
+        vmuls r15, r0, r2, r7        # row 1 = 5 * row 0
+        stb   r15, r1, 0x600         # -> 0x800
         li   r10, {OUT}
         sw   r11, r10, 0
         sw   r12, r10, 4
@@ -164,7 +166,8 @@ def _vec():
            OUT + 24: sum(ELEMS)}
     mask = {k + 0x200: v for k, v in _pack([int(e >= 5) for e in ELEMS]).items()}
     double = {k + 0x400: v for k, v in _pack([2 * e for e in ELEMS]).items()}
-    return assemble(src), _pack(ELEMS), {**out, **mask, **double}
+    times5 = {k + 0x600: v for k, v in _pack([(5 * e) % (1 << 16) for e in ELEMS]).items()}
+    return assemble(src), _pack(ELEMS), {**out, **mask, **double, **times5}
 
 
 POLL_SRC = f"""
@@ -202,7 +205,7 @@ _add("loop", assemble(LOOP_SRC), {OUT: sum(range(1, LOOP_N + 1))}, ["halt"])
 _w, _m, _e = _mem()
 _add("mem", _w, _e, ["ldb", "stb", "ulw", "usw", "fence", "lw", "fadd"], memory=_m)
 _w, _m, _e = _vec()
-_add("vec", _w, _e, ["vcount", "vcmp", "vfind", "vadd", "vsum"], memory=_m)
+_add("vec", _w, _e, ["vcount", "vcmp", "vfind", "vadd", "vsum", "vmuls"], memory=_m)
 _add("poll", assemble(POLL_SRC), {OUT + 4: 9}, ["poll"], events=POLL_EVENTS)
 _add("mark", assemble(MARK_SRC), {}, ["mark"], trace_stall_every=2)
 # cycle-cost probes

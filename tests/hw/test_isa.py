@@ -50,7 +50,7 @@ def test_table_is_consistent():
         assert not used & set(range(lo, hi + 1))
     assert 0 not in used
     assert {i.mnemonic for i in INSTRUCTIONS if i.vop is not None} == \
-        {"vcount", "vcmp", "vfind", "vadd", "vsum"}
+        {"vcount", "vcmp", "vfind", "vadd", "vsum", "vmuls"}
 
 
 def test_decode_rejects_unassigned_opcodes():
