@@ -1,0 +1,114 @@
+"""Dispatch/combine inputs: routing, weights and tokens per rank (KERNELS.md §1.2, §4).
+
+Everything here is *data*: the host places it in HBM and the kernels never
+see it while being generated. A :class:`Workload` holds, per source rank
+``s``: ``topk_idx[s]`` (BS×k distinct expert ids, token-major),
+``topk_w[s]`` (BS×k weights 1..7) and ``x[s]`` (BS tokens × ``hidden_blocks``
+512 B blocks × ``words`` modelled 32-bit words).
+
+Expert ``e`` lives on rank ``e // epr`` as local expert ``e % epr``
+(``epr = experts // ranks``).
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...hw.validate import check_int
+from ..routing import route
+
+__all__ = ["Workload", "MODELS", "Model", "blocks_per_token"]
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model's MoE shape (UBEP Table 3): hidden bytes per token, top-k, routed experts."""
+    name: str
+    hidden_bytes: int
+    topk: int
+    experts: int
+    precision: str
+
+
+#: UBEP Table 3 (hidden size in bytes at the dispatch precision)
+MODELS = {
+    "qwen3": Model("Qwen3-30B", 2048 * 2, 8, 128, "BF16"),
+    "glm": Model("GLM-4.7", 5120 * 2, 8, 160, "BF16"),
+    "deepseek": Model("DeepSeek-R1/V3.2", 7168 + 128, 8, 256, "W8A8 (+128 B padded fp32 scale)"),
+}
+
+
+def blocks_per_token(hidden_bytes, tff=True):
+    """512 B blocks a token occupies: raw ``ceil(H/512)``, or with Token-Flag Fusion ``ceil(H/480)``."""
+    check_int("hidden_bytes", hidden_bytes, 1)
+    per = 480 if tff else 512
+    return -(-hidden_bytes // per)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One dispatch's inputs on every rank (see the module docstring).
+
+    Parameters
+    ----------
+    ranks, batch, topk, experts : int
+        R, BS (tokens per rank), k, E (a multiple of R; ``topk <= experts``).
+    hidden_blocks : int
+        512 B blocks per token (``B_tok``).
+    words : int
+        Modelled 32-bit words of each block (``data_bytes // 4``).
+    seed : int
+        Rank ``s`` draws its routing and tokens from ``seed * 1000 + s``.
+    hot : int
+        Hot experts (spread at ids ``m * E / hot``), 0 for uniform routing.
+    """
+    ranks: int
+    batch: int
+    topk: int
+    experts: int
+    hidden_blocks: int = 1
+    words: int = 8
+    seed: int = 0
+    hot: int = 0
+    topk_idx: np.ndarray = field(init=False, repr=False, compare=False)
+    topk_w: np.ndarray = field(init=False, repr=False, compare=False)
+    x: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        check_int("ranks", self.ranks, 1)
+        check_int("batch", self.batch, 1)
+        check_int("experts", self.experts, 1)
+        check_int("topk", self.topk, 1, self.experts)
+        if self.experts % self.ranks:
+            raise ValueError(f"experts ({self.experts}) must be a multiple of ranks ({self.ranks})")
+        check_int("hidden_blocks", self.hidden_blocks, 1)
+        check_int("words", self.words, 1, 128)
+        check_int("seed", self.seed, 0)
+        check_int("hot", self.hot, 0, self.experts - 1)
+        idx, w, x = [], [], []
+        for s in range(self.ranks):
+            i_s, w_s = route(self.batch, self.experts, self.topk, seed=self.seed * 1000 + s,
+                             hot=self.hot)
+            idx.append(i_s)
+            w.append(w_s)
+            rng = np.random.default_rng((self.seed * 1000 + s) ^ 0x5EED)
+            x.append(rng.integers(0, 2**32, size=(self.batch, self.hidden_blocks, self.words),
+                                  dtype=np.uint64))
+        object.__setattr__(self, "topk_idx", np.stack(idx))
+        object.__setattr__(self, "topk_w", np.stack(w))
+        object.__setattr__(self, "x", np.stack(x))
+
+    @property
+    def epr(self):
+        """Experts per rank."""
+        return self.experts // self.ranks
+
+    @property
+    def slots(self):
+        """Token slots per rank, ``batch * topk``."""
+        return self.batch * self.topk
+
+    def bytes_moved(self, hidden_bytes=None):
+        """Dispatch payload bytes per rank as UBEP Table 4 counts them: BS·k·H."""
+        h = self.hidden_blocks * 512 if hidden_bytes is None else hidden_bytes
+        return self.batch * self.topk * h
