@@ -54,4 +54,5 @@ lint: verilog ## verilator --lint-only -Wall on every registered component
 	$(PY) -m epfabric.sim.verilog.lint build/verilog
 
 clean: ## remove build outputs and waveforms (keeps .venv)
-	rm -rf build $(RESULTS) waveforms/*.vcd waveforms/*.fst waveforms/*-gen.gtkw
+	rm -rf build $(RESULTS) waveforms/*.vcd waveforms/*.fst waveforms/*.txt
+	find waveforms -name '*.gtkw' ! -name 'curated-*' -delete

@@ -110,9 +110,34 @@ class CocotbTestbench(Testbench):
         self.cycle += round((get_sim_time("ps") - t0) / period_ps)
 
 
+def _value(handle):
+    try:
+        return int(handle.value)
+    except ValueError:      # X/Z (Icarus before reset)
+        return None
+
+
+async def _watch(handle, changes):
+    """Record ``(time in ps, value)`` at every change of ``handle`` (a waveform's run window)."""
+    while True:
+        await handle.value_change
+        changes.append((get_sim_time("ps"), _value(handle)))
+
+
+def _start_watches(dut):
+    """Watch the top-level ports named in ``EPFABRIC_WATCH``; return ``{port: changes}``."""
+    watched = {}
+    for port in json.loads(os.environ.get("EPFABRIC_WATCH") or "[]"):
+        handle = getattr(dut, port)
+        watched[port] = [(get_sim_time("ps"), _value(handle))]
+        cocotb.start_soon(_watch(handle, watched[port]))
+    return watched
+
+
 @cocotb.test()
 async def run_intent(dut):
     result_file = os.environ["EPFABRIC_RESULT"]
+    watched = {}
     try:
         spec = ComponentSpec.from_json(os.environ["EPFABRIC_SPEC"])
         intent = resolve(os.environ["EPFABRIC_INTENT"])
@@ -121,10 +146,13 @@ async def run_intent(dut):
         bench = CocotbTestbench(dut, spec.build())
         await bench.start()
         bench.cycle = 0
+        watched = _start_watches(dut)
         result = await intent(bench, **args)
         out = {"result": result, "cycles": bench.cycle}
     except Exception:
         out = {"error": traceback.format_exc()}
+    if watched:
+        out["watch"] = watched
     with open(result_file, "w") as f:
         json.dump(out, f)
     if "error" in out:

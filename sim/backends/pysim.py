@@ -3,6 +3,7 @@
 from contextlib import nullcontext
 
 from ..output import waveform_dir
+from ..waveforms import Waveform, fit_gtkw, read_dump, vcd_edges
 from .testbench import CLOCK_PERIOD_NS, SimulationError, Testbench
 
 __all__ = ["PysimTestbench", "run_pysim"]
@@ -38,10 +39,15 @@ def run_pysim(spec, intent, args, waveform=None):
     """Run ``intent(bench, **args)`` on ``spec``'s component; return ``(result, cycles)``.
 
     ``waveform`` (a name) writes ``<waveform_dir>/<name>.vcd`` and a ``.gtkw``
-    save file listing the component's ``gtkw_traces()``.
+    save file listing the component's ``gtkw_traces()``, zoomed to the whole
+    run. A :class:`~epfabric.sim.waveforms.Waveform` writes the VCD to its
+    next path (no save file: its owner writes one) and records the edges of
+    its watched ports.
     """
     from amaranth.sim import Simulator
 
+    if isinstance(waveform, Waveform) and waveform.format != "vcd":
+        raise SimulationError(f"Amaranth's simulator writes VCD only, not {waveform.path.name!r}")
     component = spec.build()
     sim = Simulator(component)
     sim.add_clock(CLOCK_PERIOD_NS * 1e-9)
@@ -53,11 +59,16 @@ def run_pysim(spec, intent, args, waveform=None):
         out["cycles"] = bench.cycle
 
     sim.add_testbench(testbench)
-    if waveform:
+    vcd = gtkw = None
+    if isinstance(waveform, Waveform):
+        vcd = waveform.next_path()
+        vcd.parent.mkdir(parents=True, exist_ok=True)
+        writer = sim.write_vcd(str(vcd))
+    elif waveform:
         wdir = waveform_dir()
         wdir.mkdir(parents=True, exist_ok=True)
-        writer = sim.write_vcd(str(wdir / f"{waveform}.vcd"), str(wdir / f"{waveform}.gtkw"),
-                               traces=_default_traces(component))
+        vcd, gtkw = wdir / f"{waveform}.vcd", wdir / f"{waveform}.gtkw"
+        writer = sim.write_vcd(str(vcd), str(gtkw), traces=_default_traces(component))
     else:
         writer = nullcontext()
     try:
@@ -67,4 +78,9 @@ def run_pysim(spec, intent, args, waveform=None):
         raise
     except Exception as exc:
         raise SimulationError(f"test intent failed on pysim: {type(exc).__name__}: {exc}") from exc
+    if isinstance(waveform, Waveform):
+        dump = read_dump(vcd)
+        waveform.add_run(vcd, simulator="pysim", spec=spec, edges=vcd_edges(dump, waveform.watch))
+    elif gtkw is not None:
+        fit_gtkw(gtkw, read_dump(vcd))
     return out["result"], out["cycles"]

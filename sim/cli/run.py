@@ -3,10 +3,18 @@
 Every kernel in :data:`epfabric.sw.kernels.KERNELS` is available with no code
 here: the kernel chooses its default preset, shape and sizes, runs through
 :func:`~epfabric.sw.kernels.run_kernel` and prints its own summary.
+
+``--vcd FILE`` dumps the run on any backend (Amaranth's simulator: VCD;
+Icarus and Verilator: their own tracing, VCD or — for a ``.fst`` name — FST;
+Verilator builds a separate, tracing model only then) and writes
+``FILE.gtkw`` (:func:`~epfabric.sim.waveforms.machine_view`): zoomed on the
+run (markers A/B on its start and end), per ``--vcd-scope`` die/core the
+core's state, pc, wait address and MARK events, the die's UB port commits
+and its links' occupancy. A kernel that runs several machines (``syncall``)
+writes ``FILE``, ``FILE-2``, ...
 """
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -16,6 +24,7 @@ from ...sw.machine import WatchdogTimeout
 from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS
 from ..backends.machine import backend as make_backend
+from ..waveforms import Waveform, parse_scopes
 from .common import check_output, parse_params, positive, write_json
 
 __all__ = ["add_arguments", "prepare"]
@@ -39,7 +48,12 @@ def add_arguments(parser):
     parser.add_argument("--json", metavar="FILE", help="write the result as JSON")
     parser.add_argument("--trace", metavar="FILE",
                         help="write the MARK trace (Chrome/Perfetto trace-event JSON)")
-    parser.add_argument("--vcd", metavar="FILE", help="write a VCD (+ .gtkw) of the run (pysim)")
+    parser.add_argument("--vcd", metavar="FILE",
+                        help="write a waveform of the run + FILE.gtkw: FILE.vcd on every backend, "
+                             "FILE.fst on icarus/verilator (smaller)")
+    parser.add_argument("--vcd-scope", metavar="DIE:CORE[,...]", default=None,
+                        help="cores the .gtkw shows (e.g. 1:0,0:1; a bare DIE: all its cores); "
+                             "default 0:0")
 
 
 def prepare(args):
@@ -50,31 +64,22 @@ def prepare(args):
     topology = parse_topology(args.topology) if args.topology else None
     params = kernel.resolve_params(parse_params(args.param))
     # every configuration is built (and so validated) before anything runs
-    kernel.configs(preset, topology, args.aivs, params)
+    configs = kernel.configs(preset, topology, args.aivs, params)
     for option in ("json", "trace", "vcd"):
         check_output(getattr(args, option), f"--{option}")
-    if args.vcd and args.backend != "pysim":
-        raise ValueError("--vcd is written by the pysim backend; use --backend pysim")
+    scopes = _check_waveform(args, configs)
 
     def job():
-        waveform, old_wdir = None, os.environ.get("EPFABRIC_WAVEFORM_DIR")
-        if args.vcd:
-            vcd = Path(args.vcd).resolve()
-            os.environ["EPFABRIC_WAVEFORM_DIR"] = str(vcd.parent)
-            waveform = vcd.stem
+        waveform = Waveform(Path(args.vcd).resolve(), watch=("host.running",)) if args.vcd else None
         be = make_backend(args.backend, verbose=True, waveform=waveform)
         try:
             result, reports = run_kernel(kernel, be, preset=preset, topology=topology,
                                          aivs=args.aivs, params=params, max_cycles=args.max_cycles)
         except WatchdogTimeout as exc:
             print(f"epfabric run {args.kernel}: {exc}", file=sys.stderr)
+            _write_gtkw(waveform, scopes)      # the waveform shows where it hung
             return 1
-        finally:
-            if args.vcd:  # the waveform folder was redirected for this run only
-                if old_wdir is None:
-                    os.environ.pop("EPFABRIC_WAVEFORM_DIR", None)
-                else:
-                    os.environ["EPFABRIC_WAVEFORM_DIR"] = old_wdir
+        _write_gtkw(waveform, scopes)
         for line in kernel.summary(result):
             print(line)
         print("correct" if result["correct"] else "INCORRECT: " + "; ".join(result["problems"]))
@@ -84,6 +89,56 @@ def prepare(args):
             _write_trace(args.trace, reports, get_preset(preset).cycle_ns)
         return 0 if result["correct"] else 1
     return job
+
+
+def _check_waveform(args, configs):
+    """Validate ``--vcd``/``--vcd-scope`` against the backend and every configuration; return
+    the ``(die, core)`` pairs to show (``None`` for a machine without AIV cores)."""
+    if args.vcd_scope is not None and not args.vcd:
+        raise ValueError("--vcd-scope needs --vcd")
+    if not args.vcd:
+        return None
+    if Path(args.vcd).suffix == ".fst":
+        from ..backends.cocotb_runner import fst_missing
+        reason = fst_missing(args.backend)
+        if reason:
+            raise ValueError(f"--vcd {args.vcd!r}: {reason}; name a .vcd file"
+                             + (" or use --backend icarus/verilator" if args.backend == "pysim"
+                                else ""))
+    scopes = None
+    for config in configs:
+        if config.kind != "aiv":
+            if args.vcd_scope is not None:
+                raise ValueError(f"--vcd-scope: the {config.kind} machine has no AIV cores")
+            continue
+        scopes = parse_scopes(args.vcd_scope or "0:0", ranks=config.ranks,
+                              aivs=config.aivs_per_die)
+    return scopes
+
+
+def _write_gtkw(waveform, scopes):
+    """Write the .gtkw of every dump ``waveform`` collected and say where they are."""
+    from ...hw.instances import mark_used
+    from ...hw.ub_port import UBOp
+    from ..waveforms import generic_view, machine_view, read_dump, write_gtkw
+    if waveform is None:
+        return
+    for run in waveform.runs:
+        dump = read_dump(run["path"])
+        top = run["spec"].build()
+        mark_used(top)          # built for its shape and names only
+        if scopes is not None and hasattr(top, "dies"):
+            core = top.dies[0].cores[0]
+            rows, markers, window = machine_view(top, dump, scopes, run["edges"],
+                                                 core_state=core.state.shape(), ub_op=UBOp)
+        else:
+            rows, markers, window = generic_view(dump, run["edges"])
+        gtkw = run["path"].with_suffix(".gtkw")
+        missing = write_gtkw(gtkw, dump, rows, markers=markers, window=window,
+                             comment=f"epfabric run on {run['simulator']}: marker A run start, "
+                                     f"B run end")
+        note = f" (not in this dump: {', '.join('.'.join(p) for p in missing)})" if missing else ""
+        print(f"wrote {run['path']} + {gtkw.name}{note}: gtkwave {gtkw}")
 
 
 def _write_trace(path, reports, cycle_ns):

@@ -137,13 +137,17 @@ class PingPong(Kernel):
     def summary(self, result):
         lines = []
         for run in result["runs"]:
-            lines.append(f"pingpong on {result['preset']} [{result['backend']}]: "
-                         f"core overhead {run['core_overhead_ns']:.1f} ns one-way")
+            overhead = run["core_overhead_ns"]
+            lines.append(f"pingpong on {result['preset']} [{result['backend']}]: " + (
+                f"core overhead {overhead:.1f} ns one-way" if overhead is not None else
+                "core overhead not measured (it needs 2 AIVs per die)"))
             lines.append(f"{'class':>8} {'one-way ns':>11} {'fabric ns':>10} {'fabric+overhead':>16} "
                          f"{'error':>7}")
             for c in run["latency_ns"]:
+                expected = run["expected_latency_ns"].get(c)
                 lines.append(f"{c:>8} {run['latency_ns'][c]:>11.1f} {run['fabric_latency_ns'][c]:>10.1f} "
-                             f"{run['expected_latency_ns'][c]:>16.1f} {run['error_pct'][c]:>+6.2f}%")
+                             + (f"{expected:>16.1f} {run['error_pct'][c]:>+6.2f}%" if expected
+                                else f"{'—':>16} {'—':>7}"))
         return lines
 
 

@@ -63,7 +63,7 @@ def test_param_json_and_vcd(tmp_path):
     (["run", "alltoall", "--topology", "superpod:2,x"],
      "topology must look like superpod:2,2,2 or star:4, not 'superpod:2,x'"),
     (["run", "alltoall", "--topology", "superpod:3,1,1"], "dies_per_npu must be in [1, 2], not 3"),
-    (["run", "pingpong", "--vcd", "x.vcd", "--backend", "icarus"], "--vcd is written by the pysim backend"),
+    (["run", "pingpong", "--vcd", "x.fst"], "--vcd 'x.fst': Amaranth's simulator writes VCD only"),
     (["run", "syncall", "--max-cycles", "0"], "--max-cycles must be >= 1, not 0"),
     (["run", "alltoall", "--aivs", "0"], "--aivs must be >= 1, not 0"),
     (["run", "alltoall", "--aivs", "-1"], "--aivs must be >= 1, not -1"),
