@@ -80,6 +80,7 @@ class Machine:
         self._programs = {}
         self._mem = {}
         self._ctrl = {}
+        self._read_ranges = [(0, config.readback_blocks)]
         self._readback = None
         self.last_report = None
 
@@ -136,6 +137,20 @@ class Machine:
         check_int("register", register, 0, 0xFFFF)
         self._ctrl[register] = int(value) & 0xFFFFFFFF
 
+    def read_back(self, ranges):
+        """Read back only these ``[(first block, blocks), ...]`` of every rank after the next run.
+
+        Read-back takes one cycle per modelled word (every rank at once); a
+        kernel that needs a few regions of a large memory names them here.
+        """
+        ranges = [(check_int("first block", int(lo), 0), check_int("blocks", int(n), 1))
+                  for lo, n in ranges]
+        for lo, n in ranges:
+            if lo + n > self.config.memory_blocks:
+                raise ValueError(f"read-back range {lo}..{lo + n - 1} runs past the "
+                                 f"{self.config.memory_blocks} blocks of the machine's memory")
+        self._read_ranges = ranges
+
     def read_mem(self, rank, addr, n=1):
         """``n`` words of rank ``rank``'s memory from ``addr``, as read back after the last run."""
         if self.last_report is None:
@@ -143,17 +158,16 @@ class Machine:
         self._check_addr(rank, addr, n)
         out = []
         wpb = self.config.words_per_block
+        readback = self._readback[rank]
         for i in range(n):
             _, block, word = split_address(addr + 4 * i)
-            index = block * wpb + word
-            readback = self._readback[rank]
             if word >= wpb:
                 out.append(0)
-            elif index >= len(readback):
+                continue
+            if block not in self._block_at:
                 raise ValueError(f"block {block} of rank {rank} is not read back after a run "
-                                 f"(the first {self.config.readback_blocks} blocks are)")
-            else:
-                out.append(readback[index])
+                                 f"(read-back ranges: {self._read_ranges})")
+            out.append(readback[self._block_at[block] * wpb + word])
         return out
 
     def session(self, max_cycles):
@@ -170,7 +184,7 @@ class Machine:
         for register, value in sorted(self._ctrl.items()):
             writes.append([HostTarget.CTRL.value, 0, 0, register, value])
         return {"writes": writes, "max_cycles": max_cycles,
-                "read_words": self.config.readback_blocks * wpb, "words_per_block": wpb,
+                "read_blocks": [list(r) for r in self._read_ranges], "words_per_block": wpb,
                 "status": self.config.status_ports(), "trace": self.config.has_trace}
 
     def run(self, max_cycles=100_000):
@@ -196,6 +210,8 @@ class Machine:
         else:
             trace = []
         self._readback = {int(r): words for r, words in out["mem"].items()}
+        blocks = [b for lo, n in self._read_ranges for b in range(lo, lo + n)]
+        self._block_at = {b: i for i, b in enumerate(blocks)}
         report = Report(config={**self.config.to_dict(), "kind": self.config.kind,
                                 "cycle_ns": self.preset.cycle_ns},
                         backend=self.backend.name, cycles=out["cycles"],

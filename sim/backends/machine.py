@@ -55,7 +55,8 @@ async def session_intent(bench, session):
     if session["trace"]:
         result["trace"], result["trace_dropped"] = await _read_trace(bench)
     wpb = session["words_per_block"]
-    addrs = [(i // wpb) << 9 | (i % wpb) << 2 for i in range(session["read_words"])]
+    addrs = [b << 9 | w << 2 for lo, n in session["read_blocks"] for b in range(lo, lo + n)
+             for w in range(wpb)]
     result["mem"] = await host_read_all(bench, top.ranks, addrs)
     return result
 

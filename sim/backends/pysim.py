@@ -1,5 +1,6 @@
 """Amaranth's simulator as a backend: the intent runs in this process, an async testbench."""
 
+import sys
 from contextlib import nullcontext
 
 from ..output import waveform_dir
@@ -7,6 +8,10 @@ from ..waveforms import Waveform, fit_gtkw, read_dump, vcd_edges
 from .testbench import CLOCK_PERIOD_NS, SimulationError, Testbench
 
 __all__ = ["PysimTestbench", "run_pysim"]
+
+# Amaranth's simulator compiles every process to Python; wide designs (512 B
+# blocks) nest expressions deeper than Python's default limit allows.
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
 
 
 class PysimTestbench(Testbench):

@@ -147,7 +147,8 @@ class _Recorder(Backend):
                             for k in session["status"]["cores"]},
                   "counters": {k: [7] * len(v) for k, v in session["status"]["counters"].items()}}
         return {"cycles": 42, "done": 1, "timeout": 0, "run_wall_s": 0.0, "status": status,
-                "mem": {r: [r] * session["read_words"] for r in range(ranks)},
+                "mem": {r: [r] * sum(n for _lo, n in session["read_blocks"])
+                        * session["words_per_block"] for r in range(ranks)},
                 "trace": [[1, 5, 99]], "trace_dropped": 0}
 
 
@@ -166,12 +167,27 @@ def test_session_is_what_the_backend_runs():
     assert len(targets) == 4                              # two words, an enable, one memory word
     assert [w[1:] for w in sent["writes"][:2]] == [[1, 0, 0, 0x11], [1, 0, 1, 0x22]]
     assert sent["writes"][3][1:] == [0, 0, address(0, 3, 1), 9]
-    assert sent["read_words"] == m.config.hbm_blocks * m.config.words_per_block
+    assert sent["read_blocks"] == [[0, m.config.hbm_blocks]]
     assert sent["status"] == m.config.status_ports()
     assert report.cycles == 42 and report.done and report.backend == "recorder"
     assert report.marks() == [{"rank": 0, "core": 1, "cycle": 5, "event": 99}]
     assert report.counters == {"tx_blocks": [7, 7], "rx_blocks": [7, 7], "tx_stalls": [7, 7]}
     assert m.read_mem(1, address(0, 0, 0), 1) == [1]
+
+
+def test_read_back_ranges_limit_what_is_read_and_readable():
+    be = _Recorder()
+    m = Machine("tiny", backend=be, topology=("superpod", 2, 1, 1), aivs_per_die=2)
+    m.load_program(0, 0, [0x11])
+    m.read_back([(3, 2), (10, 1)])
+    m.run(50)
+    ((_config, sent),) = be.sessions
+    assert sent["read_blocks"] == [[3, 2], [10, 1]]
+    assert m.read_mem(1, address(0, 4, 0), 1) == [1]
+    with pytest.raises(ValueError, match="block 5 of rank 1 is not read back"):
+        m.read_mem(1, address(0, 5, 0))
+    with pytest.raises(ValueError, match="read-back range 15..16 runs past the 16 blocks"):
+        m.read_back([(15, 2)])
 
 
 def test_report_lives_in_its_own_module():

@@ -1,0 +1,182 @@
+"""``dispatch``: MoE token dispatch, CANN EP's BSP baseline (``system="cann"``), checked bit-exact.
+
+Each rank sends every token to the ranks of its k experts; each rank ends
+with the tokens it received in CANN's order (local expert, source rank, slot
+j) in ``OUT`` and the per-(expert, source) counts in ``COUNTS``
+(KERNELS.md §1.2). The program is :mod:`epfabric.sw.ubep.cann`; the inputs
+(:class:`~epfabric.sw.ubep.workload.Workload`) are data the host places; the
+checker compares every rank's ``OUT`` and ``COUNTS`` with
+:mod:`epfabric.sw.ubep.reference`, checks the guard blocks and reports
+per-AIV phase times from the MARK trace.
+
+Machine sizes: full-fidelity blocks (``data_bytes = 512``: the routing list is
+read by the vector unit as 16-bit elements, 256 to a block), 16 lanes.
+"""
+
+import numpy as np
+
+from ..config import MachineConfig
+from ..isa import address
+from ..presets import get_preset
+from ..ubep.cann import BROKEN, PHASES, dispatch_program
+from ..ubep.layout import GUARD, Layout
+from ..ubep.reference import counts, dispatch_out
+from ..ubep.workload import Workload
+from . import Kernel, pow2_at_least, register
+
+__all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times"]
+
+SYSTEMS = ("cann",)
+
+
+def layout_of(config, params):
+    """The :class:`~epfabric.sw.ubep.layout.Layout` of a run (``cap`` = the batch: the worst case)."""
+    return Layout(ranks=config.ranks, epr=params["experts"] // config.ranks, batch=params["batch"],
+                  topk=params["topk"], hidden_blocks=params["hidden_blocks"],
+                  words=config.words_per_block, cap=params["batch"])
+
+
+def phase_times(report, aivs):
+    """``{(rank, core): {phase: cycle}}`` from the MARK trace (cycles since start)."""
+    names = {v: k for k, v in PHASES.items()}
+    out = {}
+    for t in report.trace:
+        if t["event"] in names:
+            out.setdefault((t["rank"], t["core"]), {})[names[t["event"]]] = t["cycle"]
+    return out
+
+
+class Dispatch(Kernel):
+    """MoE dispatch (module docstring)."""
+
+    name = "dispatch"
+    description = "MoE token dispatch (CANN EP's BSP kernel), checked bit-exact against numpy"
+    params = {"system": "cann", "batch": 32, "topk": 8, "experts": 32, "hidden_blocks": 1,
+              "seed": 0, "hot": 0, "broken": None}
+    default_preset = "cm384"
+    default_aivs = (4,)
+    default_max_cycles = 2_000_000
+
+    def default_topology(self, preset):
+        if preset.topology != "superpod":
+            return ("star", preset.ranks)
+        return ("superpod", min(2, preset.dies_per_npu), min(4, preset.npus_per_board), 1)
+
+    def resolve_params(self, params):
+        p = super().resolve_params(params)
+        if p["system"] not in SYSTEMS:
+            raise ValueError(f"system must be one of {', '.join(SYSTEMS)}, not {p['system']!r}")
+        if p["broken"] not in BROKEN:
+            raise ValueError(f"broken must be one of {', '.join(map(str, BROKEN))}, "
+                             f"not {p['broken']!r}")
+        return p
+
+    def configs(self, preset, topology=None, aivs=None, params=None):
+        params = self.resolve_params(params)
+        pr = get_preset(preset)
+        topology = tuple(topology) if topology is not None else self.default_topology(pr)
+        out = []
+        for a in ([aivs] if aivs is not None else self.default_aivs):
+            shape = MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
+                                  lanes=16)
+            Workload(ranks=shape.ranks, batch=params["batch"], topk=params["topk"],
+                     experts=params["experts"], hidden_blocks=params["hidden_blocks"],
+                     hot=params["hot"])           # the parameters fit this shape (else: named error)
+            lay = layout_of(shape, params)
+            longest = max(len(dispatch_program(lay, rank=r, core=c, aivs=a,
+                                               experts=params["experts"]))
+                          for r in range(shape.ranks) for c in range(a))
+            out.append(MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
+                                     lanes=16, hbm_blocks=pow2_at_least(lay.blocks),
+                                     ubuf_rows=pow2_at_least(lay.route_blocks + 1),
+                                     imem_depth=pow2_at_least(longest),
+                                     trace_depth=max(64, pow2_at_least(len(PHASES) * shape.cores))))
+        return out
+
+    def load(self, machine, params):
+        cfg = machine.config
+        lay = layout_of(cfg, params)
+        w = Workload(ranks=cfg.ranks, batch=params["batch"], topk=params["topk"],
+                     experts=params["experts"], hidden_blocks=params["hidden_blocks"],
+                     words=cfg.words_per_block, seed=params["seed"], hot=params["hot"])
+        wpb = cfg.words_per_block
+        for r in range(cfg.ranks):
+            ids = w.topk_idx[r].reshape(-1).astype(np.uint64)
+            if len(ids) % 2:
+                ids = np.append(ids, 0)
+            words = (ids[0::2] | (ids[1::2] << 16)).tolist()
+            for b in range(lay.route_blocks):
+                chunk = words[b * wpb:(b + 1) * wpb]
+                if chunk:
+                    machine.write_mem(r, address(0, lay.ROUTE + b), chunk)
+            for t in range(w.batch):
+                for b in range(w.hidden_blocks):
+                    machine.write_mem(r, address(0, lay.X + t * w.hidden_blocks + b),
+                                      w.x[r][t][b].tolist())
+            machine.write_mem(r, address(0, lay.CTRL, 1), [1])                 # epoch 1
+            for guard in (lay.RECV_GUARD, lay.OUT_GUARD):
+                machine.write_mem(r, address(0, guard), [GUARD] * wpb)
+            for c in range(cfg.aivs_per_die):
+                machine.load_program(r, c, dispatch_program(lay, rank=r, core=c,
+                                                            aivs=cfg.aivs_per_die,
+                                                            experts=params["experts"],
+                                                            broken=params["broken"]))
+        # read back only what the checker reads (a word per cycle: the rest would dominate)
+        most = max(len(rows) for rows in dispatch_out(w)[0])
+        machine.read_back([(lay.RECV_GUARD, 1), (lay.OUT, max(1, most * w.hidden_blocks)),
+                           (lay.OUT_GUARD, 1), (lay.COUNTS, lay.blocks - lay.COUNTS)])
+        return w
+
+    def check(self, machine, report, inputs):
+        w = inputs
+        cfg = machine.config
+        lay = layout_of(cfg, {"experts": w.experts, "batch": w.batch, "topk": w.topk,
+                              "hidden_blocks": w.hidden_blocks})
+        wpb = cfg.words_per_block
+        out, recv = dispatch_out(w)
+        cnt = counts(w)
+        problems = []
+        for d in range(cfg.ranks):
+            rows = len(out[d])
+            got = np.array(machine.read_mem(d, address(0, lay.OUT), rows * w.hidden_blocks * 128)
+                           ).reshape(rows, w.hidden_blocks, 128)[:, :, :wpb] if rows else None
+            if rows and not np.array_equal(got, out[d]):
+                bad = int(np.flatnonzero((got != out[d]).any(axis=(1, 2)))[0])
+                problems.append(f"rank {d}: OUT token {bad} of {rows} differs from numpy")
+            want = [int(cnt[d, e_l, s]) for e_l in range(w.epr) for s in range(cfg.ranks)]
+            words = []
+            for q in range(len(want)):
+                block, word = lay.word_at(lay.COUNTS, q)
+                words.append(machine.read_mem(d, address(0, block, word))[0])
+            if words != want:
+                problems.append(f"rank {d}: COUNTS {words} != {want}")
+            for guard in (lay.RECV_GUARD, lay.OUT_GUARD):
+                if machine.read_mem(d, address(0, guard), wpb) != [GUARD] * wpb:
+                    problems.append(f"rank {d}: guard block {guard} was overwritten")
+        if report.trace_dropped:
+            problems.append(f"the MARK trace dropped {report.trace_dropped} events")
+        phases = phase_times(report, cfg.aivs_per_die)
+        if len(phases) != cfg.cores or any(len(v) != len(PHASES) for v in phases.values()):
+            problems.append(f"{len(phases)} of {cfg.cores} AIVs reported all phases")
+        preset = machine.preset
+        latency_ns = report.ns
+        per_aiv = {f"{r}.{c}": v for (r, c), v in sorted(phases.items())}
+        return {"correct": not problems, "problems": problems, "system": "cann",
+                "tokens_received": [len(o) for o in out], "recv_count": recv.tolist(),
+                "latency_us": latency_ns / 1000,
+                "bandwidth_gbps": w.bytes_moved() / latency_ns if latency_ns else None,
+                "phases": per_aiv, "cycle_ns": preset.cycle_ns}
+
+    def summary(self, result):
+        lines = []
+        for run in result["runs"]:
+            cfg = run["config"]
+            lines.append(f"dispatch ({run['system']}) on {result['preset']} [{result['backend']}]: "
+                         f"{cfg['topology']} x {cfg['aivs_per_die']} AIVs, BS "
+                         f"{result['params']['batch']}, top-{result['params']['topk']}, "
+                         f"{result['params']['experts']} experts: {run['cycles']} cycles = "
+                         f"{run['latency_us']:.2f} us, {run['bandwidth_gbps']:.1f} GB/s")
+        return lines
+
+
+KERNEL = register(Dispatch())

@@ -1,0 +1,235 @@
+"""CANN EP's dispatch (the BSP baseline): program generator (KERNELS.md §1.3, UBEP §2.3).
+
+Every one of the A AIVs of a die runs every phase, separated by die-local
+barriers (CANN's ``SyncAll`` is a barrier over one die's AIVs; flags order
+ranks against each other). Phases of AIV ``a`` on rank ``s`` (MARK event at
+the end of each, :data:`PHASES`):
+
+1. **Init** — load the routing (BS·k 16-bit expert ids) into UBuf rows
+   ``0 ..`` (one ``ldb`` per 256 ids).
+2. **Token-Sending** — its contiguous range of token slots ``n = t·k + i``
+   (``SplitToCore(BS·k, A)``). Per slot: the expert ``e`` (a UBuf word),
+   the slot index ``j`` = ``vcount eq`` over the whole prefix ``E[0:n]``
+   (CANN's redundant per-slot prefix compare, cost ∝ n), then the token's
+   ``B_tok`` blocks: ``ldb`` from ``X`` and a posted ``stb`` to
+   ``RECV[s][e_l] + j`` on rank ``e // epr``. Raw blocks, no header.
+3. **SendFlag & Count** — its contiguous range of experts
+   (``SplitToCore(E, A)``): counts each with ``vcount eq`` (three experts per
+   instruction), then ``fence`` (every token store acknowledged —
+   stop-and-wait) and **SyncAll #1**, then one status word
+   ``epoch << 16 | count`` per expert to ``STATUS[e_l·R + s]`` on the
+   expert's rank.
+4. **Flag Verification** — polls its slice of its own status window
+   (``SplitToCore(R·epr, A)``) until every word carries the epoch, then
+   **SyncAll #2**.
+5. **CalCumSum** — reads the counts of every entry before its slice and sums
+   them (redundantly on every AIV, as CANN's ``GetCumSum``).
+6. **Token-Reordering** — for each entry ``(e_l, s')`` of its slice, copies
+   the entry's tokens from ``RECV[s'][e_l]`` to ``OUT`` at the running offset
+   and writes the entry's count to ``COUNTS``.
+
+SyncAll is a die-local fetch-add counter (``CTRL`` word 0) polled until it
+reaches ``(2·(epoch − 1) + n) · A`` for barrier ``n`` of the run: cumulative,
+never reset, so runs follow each other (epochs 1, 2, ...). The run's epoch is
+a host-placed word (``CTRL`` word 1); flags are epoch-tagged words instead of
+CANN's 1.0/0.0 parity. CANN's third SyncAll (``UpdateTokenNumsOut`` when a
+rank has more than one local expert) is not modelled: the output and counts
+are final when every AIV halts.
+
+Programs depend only on the configuration (ranks, AIVs, E, BS, k, B_tok,
+layout): routing and tokens are data.
+"""
+
+from ...hw.validate import check_choice, check_int, check_pow2
+from ..assembler import Program
+from ..isa import address
+
+__all__ = ["dispatch_program", "PHASES", "split", "BROKEN"]
+
+#: Deliberately broken variants, the checker's and the watchdog's negative controls:
+#: ``no_flag_wait`` skips the flag verification (reorders before the data is there);
+#: ``syncall_one_short`` waits for one AIV more than the die has (hangs at SyncAll #1).
+BROKEN = (None, "no_flag_wait", "syncall_one_short")
+
+#: MARK event ids at the end of each phase (the report's per-AIV phase boundaries)
+PHASES = {"init": 10, "send": 11, "count_sync": 12, "verify": 13, "cumsum": 14, "reorder": 15}
+
+
+def split(total, parts, index):
+    """``[lo, hi)`` of part ``index`` when ``total`` items are split into ``parts`` contiguous ranges."""
+    return total * index // parts, total * (index + 1) // parts
+
+
+def _local(rank, block, word=0):
+    return address(rank, block, word)
+
+
+def _syncall(p, rank, lay, aivs, which, extra=0):
+    """Die-local barrier ``which`` (1 or 2) of this run: fetch-add, then poll the cumulative count."""
+    p.li(12, _local(rank, lay.CTRL, 0))
+    p.li(5, 1)
+    p.fadd(6, 12, 5)                          # arrive
+    p.li(14, _local(rank, lay.CTRL, 1))
+    p.lw(5, 14, 0)                            # the run's epoch
+    p.slli(5, 5, 1)
+    p.addi(5, 5, which - 2)                   # 2·(epoch - 1) + which
+    p.li(14, aivs)
+    p.mul(5, 5, 14)
+    if extra:
+        p.addi(5, 5, extra)
+    p.poll(6, 12, 5, "ge")                    # every AIV of the die arrived
+
+
+def dispatch_program(lay, *, rank, core, aivs, experts, broken=None):
+    """The program of AIV ``core`` on ``rank`` (see the module docstring).
+
+    ``broken`` selects a negative control (:data:`BROKEN`).
+
+    Raises
+    ------
+    ValueError
+        If ``epr`` is not a power of two (the expert → rank split is a shift).
+    """
+    check_int("aivs", aivs, 1)
+    check_int("experts", experts, 1)
+    check_choice("broken", broken, BROKEN)
+    epr = check_pow2("epr (experts per rank)", lay.epr)
+    sh = epr.bit_length() - 1
+    R, k, B = lay.ranks, lay.topk, lay.hidden_blocks
+    slots = lay.batch * k
+    tok_row = lay.route_blocks                 # the UBuf row tokens pass through
+    tok_addr = tok_row * 512
+    p = Program()
+
+    # --- 1. Init: routing into UBuf rows 0.. --------------------------------------------------
+    for r in range(lay.route_blocks):
+        p.li(12, r * 512)
+        p.li(14, _local(rank, lay.ROUTE + r))
+        p.ldb(12, 14, 0)
+    p.mark(PHASES["init"])
+
+    # --- 2. Token-Sending over slots [n0, n1) --------------------------------------------------
+    n0, n1 = split(slots, aivs, core)
+    t0, i0 = divmod(n0, k)
+    p.li(1, n0)
+    p.li(2, n1)
+    p.li(3, t0)
+    p.li(4, i0)
+    p.li(10, k)
+    p.li(13, tok_addr)
+    p.li(15, _local(rank, lay.X + t0 * B))
+    p.label("send")
+    p.bgeu(1, 2, "send_end")
+    p.add(12, 1, 1)                            # the element's byte offset 2n in the UBuf
+    p.andi(12, 12, 0x3FFFC)
+    p.ulw(5, 12, 0)
+    p.andi(12, 1, 1)
+    p.slli(12, 12, 4)
+    p.srl(5, 5, 12)
+    p.andi(5, 5, 0xFFFF)                       # e
+    p.mv(9, 5)
+    p.vcount(6, 0, 1, 9, "eq")                 # j = #{n' < n : E[n'] == e}
+    p.srli(12, 5, sh)
+    p.slli(12, 12, 24)                         # rank(e) << 24
+    p.andi(5, 5, epr - 1)                      # e_l
+    p.addi(5, 5, rank * epr)                   # region s·epr + e_l
+    p.li(14, lay.cap)
+    p.mul(5, 5, 14)
+    p.add(5, 5, 6)                             # + j
+    if B > 1:
+        p.li(14, B)
+        p.mul(5, 5, 14)
+    p.addi(5, 5, lay.RECV)
+    p.slli(5, 5, 9)
+    p.or_(14, 12, 5)                           # the token's first block on rank(e)
+    for b in range(B):
+        p.ldb(13, 15, b * 512)
+        p.stb(13, 14, b * 512)                 # posted; acked (stop-and-wait fences later)
+    p.addi(1, 1, 1)
+    p.addi(4, 4, 1)
+    p.bne(4, 10, "send")
+    p.mv(4, 0)
+    p.addi(3, 3, 1)
+    p.addi(15, 15, B * 512)
+    p.j("send")
+    p.label("send_end")
+    p.mark(PHASES["send"])
+
+    # --- 3. SendFlag & Count: experts [e0, e1) -------------------------------------------------
+    e0, e1 = split(experts, aivs, core)
+    p.li(2, slots)
+    for g in range(e0, e1, 3):
+        p.li(9, g)
+        p.li(10, g + 1)
+        p.li(11, g + 2)
+        p.vcount(6, 0, 2, 9, "eq")             # counts of experts g, g+1, g+2
+        for q in range(min(3, e1 - g)):
+            p.usw(6 + q, 0, tok_addr + 4 * (g - e0 + q))
+    p.fence()                                   # stop-and-wait: every token store acked
+    _syncall(p, rank, lay, aivs, 1, extra=int(broken == "syncall_one_short"))
+    p.li(14, _local(rank, lay.CTRL, 1))
+    p.lw(13, 14, 0)
+    p.slli(13, 13, 16)                          # epoch << 16
+    for e in range(e0, e1):
+        d, e_l = divmod(e, epr)
+        block, word = lay.word_at(lay.STATUS, e_l * R + rank)
+        p.ulw(5, 0, tok_addr + 4 * (e - e0))
+        p.or_(5, 5, 13)
+        p.li(14, address(d, block, word))
+        p.sw(5, 14, 0)
+    p.mark(PHASES["count_sync"])
+
+    # --- 4. Flag Verification of entries [q0, q1) of the own status window ---------------------
+    q0, q1 = split(R * epr, aivs, core)
+    for q in range(q0, q1):
+        if broken == "no_flag_wait":
+            break
+        block, word = lay.word_at(lay.STATUS, q)
+        p.li(14, _local(rank, block, word))
+        p.poll(6, 14, 13, "ge")                 # the flag carries this run's epoch
+    _syncall(p, rank, lay, aivs, 2)
+    p.mark(PHASES["verify"])
+
+    # --- 5. CalCumSum: tokens of the entries before q0 -----------------------------------------
+    p.mv(1, 0)
+    for q in range(q0):
+        block, word = lay.word_at(lay.STATUS, q)
+        p.li(14, _local(rank, block, word))
+        p.lw(5, 14, 0)
+        p.andi(5, 5, 0xFFFF)
+        p.add(1, 1, 5)
+    p.mark(PHASES["cumsum"])
+
+    # --- 6. Token-Reordering of entries [q0, q1) ----------------------------------------------
+    p.li(13, tok_addr)
+    for q in range(q0, q1):
+        e_l, src = divmod(q, R)
+        block, word = lay.word_at(lay.STATUS, q)
+        p.li(14, _local(rank, block, word))
+        p.lw(2, 14, 0)
+        p.andi(2, 2, 0xFFFF)                    # tokens of this entry
+        cblock, cword = lay.word_at(lay.COUNTS, q)
+        p.li(14, _local(rank, cblock, cword))
+        p.sw(2, 14, 0)
+        p.li(15, _local(rank, lay.recv_block(src, e_l, 0)))
+        p.slli(14, 1, 9)                        # OUT + offset·B_tok
+        if B > 1:
+            p.li(12, B)
+            p.mul(14, 14, 12)
+        p.li(12, _local(rank, lay.OUT))
+        p.add(14, 14, 12)
+        p.add(1, 1, 2)                          # running offset for the next entry
+        p.label(f"copy{q}")
+        p.beq(2, 0, f"copied{q}")
+        for b in range(B):
+            p.ldb(13, 15, b * 512)
+            p.stb(13, 14, b * 512)
+        p.addi(15, 15, B * 512)
+        p.addi(14, 14, B * 512)
+        p.addi(2, 2, -1)
+        p.j(f"copy{q}")
+        p.label(f"copied{q}")
+    p.fence()
+    p.mark(PHASES["reorder"])
+    p.halt()
+    return p

@@ -1,0 +1,117 @@
+"""Where dispatch/combine data lives in every rank's HBM and in an AIV's UBuf.
+
+Every rank has the same layout (DataBlock indices; one block = 512 B, of
+which the machine models ``data_bytes``). The receive address space is
+partitioned at initialisation (UBEP §4): senders store straight into the
+destination's ``RECV`` regions, no aggregation.
+
+==========  ==========================================================  ==============
+region      contents                                                    written by
+==========  ==========================================================  ==============
+``CTRL``    word 0: die-local SyncAll counter (cumulative); word 1:     kernel / host
+            the run's epoch (1, 2, ... — placed by the host)
+``ROUTE``   ``topk_idx``: BS·k expert ids, 16-bit, token-major           host (data)
+``X``       BS tokens × ``B_tok`` blocks                                 host (data)
+``STATUS``  ``R·epr`` words ``epoch << 16 | count``, entry ``e_l·R + s``  other ranks
+``RECV``    ``R·epr`` regions × ``cap`` tokens × ``B_tok`` blocks,       other ranks
+            region ``s·epr + e_l``, token ``j`` at ``+ j·B_tok``
+``OUT``     the dispatch output in CANN's order (≤ R·epr·cap tokens)    kernel
+``COUNTS``  ``R·epr`` words: tokens received per entry ``e_l·R + s``     kernel
+==========  ==========================================================  ==============
+
+A guard block (filled with a canary by the host) follows ``RECV`` and
+``OUT``; the checker verifies nobody wrote it. Words of a word-addressed
+region (``STATUS``, ``COUNTS``) are packed ``words_per_block`` (modelled
+words) to a block, so the layout works at any ``data_bytes``.
+"""
+
+from dataclasses import dataclass
+
+from ...hw.validate import check_int
+
+__all__ = ["Layout", "ELEMS_PER_ROW", "GUARD"]
+
+#: 16-bit routing elements per 512 B UBuf row (the vector unit's element width is 16)
+ELEMS_PER_ROW = 256
+#: canary word in guard blocks
+GUARD = 0x6A4D6A4D
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Block indices of every region for one configuration (see the module docstring)."""
+    ranks: int
+    epr: int
+    batch: int
+    topk: int
+    hidden_blocks: int
+    words: int
+    cap: int
+
+    def __post_init__(self):
+        for name in ("ranks", "epr", "batch", "topk", "hidden_blocks", "words", "cap"):
+            check_int(name, getattr(self, name), 1)
+
+    @property
+    def entries(self):
+        """Status/count entries per rank: ``R · epr``."""
+        return self.ranks * self.epr
+
+    @property
+    def route_blocks(self):
+        return -(-(self.batch * self.topk) // ELEMS_PER_ROW)
+
+    def _word_blocks(self, n):
+        return -(-n // self.words)
+
+    # region starts, in order
+    CTRL = 0
+
+    @property
+    def ROUTE(self):
+        return 1
+
+    @property
+    def X(self):
+        return self.ROUTE + self.route_blocks
+
+    @property
+    def STATUS(self):
+        return self.X + self.batch * self.hidden_blocks
+
+    @property
+    def RECV(self):
+        return self.STATUS + self._word_blocks(self.entries)
+
+    @property
+    def recv_blocks(self):
+        return self.entries * self.cap * self.hidden_blocks
+
+    @property
+    def RECV_GUARD(self):
+        return self.RECV + self.recv_blocks
+
+    @property
+    def OUT(self):
+        return self.RECV_GUARD + 1
+
+    @property
+    def OUT_GUARD(self):
+        return self.OUT + self.recv_blocks
+
+    @property
+    def COUNTS(self):
+        return self.OUT_GUARD + 1
+
+    @property
+    def blocks(self):
+        """Blocks the layout needs (``hbm_blocks`` must be at least this, a power of two)."""
+        return self.COUNTS + self._word_blocks(self.entries)
+
+    def recv_block(self, s, e_l, j, b=0):
+        """Block of token ``j``, block ``b`` of the region of (source ``s``, local expert ``e_l``)."""
+        return self.RECV + ((s * self.epr + e_l) * self.cap + j) * self.hidden_blocks + b
+
+    def word_at(self, region, n):
+        """``(block, word)`` of word ``n`` of a word-addressed region starting at block ``region``."""
+        return region + n // self.words, n % self.words

@@ -1,0 +1,89 @@
+"""The ``dispatch`` kernel (sw/kernels/dispatch.py, sw/ubep/cann.py): CANN EP's BSP dispatch."""
+
+import functools
+
+import numpy as np
+import pytest
+
+from epfabric.sim.backends.machine import backend
+from epfabric.sw.kernels import KERNELS, run_kernel
+from epfabric.sw.machine import Machine, WatchdogTimeout
+from epfabric.sw.ubep.cann import PHASES
+
+K = KERNELS["dispatch"]
+#: the smallest case with remote traffic both ways, more than one expert per rank and two AIVs
+SMALL = {"batch": 4, "topk": 2, "experts": 4}
+SHAPE = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=2)
+
+
+@functools.lru_cache(maxsize=None)
+def outcome(simulator):
+    result, reports = run_kernel(K, backend(simulator), params=SMALL, **SHAPE)
+    report = reports[0]
+    return result, report.trace, report.counters
+
+
+def test_dispatch_is_bit_exact_with_every_phase_marked():
+    result, trace, _ = outcome("pysim")
+    assert result["correct"], result["problems"]
+    run = result["runs"][0]
+    assert sum(run["tokens_received"]) == 2 * 4 * 2            # every slot exactly once
+    assert set(run["phases"]) == {"0.0", "0.1", "1.0", "1.1"}
+    for times in run["phases"].values():
+        assert list(times) == list(PHASES)                      # in phase order
+        assert list(times.values()) == sorted(times.values())
+
+
+def test_same_cycles_memory_and_traces_on_every_simulator(simulator):
+    ref = outcome("pysim")
+    got = outcome(simulator)
+    assert got[0]["correct"], got[0]["problems"]
+    assert got[0]["runs"][0]["cycles"] == ref[0]["runs"][0]["cycles"]
+    assert got[1] == ref[1] and got[2] == ref[2]
+
+
+def test_the_checker_sees_a_wrong_token():
+    m = Machine(backend=backend("pysim"), config=K.configs("tiny", SHAPE["topology"], 2, SMALL)[0])
+    params = K.resolve_params(SMALL)
+    w = K.load(m, params)
+    report = m.run(100_000)
+    assert K.check(m, report, w)["correct"]
+    w.x[1][2][0][3] ^= np.uint64(1)                             # what rank 1 token 2 holds
+    verdict = K.check(m, report, w)
+    assert not verdict["correct"] and "OUT token" in verdict["problems"][0]
+
+
+def test_a_reorder_that_does_not_wait_for_the_flags_is_caught():
+    """On cm384 the flags take 218 ns to the other die: a reorder that does not wait reads counts of 0."""
+    result, _ = run_kernel(K, backend("pysim"), params={**SMALL, "broken": "no_flag_wait"},
+                           **{**SHAPE, "preset": "cm384"})
+    assert not result["correct"]
+    assert any("COUNTS" in p or "OUT token" in p for p in result["problems"])
+
+
+def test_a_syncall_waiting_for_one_core_too_many_hangs_and_the_watchdog_says_where():
+    with pytest.raises(WatchdogTimeout, match="waits on address 0x0.000000 .rank 0 block 0 word 0"):
+        run_kernel(K, backend("pysim"), params={**SMALL, "broken": "syncall_one_short"},
+                   max_cycles=3000, **SHAPE)
+
+
+def test_programs_do_not_depend_on_the_data():
+    cfg = K.configs("tiny", SHAPE["topology"], 2, SMALL)[0]
+    programs = []
+    for seed in (1, 2):
+        m = Machine(backend=backend("pysim"), config=cfg)
+        K.load(m, K.resolve_params({**SMALL, "seed": seed}))
+        programs.append(dict(m._programs))
+    assert programs[0] == programs[1]
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"system": "deepep"}, "system must be one of cann, not 'deepep'"),
+    ({"experts": 6}, r"epr \(experts per rank\) must be a power of two, not 3"),
+    ({"experts": 5}, r"experts \(5\) must be a multiple of ranks \(2\)"),
+    ({"topk": 9}, r"topk must be in \[1, 4\], not 9"),
+    ({"broken": "nope"}, "broken must be one of None, no_flag_wait, syncall_one_short"),
+])
+def test_bad_parameters_are_named(params, message):
+    with pytest.raises(ValueError, match=message):
+        K.configs("tiny", SHAPE["topology"], 2, {**SMALL, **params})
