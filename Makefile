@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.epfabric-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-slow run demo fig6 reproduce figures bench fabric-speed verilog lint clean
+.PHONY: help setup test test-slow run demo fig6 reproduce figures bench fabric-speed verilog lint synth clean
 RESULTS ?= results
 
 help: ## list the targets
@@ -49,6 +49,9 @@ fabric-speed: $(STAMP) ## cycles/s of the 32-rank cm384 fabric under uniform tra
 
 verilog: $(STAMP) ## write Verilog for every registered component to build/verilog/
 	$(VENV)/bin/epfabric verilog --all -o build/verilog
+
+synth: $(STAMP) ## synthesis of every component + fpga_die at 1/2/4 AIVs (ECP5): build/synth/ecp5.csv and .md
+	$(VENV)/bin/epfabric synth --all --target ecp5
 
 lint: verilog ## verilator --lint-only -Wall on every registered component
 	$(PY) -m epfabric.sim.verilog.lint build/verilog
