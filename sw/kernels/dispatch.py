@@ -1,9 +1,14 @@
-"""``dispatch``: MoE token dispatch, CANN EP's BSP baseline (``system="cann"``), checked bit-exact.
+"""``dispatch``: MoE token dispatch — CANN EP's BSP baseline or UBEP's decomposed kernel — bit-exact.
 
 Each rank sends every token to the ranks of its k experts; each rank ends
 with the tokens it received in CANN's order (local expert, source rank, slot
 j) in ``OUT`` and the per-(expert, source) counts in ``COUNTS``
-(KERNELS.md §1.2). The program is :mod:`epfabric.sw.ubep.cann`; the inputs
+(KERNELS.md §1.2). The programs are :mod:`epfabric.sw.ubep.cann`
+(``system="cann"``: raw blocks, stop-and-wait, SyncAll) and
+:mod:`epfabric.sw.ubep.ubep` (``system="ubep"``: T-AIVs and a CalCumSum
+group of ``cumsum_aivs``, topology-aware mapping, Token-Flag Fusion, no
+SyncAll); both give the same ``OUT`` — with TFF the first four words of
+every block are its header instead of payload. The inputs
 (:class:`~epfabric.sw.ubep.workload.Workload`) are data the host places; the
 checker compares every rank's ``OUT`` and ``COUNTS`` with
 :mod:`epfabric.sw.ubep.reference`, checks the guard blocks and reports
@@ -18,6 +23,7 @@ import numpy as np
 from ..config import MachineConfig
 from ..isa import address
 from ..presets import get_preset
+from ..ubep import ubep
 from ..ubep.cann import BROKEN, PHASES, dispatch_program
 from ..ubep.layout import GUARD, Layout
 from ..ubep.reference import counts, dispatch_out
@@ -26,7 +32,9 @@ from . import Kernel, pow2_at_least, register
 
 __all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times"]
 
-SYSTEMS = ("cann",)
+SYSTEMS = ("cann", "ubep")
+#: UBEP's header words at the front of every block (TFF): the rest is payload
+HEADER_WORDS = 4
 
 
 def layout_of(config, params):
@@ -36,13 +44,32 @@ def layout_of(config, params):
                   words=config.words_per_block, cap=params["batch"])
 
 
-def phase_times(report, aivs):
+def phase_times(report, aivs, system="cann"):
     """``{(rank, core): {phase: cycle}}`` from the MARK trace (cycles since start)."""
-    names = {v: k for k, v in PHASES.items()}
+    names = {v: k for k, v in (PHASES if system == "cann" else ubep.EVENTS).items()}
     out = {}
     for t in report.trace:
         if t["event"] in names:
             out.setdefault((t["rank"], t["core"]), {})[names[t["event"]]] = t["cycle"]
+    return out
+
+
+def cumsum_aivs(config, params):
+    """UBEP's CalCumSum group size: the parameter, or App. A's fit (:func:`~epfabric.sw.ubep.ubep.default_cumsum_aivs`)."""
+    if params.get("cumsum_aivs") is not None:
+        return params["cumsum_aivs"]
+    return ubep.default_cumsum_aivs(config.aivs_per_die, params["experts"], params["topk"],
+                                    params["batch"])
+
+
+def with_headers(w, d, rows, epoch):
+    """``rows`` (rank ``d``'s expected OUT) with UBEP's TFF header in words 0..3 of every block."""
+    from ..ubep.reference import dispatch_order
+    out = rows.copy()
+    for p, (s, t, i) in enumerate(dispatch_order(w)[d]):
+        e = int(w.topk_idx[s][t, i])
+        for b in range(w.hidden_blocks):
+            out[p, b, :HEADER_WORDS] = [ubep.TFF_TAG | epoch, s << 16 | t, e << 8 | i, b]
     return out
 
 
@@ -52,7 +79,7 @@ class Dispatch(Kernel):
     name = "dispatch"
     description = "MoE token dispatch (CANN EP's BSP kernel), checked bit-exact against numpy"
     params = {"system": "cann", "batch": 32, "topk": 8, "experts": 32, "hidden_blocks": 1,
-              "seed": 0, "hot": 0, "broken": None}
+              "seed": 0, "hot": 0, "broken": None, "cumsum_aivs": None}
     default_preset = "cm384"
     default_aivs = (4,)
     default_max_cycles = 2_000_000
@@ -69,7 +96,22 @@ class Dispatch(Kernel):
         if p["broken"] not in BROKEN:
             raise ValueError(f"broken must be one of {', '.join(map(str, BROKEN))}, "
                              f"not {p['broken']!r}")
+        if p["broken"] and p["system"] != "cann":
+            raise ValueError("broken variants are negative controls of system='cann'")
         return p
+
+    def programs(self, config, params):
+        """``{(rank, core): Program}`` of a run."""
+        lay = layout_of(config, params)
+        a = config.aivs_per_die
+        if params["system"] == "cann":
+            return {(r, c): dispatch_program(lay, rank=r, core=c, aivs=a,
+                                             experts=params["experts"], broken=params["broken"])
+                    for r in range(config.ranks) for c in range(a)}
+        C = cumsum_aivs(config, params)
+        return {(r, c): ubep.dispatch_program(lay, rank=r, core=c, aivs=a,
+                                              experts=params["experts"], cumsum_aivs=C)
+                for r in range(config.ranks) for c in range(a)}
 
     def configs(self, preset, topology=None, aivs=None, params=None):
         params = self.resolve_params(params)
@@ -83,12 +125,12 @@ class Dispatch(Kernel):
                      experts=params["experts"], hidden_blocks=params["hidden_blocks"],
                      hot=params["hot"])           # the parameters fit this shape (else: named error)
             lay = layout_of(shape, params)
-            longest = max(len(dispatch_program(lay, rank=r, core=c, aivs=a,
-                                               experts=params["experts"]))
-                          for r in range(shape.ranks) for c in range(a))
+            longest = max(len(prog) for prog in self.programs(shape, params).values())
+            # the same hardware for both systems (one build serves a comparison)
+            rows = max(lay.route_blocks + 1, ubep.ubuf_rows_needed(lay, params["experts"]))
             out.append(MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
                                      lanes=16, hbm_blocks=pow2_at_least(lay.blocks),
-                                     ubuf_rows=pow2_at_least(lay.route_blocks + 1),
+                                     ubuf_rows=pow2_at_least(rows),
                                      imem_depth=pow2_at_least(longest),
                                      trace_depth=max(64, pow2_at_least(len(PHASES) * shape.cores))))
         return out
@@ -116,19 +158,17 @@ class Dispatch(Kernel):
             machine.write_mem(r, address(0, lay.CTRL, 1), [1])                 # epoch 1
             for guard in (lay.RECV_GUARD, lay.OUT_GUARD):
                 machine.write_mem(r, address(0, guard), [GUARD] * wpb)
-            for c in range(cfg.aivs_per_die):
-                machine.load_program(r, c, dispatch_program(lay, rank=r, core=c,
-                                                            aivs=cfg.aivs_per_die,
-                                                            experts=params["experts"],
-                                                            broken=params["broken"]))
+        for (r, c), prog in self.programs(cfg, params).items():
+            machine.load_program(r, c, prog)
         # read back only what the checker reads (a word per cycle: the rest would dominate)
         most = max(len(rows) for rows in dispatch_out(w)[0])
         machine.read_back([(lay.RECV_GUARD, 1), (lay.OUT, max(1, most * w.hidden_blocks)),
                            (lay.OUT_GUARD, 1), (lay.COUNTS, lay.blocks - lay.COUNTS)])
-        return w
+        return w, params
 
     def check(self, machine, report, inputs):
-        w = inputs
+        w, params = inputs
+        system = params["system"]
         cfg = machine.config
         lay = layout_of(cfg, {"experts": w.experts, "batch": w.batch, "topk": w.topk,
                               "hidden_blocks": w.hidden_blocks})
@@ -140,8 +180,9 @@ class Dispatch(Kernel):
             rows = len(out[d])
             got = np.array(machine.read_mem(d, address(0, lay.OUT), rows * w.hidden_blocks * 128)
                            ).reshape(rows, w.hidden_blocks, 128)[:, :, :wpb] if rows else None
-            if rows and not np.array_equal(got, out[d]):
-                bad = int(np.flatnonzero((got != out[d]).any(axis=(1, 2)))[0])
+            want_out = out[d] if system == "cann" else with_headers(w, d, out[d], epoch=1)
+            if rows and not np.array_equal(got, want_out):
+                bad = int(np.flatnonzero((got != want_out).any(axis=(1, 2)))[0])
                 problems.append(f"rank {d}: OUT token {bad} of {rows} differs from numpy")
             want = [int(cnt[d, e_l, s]) for e_l in range(w.epr) for s in range(cfg.ranks)]
             words = []
@@ -155,13 +196,19 @@ class Dispatch(Kernel):
                     problems.append(f"rank {d}: guard block {guard} was overwritten")
         if report.trace_dropped:
             problems.append(f"the MARK trace dropped {report.trace_dropped} events")
-        phases = phase_times(report, cfg.aivs_per_die)
-        if len(phases) != cfg.cores or any(len(v) != len(PHASES) for v in phases.values()):
+        phases = phase_times(report, cfg.aivs_per_die, system)
+        if system == "cann":
+            want_phases = {key: len(PHASES) for key in phases}
+        else:
+            n_tok = cfg.aivs_per_die - cumsum_aivs(cfg, params)
+            want_phases = {key: len(ubep.PHASES_T if key[1] < n_tok else ubep.PHASES_C)
+                           for key in phases}
+        if len(phases) != cfg.cores or any(len(v) != want_phases[key] for key, v in phases.items()):
             problems.append(f"{len(phases)} of {cfg.cores} AIVs reported all phases")
         preset = machine.preset
         latency_ns = report.ns
         per_aiv = {f"{r}.{c}": v for (r, c), v in sorted(phases.items())}
-        return {"correct": not problems, "problems": problems, "system": "cann",
+        return {"correct": not problems, "problems": problems, "system": system,
                 "tokens_received": [len(o) for o in out], "recv_count": recv.tolist(),
                 "latency_us": latency_ns / 1000,
                 "bandwidth_gbps": w.bytes_moved() / latency_ns if latency_ns else None,

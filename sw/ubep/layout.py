@@ -17,6 +17,9 @@ region      contents                                                    written 
             region ``s·epr + e_l``, token ``j`` at ``+ j·B_tok``
 ``OUT``     the dispatch output in CANN's order (≤ R·epr·cap tokens)    kernel
 ``COUNTS``  ``R·epr`` words: tokens received per entry ``e_l·R + s``     kernel
+``CNT``     UBEP: ``R·epr`` words ``epoch << 16 | count``, entry          other ranks'
+            ``e_l·R + s`` (TokenCnt, point to point)                     C-AIVs
+``OFFS``    UBEP: ``R·epr`` words ``epoch << 16 | offset`` into ``OUT``   own C-AIVs
 ==========  ==========================================================  ==============
 
 A guard block (filled with a canary by the host) follows ``RECV`` and
@@ -104,9 +107,17 @@ class Layout:
         return self.OUT_GUARD + 1
 
     @property
+    def CNT(self):
+        return self.COUNTS + self._word_blocks(self.entries)
+
+    @property
+    def OFFS(self):
+        return self.CNT + self._word_blocks(self.entries)
+
+    @property
     def blocks(self):
         """Blocks the layout needs (``hbm_blocks`` must be at least this, a power of two)."""
-        return self.COUNTS + self._word_blocks(self.entries)
+        return self.OFFS + self._word_blocks(self.entries)
 
     def recv_block(self, s, e_l, j, b=0):
         """Block of token ``j``, block ``b`` of the region of (source ``s``, local expert ``e_l``)."""

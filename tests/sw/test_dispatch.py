@@ -17,8 +17,9 @@ SHAPE = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=2)
 
 
 @functools.lru_cache(maxsize=None)
-def outcome(simulator):
-    result, reports = run_kernel(K, backend(simulator), params=SMALL, **SHAPE)
+def outcome(simulator, system="cann"):
+    result, reports = run_kernel(K, backend(simulator), params={**SMALL, "system": system},
+                                 **SHAPE)
     report = reports[0]
     return result, report.trace, report.counters
 
@@ -34,9 +35,10 @@ def test_dispatch_is_bit_exact_with_every_phase_marked():
         assert list(times.values()) == sorted(times.values())
 
 
-def test_same_cycles_memory_and_traces_on_every_simulator(simulator):
-    ref = outcome("pysim")
-    got = outcome(simulator)
+@pytest.mark.parametrize("system", ["cann", "ubep"])
+def test_same_cycles_memory_and_traces_on_every_simulator(simulator, system):
+    ref = outcome("pysim", system)
+    got = outcome(simulator, system)
     assert got[0]["correct"], got[0]["problems"]
     assert got[0]["runs"][0]["cycles"] == ref[0]["runs"][0]["cycles"]
     assert got[1] == ref[1] and got[2] == ref[2]
@@ -45,11 +47,11 @@ def test_same_cycles_memory_and_traces_on_every_simulator(simulator):
 def test_the_checker_sees_a_wrong_token():
     m = Machine(backend=backend("pysim"), config=K.configs("tiny", SHAPE["topology"], 2, SMALL)[0])
     params = K.resolve_params(SMALL)
-    w = K.load(m, params)
+    inputs = K.load(m, params)
     report = m.run(100_000)
-    assert K.check(m, report, w)["correct"]
-    w.x[1][2][0][3] ^= np.uint64(1)                             # what rank 1 token 2 holds
-    verdict = K.check(m, report, w)
+    assert K.check(m, report, inputs)["correct"]
+    inputs[0].x[1][2][0][5] ^= np.uint64(1)                     # what rank 1 token 2 holds
+    verdict = K.check(m, report, inputs)
     assert not verdict["correct"] and "OUT token" in verdict["problems"][0]
 
 
@@ -78,7 +80,9 @@ def test_programs_do_not_depend_on_the_data():
 
 
 @pytest.mark.parametrize("params, message", [
-    ({"system": "deepep"}, "system must be one of cann, not 'deepep'"),
+    ({"system": "deepep"}, "system must be one of cann, ubep, not 'deepep'"),
+    ({"system": "ubep", "cumsum_aivs": 2}, r"cumsum_aivs must be in \[1, 1\], not 2"),
+    ({"system": "ubep", "broken": "no_flag_wait"}, "negative controls of system='cann'"),
     ({"experts": 6}, r"epr \(experts per rank\) must be a power of two, not 3"),
     ({"experts": 5}, r"experts \(5\) must be a multiple of ranks \(2\)"),
     ({"topk": 9}, r"topk must be in \[1, 4\], not 9"),
@@ -87,3 +91,34 @@ def test_programs_do_not_depend_on_the_data():
 def test_bad_parameters_are_named(params, message):
     with pytest.raises(ValueError, match=message):
         K.configs("tiny", SHAPE["topology"], 2, {**SMALL, **params})
+
+
+def test_ubep_delivers_what_cann_delivers():
+    """Same input, same OUT payload and counts; UBEP's blocks carry a TFF header in words 0..3."""
+    machines = {}
+    for system in ("cann", "ubep"):
+        params = K.resolve_params({**SMALL, "system": system})
+        m = Machine(backend=backend("pysim"), config=K.configs("tiny", SHAPE["topology"], 2,
+                                                               params)[0])
+        inputs = K.load(m, params)
+        report = m.run(100_000)
+        assert K.check(m, report, inputs)["correct"]
+        machines[system] = (m, inputs[0])
+    (cann, w), (ub, _) = machines["cann"], machines["ubep"]
+    from epfabric.sw.ubep.layout import Layout
+    from epfabric.sw.kernels.dispatch import layout_of
+    lay = layout_of(cann.config, K.resolve_params(SMALL))
+    for d in range(2):
+        n = 2 * 4 * 2 // 2 * 2                                   # every rank's words to compare
+        a = np.array(cann.read_mem(d, lay.OUT << 9, 4 * 128)).reshape(4, 128)
+        b = np.array(ub.read_mem(d, lay.OUT << 9, 4 * 128)).reshape(4, 128)
+        assert np.array_equal(a[:, 4:], b[:, 4:]) and not np.array_equal(a[:, :4], b[:, :4])
+        assert n and cann.read_mem(d, lay.COUNTS << 9, 4) == ub.read_mem(d, lay.COUNTS << 9, 4)
+
+
+def test_ubep_mapper_pieces():
+    from epfabric.sw.ubep.ubep import default_cumsum_aivs, transposition
+    assert transposition(8, 3) == [0, 3, 6, 1, 4, 7, 2, 5]      # 3 x 3 matrix, one padding cell
+    assert sorted(transposition(32, 7)) == list(range(32))
+    assert default_cumsum_aivs(8, 32, 8, 32) == 1                # App. A: E/(k.BS) small -> 1
+    assert default_cumsum_aivs(48, 256, 8, 8) == 24              # large E/(k.BS): clamped to A/2

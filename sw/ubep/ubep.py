@@ -1,0 +1,380 @@
+"""UBEP's dispatch: the decomposed kernel (KERNELS.md §1.5–1.7; UBEP §3.2–3.4, Algorithm 1).
+
+The A AIVs of a die split into ``n_token = A − C`` token-sending AIVs
+(T-AIVs) and a CalCumSum group of ``C`` (C-AIVs); no SyncAll, no fence, no
+status flags: every dependency is point to point.
+
+**T-AIV a** (MARKs ``init``, ``send``, ``reorder``):
+
+1. Init — load the routing (twice: a working copy it consumes), count every
+   expert with ``vcount eq`` (three per instruction), and build in its UBuf
+   the inclusive prefix sums ``Cum'`` of the counts in *remapped* order
+   ``π`` and the table ``π`` itself. ``π`` is the logical transposition of
+   UBEP §3.3: expert ids written row-major into an ``n_token × ⌈E/n_token⌉``
+   matrix, read column-major, so consecutive positions stride across ranks
+   and boards and every contiguous slice mixes one-hop and two-hop
+   destinations (topology-aware mapping). ``vlut`` is not needed: the
+   counts go to their remapped positions at generation time (the fallback
+   of KERNELS.md §1.6).
+2. Token-Sending over slice ``a`` of the remapped slot sequence, cut into
+   ``n_token`` slices of ``⌈BS·k / n_token⌉`` slots. The slice's first
+   expert is ``#{p : Cum'[p] ≤ T_a}`` — one ``vcount le`` — and its offset
+   ``T_a − Cum'[p − 1]`` (the mapper). Walking the slice: ``vfind eq`` finds
+   the next slot of expert ``x`` in the working copy, clears it, and the
+   slot's token goes to slot ``j = off`` of ``RECV[s][e_l]`` on rank ``x's``
+   — ``off`` counts up within the expert, so ``j`` needs no prefix compare.
+   Every block is Token-Flag Fused: words 0–3 of the flag field carry
+   ``0x0D0D0000 | epoch``, ``s << 16 | t``, ``x << 8 | i`` and the block
+   index, then one atomic 512 B ``stb`` (posted; never fenced).
+3. Reordering — its share of the pairs ``(e_l, s')`` (``(e_l·R + s') mod A
+   == index``): poll the pair's count (``CNT``, from the source's C-AIVs)
+   and offset (``OFFS``, from this die's C-AIVs), then per token block poll
+   its flag word for this epoch, ``ldb`` and ``stb`` it to ``OUT``.
+
+**C-AIV c** (MARKs ``init``, ``count``, ``cumsum``, ``reorder``):
+
+1. TokenCnt — for its experts ``[c·E/C, (c+1)·E/C)``: ``vcount eq`` and one
+   posted word ``epoch << 16 | count`` to ``CNT[e_l·R + s]`` on the expert's
+   rank (counts depend only on routing: no barrier).
+2. CalCumSum — for its local experts: poll ``CNT`` of every entry before
+   them (the prefix), then for ``s' = 0 … R−1`` poll, publish
+   ``OFFS[e_l·R + s'] = epoch << 16 | prefix`` and add — pipelined.
+3. Reordering like a T-AIV, with index ``n_token + c``.
+
+Counts, offsets and flags are epoch-tagged (the run's epoch is the host's
+``CTRL`` word 1), so runs follow each other with no reset. Programs depend
+on the configuration only.
+"""
+
+from ...hw.validate import check_int, check_pow2
+from ..assembler import Program
+from ..isa import address
+from .cann import split
+
+__all__ = ["dispatch_program", "transposition", "default_cumsum_aivs", "PHASES_T", "PHASES_C",
+           "TFF_TAG", "EVENTS"]
+
+#: MARK events (shared ids: init 10, send 11, reorder 15; count 16, cumsum 14)
+EVENTS = {"init": 10, "send": 11, "count": 16, "cumsum": 14, "reorder": 15}
+PHASES_T = ("init", "send", "reorder")
+PHASES_C = ("init", "count", "cumsum", "reorder")
+#: the TFF flag word: 0x0D0D << 16 | epoch (UBEP Fig. 6a "F == 0x0d0d", plus an epoch)
+TFF_TAG = 0x0D0D0000
+
+
+def transposition(experts, n_token):
+    """``π``: remapped position → expert id (row-major fill of n_token × ⌈E/n_token⌉, column-major read)."""
+    check_int("experts", experts, 1)
+    check_int("n_token", n_token, 1)
+    cols = -(-experts // n_token)
+    order = []
+    for col in range(cols):
+        for row in range(n_token):
+            e = row * cols + col
+            if e < experts:               # padding cells are skipped
+                order.append(e)
+    return order
+
+
+def default_cumsum_aivs(aivs, experts, topk, batch):
+    """UBEP App. A's fit ``C ≈ A·E / (3·k·BS)``, clamped to ``[1, max(1, A // 2)]`` (KERNELS.md §1.5)."""
+    c = round(aivs * experts / (3 * topk * batch))
+    return max(1, min(max(1, aivs // 2), c))
+
+
+def _local(rank, block, word=0):
+    return address(rank, block, word)
+
+
+def _elem(p, rd, base, idx, tmp):
+    """``rd = `` 16-bit element ``idx`` (a register) of the UBuf vector at byte address ``base``."""
+    p.add(tmp, idx, idx)
+    p.andi(tmp, tmp, 0x3FFFC)
+    p.addi(tmp, tmp, base)
+    p.ulw(rd, tmp, 0)
+    p.andi(tmp, idx, 1)
+    p.slli(tmp, tmp, 4)
+    p.srl(rd, rd, tmp)
+    p.andi(rd, rd, 0xFFFF)
+
+
+def _clear(p, base, idx, t1, t2, t3, t4):
+    """Set 16-bit element ``idx`` of the UBuf vector at ``base`` to 0xFFFF (no expert matches it)."""
+    p.add(t1, idx, idx)
+    p.andi(t1, t1, 0x3FFFC)
+    p.addi(t1, t1, base)
+    p.ulw(t2, t1, 0)
+    p.andi(t3, idx, 1)
+    p.slli(t3, t3, 4)
+    p.li(t4, 0xFFFF)
+    p.sll(t4, t4, t3)
+    p.or_(t2, t2, t4)
+    p.usw(t2, t1, 0)
+
+
+def _epoch(p, rank, lay, rd, shift):
+    p.li(rd, _local(rank, lay.CTRL, 1))
+    p.lw(rd, rd, 0)
+    if shift:
+        p.slli(rd, rd, shift)
+
+
+class _Rows:
+    """UBuf byte addresses of the regions a UBEP AIV keeps (one 512 B row = 256 elements)."""
+
+    def __init__(self, lay, experts):
+        self.route = 0
+        self.copy = lay.route_blocks * 512
+        after = 2 * lay.route_blocks
+        self.cum = after * 512
+        self.pi = (after + 1) * 512
+        self.consts = (after + 2) * 512           # word 0: the TFF flag word of this epoch
+        self.scratch = (after + 3) * 512           # counts, one word per expert
+        self.scratch_rows = -(-experts // 128)
+        self.tok = (after + 3 + self.scratch_rows) * 512
+        self.rows = after + 4 + self.scratch_rows
+
+
+def ubuf_rows_needed(lay, experts):
+    return _Rows(lay, experts).rows
+
+
+def _reorder(p, lay, rank, aivs, index, rows):
+    """Poll and copy this AIV's share of the (e_l, s') pairs into OUT."""
+    R, B = lay.ranks, lay.hidden_blocks
+    _epoch(p, rank, lay, 13, 16)                  # r13 = epoch << 16 (CNT/OFFS tags)
+    p.li(12, TFF_TAG)
+    _epoch(p, rank, lay, 11, 0)
+    p.or_(12, 12, 11)                             # r12 = the TFF flag word of this epoch
+    p.li(10, rows.tok)
+    for q in range(lay.entries):
+        if q % aivs != index:
+            continue
+        e_l, src = divmod(q, R)
+        cb, cw = lay.word_at(lay.CNT, q)
+        p.li(14, _local(rank, cb, cw))
+        p.poll(2, 14, 13, "ge")                    # the count of (e_l, src) is in
+        p.andi(2, 2, 0xFFFF)
+        ob, ow = lay.word_at(lay.OFFS, q)
+        p.li(14, _local(rank, ob, ow))
+        p.poll(1, 14, 13, "ge")                    # and its offset in OUT
+        p.andi(1, 1, 0xFFFF)
+        kb, kw = lay.word_at(lay.COUNTS, q)
+        p.li(14, _local(rank, kb, kw))
+        p.sw(2, 14, 0)
+        p.li(15, _local(rank, lay.recv_block(src, e_l, 0)))
+        p.slli(14, 1, 9)
+        if B > 1:
+            p.li(11, B)
+            p.mul(14, 14, 11)
+        p.li(11, _local(rank, lay.OUT))
+        p.add(14, 14, 11)
+        p.label(f"copy{q}")
+        p.beq(2, 0, f"copied{q}")
+        for _b in range(B):
+            p.poll(11, 15, 12, "eq")               # Data-as-Flag: this block has arrived
+            p.ldb(10, 15, 0)
+            p.stb(10, 14, 0)
+            p.addi(15, 15, 512)
+            p.addi(14, 14, 512)
+        p.addi(2, 2, -1)
+        p.j(f"copy{q}")
+        p.label(f"copied{q}")
+    p.fence()
+    p.mark(EVENTS["reorder"])
+
+
+def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs):
+    """The UBEP program of AIV ``core`` on ``rank`` (module docstring).
+
+    Raises
+    ------
+    ValueError
+        On a group size outside ``[1, aivs - 1]`` or a non-power-of-two
+        ``epr`` or ``topk`` (the expert → rank and slot → token splits are
+        shifts).
+    """
+    check_int("aivs", aivs, 2)
+    C = check_int("cumsum_aivs", cumsum_aivs, 1, aivs - 1)
+    epr = check_pow2("epr (experts per rank)", lay.epr)
+    k = check_pow2("topk", lay.topk)
+    n_tok = aivs - C
+    R, B = lay.ranks, lay.hidden_blocks
+    S = lay.batch * k
+    sh_e, sh_k = epr.bit_length() - 1, k.bit_length() - 1
+    rows = _Rows(lay, experts)
+    p = Program()
+    for r in range(lay.route_blocks):              # the routing, into rows 0..
+        p.li(12, rows.route + r * 512)
+        p.li(14, _local(rank, lay.ROUTE + r))
+        p.ldb(12, 14, 0)
+
+    if core >= n_tok:                              # ---------------- a C-AIV ------------------
+        c = core - n_tok
+        p.mark(EVENTS["init"])
+        _epoch(p, rank, lay, 13, 16)
+        e0, e1 = split(experts, C, c)
+        p.li(2, S)
+        for g in range(e0, e1, 3):
+            p.li(9, g)
+            p.li(10, g + 1)
+            p.li(11, g + 2)
+            p.vcount(6, 0, 2, 9, "eq")             # counts of experts g, g+1, g+2
+            for q in range(min(3, e1 - g)):
+                d, e_l = divmod(g + q, epr)
+                cb, cw = lay.word_at(lay.CNT, e_l * R + rank)
+                p.or_(5, 6 + q, 13)
+                p.li(14, address(d, cb, cw))
+                p.sw(5, 14, 0)                     # posted, no fence: point to point
+        p.mark(EVENTS["count"])
+        l0, l1 = split(epr, C, c)
+        p.mv(1, 0)                                 # the prefix: tokens before (l0, 0)
+        for q in range(l0 * R):
+            cb, cw = lay.word_at(lay.CNT, q)
+            p.li(14, _local(rank, cb, cw))
+            p.poll(5, 14, 13, "ge")
+            p.andi(5, 5, 0xFFFF)
+            p.add(1, 1, 5)
+        for q in range(l0 * R, l1 * R):
+            cb, cw = lay.word_at(lay.CNT, q)
+            p.li(14, _local(rank, cb, cw))
+            p.poll(5, 14, 13, "ge")
+            p.andi(5, 5, 0xFFFF)
+            p.or_(6, 1, 13)
+            ob, ow = lay.word_at(lay.OFFS, q)
+            p.li(14, _local(rank, ob, ow))
+            p.sw(6, 14, 0)                         # publish as soon as known
+            p.add(1, 1, 5)
+        p.mark(EVENTS["cumsum"])
+        _reorder(p, lay, rank, aivs, core, rows)
+        p.halt()
+        return p
+
+    # ------------------------------------------------ a T-AIV ------------------------------------
+    a = core
+    for r in range(lay.route_blocks):              # the working copy the walk consumes
+        p.li(12, rows.copy + r * 512)
+        p.li(14, _local(rank, lay.ROUTE + r))
+        p.ldb(12, 14, 0)
+    p.li(2, S)
+    for g in range(0, experts, 3):                 # every expert's count, original order
+        p.li(9, g)
+        p.li(10, g + 1)
+        p.li(11, g + 2)
+        p.vcount(6, 0, 2, 9, "eq")
+        for q in range(min(3, experts - g)):
+            p.usw(6 + q, 0, rows.scratch + 4 * (g + q))
+    pi = transposition(experts, n_tok)
+    p.mv(1, 0)
+    for pos, e in enumerate(pi):                   # Cum' = inclusive prefix in π order
+        p.ulw(5, 0, rows.scratch + 4 * e)
+        p.add(1, 1, 5)
+        if pos % 2 == 0:
+            p.mv(3, 1)
+            if pos == len(pi) - 1:
+                p.usw(3, 0, rows.cum + 2 * pos)
+        else:
+            p.slli(5, 1, 16)
+            p.or_(5, 5, 3)
+            p.usw(5, 0, rows.cum + 2 * (pos - 1))
+    for m in range(0, len(pi), 2):                 # the table π
+        hi = pi[m + 1] if m + 1 < len(pi) else 0
+        p.li(5, pi[m] | hi << 16)
+        p.usw(5, 0, rows.pi + 2 * m)
+    p.li(5, TFF_TAG)
+    _epoch(p, rank, lay, 6, 0)
+    p.or_(5, 5, 6)
+    p.usw(5, 0, rows.consts)                       # the TFF flag word of this epoch
+    p.mark(EVENTS["init"])
+
+    per = -(-S // n_tok)
+    T0, T1 = min(S, a * per), min(S, (a + 1) * per)
+    if T0 < T1:
+        # the mapper: first expert of the slice and the offset in it
+        p.li(1, T0)
+        p.li(2, T1)
+        p.li(12, rows.cum)
+        p.li(13, len(pi))
+        p.vcount(3, 12, 13, 1, "le")               # p = #{pos : Cum'[pos] <= T0} (r4, r5 junk)
+        _elem(p, 4, rows.pi, 3, 12)                # x = π(p)
+        _elem(p, 5, rows.cum, 3, 12)               # Cum'[p]
+        p.mv(6, 0)                                 # Cum'[p - 1], 0 at p == 0
+        p.beq(3, 0, "first")
+        p.addi(7, 3, -1)
+        _elem(p, 6, rows.cum, 7, 12)
+        p.label("first")
+        p.sub(5, 5, 6)                             # cnt(x)
+        p.sub(6, 1, 6)                             # off = T0 - Cum'[p - 1]
+        p.sub(5, 5, 6)                             # left = cnt(x) - off
+        p.li(14, S)
+        p.li(13, rows.copy)
+        p.mv(8, 6)                                 # skip the first `off` slots of x
+        p.label("skip")
+        p.beq(8, 0, "walk")
+        p.vfind(7, 13, 14, 4, "eq")
+        _clear(p, rows.copy, 7, 9, 11, 15, 13)
+        p.li(13, rows.copy)
+        p.addi(8, 8, -1)
+        p.j("skip")
+        # -- the walk: one slot per iteration ------------------------------------------------
+        p.label("walk")
+        p.bgeu(1, 2, "send_end")
+        p.bne(5, 0, "have")
+        p.addi(3, 3, 1)                            # next remapped expert
+        _elem(p, 4, rows.pi, 3, 12)
+        _elem(p, 5, rows.cum, 3, 12)
+        p.addi(7, 3, -1)
+        _elem(p, 8, rows.cum, 7, 12)
+        p.sub(5, 5, 8)
+        p.mv(6, 0)
+        p.j("walk")
+        p.label("have")
+        p.li(13, rows.copy)
+        p.li(14, S)
+        p.vfind(7, 13, 14, 4, "eq")                # the next slot of x, token-major
+        _clear(p, rows.copy, 7, 9, 11, 15, 13)
+        p.srli(8, 7, sh_k)                         # t
+        p.andi(9, 7, k - 1)                        # i
+        p.srli(11, 4, sh_e)
+        p.slli(11, 11, 24)                         # rank(x) << 24
+        p.andi(12, 4, epr - 1)
+        p.addi(12, 12, rank * epr)                 # region s·epr + e_l
+        p.li(13, lay.cap)
+        p.mul(12, 12, 13)
+        p.add(12, 12, 6)                           # + j (= off)
+        if B > 1:
+            p.li(13, B)
+            p.mul(12, 12, 13)
+        p.addi(12, 12, lay.RECV)
+        p.slli(12, 12, 9)
+        p.or_(11, 11, 12)                          # destination of the token's first block
+        p.li(13, B * 512)
+        p.mul(15, 8, 13)
+        p.li(13, _local(rank, lay.X))
+        p.add(15, 15, 13)                          # the token in X
+        p.li(10, rows.tok)
+        p.ulw(13, 0, rows.consts)                  # header word 0: the TFF flag word
+        p.li(14, rank << 16)
+        p.or_(12, 8, 14)                           # header word 1: s << 16 | t
+        p.slli(14, 4, 8)
+        p.or_(14, 14, 9)                           # header word 2: x << 8 | i
+        for b in range(B):
+            p.ldb(10, 15, b * 512)
+            p.usw(13, 10, 0)
+            p.usw(12, 10, 4)
+            p.usw(14, 10, 8)
+            if b:
+                p.li(9, b)
+                p.usw(9, 10, 12)
+            else:
+                p.usw(0, 10, 12)
+            p.stb(10, 11, b * 512)                 # one atomic 512 B store, never fenced
+        p.addi(6, 6, 1)
+        p.addi(5, 5, -1)
+        p.addi(1, 1, 1)
+        p.j("walk")
+        p.label("send_end")
+    p.mark(EVENTS["send"])
+    _reorder(p, lay, rank, aivs, a, rows)
+    p.halt()
+    return p
