@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.epfabric-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-slow run demo fig6 reproduce figures bench fabric-speed verilog lint synth clean
+.PHONY: help setup test test-slow run demo fig6 reproduce figures bench fabric-speed verilog lint synth prove clean
 RESULTS ?= results
 
 help: ## list the targets
@@ -52,6 +52,9 @@ verilog: $(STAMP) ## write Verilog for every registered component to build/veril
 
 synth: $(STAMP) ## synthesis of every component + fpga_die at 1/2/4 AIVs (ECP5): build/synth/ecp5.csv and .md
 	$(VENV)/bin/epfabric synth --all --target ecp5
+
+prove: $(STAMP) ## formal properties (SymbiYosys + Yices): every block's proofs, counterexamples to waveforms/
+	$(VENV)/bin/epfabric prove --all --json build/formal/prove.json
 
 lint: verilog ## verilator --lint-only -Wall on every registered component
 	$(PY) -m epfabric.sim.verilog.lint build/verilog

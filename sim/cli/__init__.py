@@ -34,6 +34,8 @@ COMMANDS = [
     ("figures", "epfabric.sim.cli.figures", "redraw every PNG of a reproduce folder from its CSVs"),
     ("synth", "epfabric.sim.cli.synth",
      "synthesis (and place-and-route) report of a registered component for an FPGA"),
+    ("prove", "epfabric.sim.cli.prove",
+     "formal properties of the blocks (SymbiYosys): proved / counterexample / unknown"),
 ]
 
 

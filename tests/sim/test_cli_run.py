@@ -139,7 +139,7 @@ def test_commands_and_experiments_are_registered():
     from epfabric.sim.experiments import EXPERIMENTS
     assert [name for name, _, _ in COMMANDS] == ["run", "verilog", "demo", "races", "calibrate",
                                                  "agrs", "bench", "fabric-speed", "reproduce",
-                                                 "figures", "synth"]
+                                                 "figures", "synth", "prove"]
     assert set(EXPERIMENTS) == {"table2", "fig6", "eq5", "payload", "races", "speed",
                                 "fabric_speed", "quaternary"}
     assert all(e.name == name and e.title for name, e in EXPERIMENTS.items())
