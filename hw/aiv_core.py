@@ -107,8 +107,11 @@ class AIVCore(wiring.Component):
 
     Parameters
     ----------
-    core_id : int
-        This core's id (0..255), reported in MARK events and by ``csrr core_id``.
+    core_id : int or None
+        This core's id (0..255), reported in MARK events and by ``csrr core_id``;
+        ``None`` adds an input port ``core_id_in`` instead, so one Verilog
+        module serves every core of a die (:class:`~epfabric.hw.die.Die`'s
+        ``core_module``).
     imem_depth : int
         Instruction words (power of two, 2..65536).
     ubuf_rows : int
@@ -161,7 +164,8 @@ class AIVCore(wiring.Component):
 
     def __init__(self, *, core_id=0, imem_depth=256, ubuf_rows=4, data_bytes=64, lanes=8,
                  width=16, max_outstanding=15):
-        check_int("core_id", core_id, 0, 255)
+        if core_id is not None:
+            check_int("core_id", core_id, 0, 255)
         check_pow2("imem_depth", imem_depth, 2, 65536)
         check_pow2("ubuf_rows", ubuf_rows, 1, 1024)
         check_multiple("data_bytes", data_bytes, 32, 32, 512)
@@ -192,6 +196,7 @@ class AIVCore(wiring.Component):
             "wait_addr": Out(32),
             "outstanding": Out(bits_for(max_outstanding)),
             "cycle": Out(32),
+            **({"core_id_in": In(8)} if core_id is None else {}),
         })
         self.vu = VectorUnit(lanes=lanes, width=width, max_len=self.max_len)
         self.decoder = Decoder()
@@ -223,6 +228,7 @@ class AIVCore(wiring.Component):
 
         state = self.state
         cycle = self.cycle
+        core_id = self.core_id_in if self.core_id is None else self.core_id
         m.d.sync += cycle.eq(cycle + 1)
 
         # --- instruction memory (host writes, combinational fetch) -------------
@@ -291,7 +297,7 @@ class AIVCore(wiring.Component):
         m.d.comb += [
             self.halted.eq(state == _State.HALT),
             self.running.eq((state != _State.HALT) & (state != _State.IDLE)),
-            self.trace.payload.core.eq(self.core_id),
+            self.trace.payload.core.eq(core_id),
             self.trace.payload.cycle.eq(cycle),
             self.trace.payload.event.eq(imm[:16]),
         ]
@@ -365,7 +371,7 @@ class AIVCore(wiring.Component):
                     with m.Case(Opcode.CSRR):
                         with m.Switch(csr):
                             with m.Case(Csr.CORE_ID):
-                                write_reg(rd, self.core_id)
+                                write_reg(rd, core_id)
                             with m.Case(Csr.RANK):
                                 write_reg(rd, self.rank)
                             with m.Case(Csr.CYCLE):

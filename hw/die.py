@@ -54,6 +54,7 @@ from amaranth.utils import bits_for
 
 from .aiv_core import MAX_WINDOW, AIVCore, trace_layout
 from .host import HostSignature, HostTarget
+from .instances import instance_of, mark_used
 from .router import DieRouter, FlitKind, flit_layout, rsp_depth_bound
 from .ub_port import UBMemory
 from .validate import check_int, check_pow2
@@ -91,6 +92,14 @@ class Die(wiring.Component):
         fetch-adds; store acks are counted, not queued). ``None``: the
         deadlock-free bound ``(ranks - 1) * aivs`` (at least 2;
         :func:`~epfabric.hw.router.rsp_depth_bound`).
+    core_module : (str, bool) or None
+        Internal, set by :meth:`epfabric.hw.system.System.hierarchical_verilog`:
+        instantiate every core as Verilog module ``core_module[0]`` (an
+        ``AIVCore(core_id=None)``, with a ``rst`` port if ``core_module[1]``)
+        with ``core_id_in`` driven by the constant ``i``, instead of
+        elaborating ``AIVCore(core_id=i)``: one core module per die instead of
+        one per core id. ``None`` (the default, and what Amaranth's simulator
+        runs): real :class:`~epfabric.hw.aiv_core.AIVCore` submodules.
 
     Attributes
     ----------
@@ -117,7 +126,11 @@ class Die(wiring.Component):
 
     def __init__(self, *, rank=0, ranks=1, aivs=1, imem_depth=64, ubuf_rows=2, hbm_blocks=16,
                  data_bytes=32, lanes=4, width=16, max_outstanding=4, hbm_latency=2,
-                 rsp_depth=None):
+                 rsp_depth=None, core_module=None):
+        if core_module is not None and not (isinstance(core_module, tuple) and len(core_module) == 2
+                                            and isinstance(core_module[0], str)):
+            raise TypeError(f"core_module must be (verilog module name, has_reset), not {core_module!r}")
+        self.core_module = core_module
         check_int("ranks", ranks, 1, 256)
         if rank is not None:
             check_int("rank", rank, 0, ranks - 1)
@@ -131,9 +144,17 @@ class Die(wiring.Component):
         self.rank, self.ranks, self.aivs = rank, ranks, aivs
         self.hbm_blocks, self.data_bytes, self.hbm_latency = hbm_blocks, data_bytes, hbm_latency
         self.imem_depth, self.max_outstanding, self.rsp_depth = imem_depth, max_outstanding, rsp_depth
-        self.cores = [AIVCore(core_id=i, imem_depth=imem_depth, ubuf_rows=ubuf_rows,
-                              data_bytes=data_bytes, lanes=lanes, width=width,
-                              max_outstanding=max_outstanding) for i in range(aivs)]
+        core_params = dict(imem_depth=imem_depth, ubuf_rows=ubuf_rows, data_bytes=data_bytes,
+                           lanes=lanes, width=width, max_outstanding=max_outstanding)
+        self.core_params = core_params
+        if core_module is None:
+            self.cores = [AIVCore(core_id=i, **core_params) for i in range(aivs)]
+        else:
+            # Verilog with one shared core module: each core is an Instance of it,
+            # wired through an interface object with the core's signature.
+            template = AIVCore(core_id=None, **core_params)
+            mark_used(template)     # only its signature is needed here
+            self.cores = [template.signature.create(path=(f"core{i}",)) for i in range(aivs)]
         self.mem = UBMemory(blocks=hbm_blocks, data_bytes=data_bytes, latency=hbm_latency,
                             read_ports=aivs + 1)
         self.router = DieRouter(ranks=ranks, aivs=aivs, hbm_blocks=hbm_blocks, data_bytes=data_bytes,
@@ -163,7 +184,12 @@ class Die(wiring.Component):
         m.submodules.router = router = self.router
         cores = self.cores
         for i, core in enumerate(cores):
-            m.submodules[f"core{i}"] = core
+            if self.core_module is None:
+                m.submodules[f"core{i}"] = core
+            else:
+                name, has_reset = self.core_module
+                m.submodules[f"core{i}"] = instance_of(name, core, has_reset, skip=("core_id_in",),
+                                                       core_id_in=Const(i, 8))
 
         # --- host port, enables, status ------------------------------------------------------
         enabled = self.enabled

@@ -12,6 +12,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from .arbiter import round_robin
+from .aiv_core import AIVCore
 from .die import Die, flit_layout
 from .host import HostSignature, register_inputs, run_control
 from .instances import instance_of, mark_used
@@ -186,17 +187,19 @@ class System(wiring.Component):
         Amaranth emits one module per instance, so a flat system repeats every
         die's Verilog ``ranks`` times; generation time and the C++ Verilator
         compiles grow with it. ``top`` is this system with every die an
-        ``Instance`` of the one ``Die(rank=None)`` module (its rank an input)
-        and every fabric link an ``Instance`` of one module per distinct link
+        ``Instance`` of the one ``Die(rank=None)`` module (its rank an input),
+        every core of that die an ``Instance`` of one ``AIVCore(core_id=None)``
+        module (its core id an input driven by a constant), and every fabric link an ``Instance`` of one module per distinct link
         (:meth:`~epfabric.hw.topology.Fabric.share_links`), which the caller
         converts separately (``reset``: whether the converted
         modules have a ``rst`` port). Same hardware; the cross-simulator tests
         compare it with the flat system on Amaranth's simulator.
         """
-        name = "epf_die"
+        name, core = "epf_die", "epf_aiv"
         top = System(**self._params, die_module=(name, bool(reset)))
         mark_used(self)    # this flat system is replaced, not forgotten
-        parts = {name: Die(rank=None, **self._die_params)}
+        die = Die(rank=None, core_module=(core, bool(reset)), **self._die_params)
+        parts = {name: die, core: AIVCore(core_id=None, **die.core_params)}
         parts.update(top.fabric.share_links(bool(reset)))
         return top, parts
 

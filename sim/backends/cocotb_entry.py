@@ -51,7 +51,10 @@ class CocotbTestbench(Testbench):
         return h
 
     async def start(self):
-        Clock(self._dut.clk, CLOCK_PERIOD_NS, unit="ns").start(start_high=False)
+        # impl="gpi": the clock toggles in the simulator's GPI layer (C++), not in
+        # a Python coroutine; cocotb's default picks the Python clock unless
+        # COCOTB_TRUST_INERTIAL_WRITES is set, which ran Python on every edge.
+        Clock(self._dut.clk, CLOCK_PERIOD_NS, unit="ns", impl="gpi").start(start_high=False)
         # Verilator's Verilog is reset-less (verilog.simulation.verilog_of); Icarus's has a
         # reset, pulsed here because its edges first evaluate the always @*
         # blocks, which Icarus does not run at time 0. Registers start at their

@@ -26,20 +26,63 @@ from ..waveforms import Waveform, sanitize_vcd
 from .testbench import SimulationError, intent_ref
 from .toolchain import verilator_env
 
-__all__ = ["build", "run_cocotb", "build_dir_for", "verilator_opt", "fst_missing", "TIMESCALE"]
+__all__ = ["build", "run_cocotb", "build_dir_for", "verilator_opt", "verilator_hier",
+           "mark_hier_blocks", "opt_makeflags", "fst_missing", "TIMESCALE"]
 
 #: cocotb needs a timescale for Amaranth's Verilog.
 TIMESCALE = ("1ns", "1ps")
 
 
 def verilator_opt():
-    """C++ optimisation level of Verilator models (``$EPFABRIC_VERILATOR_OPT``, default ``-O0``).
+    """C++ optimisation level of Verilator's hot code (``$EPFABRIC_VERILATOR_OPT``, default ``-O1``).
 
-    ``-O0`` compiles several times faster than Verilator's default ``-Os``
-    (build times per level: README, "Model assumptions"). Everything builds at
-    ``-O0`` unless told otherwise (``epfabric bench --opt``).
+    The level is Verilator's ``OPT_FAST`` (the per-cycle ``eval`` code) and
+    ``OPT_GLOBAL`` (the runtime, compiled once thanks to ccache); ``OPT_SLOW``
+    (construction, initial blocks: run once) is always ``-O0``, as the
+    Verilator manual advises. ``-O1`` on the hot code made models 8–10× faster
+    than all-``-O0`` for ~25 % more build time; gcc at ``-O2`` stalls on
+    single huge generated functions (bounded here by ``--output-split-cfuncs``
+    but still slow to build). Figures: README, "Simulation speed and scale".
     """
-    return os.environ.get("EPFABRIC_VERILATOR_OPT", "-O0")
+    return os.environ.get("EPFABRIC_VERILATOR_OPT", "-O1")
+
+
+#: Verilator's C++ output splitting: files of at most this many statements
+#: (compiled in parallel by ``make -j``) and functions of at most
+#: :data:`OUTPUT_SPLIT_CFUNCS`, so no single function is huge for gcc.
+OUTPUT_SPLIT = 20000
+OUTPUT_SPLIT_CFUNCS = 2000
+
+
+def verilator_hier():
+    """Verilog modules Verilated as separate ``--hierarchical`` blocks (``$EPFABRIC_VERILATOR_HIER``).
+
+    A comma-separated list of module names (``epf_die``, ``epf_aiv``,
+    ``epf_link0``...), or empty (the default) for one flat model. Verilator
+    schedules a flat model per instance: a module used N times is compiled
+    into N copies of its code (measured: 15 MB of C++ for 16 one-core dies),
+    so the C++ build grows with instances. A hierarchical block is Verilated
+    and compiled once, whatever its instance count, at a run-time cost per
+    instance crossing (README, "Simulation speed and scale").
+    """
+    text = os.environ.get("EPFABRIC_VERILATOR_HIER", "")
+    return tuple(name for name in text.split(",") if name)
+
+
+def mark_hier_blocks(text, names):
+    """``text`` with a ``/*verilator hier_block*/`` metacomment in each module of ``names``."""
+    for name in names:
+        head = re.search(rf"^module {re.escape(name)}\(.*?\);\n", text, re.M | re.S)
+        if head is None:
+            raise SimulationError(f"no module {name} in the generated Verilog "
+                                  f"(EPFABRIC_VERILATOR_HIER)")
+        text = text[:head.end()] + "  /*verilator hier_block*/\n" + text[head.end():]
+    return text
+
+
+def opt_makeflags(opt):
+    """``make`` variables for hot-code level ``opt`` (see :func:`verilator_opt`)."""
+    return f"OPT_FAST={opt} OPT_SLOW=-O0 OPT_GLOBAL={opt}"
 
 
 def fst_missing(simulator):
@@ -77,7 +120,8 @@ def build_dir_for(text, simulator, waves, opt=None):
     tracing), ``"fst"`` (Verilator's FST tracing).
     """
     opt = (opt or verilator_opt()) if simulator == "verilator" else ""
-    key = hashlib.sha256(f"{simulator}\0{_waves_key(waves)}\0{TIMESCALE}\0{opt}\0public-ports-only-3\0{text}".encode())
+    key = hashlib.sha256(f"{simulator}\0{_waves_key(waves)}\0{TIMESCALE}\0{opt}\0public-ports-only-3\0"
+                         f"{opt_makeflags(opt)}\0{OUTPUT_SPLIT}/{OUTPUT_SPLIT_CFUNCS}\0{text}".encode())
     return build_cache_dir() / f"{simulator}-{key.hexdigest()[:16]}"
 
 
@@ -91,6 +135,8 @@ def build(spec, simulator, waves=False, opt=None):
     if simulator == "icarus" and waves:
         waves = True        # Icarus picks VCD or FST at run time
     text = verilog_of(spec, simulator)
+    if simulator == "verilator":
+        text = mark_hier_blocks(text, verilator_hier())
     opt = opt or verilator_opt()
     bdir = build_dir_for(text, simulator, waves, opt)
     stamp = bdir / "built.ok"
@@ -178,7 +224,7 @@ def _build_locked(bdir, stamp, text, simulator, waves, opt):
     env_backup = dict(os.environ)
     if simulator == "verilator":
         os.environ.update(verilator_env())
-        os.environ["MAKEFLAGS"] += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
+        os.environ["MAKEFLAGS"] += " " + opt_makeflags(opt)
     t0 = time.monotonic()
     if len(text) > 1_000_000:
         progress(f"building the {simulator} model of {len(text) / 1e6:.1f} MB of Verilog in {bdir} "
@@ -191,7 +237,11 @@ def _build_locked(bdir, stamp, text, simulator, waves, opt):
         if simulator == "verilator":
             public = bdir / "public.vlt"   # only the top module's ports are visible to VPI
             public.write_text(_public_ports_vlt(text))
-            build_args = ["-Wno-fatal", "-Wno-lint", "-Wno-style", str(public)]
+            build_args = ["-Wno-fatal", "-Wno-lint", "-Wno-style",
+                          "--output-split", str(OUTPUT_SPLIT),
+                          "--output-split-cfuncs", str(OUTPUT_SPLIT_CFUNCS), str(public)]
+            if "/*verilator hier_block*/" in text:
+                build_args.insert(0, "--hierarchical")
         runner.build(sources=[vfile], hdl_toplevel=TOPLEVEL, build_dir=bdir,
                      timescale=TIMESCALE, waves=bool(waves), always=True, build_args=build_args,
                      log_file=bdir / "build.log")

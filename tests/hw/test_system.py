@@ -228,10 +228,40 @@ def test_verilog_has_one_die_module_shared_by_every_rank():
     assert ranks == [0, 1, 2, 3]
 
 
+def test_shared_core_module_gets_each_core_its_id(simulator):
+    """One ``epf_aiv`` module serves every core of the die; ``csrr core_id`` still reads ``c``.
+
+    The Verilog simulators run the shared core module with its id on a port
+    (``core_id_in``), pysim the flat system with constant ids: every core
+    stores its id and rank, and the expected words are computed here.
+    """
+    import re
+    from epfabric.sim.verilog.simulation import verilog_of
+    sp = spec(("superpod", 2, 1, 1), aivs=3)
+    if simulator != "pysim":
+        text = verilog_of(sp, simulator)
+        assert re.findall(r"^module \\?(\S+?)[ (]", text, re.M).count("epf_aiv") == 1
+        assert sorted(re.findall(r"^\s*epf_aiv (\S+) \(", text, re.M)) == ["core0", "core1", "core2"]
+    progs = {(r, c): Program().csrr(4, "core_id").csrr(5, "rank").li(10, address(r, 2, 2 * c))
+             .sw(4, 10, 0).sw(5, 10, 4).mark(c).fence().halt()
+             for r in range(2) for c in range(3)}
+    reads = [[r, address(r, 2, 2 * c) + 4 * k] for r in range(2) for c in range(3) for k in range(2)]
+    got = run_sys(sp, progs, simulator=simulator, reads=reads)
+    assert got["done"] == 1
+    assert got["mem"] == [v for r in range(2) for c in range(3) for v in (c, r)]
+    assert sorted((core, event) for core, _cyc, event in got["trace"]) == [
+        (r * 3 + c, c) for r in range(2) for c in range(3)]
+    if simulator != "pysim":
+        assert got == run_sys(sp, progs, reads=reads)
+
+
 def test_die_module_takes_its_rank_from_a_port():
     from epfabric.hw.die import Die
     assert "rank_in" in Die(rank=None, ranks=4).signature.members
     assert "rank_in" not in Die(rank=1, ranks=4).signature.members
+    assert "core_id_in" in Die(rank=None, ranks=4, core_module=("epf_aiv", False)).cores[0].signature.members
+    with pytest.raises(TypeError, match="core_module"):
+        Die(rank=None, ranks=4, core_module="epf_aiv")
     with pytest.raises(TypeError, match="die_module"):
         System(timing=tiny_timing(), topology=("superpod", 2, 1, 1), die_module="epf_die")
 

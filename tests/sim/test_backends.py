@@ -143,9 +143,9 @@ def test_output_folders_progress_and_checks(tmp_path, monkeypatch, capsys):
                                          "does not exist"):
         output.check_output("/missing-folder/t.json", "--trace")
     monkeypatch.delenv("EPFABRIC_VERILATOR_OPT", raising=False)
-    assert verilator_opt() == "-O0"
-    monkeypatch.setenv("EPFABRIC_VERILATOR_OPT", "-O1")
     assert verilator_opt() == "-O1"
+    monkeypatch.setenv("EPFABRIC_VERILATOR_OPT", "-O0")
+    assert verilator_opt() == "-O0"
 
 
 def test_atomic_writes_get_ordinary_permissions(tmp_path):
