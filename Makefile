@@ -26,8 +26,9 @@ test: $(STAMP) ## run the test suite on all three simulators (Icarus tests skip 
 test-slow: $(STAMP) ## run only the long sweeps marked `slow`
 	$(PY) -m pytest -m slow
 
-run: $(STAMP) ## alltoall on the tiny preset with Verilator, checked against numpy
-	$(VENV)/bin/epfabric run alltoall --preset tiny --backend verilator
+RUN_SHAPE ?= --preset cm384 --topology superpod:2,2,1 --aivs 2 --batch 16 --topk 4 --experts 8
+run: $(STAMP) ## CANN vs UBEP MoE dispatch + combine on a small cm384 superpod (Verilator), checked against numpy
+	$(VENV)/bin/epfabric run combine --system cann,ubep $(RUN_SHAPE) --backend verilator
 
 demo: $(STAMP) ## quaternary search (UBEP Alg. 1) on the simulated vector unit
 	$(VENV)/bin/epfabric demo

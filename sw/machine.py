@@ -130,6 +130,19 @@ class Machine:
         for i, w in enumerate(words):
             self._mem[(rank, addr + 4 * i)] = w
 
+    def clear(self):
+        """Start the next run's image afresh: no programs, memory words or control registers.
+
+        Each run is a fresh machine (memory starts at zero); state that must
+        outlive a run — a dispatch's counts for the combine that follows —
+        is read back and written into the next image by the caller. The last
+        run's read-back stays readable until the next run.
+        """
+        self._programs.clear()
+        self._mem.clear()
+        self._ctrl.clear()
+        self._read_ranges = [(0, self.config.readback_blocks)]
+
     def write_control(self, register, value):
         """Set control register ``register`` (host target CTRL) before the next run."""
         if self.has_cores:

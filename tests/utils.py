@@ -2,13 +2,27 @@
 
 from epfabric.sim.backends import ComponentSpec, run
 
-__all__ = ["run_on_all", "ComponentSpec", "run", "VECTOR_SPEC", "MACHINE", "machine",
+__all__ = ["require_simulator", "run_on_all", "ComponentSpec", "run", "VECTOR_SPEC", "MACHINE", "machine",
            "system_spec", "TINY_TIMING", "tiny_timing"]
 
 # One vector-unit configuration shared by the tests that need "a component":
 # every distinct design costs a Verilator build (~15 s on 2 cores).
 VECTOR_SPEC = ComponentSpec("epfabric.hw.vector_unit:VectorUnit",
                             {"lanes": 8, "width": 16, "max_len": 64})
+
+
+def require_simulator(sim):
+    """Skip (or, under ``EPFABRIC_REQUIRE_ALL_SIMULATORS=1``, fail) when ``sim`` is missing."""
+    import os
+
+    import pytest
+
+    from epfabric.sim.backends import missing_reason
+    reason = missing_reason(sim)
+    if reason:
+        if os.environ.get("EPFABRIC_REQUIRE_ALL_SIMULATORS") == "1":
+            pytest.fail(f"{sim} required (EPFABRIC_REQUIRE_ALL_SIMULATORS=1) but {reason}")
+        pytest.skip(f"{sim}: {reason}")
 
 
 def run_on_all(spec, intent, args, simulators, **kw):

@@ -43,6 +43,12 @@ def add_arguments(parser):
                         help="AIVs per die (default: the kernel's; syncall sweeps 1, 2, 4)")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="a kernel parameter (Python literal), e.g. --param seed=3")
+    taken = {a.dest for a in parser._actions}
+    for name in sorted({n for k in KERNELS.values() for n in k.params} - taken):
+        owners = ", ".join(k.name for k in KERNELS.values() if name in k.params)
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=f"kernel_{name}", default=None,
+                            metavar="VALUE",
+                            help=f"kernel parameter {name} (= --param {name}=VALUE; {owners})")
     parser.add_argument("--max-cycles", type=int, default=None,
                         help="watchdog limit per run in cycles (default: the kernel's)")
     parser.add_argument("--json", metavar="FILE", help="write the result as JSON")
@@ -62,9 +68,31 @@ def prepare(args):
     positive("--aivs", args.aivs)
     positive("--max-cycles", args.max_cycles)
     topology = parse_topology(args.topology) if args.topology else None
-    params = kernel.resolve_params(parse_params(args.param))
+    params = parse_params(args.param)
+    sweep = None                       # (name, [values]) of the one option given a list
+    for key, value in vars(args).items():
+        if key.startswith("kernel_") and value is not None:
+            name = key[len("kernel_"):]
+            option = f"--{name.replace('_', '-')}"
+            if name not in kernel.params:
+                valid = ", ".join(f"--{n.replace('_', '-')}" for n in kernel.params) or "none"
+                raise ValueError(f"{option} is not a parameter of kernel {kernel.name}; its "
+                                 f"parameters: {valid}")
+            if name in params:
+                raise ValueError(f"{option} and --param {name}=... both given")
+            values = [parse_params([f"{name}={v}"])[name] for v in value.split(",")]
+            if len(values) > 1:
+                if sweep:
+                    raise ValueError(f"one option may list values, not {option} and "
+                                     f"--{sweep[0].replace('_', '-')}")
+                sweep = (name, values)
+            params[name] = values[0]
+    variants = [kernel.resolve_params({**params, **({sweep[0]: v} if sweep else {})})
+                for v in (sweep[1] if sweep else [None])]
+    if sweep and (args.trace or args.vcd):
+        raise ValueError(f"--trace/--vcd need one value of --{sweep[0].replace('_', '-')}")
     # every configuration is built (and so validated) before anything runs
-    configs = kernel.configs(preset, topology, args.aivs, params)
+    configs = [c for p in variants for c in kernel.configs(preset, topology, args.aivs, p)]
     for option in ("json", "trace", "vcd"):
         check_output(getattr(args, option), f"--{option}")
     scopes = _check_waveform(args, configs)
@@ -72,23 +100,54 @@ def prepare(args):
     def job():
         waveform = Waveform(Path(args.vcd).resolve(), watch=("host.running",)) if args.vcd else None
         be = make_backend(args.backend, verbose=True, waveform=waveform)
-        try:
-            result, reports = run_kernel(kernel, be, preset=preset, topology=topology,
-                                         aivs=args.aivs, params=params, max_cycles=args.max_cycles)
-        except WatchdogTimeout as exc:
-            print(f"epfabric run {args.kernel}: {exc}", file=sys.stderr)
-            _write_gtkw(waveform, scopes)      # the waveform shows where it hung
-            return 1
-        _write_gtkw(waveform, scopes)
-        for line in kernel.summary(result):
-            print(line)
-        print("correct" if result["correct"] else "INCORRECT: " + "; ".join(result["problems"]))
+        results, status = [], 0
+        for params in variants:
+            try:
+                result, reports = run_kernel(kernel, be, preset=preset, topology=topology,
+                                             aivs=args.aivs, params=params,
+                                             max_cycles=args.max_cycles)
+            except WatchdogTimeout as exc:
+                print(f"epfabric run {args.kernel}: {exc}", file=sys.stderr)
+                _write_gtkw(waveform, scopes)      # the waveform shows where it hung
+                return 1
+            _write_gtkw(waveform, scopes)
+            for line in kernel.summary(result):
+                print(line)
+            print("correct" if result["correct"] else
+                  "INCORRECT: " + "; ".join(result["problems"]))
+            if args.trace:
+                _write_trace(args.trace, reports, get_preset(preset).cycle_ns)
+            results.append(result)
+            status |= 0 if result["correct"] else 1
+        if sweep:
+            for line in _compare(sweep, results):
+                print(line)
         if args.json:
-            write_json(args.json, result)
-        if args.trace:
-            _write_trace(args.trace, reports, get_preset(preset).cycle_ns)
-        return 0 if result["correct"] else 1
+            write_json(args.json, results[0] if not sweep else
+                       {"kernel": kernel.name, "sweep": sweep[0], "values": sweep[1],
+                        "correct": all(r["correct"] for r in results), "results": results})
+        return status
     return job
+
+
+def _compare(sweep, results):
+    """Latency of each value against the first, for every run (and a combine's dispatch)."""
+    name, values = sweep
+    lines = []
+    base = results[0]["runs"]
+    for value, result in zip(values[1:], results[1:]):
+        for run0, run in zip(base, result["runs"]):
+            pairs = [("", run0, run)]
+            if "dispatch" in run and run["dispatch"].get("cycles"):
+                pairs.insert(0, ("dispatch ", run0["dispatch"], run["dispatch"]))
+            for label, a, b in pairs:
+                if a["cycles"]:
+                    r = b["cycles"] / a["cycles"]
+                    lines.append(f"{label}{result['kernel'] if not label else ''}".strip()
+                                 + f": {name}={value} / {name}={values[0]} latency "
+                                 f"{b['cycles']} / {a['cycles']} cycles = {r:.2f} "
+                                 f"({100 * (1 - r):+.1f} % cut)")
+    return lines
 
 
 def _check_waveform(args, configs):

@@ -18,15 +18,19 @@ Machine sizes: full-fidelity blocks (``data_bytes = 512``: the routing list is
 read by the vector unit as 16-bit elements, 256 to a block), 16 lanes.
 """
 
+import hashlib
+
 import numpy as np
+
+from ...hw.validate import check_int
 
 from ..config import MachineConfig
 from ..isa import address
 from ..presets import get_preset
-from ..ubep import ubep
-from ..ubep.cann import BROKEN, PHASES, dispatch_program
+from ..ubep import combine, ubep
+from ..ubep.cann import BROKEN, PHASES, SYNCALLS, dispatch_program
 from ..ubep.layout import GUARD, Layout
-from ..ubep.reference import counts, dispatch_out
+from ..ubep.reference import counts, dispatch_out, slot_index
 from ..ubep.workload import Workload
 from . import Kernel, pow2_at_least, register
 
@@ -38,10 +42,26 @@ HEADER_WORDS = 4
 
 
 def layout_of(config, params):
-    """The :class:`~epfabric.sw.ubep.layout.Layout` of a run (``cap`` = the batch: the worst case)."""
+    """The :class:`~epfabric.sw.ubep.layout.Layout` of a run.
+
+    ``cap`` (tokens per (source, expert) receive region) is the parameter,
+    or the batch — the worst case, CANN's ``axisMaxBS``.
+    """
     return Layout(ranks=config.ranks, epr=params["experts"] // config.ranks, batch=params["batch"],
                   topk=params["topk"], hidden_blocks=params["hidden_blocks"],
-                  words=config.words_per_block, cap=params["batch"])
+                  words=config.words_per_block, cap=params.get("cap") or params["batch"])
+
+
+def check_cap(w, cap):
+    """``ValueError`` when a source routes more than ``cap`` slots to one expert (the data's fault)."""
+    if cap is None:
+        return
+    cnt = counts(w)                       # [d, e_l, s]
+    worst = int(cnt.max()) if cnt.size else 0
+    if worst > cap:
+        d, e_l, s = np.unravel_index(int(cnt.argmax()), cnt.shape)
+        raise ValueError(f"cap {cap} is too small: rank {s} routes {worst} slots to expert "
+                         f"{d * w.epr + e_l}; raise cap (at most batch)")
 
 
 def phase_times(report, aivs, system="cann"):
@@ -62,6 +82,15 @@ def cumsum_aivs(config, params):
                                     params["batch"])
 
 
+def combine_programs(config, params):
+    """``{(rank, core): Program}`` of the combine that follows a dispatch of ``params``."""
+    lay = layout_of(config, params)
+    return {(r, c): combine.combine_program(lay, rank=r, core=c, aivs=config.aivs_per_die,
+                                            system=params["system"],
+                                            broken=params.get("combine_broken"))
+            for r in range(config.ranks) for c in range(config.aivs_per_die)}
+
+
 def with_headers(w, d, rows, epoch):
     """``rows`` (rank ``d``'s expected OUT) with UBEP's TFF header in words 0..3 of every block."""
     from ..ubep.reference import dispatch_order
@@ -73,13 +102,23 @@ def with_headers(w, d, rows, epoch):
     return out
 
 
+def _phase_split(phases):
+    """``name mean`` of every phase's end, in phase order, averaged over the AIVs that MARK it."""
+    ends = {}
+    for times in phases.values():
+        for name, cycle in times.items():
+            ends.setdefault(name, []).append(cycle)
+    order = sorted(ends, key=lambda n: sum(ends[n]) / len(ends[n]))
+    return ", ".join(f"{n} {sum(ends[n]) / len(ends[n]):.0f}" for n in order)
+
+
 class Dispatch(Kernel):
     """MoE dispatch (module docstring)."""
 
     name = "dispatch"
     description = "MoE token dispatch (CANN EP's BSP kernel), checked bit-exact against numpy"
     params = {"system": "cann", "batch": 32, "topk": 8, "experts": 32, "hidden_blocks": 1,
-              "seed": 0, "hot": 0, "broken": None, "cumsum_aivs": None}
+              "seed": 0, "hot": 0, "broken": None, "cumsum_aivs": None, "cap": None}
     default_preset = "cm384"
     default_aivs = (4,)
     default_max_cycles = 2_000_000
@@ -96,6 +135,8 @@ class Dispatch(Kernel):
         if p["broken"] not in BROKEN:
             raise ValueError(f"broken must be one of {', '.join(map(str, BROKEN))}, "
                              f"not {p['broken']!r}")
+        if p["cap"] is not None:
+            check_int("cap", p["cap"], 1, p["batch"])
         if p["broken"] and p["system"] != "cann":
             raise ValueError("broken variants are negative controls of system='cann'")
         return p
@@ -121,13 +162,21 @@ class Dispatch(Kernel):
         for a in ([aivs] if aivs is not None else self.default_aivs):
             shape = MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
                                   lanes=16)
-            Workload(ranks=shape.ranks, batch=params["batch"], topk=params["topk"],
-                     experts=params["experts"], hidden_blocks=params["hidden_blocks"],
-                     hot=params["hot"])           # the parameters fit this shape (else: named error)
+            w = Workload(ranks=shape.ranks, batch=params["batch"], topk=params["topk"],
+                         experts=params["experts"], hidden_blocks=params["hidden_blocks"],
+                         seed=params["seed"], hot=params["hot"])  # fits this shape (else: named)
+            check_cap(w, params["cap"])
             lay = layout_of(shape, params)
-            longest = max(len(prog) for prog in self.programs(shape, params).values())
-            # the same hardware for both systems (one build serves a comparison)
-            rows = max(lay.route_blocks + 1, ubep.ubuf_rows_needed(lay, params["experts"]))
+            # one machine runs either system's dispatch and the combine that follows it
+            # (the same hardware for a comparison, and one build serves both)
+            systems = SYSTEMS if a >= 2 else ("cann",)     # UBEP needs a T- and a C-AIV
+            longest = max(len(prog) for system in systems
+                          for progs in (self.programs(shape, {**params, "system": system}),
+                                        combine_programs(shape, {**params, "system": system}))
+                          for prog in progs.values())
+            # the same UBuf for both systems (one build serves a comparison)
+            rows = max(lay.route_blocks + 1, ubep.ubuf_rows_needed(lay, params["experts"]),
+                       combine.ubuf_rows_needed(lay))
             out.append(MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
                                      lanes=16, hbm_blocks=pow2_at_least(lay.blocks),
                                      ubuf_rows=pow2_at_least(rows),
@@ -135,12 +184,20 @@ class Dispatch(Kernel):
                                      trace_depth=max(64, pow2_at_least(len(PHASES) * shape.cores))))
         return out
 
-    def load(self, machine, params):
+    def load(self, machine, params, workload=None, epoch=1):
+        """Inputs, epoch and programs onto ``machine``; returns ``(workload, params, epoch)``.
+
+        ``workload`` (default: drawn from ``params``' seed) holds the routing
+        and tokens; ``epoch`` is the run's epoch (``CTRL`` word 1): the
+        ``Buffer`` counts dispatches, carrying the rest of ``CTRL`` over.
+        """
         cfg = machine.config
         lay = layout_of(cfg, params)
-        w = Workload(ranks=cfg.ranks, batch=params["batch"], topk=params["topk"],
-                     experts=params["experts"], hidden_blocks=params["hidden_blocks"],
-                     words=cfg.words_per_block, seed=params["seed"], hot=params["hot"])
+        w = workload or Workload(ranks=cfg.ranks, batch=params["batch"], topk=params["topk"],
+                                 experts=params["experts"],
+                                 hidden_blocks=params["hidden_blocks"],
+                                 words=cfg.words_per_block, seed=params["seed"], hot=params["hot"])
+        check_cap(w, params.get("cap"))
         wpb = cfg.words_per_block
         for r in range(cfg.ranks):
             ids = w.topk_idx[r].reshape(-1).astype(np.uint64)
@@ -155,32 +212,35 @@ class Dispatch(Kernel):
                 for b in range(w.hidden_blocks):
                     machine.write_mem(r, address(0, lay.X + t * w.hidden_blocks + b),
                                       w.x[r][t][b].tolist())
-            machine.write_mem(r, address(0, lay.CTRL, 1), [1])                 # epoch 1
+            machine.write_mem(r, address(0, lay.CTRL, 1), [epoch])
             for guard in (lay.RECV_GUARD, lay.OUT_GUARD):
                 machine.write_mem(r, address(0, guard), [GUARD] * wpb)
         for (r, c), prog in self.programs(cfg, params).items():
             machine.load_program(r, c, prog)
         # read back only what the checker reads (a word per cycle: the rest would dominate)
         most = max(len(rows) for rows in dispatch_out(w)[0])
-        machine.read_back([(lay.RECV_GUARD, 1), (lay.OUT, max(1, most * w.hidden_blocks)),
-                           (lay.OUT_GUARD, 1), (lay.COUNTS, lay.blocks - lay.COUNTS)])
-        return w, params
+        machine.read_back([(lay.CTRL, 1), (lay.RECV_GUARD, 1),
+                           (lay.OUT, max(1, most * w.hidden_blocks)), (lay.OUT_GUARD, 1),
+                           (lay.COUNTS, lay.WEIGHTS - lay.COUNTS)])
+        return w, params, epoch
 
     def check(self, machine, report, inputs):
-        w, params = inputs
+        w, params, epoch = inputs
         system = params["system"]
         cfg = machine.config
-        lay = layout_of(cfg, {"experts": w.experts, "batch": w.batch, "topk": w.topk,
-                              "hidden_blocks": w.hidden_blocks})
+        lay = layout_of(cfg, params)
         wpb = cfg.words_per_block
         out, recv = dispatch_out(w)
         cnt = counts(w)
-        problems = []
+        problems, digests = [], []
         for d in range(cfg.ranks):
             rows = len(out[d])
-            got = np.array(machine.read_mem(d, address(0, lay.OUT), rows * w.hidden_blocks * 128)
-                           ).reshape(rows, w.hidden_blocks, 128)[:, :, :wpb] if rows else None
-            want_out = out[d] if system == "cann" else with_headers(w, d, out[d], epoch=1)
+            got = np.array(machine.read_mem(d, address(0, lay.OUT), rows * w.hidden_blocks * 128),
+                           dtype=np.uint64).reshape(rows, w.hidden_blocks, 128)[:, :, :wpb] \
+                if rows else np.zeros((0, w.hidden_blocks, wpb), dtype=np.uint64)
+            digests.append(hashlib.sha1(np.ascontiguousarray(got[:, :, HEADER_WORDS:]))
+                           .hexdigest()[:16])
+            want_out = out[d] if system == "cann" else with_headers(w, d, out[d], epoch=epoch)
             if rows and not np.array_equal(got, want_out):
                 bad = int(np.flatnonzero((got != want_out).any(axis=(1, 2)))[0])
                 problems.append(f"rank {d}: OUT token {bad} of {rows} differs from numpy")
@@ -191,6 +251,10 @@ class Dispatch(Kernel):
                 words.append(machine.read_mem(d, address(0, block, word))[0])
             if words != want:
                 problems.append(f"rank {d}: COUNTS {words} != {want}")
+            expand = machine.read_mem(d, address(0, lay.EXPAND), lay.slots)
+            if expand != slot_index(w.topk_idx[d]).reshape(-1).tolist():
+                problems.append(f"rank {d}: EXPAND (the slot j of every token slot) differs "
+                                f"from numpy")
             for guard in (lay.RECV_GUARD, lay.OUT_GUARD):
                 if machine.read_mem(d, address(0, guard), wpb) != [GUARD] * wpb:
                     problems.append(f"rank {d}: guard block {guard} was overwritten")
@@ -207,12 +271,23 @@ class Dispatch(Kernel):
             problems.append(f"{len(phases)} of {cfg.cores} AIVs reported all phases")
         preset = machine.preset
         latency_ns = report.ns
+        # Token-Sending time per sending AIV (init -> send MARK): Fig. 3b / Fig. 9's measure
+        sending = {f"{r}.{c}": v["send"] - v["init"] for (r, c), v in sorted(phases.items())
+                   if "send" in v and "init" in v}
+        share = None
+        if system == "cann" and phases and report.cycles:
+            waits = [sum(v[b] - v[a] for a, b in SYNCALLS) for v in phases.values()
+                     if all(m in v for pair in SYNCALLS for m in pair)]
+            share = sum(waits) / len(waits) / report.cycles if waits else None
         per_aiv = {f"{r}.{c}": v for (r, c), v in sorted(phases.items())}
         return {"correct": not problems, "problems": problems, "system": system,
                 "tokens_received": [len(o) for o in out], "recv_count": recv.tolist(),
                 "latency_us": latency_ns / 1000,
                 "bandwidth_gbps": w.bytes_moved() / latency_ns if latency_ns else None,
-                "phases": per_aiv, "cycle_ns": preset.cycle_ns}
+                "phases": per_aiv, "cycle_ns": preset.cycle_ns,
+                "out_payload_digest": digests,
+                "syncall_share": share, "send_cycles": sending,
+                "send_max_cycles": max(sending.values()) if sending else None}
 
     def summary(self, result):
         lines = []
@@ -222,7 +297,10 @@ class Dispatch(Kernel):
                          f"{cfg['topology']} x {cfg['aivs_per_die']} AIVs, BS "
                          f"{result['params']['batch']}, top-{result['params']['topk']}, "
                          f"{result['params']['experts']} experts: {run['cycles']} cycles = "
-                         f"{run['latency_us']:.2f} us, {run['bandwidth_gbps']:.1f} GB/s")
+                         f"{run['latency_us']:.2f} us, {run['bandwidth_gbps']:.1f} GB/s"
+                         + (f"; SyncAll {100 * run['syncall_share']:.1f} % of the run"
+                            if run.get("syncall_share") is not None else ""))
+            lines.append("  phase ends (cycles, mean over AIVs): " + _phase_split(run["phases"]))
         return lines
 
 

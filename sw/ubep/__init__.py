@@ -5,9 +5,17 @@
   shapes (UBEP Table 3) in 512 B blocks;
 * :mod:`.reference` — the numpy references every run is checked against:
   CANN's output order (local expert, source rank, slot j), per-expert counts,
-  ``expandIdx``, and the combine's weighted sum.
+  ``expandIdx``, and the combine's weighted sum;
+* :mod:`.layout` — where everything lives in HBM;
+* :mod:`.cann`, :mod:`.ubep` — the dispatch programs (CANN's BSP baseline,
+  UBEP's decomposed kernel); :mod:`.combine` — both combines;
+* :mod:`.buffer` — :class:`Buffer`, the DeepEP-like API
+  (``get_dispatch_layout``, ``dispatch``, ``combine``).
 
-The kernel programs (CANN's BSP baseline and UBEP's decomposed kernel), the
-DeepEP-like ``Buffer`` API and the ``dispatch``/``combine`` kernels build on
-these.
+The ``dispatch``/``combine`` kernels (``epfabric run dispatch|combine``) are
+in :mod:`epfabric.sw.kernels`.
 """
+
+from .buffer import Buffer, DispatchError
+
+__all__ = ["Buffer", "DispatchError"]

@@ -3,7 +3,7 @@
 Every one of the A AIVs of a die runs every phase, separated by die-local
 barriers (CANN's ``SyncAll`` is a barrier over one die's AIVs; flags order
 ranks against each other). Phases of AIV ``a`` on rank ``s`` (MARK event at
-the end of each, :data:`PHASES`):
+the end of each, and at the entry and exit of each SyncAll, :data:`PHASES`):
 
 1. **Init** — load the routing (BS·k 16-bit expert ids) into UBuf rows
    ``0 ..`` (one ``ldb`` per 256 ids).
@@ -12,7 +12,9 @@ the end of each, :data:`PHASES`):
    the slot index ``j`` = ``vcount eq`` over the whole prefix ``E[0:n]``
    (CANN's redundant per-slot prefix compare, cost ∝ n), then the token's
    ``B_tok`` blocks: ``ldb`` from ``X`` and a posted ``stb`` to
-   ``RECV[s][e_l] + j`` on rank ``e // epr``. Raw blocks, no header.
+   ``RECV[s][e_l] + j`` on rank ``e // epr``. Raw blocks, no header. ``j``
+   is kept in the local ``EXPAND`` word of the slot (CANN's ``expandIdx``,
+   what the combine finds the token's answer by).
 3. **SendFlag & Count** — its contiguous range of experts
    (``SplitToCore(E, A)``): counts each with ``vcount eq`` (three experts per
    instruction), then ``fence`` (every token store acknowledged —
@@ -44,7 +46,7 @@ from ...hw.validate import check_choice, check_int, check_pow2
 from ..assembler import Program
 from ..isa import address
 
-__all__ = ["dispatch_program", "PHASES", "split", "BROKEN"]
+__all__ = ["dispatch_program", "PHASES", "SYNCALLS", "split", "BROKEN"]
 
 #: Deliberately broken variants, the checker's and the watchdog's negative controls:
 #: ``no_flag_wait`` skips the flag verification (reorders before the data is there);
@@ -52,7 +54,10 @@ __all__ = ["dispatch_program", "PHASES", "split", "BROKEN"]
 BROKEN = (None, "no_flag_wait", "syncall_one_short")
 
 #: MARK event ids at the end of each phase (the report's per-AIV phase boundaries)
-PHASES = {"init": 10, "send": 11, "count_sync": 12, "verify": 13, "cumsum": 14, "reorder": 15}
+PHASES = {"init": 10, "send": 11, "sync1_in": 17, "sync1_out": 18, "count_sync": 12,
+          "sync2_in": 19, "verify": 13, "cumsum": 14, "reorder": 15}
+#: the MARKs around the two SyncAlls: (entry, exit) — the SyncAll share of the run
+SYNCALLS = (("sync1_in", "sync1_out"), ("sync2_in", "verify"))
 
 
 def split(total, parts, index):
@@ -129,6 +134,10 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None):
     p.andi(5, 5, 0xFFFF)                       # e
     p.mv(9, 5)
     p.vcount(6, 0, 1, 9, "eq")                 # j = #{n' < n : E[n'] == e}
+    p.slli(12, 1, 2)
+    p.li(14, _local(rank, lay.EXPAND))
+    p.add(12, 12, 14)
+    p.sw(6, 12, 0)                             # expandIdx[n] = j (kept for the combine)
     p.srli(12, 5, sh)
     p.slli(12, 12, 24)                         # rank(e) << 24
     p.andi(5, 5, epr - 1)                      # e_l
@@ -166,7 +175,9 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None):
         for q in range(min(3, e1 - g)):
             p.usw(6 + q, 0, tok_addr + 4 * (g - e0 + q))
     p.fence()                                   # stop-and-wait: every token store acked
+    p.mark(PHASES["sync1_in"])
     _syncall(p, rank, lay, aivs, 1, extra=int(broken == "syncall_one_short"))
+    p.mark(PHASES["sync1_out"])
     p.li(14, _local(rank, lay.CTRL, 1))
     p.lw(13, 14, 0)
     p.slli(13, 13, 16)                          # epoch << 16
@@ -187,6 +198,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None):
         block, word = lay.word_at(lay.STATUS, q)
         p.li(14, _local(rank, block, word))
         p.poll(6, 14, 13, "ge")                 # the flag carries this run's epoch
+    p.mark(PHASES["sync2_in"])
     _syncall(p, rank, lay, aivs, 2)
     p.mark(PHASES["verify"])
 

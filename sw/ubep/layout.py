@@ -20,10 +20,19 @@ region      contents                                                    written 
 ``CNT``     UBEP: ``R·epr`` words ``epoch << 16 | count``, entry          other ranks'
             ``e_l·R + s`` (TokenCnt, point to point)                     C-AIVs
 ``OFFS``    UBEP: ``R·epr`` words ``epoch << 16 | offset`` into ``OUT``   own C-AIVs
+``EXPAND``  ``BS·k`` words: slot ``j`` of every token slot ``t·k + i``     dispatch (own)
+            (CANN's ``expandIdx``, what the combine looks tokens up by)
+``WEIGHTS`` ``topk_weights``: BS·k 16-bit weights, token-major           host (data)
+``CWIN``    combine window: ``E`` experts × ``cap`` slots × ``B_tok``     expert ranks
+            blocks, expert ``e`` slot ``j`` at ``+ (e·cap + j)·B_tok``
+``YOUT``    the combine output: BS tokens × ``B_tok`` blocks             combine
+``CSTATUS`` CANN combine: ``R`` words, the epoch, one per expert rank    expert ranks
 ==========  ==========================================================  ==============
 
-A guard block (filled with a canary by the host) follows ``RECV`` and
-``OUT``; the checker verifies nobody wrote it. Words of a word-addressed
+``CTRL`` word 2 is the combine's die-local SyncAll counter (CANN).
+
+A guard block (filled with a canary by the host) follows ``RECV``,
+``OUT``, ``CWIN`` and ``YOUT``; the checker verifies nobody wrote it. Words of a word-addressed
 region (``STATUS``, ``COUNTS``) are packed ``words_per_block`` (modelled
 words) to a block, so the layout works at any ``data_bytes``.
 """
@@ -115,9 +124,46 @@ class Layout:
         return self.CNT + self._word_blocks(self.entries)
 
     @property
+    def slots(self):
+        """Token slots per rank, ``BS · k``."""
+        return self.batch * self.topk
+
+    @property
+    def EXPAND(self):
+        return self.OFFS + self._word_blocks(self.entries)
+
+    @property
+    def WEIGHTS(self):
+        return self.EXPAND + self._word_blocks(self.slots)
+
+    @property
+    def CWIN(self):
+        return self.WEIGHTS + self.route_blocks
+
+    @property
+    def CWIN_GUARD(self):
+        return self.CWIN + self.recv_blocks
+
+    @property
+    def YOUT(self):
+        return self.CWIN_GUARD + 1
+
+    @property
+    def YOUT_GUARD(self):
+        return self.YOUT + self.batch * self.hidden_blocks
+
+    @property
+    def CSTATUS(self):
+        return self.YOUT_GUARD + 1
+
+    @property
     def blocks(self):
         """Blocks the layout needs (``hbm_blocks`` must be at least this, a power of two)."""
-        return self.OFFS + self._word_blocks(self.entries)
+        return self.CSTATUS + self._word_blocks(self.ranks)
+
+    def cwin_block(self, e, j, b=0):
+        """Block of slot ``j``, block ``b`` of expert ``e``'s part of the combine window."""
+        return self.CWIN + (e * self.cap + j) * self.hidden_blocks + b
 
     def recv_block(self, s, e_l, j, b=0):
         """Block of token ``j``, block ``b`` of the region of (source ``s``, local expert ``e_l``)."""

@@ -22,7 +22,8 @@ status flags: every dependency is point to point.
    ``T_a − Cum'[p − 1]`` (the mapper). Walking the slice: ``vfind eq`` finds
    the next slot of expert ``x`` in the working copy, clears it, and the
    slot's token goes to slot ``j = off`` of ``RECV[s][e_l]`` on rank ``x's``
-   — ``off`` counts up within the expert, so ``j`` needs no prefix compare.
+   — ``off`` counts up within the expert, so ``j`` needs no prefix compare
+   (and is kept in the local ``EXPAND`` word of the slot for the combine).
    Every block is Token-Flag Fused: words 0–3 of the flag field carry
    ``0x0D0D0000 | epoch``, ``s << 16 | t``, ``x << 8 | i`` and the block
    index, then one atomic 512 B ``stb`` (posted; never fenced).
@@ -333,6 +334,10 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs):
         p.li(14, S)
         p.vfind(7, 13, 14, 4, "eq")                # the next slot of x, token-major
         _clear(p, rows.copy, 7, 9, 11, 15, 13)
+        p.slli(8, 7, 2)
+        p.li(13, _local(rank, lay.EXPAND))
+        p.add(8, 8, 13)
+        p.sw(6, 8, 0)                              # expandIdx[n] = j (kept for the combine)
         p.srli(8, 7, sh_k)                         # t
         p.andi(9, 7, k - 1)                        # i
         p.srli(11, 4, sh_e)

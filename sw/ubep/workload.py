@@ -98,6 +98,41 @@ class Workload:
         object.__setattr__(self, "topk_w", np.stack(w))
         object.__setattr__(self, "x", np.stack(x))
 
+    @classmethod
+    def from_arrays(cls, x, topk_idx, topk_weights, experts):
+        """A workload holding the caller's data (the ``Buffer`` API); shapes and values checked.
+
+        ``x``: ranks × BS × blocks × words 32-bit words; ``topk_idx``: ranks ×
+        BS × k expert ids, distinct per token; ``topk_weights``: ranks × BS ×
+        k integers 0..65535 (the 16-bit lanes' weights).
+        """
+        x = np.asarray(x)
+        idx = np.asarray(topk_idx)
+        wts = np.asarray(topk_weights)
+        if x.ndim != 4:
+            raise ValueError(f"x must be ranks x tokens x blocks x words, not shape {x.shape}")
+        if idx.ndim != 3 or idx.shape[:2] != x.shape[:2]:
+            raise ValueError(f"topk_idx must be ranks x tokens x k = {x.shape[:2]} x k, "
+                             f"not shape {idx.shape}")
+        if wts.shape != idx.shape:
+            raise ValueError(f"topk_weights must have topk_idx's shape {idx.shape}, "
+                             f"not {wts.shape}")
+        if idx.size and (idx.min() < 0 or idx.max() >= experts):
+            raise ValueError(f"topk_idx must hold expert ids in [0, {experts - 1}]")
+        if any(len(set(row)) != len(row) for row in idx.reshape(-1, idx.shape[2]).tolist()):
+            raise ValueError("topk_idx must name k distinct experts per token")
+        if wts.size and (wts.min() < 0 or wts.max() > 0xFFFF):
+            raise ValueError("topk_weights must be integers in [0, 65535] (16-bit lanes)")
+        if x.size and (x.min() < 0 or x.max() > 0xFFFFFFFF):
+            raise ValueError("x must hold 32-bit words")
+        ranks, batch, blocks, words = x.shape
+        w = cls(ranks=ranks, batch=batch, topk=idx.shape[2], experts=experts,
+                hidden_blocks=blocks, words=words)
+        object.__setattr__(w, "topk_idx", idx.astype(np.int64))
+        object.__setattr__(w, "topk_w", wts.astype(np.int64))
+        object.__setattr__(w, "x", x.astype(np.uint64))
+        return w
+
     @property
     def epr(self):
         """Experts per rank."""

@@ -75,6 +75,16 @@ def test_param_json_and_vcd(tmp_path):
     (["run", "alltoall", "--json", "/missing-folder/x.json"],
      "--json '/missing-folder/x.json': folder '/missing-folder' does not exist"),
     (["run", "alltoall", "--trace", "/missing-folder/t.json"], "--trace '/missing-folder/t.json'"),
+    (["run", "pingpong", "--batch", "4"],
+     "--batch is not a parameter of kernel pingpong; its parameters: none"),
+    (["run", "dispatch", "--system", "cann,mpi"], "system must be one of cann, ubep, not 'mpi'"),
+    (["run", "dispatch", "--system", "cann,ubep", "--batch", "4,8"],
+     "one option may list values, not --system and --batch"),
+    (["run", "dispatch", "--batch", "4", "--param", "batch=8"],
+     "--batch and --param batch=... both given"),
+    (["run", "combine", "--system", "cann,ubep", "--trace", "t.json"],
+     "--trace/--vcd need one value of --system"),
+    (["run", "dispatch", "--cap", "0"], "cap must be in [1, 32], not 0"),
 ])
 def test_bad_input_one_line_before_any_simulation(argv, message, capsys, no_simulation):
     assert main(argv) == 2
@@ -139,7 +149,7 @@ def test_commands_and_experiments_are_registered():
     from epfabric.sim.experiments import EXPERIMENTS
     assert [name for name, _, _ in COMMANDS] == ["run", "verilog", "demo", "races", "calibrate",
                                                  "agrs", "bench", "fabric-speed", "reproduce",
-                                                 "figures", "synth", "prove"]
+                                                 "figures", "synth", "prove", "soak"]
     assert set(EXPERIMENTS) == {"table2", "fig6", "eq5", "payload", "races", "speed",
                                 "fabric_speed", "quaternary"}
     assert all(e.name == name and e.title for name, e in EXPERIMENTS.items())

@@ -1,0 +1,191 @@
+"""``combine``: a dispatch, the experts, then the combine — CANN's BSP kernel or UBEP's — bit-exact.
+
+One invocation runs two machine runs on one configuration (each run is a
+fresh machine, so what the combine needs is carried by the host, as a
+persistent HBM would keep it):
+
+1. the ``dispatch`` kernel of the same ``system`` (checked as ``epfabric
+   run dispatch`` checks it);
+2. the experts: the host reads every rank's ``OUT`` back and applies the
+   stand-in FFN (:func:`~epfabric.sw.ubep.reference.expert_outputs`: row of
+   expert ``e`` times ``e + 1`` per 16-bit lane) — to what the machine
+   delivered, not to the reference;
+3. the combine (:mod:`epfabric.sw.ubep.combine`), with ``OUT`` = the expert
+   outputs and the dispatch's ``COUNTS``, ``EXPAND`` and ``CTRL`` words
+   carried over; its cycles are the run's cycles.
+
+The checker compares every rank's ``YOUT`` with
+:func:`~epfabric.sw.ubep.reference.combine_out` (UBEP: the payload words 4+,
+since words 0–3 of every block carry the TFF header in both directions) and
+checks the guard blocks after ``CWIN`` and ``YOUT``.
+"""
+
+import hashlib
+
+import numpy as np
+
+from ..isa import address
+from ..ubep import combine
+from ..ubep.layout import GUARD
+from ..ubep.reference import combine_out, dispatch_out, expert_outputs
+from . import register
+from .dispatch import (HEADER_WORDS, KERNEL as DISPATCH, Dispatch, _phase_split,
+                       combine_programs, layout_of)
+
+__all__ = ["Combine", "KERNEL", "carry_to_combine"]
+
+
+def carry_to_combine(machine, w, params, expert_out, carried=None):
+    """Replace the machine's image by the combine's: carried state, ``expert_out`` in ``OUT``, programs.
+
+    ``expert_out[d]`` is rank ``d``'s expert output rows (rows × blocks ×
+    words). ``carried`` (``{(rank, block): words}``) is the state a
+    persistent HBM keeps; by default the ``CTRL``, ``COUNTS``, ``CNT``,
+    ``OFFS`` and ``EXPAND`` blocks of the dispatch run just read back.
+    """
+    cfg = machine.config
+    lay = layout_of(cfg, params)
+    wpb = cfg.words_per_block
+    if carried is None:
+        blocks = [lay.CTRL] + list(range(lay.COUNTS, lay.WEIGHTS))
+        carried = {(r, b): machine.read_mem(r, address(0, b), wpb)
+                   for r in range(cfg.ranks) for b in blocks}
+    carried = dict(carried)
+    machine.clear()
+    for (r, block), words in sorted(carried.items()):
+        machine.write_mem(r, address(0, block), words)
+    for r in range(cfg.ranks):
+        _write_packed(machine, r, lay.ROUTE, w.topk_idx[r], wpb)
+        _write_packed(machine, r, lay.WEIGHTS, w.topk_w[r], wpb)
+        rows = np.asarray(expert_out[r], dtype=np.uint64)
+        for p in range(len(rows)):
+            for b in range(lay.hidden_blocks):
+                machine.write_mem(r, address(0, lay.OUT + p * lay.hidden_blocks + b),
+                                  rows[p, b].tolist())
+        for guard in (lay.CWIN_GUARD, lay.YOUT_GUARD):
+            machine.write_mem(r, address(0, guard), [GUARD] * wpb)
+    for (r, c), prog in combine_programs(cfg, params).items():
+        machine.load_program(r, c, prog)
+    machine.read_back([(lay.CWIN_GUARD, 1), (lay.YOUT, lay.batch * lay.hidden_blocks + 1)])
+
+
+def _write_packed(machine, rank, block, values, wpb):
+    """16-bit ``values`` (flattened) two to a word from ``block`` on."""
+    v = np.asarray(values).reshape(-1).astype(np.uint64)
+    if len(v) % 2:
+        v = np.append(v, 0)
+    words = (v[0::2] | (v[1::2] << 16)).tolist()
+    for b in range(0, len(words), wpb):
+        machine.write_mem(rank, address(0, block + b // wpb), words[b:b + wpb])
+
+
+def read_out(machine, lay, d, rows):
+    """Rank ``d``'s ``OUT``: ``rows`` × blocks × words, as read back."""
+    if not rows:
+        return np.zeros((0, lay.hidden_blocks, lay.words), dtype=np.uint64)
+    return np.array(machine.read_mem(d, address(0, lay.OUT), rows * lay.hidden_blocks * 128),
+                    dtype=np.uint64).reshape(rows, lay.hidden_blocks, 128)[:, :, :lay.words]
+
+
+class Combine(Dispatch):
+    """MoE combine after a dispatch (module docstring)."""
+
+    name = "combine"
+    description = ("MoE combine (CANN EP's BSP kernel or UBEP's) after a dispatch, "
+                   "checked bit-exact against numpy")
+    params = {**Dispatch.params, "broken": None}
+
+    def resolve_params(self, params):
+        p = dict(params or {})
+        broken = p.pop("broken", None) or p.pop("combine_broken", None)
+        p.pop("combine_broken", None)
+        if broken not in (None, "no_flag_poll"):
+            raise ValueError(f"broken must be one of None, no_flag_poll, not {broken!r}")
+        resolved = DISPATCH.resolve_params(p)
+        if broken and resolved["system"] != "ubep":
+            raise ValueError("broken variants of the combine are negative controls of "
+                             "system='ubep'")
+        return {**resolved, "combine_broken": broken, "broken": None}
+
+    def programs(self, config, params):
+        return DISPATCH.programs(config, params)
+
+    def load(self, machine, params):
+        cfg = machine.config
+        w, _, epoch = DISPATCH.load(machine, params)
+        report = machine.run(DISPATCH.default_max_cycles)
+        verdict = DISPATCH.check(machine, report, (w, params, epoch))
+        lay = layout_of(cfg, params)
+        cnt = [len(rows) for rows in dispatch_out(w)[0]]     # rows each rank should hold
+        delivered = [read_out(machine, lay, d, cnt[d]) for d in range(cfg.ranks)]
+        carry_to_combine(machine, w, params, expert_outputs(w, delivered))
+        before = {"cycles": report.cycles, "ns": report.ns, "correct": verdict["correct"],
+                  "problems": verdict["problems"], "phases": verdict["phases"],
+                  "syncall_share": verdict["syncall_share"]}
+        # the checker's expected expert outputs: the stand-in applied to numpy's dispatch
+        return w, params, before, delivered, expert_outputs(w, dispatch_out(w)[0])
+
+    def check(self, machine, report, inputs):
+        w, params, before, _delivered, expert_ref = inputs
+        system = params["system"]
+        cfg = machine.config
+        lay = layout_of(cfg, params)
+        wpb = cfg.words_per_block
+        problems = [f"dispatch: {p}" for p in before["problems"]]
+        want = combine_out(w, expert_ref)
+        lo = HEADER_WORDS if system == "ubep" else 0
+        digests = []
+        for s in range(cfg.ranks):
+            got = np.array(machine.read_mem(s, address(0, lay.YOUT),
+                                            w.batch * w.hidden_blocks * 128),
+                           dtype=np.uint64).reshape(w.batch, w.hidden_blocks, 128)[:, :, :wpb]
+            payload = got[:, :, HEADER_WORDS:]
+            digests.append(hashlib.sha1(np.ascontiguousarray(payload)).hexdigest()[:16])
+            if not np.array_equal(got[:, :, lo:], want[s][:, :, lo:]):
+                bad = int(np.flatnonzero((got[:, :, lo:] != want[s][:, :, lo:])
+                                         .any(axis=(1, 2)))[0])
+                problems.append(f"rank {s}: YOUT token {bad} of {w.batch} differs from numpy")
+            for guard in (lay.CWIN_GUARD, lay.YOUT_GUARD):
+                if machine.read_mem(s, address(0, guard), wpb) != [GUARD] * wpb:
+                    problems.append(f"rank {s}: guard block {guard} was overwritten")
+        if report.trace_dropped:
+            problems.append(f"the MARK trace dropped {report.trace_dropped} events")
+        names = {v: k for k, v in combine.EVENTS.items()}
+        phases = {}
+        for t in report.trace:
+            if t["event"] in names:
+                phases.setdefault(f"{t['rank']}.{t['core']}", {})[names[t["event"]]] = t["cycle"]
+        if len(phases) != cfg.cores or any(list(v) != list(combine.PHASES[system])
+                                           for v in phases.values()):
+            problems.append(f"{len(phases)} of {cfg.cores} AIVs reported every combine phase "
+                            f"in order")
+        latency_ns = report.ns
+        share = None
+        if system == "cann" and phases and report.cycles:
+            waits = [v["c_sync"] - v["c_send"] for v in phases.values()
+                     if "c_sync" in v and "c_send" in v]
+            share = sum(waits) / len(waits) / report.cycles if waits else None
+        return {"correct": not problems, "syncall_share": share, "problems": problems, "system": system,
+                "latency_us": latency_ns / 1000,
+                "bandwidth_gbps": w.bytes_moved() / latency_ns if latency_ns else None,
+                "phases": dict(sorted(phases.items())), "dispatch": before,
+                "y_payload_digest": digests,
+                "cycle_ns": machine.preset.cycle_ns}
+
+    def summary(self, result):
+        lines = []
+        for run in result["runs"]:
+            cfg, d = run["config"], run["dispatch"]
+            lines.append(f"combine ({run['system']}) on {result['preset']} [{result['backend']}]: "
+                         f"{cfg['topology']} x {cfg['aivs_per_die']} AIVs, BS "
+                         f"{result['params']['batch']}, top-{result['params']['topk']}, "
+                         f"{result['params']['experts']} experts: {run['cycles']} cycles = "
+                         f"{run['latency_us']:.2f} us, {run['bandwidth_gbps']:.1f} GB/s "
+                         f"(after a dispatch of {d['cycles']} cycles)"
+                         + (f"; flag wait + SyncAll {100 * run['syncall_share']:.1f} % of the run"
+                            if run.get("syncall_share") is not None else ""))
+            lines.append("  phase ends (cycles, mean over AIVs): " + _phase_split(run["phases"]))
+        return lines
+
+
+KERNEL = register(Combine())

@@ -1,0 +1,73 @@
+"""``epfabric.sw.ubep.Buffer``: the DeepEP-like dispatch/combine API over the machine."""
+
+import numpy as np
+import pytest
+
+from epfabric.sim.backends.machine import backend
+from epfabric.sw.ubep import Buffer, DispatchError
+from epfabric.sw.ubep.reference import combine_out, dispatch_out
+from epfabric.sw.ubep.workload import Workload
+from utils import require_simulator
+
+# the dispatch/combine tests' shape: the same hardware, so one Verilator build serves all
+SHAPE = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=2, batch=4, topk=2, experts=4)
+pytestmark = pytest.mark.xdist_group("combine")
+
+
+def _inputs(seed):
+    w = Workload(ranks=2, batch=4, topk=2, experts=4, words=128, seed=seed)
+    return w.x, w.topk_idx, w.topk_w
+
+
+def _expert(rows, rank):
+    """A user's expert: every 16-bit lane + (rank + 3), then x 3 (anything works)."""
+    lo, hi = rows & 0xFFFF, rows >> 16
+    lo, hi = (lo + rank + 3) * 3 & 0xFFFF, (hi + rank + 3) * 3 & 0xFFFF
+    return hi << 16 | lo
+
+
+@pytest.mark.parametrize("system", ["cann", "ubep"])
+def test_two_rounds_back_to_back_without_a_reset(system):
+    """Epochs 1 and 2 on one buffer: the counters, flags and counts of round 1 stay in memory."""
+    require_simulator("verilator")
+    buf = Buffer(backend("verilator"), system=system, **SHAPE)
+    lo = 4 if system == "ubep" else 0                          # UBEP: words 0..3 are its header
+    for seed in (1, 2):
+        x, idx, wts = _inputs(seed)
+        layout = buf.get_dispatch_layout(idx, 4)
+        recv, per_expert, handle, rep = buf.dispatch(x, idx, wts)
+        assert handle["epoch"] == seed
+        w = Workload.from_arrays(x, idx, wts, 4)
+        want = dispatch_out(w)[0]
+        for d in range(2):
+            assert np.array_equal(recv[d][:, :, lo:], want[d][:, :, lo:])
+            assert sum(per_expert[d]) == len(want[d])
+        assert layout[1].sum() == 2 * 4 * 2                     # every slot, once
+        outs = [_expert(r, d) for d, r in enumerate(recv)]
+        y, rep = buf.combine(outs, handle)
+        ref = combine_out(w, outs)
+        for s in range(2):
+            assert np.array_equal(y[s][:, :, lo:], ref[s][:, :, lo:])
+    # the SyncAll counters kept counting across the two rounds (cumulative, never reset)
+    ctrl = buf._state[(0, buf.layout.CTRL)]
+    assert ctrl[1] == 2                                          # the epoch word
+    if system == "cann":
+        assert ctrl[0] == 2 * 2 * 2 and ctrl[2] == 2 * 2           # 2 barriers x 2 AIVs x 2
+    with pytest.raises(ValueError, match="stale"):
+        buf.combine(outs, {**handle, "epoch": 1})
+
+
+def test_bad_inputs_are_named():
+    buf = Buffer(backend("pysim"), system="ubep", **SHAPE)
+    x, idx, wts = _inputs(1)
+    with pytest.raises(ValueError, match="distinct experts"):
+        bad = idx.copy()
+        bad[0, 0, 1] = bad[0, 0, 0]
+        buf.dispatch(x, bad, wts)
+    with pytest.raises(ValueError, match=r"topk_weights must be integers in \[0, 65535\]"):
+        buf.dispatch(x, idx, wts * 100000)
+    with pytest.raises(ValueError, match="this buffer takes"):
+        buf.dispatch(x[:, :3], idx[:, :3], wts[:, :3])
+    with pytest.raises(ValueError, match="num_experts"):
+        buf.get_dispatch_layout(idx, 5)
+    assert issubclass(DispatchError, RuntimeError)

@@ -1,0 +1,125 @@
+"""The ``combine`` kernel (sw/kernels/combine.py, sw/ubep/combine.py): CANN's and UBEP's combine."""
+
+import functools
+
+import numpy as np
+import pytest
+
+from epfabric.sim.backends.machine import backend
+from utils import require_simulator
+from epfabric.sw.kernels import KERNELS, run_kernel
+from epfabric.sw.kernels.dispatch import layout_of
+from epfabric.sw.machine import Machine
+from epfabric.sw.ubep.reference import slot_index
+from epfabric.sw.ubep.combine import PHASES
+
+#: one xdist worker runs this file: its tests share one pysim run per system
+pytestmark = pytest.mark.xdist_group("combine")
+
+K = KERNELS["combine"]
+SMALL = {"batch": 4, "topk": 2, "experts": 4}
+SHAPE = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=2)
+
+
+@functools.lru_cache(maxsize=None)
+def pysim_run(system):
+    """``(machine, report, inputs)`` of the small case on Amaranth's simulator (one per system)."""
+    params = K.resolve_params({**SMALL, "system": system})
+    m = Machine(backend=backend("pysim"), config=K.configs("tiny", SHAPE["topology"], 2, params)[0])
+    inputs = K.load(m, params)
+    return m, m.run(100_000), inputs
+
+
+@functools.lru_cache(maxsize=None)
+def outcome(simulator, system):
+    if simulator == "pysim":
+        m, report, inputs = pysim_run(system)
+        v = K.check(m, report, inputs)
+        return ({"correct": v["correct"], "problems": v["problems"],
+                 "runs": [{"cycles": report.cycles, **v}]}, report.trace, report.counters)
+    result, reports = run_kernel(K, backend(simulator), params={**SMALL, "system": system},
+                                 **SHAPE)
+    return result, reports[0].trace, reports[0].counters
+
+
+@pytest.mark.parametrize("system", ["cann", "ubep"])
+def test_combine_is_bit_exact_with_every_phase_marked(system):
+    result, _, _ = outcome("pysim", system)
+    assert result["correct"], result["problems"]
+    run = result["runs"][0]
+    assert run["dispatch"]["correct"]
+    assert set(run["phases"]) == {"0.0", "0.1", "1.0", "1.1"}
+    for times in run["phases"].values():
+        assert list(times) == list(PHASES[system])
+        assert list(times.values()) == sorted(times.values())
+        assert times[PHASES[system][-1]] <= run["cycles"]
+
+
+# Icarus: UBEP in CI (its combine run includes UBEP's dispatch), CANN (covered by
+# test_dispatch for the dispatch) is `slow`.
+@pytest.mark.parametrize("sim, system", [
+    ("verilator", "cann"), ("verilator", "ubep"), ("icarus", "ubep"),
+    pytest.param("icarus", "cann", marks=pytest.mark.slow)])
+def test_same_cycles_and_traces_as_amaranths_simulator(sim, system):
+    require_simulator(sim)
+    ref, got = outcome("pysim", system), outcome(sim, system)
+    assert got[0]["correct"], got[0]["problems"]
+    for a, b in ((got[0]["runs"][0], ref[0]["runs"][0]),
+                 (got[0]["runs"][0]["dispatch"], ref[0]["runs"][0]["dispatch"])):
+        assert a["cycles"] == b["cycles"] and a["phases"] == b["phases"]
+    assert got[1] == ref[1] and got[2] == ref[2]
+
+
+def test_the_checker_sees_a_wrong_answer():
+    m, report, inputs = pysim_run("cann")
+    assert K.check(m, report, inputs)["correct"]
+    w = inputs[0]
+    w.topk_w[1][3][1] += 1                                       # what rank 1 token 3 weighs
+    try:
+        verdict = K.check(m, report, inputs)
+    finally:
+        w.topk_w[1][3][1] -= 1
+    assert not verdict["correct"]
+    assert verdict["problems"] == ["rank 1: YOUT token 3 of 4 differs from numpy"]
+
+
+def test_a_combine_that_does_not_poll_the_flags_is_caught():
+    """On cm384 an answer takes 218 ns to the other die: a source that does not poll sums zeros."""
+    require_simulator("verilator")          # one cm384 build serves this and test_dispatch's control
+    result, _ = run_kernel(K, backend("verilator"),
+                           params={**SMALL, "system": "ubep", "broken": "no_flag_poll"},
+                           **{**SHAPE, "preset": "cm384"})
+    assert not result["correct"]
+    assert any("YOUT token" in p for p in result["problems"])
+    assert result["runs"][0]["dispatch"]["correct"]
+
+
+def test_ubep_and_cann_combine_give_the_same_payload():
+    runs = {s: outcome("pysim", s)[0]["runs"][0] for s in ("cann", "ubep")}
+    assert runs["cann"]["y_payload_digest"] == runs["ubep"]["y_payload_digest"]
+    assert len(set(runs["cann"]["y_payload_digest"])) == 2        # two ranks, two different y
+
+
+def test_the_combine_is_fed_what_the_dispatch_delivered():
+    m, _, (w, params, before, delivered) = pysim_run("ubep")
+    lay = layout_of(m.config, params)
+    image = lambda r, addr: m._mem.get((r, addr))                 # the combine run's image
+    for r in range(2):
+        expand = [image(r, (lay.EXPAND << 9) + 4 * n) for n in range(lay.slots)]
+        assert expand == slot_index(w.topk_idx[r]).reshape(-1).tolist()
+        e = r * lay.epr                                            # the first row's expert
+        fed = [image(r, (lay.OUT << 9) + 4 * n) for n in range(128)]
+        lanes = lambda v, f: (((v >> 16) * f & 0xFFFF) << 16) | ((v & 0xFFFF) * f & 0xFFFF)
+        assert fed == [lanes(int(v), e + 1) for v in delivered[r][0, 0]]  # stand-in FFN of it
+        assert delivered[r][0, 0, 0] >> 16 == 0x0D0D              # as delivered: a TFF header
+        assert not any((r, (lay.X << 9) + 4 * n) in m._mem for n in range(8))
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"broken": "bogus"}, "broken must be one of"),
+    ({"broken": "no_flag_poll", "system": "cann"}, "negative controls of system='ubep'"),
+    ({"system": "mpi"}, "system must be one of"),
+])
+def test_bad_parameters_are_named(params, message):
+    with pytest.raises(ValueError, match=message):
+        K.resolve_params(params)
