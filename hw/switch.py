@@ -49,6 +49,12 @@ class Switch(wiring.Component):
         Width of the counters.
     data_bits : int
         Only used when ``payload`` is ``None``.
+    route_port : bool
+        Take the route table from an input port ``routes_in`` (one entry per
+        destination of ``routes``; ``routes`` then only gives the table's
+        length) instead of constants, so switches that differ only in their
+        routes share one Verilog module
+        (:meth:`~epfabric.hw.topology.Fabric.share_switches`). Same cycles.
 
     Attributes
     ----------
@@ -70,7 +76,7 @@ class Switch(wiring.Component):
     """
 
     def __init__(self, *, ports, routes=None, payload=None, depth=4, counter_width=32,
-                 data_bits=32):
+                 data_bits=32, route_port=False):
         check_int("ports", ports, 2)
         if routes is None:
             routes = range(ports)
@@ -91,8 +97,11 @@ class Switch(wiring.Component):
         self.ports = ports
         self.routes = routes
         self.depth = depth
+        self.counter_width = counter_width
+        self.route_port = bool(route_port)
         flit = stream.Signature(payload)
         super().__init__({
+            **({"routes_in": In(range(ports)).array(len(routes))} if route_port else {}),
             "i_stream": In(flit).array(ports),
             "o_stream": Out(flit).array(ports),
             "o_blocks": Out(counter_width).array(ports),
@@ -135,7 +144,8 @@ class Switch(wiring.Component):
             # Mux chain rather than a Switch (continuous logic in Verilog; see ring_storage).
             route = Const(1, n)
             for d, p in reversed(list(enumerate(self.routes))):
-                route = Mux(head.dst == d, 1 << p, route)
+                onehot = (Const(1, n) << self.routes_in[d])[:n] if self.route_port else 1 << p
+                route = Mux(head.dst == d, onehot, route)
             m.d.comb += want.eq(Mux(level != 0, route, 0))
             heads.append(head_bits)
             wants.append(want)

@@ -190,7 +190,9 @@ class System(wiring.Component):
         ``Instance`` of the one ``Die(rank=None)`` module (its rank an input),
         every core of that die an ``Instance`` of one ``AIVCore(core_id=None)``
         module (its core id an input driven by a constant), and every fabric link an ``Instance`` of one module per distinct link
-        (:meth:`~epfabric.hw.topology.Fabric.share_links`), which the caller
+        (:meth:`~epfabric.hw.topology.Fabric.share_links`) and every switch an
+        ``Instance`` of one module per switch kind, its route table on a port
+        (:meth:`~epfabric.hw.topology.Fabric.share_switches`), which the caller
         converts separately (``reset``: whether the converted
         modules have a ``rst`` port). Same hardware; the cross-simulator tests
         compare it with the flat system on Amaranth's simulator.
@@ -201,6 +203,7 @@ class System(wiring.Component):
         die = Die(rank=None, core_module=(core, bool(reset)), **self._die_params)
         parts = {name: die, core: AIVCore(core_id=None, **die.core_params)}
         parts.update(top.fabric.share_links(bool(reset)))
+        parts.update(top.fabric.share_switches(bool(reset)))
         return top, parts
 
     def distance(self, src, dst):

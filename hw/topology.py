@@ -28,7 +28,7 @@ block's path sums to its class latency. Hardware never sees physical units.
 
 from dataclasses import dataclass, field
 
-from amaranth.hdl import Module, Shape
+from amaranth.hdl import Const, Module, Shape
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -156,6 +156,8 @@ class Fabric(wiring.Component):
         self.attach = attach
         self._classes = classes
         self._link_modules = None   # set by share_links: (module name per link, has_reset)
+        self._switch_modules = None  # set by share_switches: ({switch: module name}, has_reset)
+        self._switch_ports = None    # interface objects of shared switches
         for child in (*self.switches.values(), *(link for link, _s, _d in self.links)):
             child._MustUse__silence = True  # owned here; the fabric itself warns if unused
         flit = stream.Signature(payload)
@@ -191,6 +193,30 @@ class Fabric(wiring.Component):
         self._link_modules = (names, has_reset)
         return {name: rep for _p, name, rep in kinds}
 
+    def share_switches(self, has_reset):
+        """Elaborate every switch as an ``Instance`` of one module per distinct switch kind.
+
+        Switches that differ only in their route tables (every die's switch,
+        every tier-1 switch) become one module each, built with
+        ``route_port=True`` and their routes driven as constants on
+        ``routes_in``. Returns ``{module name: Switch}`` for the caller to
+        convert (``has_reset``: whether those modules get a ``rst`` port).
+        Amaranth's simulator keeps the constant-route switches.
+        """
+        kinds = {}      # (ports, destinations, depth, counter width) -> module name
+        parts, names = {}, {}
+        for key, sw in self.switches.items():
+            kind = (sw.ports, len(sw.routes), sw.depth, sw.counter_width)
+            if kind not in kinds:
+                kinds[kind] = name = f"epf_switch{len(kinds)}"
+                parts[name] = Switch(ports=sw.ports, routes=sw.routes, payload=sw.payload,
+                                     depth=sw.depth, counter_width=sw.counter_width, route_port=True)
+            names[key] = kinds[kind]
+        self._switch_modules = (names, has_reset)
+        self._switch_ports = {key: parts[names[key]].signature.create(path=(key,))
+                              for key in self.switches}
+        return parts
+
     def distance(self, src, dst):
         """Distance class (``"intra"``, ``"one_hop"``, ``"two_hop"``) of a flow; ``None`` for src == dst."""
         if src == dst:
@@ -200,7 +226,15 @@ class Fabric(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         for name, sw in self.switches.items():
-            m.submodules[name] = sw
+            if self._switch_modules is None:
+                m.submodules[name] = sw
+            else:
+                modules, has_reset = self._switch_modules
+                port = self._switch_ports[name]
+                width = len(port.routes_in[0])
+                m.submodules[name] = instance_of(
+                    modules[name], port, has_reset, skip={f"routes_in__{d}" for d in range(len(sw.routes))},
+                    **{f"routes_in__{d}": Const(p, width) for d, p in enumerate(sw.routes)})
         for n, (link, src, dst) in enumerate(self.links):
             label = f"link{n}_{self._label(src)}_to_{self._label(dst)}"
             if self._link_modules is None:
@@ -231,13 +265,17 @@ class Fabric(wiring.Component):
         kind, idx = end
         if kind in ("tx", "attach_tx"):
             return wiring.flipped(getattr(self, kind)[idx])
-        return self.switches[kind].o_stream[idx]
+        return self._switch(kind).o_stream[idx]
 
     def _sink(self, end):
         kind, idx = end
         if kind in ("rx", "attach_rx"):
             return wiring.flipped(getattr(self, kind)[idx])
-        return self.switches[kind].i_stream[idx]
+        return self._switch(kind).i_stream[idx]
+
+    def _switch(self, name):
+        """Switch ``name``, or its interface object when switches are shared modules."""
+        return self.switches[name] if self._switch_ports is None else self._switch_ports[name]
 
 
 def check_timing(timing):

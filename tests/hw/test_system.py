@@ -255,6 +255,38 @@ def test_shared_core_module_gets_each_core_its_id(simulator):
         assert got == run_sys(sp, progs, reads=reads)
 
 
+def test_shared_switch_modules_route_as_the_constant_switches(simulator):
+    """Die, tier-1 and tier-2 switches as one Verilog module per kind, routes on a port.
+
+    8 dies on two boards: every rank's core fetch-adds into rank 7 and stores
+    its old value at home, so flits cross every switch tier. The Verilog
+    simulators run the shared-switch Verilog, pysim the constant-route
+    switches; the sum is computed here and everything must equal pysim's.
+    """
+    import re
+    from epfabric.sim.verilog.simulation import verilog_of
+    sp = spec(("superpod", 2, 2, 2))
+    if simulator != "pysim":
+        text = verilog_of(sp, simulator)
+        kinds = [m for m in re.findall(r"^module \\?(\S+?)[ (]", text, re.M) if m.startswith("epf_switch")]
+        assert len(kinds) == 3                    # die, tier-1 and tier-2 switches
+        assert len(re.findall(r"^\s*epf_switch\d+ \S+ \(", text, re.M)) == 8 + 2 + 4
+    target = address(7, 1, 0)
+    progs = fetch_add_programs(8, 1, target, 2)
+    reads = [[7, target]]
+    got = run_sys(sp, progs, simulator=simulator, reads=reads, max_cycles=20000)
+    assert got["done"] == 1
+    assert got["mem"] == [2 * sum(range(1, 9))]
+    if simulator != "pysim":
+        assert got == run_sys(sp, progs, reads=reads, max_cycles=20000)
+
+
+def test_switch_routes_from_a_port_need_the_table_length():
+    from epfabric.hw.switch import Switch
+    sw = Switch(ports=3, routes=[0, 2, 1, 1], route_port=True)
+    assert len(sw.routes_in) == 4 and "routes_in" not in Switch(ports=3).signature.members
+
+
 def test_die_module_takes_its_rank_from_a_port():
     from epfabric.hw.die import Die
     assert "rank_in" in Die(rank=None, ranks=4).signature.members
