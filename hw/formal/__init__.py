@@ -20,7 +20,7 @@ from amaranth.hdl import ClockDomain, Const, Elaboratable, Module
 __all__ = ["FormalProperty", "Harness", "all_equal", "MODULES"]
 
 #: harness modules of this package, in the order ``epfabric prove --all`` runs them
-MODULES = ("ub_port",)
+MODULES = ("ub_port", "switch", "link", "inc_engine", "decoder")
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,9 @@ class FormalProperty:
     gtkw : tuple of str
         Signals (hierarchical names below the top) a counterexample's
         ``.gtkw`` shows first.
+    solver : str
+        SMT solver that does this property fastest (``yices`` or
+        ``boolector``; Boolector wins on the INC engine's 32-bit sums).
     """
     harness: Callable
     mode: str
@@ -59,6 +62,7 @@ class FormalProperty:
     params: dict = field(default_factory=dict)
     slow: bool = False
     gtkw: tuple = ()
+    solver: str = "yices"
 
     def __post_init__(self):
         if self.mode not in ("prove", "bmc"):

@@ -25,8 +25,9 @@ def add_arguments(parser):
     parser.add_argument("--depth", type=int, default=None,
                         help="override every selected property's depth (induction length or "
                              "BMC bound)")
-    parser.add_argument("--solver", default="yices", choices=list(SOLVERS),
-                        help="SMT solver of yosys-smtbmc (default yices)")
+    parser.add_argument("--solver", default=None, choices=list(SOLVERS),
+                        help="SMT solver of yosys-smtbmc (default: each property's own, "
+                             "see --list)")
     parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT,
                         help=f"seconds per property before it is reported unknown "
                              f"(default {DEFAULT_TIMEOUT})")
@@ -54,7 +55,7 @@ def prepare(args):
             for name, p in props.items():
                 mode = "k-induction" if p.mode == "prove" else "BMC"
                 tag = "expect counterexample" if p.expect == "fail" else "expect proved"
-                print(f"{name:28s} {mode:11s} depth {p.depth:<3d} {tag:22s}"
+                print(f"{name:28s} {mode:11s} depth {p.depth:<3d} {p.solver:9s} {tag:22s}"
                       f"{' slow' if p.slow else ''}  {p.doc}")
             return 0
         return listing
@@ -64,7 +65,8 @@ def prepare(args):
     positive("--depth", args.depth)
     positive("--timeout", args.timeout)
     check_output(args.json, "--json")
-    why = missing_tool(args.solver)
+    why = missing_tool([args.solver] if args.solver else
+                       sorted({props[n].solver for n in chosen}))
     if why:
         raise ValueError(f"cannot run the prover: {why}")
 
