@@ -58,7 +58,8 @@ def verilator_hier():
     """Verilog modules Verilated as separate ``--hierarchical`` blocks (``$EPFABRIC_VERILATOR_HIER``).
 
     A comma-separated list of module names (``epf_die``, ``epf_aiv``,
-    ``epf_link0``...), or empty (the default) for one flat model. Verilator
+    ``epf_link0``...), ``all`` for every shared module, or empty (the
+    default) for one flat model. Verilator
     schedules a flat model per instance: a module used N times is compiled
     into N copies of its code (measured: 15 MB of C++ for 16 one-core dies),
     so the C++ build grows with instances. A hierarchical block is Verilated
@@ -70,7 +71,13 @@ def verilator_hier():
 
 
 def mark_hier_blocks(text, names):
-    """``text`` with a ``/*verilator hier_block*/`` metacomment in each module of ``names``."""
+    """``text`` with a ``/*verilator hier_block*/`` metacomment in each module of ``names``.
+
+    ``("all",)`` names every shared module (``epf_*``: the die, the core, each
+    link and switch kind).
+    """
+    if tuple(names) == ("all",):
+        names = re.findall(r"^module (epf_\w+)\(", text, re.M)
     for name in names:
         head = re.search(rf"^module {re.escape(name)}\(.*?\);\n", text, re.M | re.S)
         if head is None:

@@ -59,15 +59,16 @@ async def session_intent(bench, session):
              for w in range(wpb)]
     result["mem"] = await host_read_all(bench, top.ranks, addrs)
     # Timing repeats (``epfabric bench``): after the read-back, run the same
-    # session again -- the same writes, then start -- until ``min_run_s`` of
-    # machine run time is measured; the result above stays the first run's.
-    # The session's writes must restore every word the run changes (the bench
-    # zeroes alltoall's receive blocks), so each repeat starts from the same
-    # memory; the caller checks every repeat took the first run's cycles.
+    # session again -- ``repeat_writes`` (default: the session's writes), then
+    # start -- until ``min_run_s`` of machine run time is measured; the result
+    # above stays the first run's. ``repeat_writes`` must restore every word
+    # the run changed (the bench adds zeroes for alltoall's receive blocks), so
+    # each repeat starts from the same memory; the caller checks that every
+    # repeat took the first run's cycles.
     runs = [[result["cycles"], result["run_wall_s"]]]
     while (session.get("min_run_s") and sum(w for _, w in runs) < session["min_run_s"]
            and len(runs) < session.get("max_repeats", 1000)):
-        await host_write(bench, session["writes"])
+        await host_write(bench, session.get("repeat_writes", session["writes"]))
         t0 = time.monotonic()
         again = await host_run(bench, session["max_cycles"])
         runs.append([again["cycles"], time.monotonic() - t0])

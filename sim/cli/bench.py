@@ -3,6 +3,8 @@
 Front end of the ``speed`` experiment (:mod:`epfabric.sim.experiments.speed`).
 """
 
+import os
+
 from ..backends import SIMULATORS, missing_reason
 from ..experiments import EXPERIMENTS
 from ..experiments.speed import BENCH_OPT, SCALE_LADDER, SHAPES, parse_shapes, ratios, scale
@@ -20,7 +22,11 @@ def add_arguments(parser):
                         help=f"comma-separated die counts ({', '.join(map(str, SHAPES))})")
     parser.add_argument("--aivs", type=int, default=1, help="AIVs per die")
     parser.add_argument("--opt", default=BENCH_OPT,
-                        help="Verilator C++ optimisation level, written --opt=-O1 (default -O0)")
+                        help="Verilator hot-code C++ optimisation level (OPT_FAST; cold code is always -O0), written --opt=-O0 (default -O1)")
+    parser.add_argument("--hier", default=None, metavar="MODULES",
+                        help="Verilate these shared modules as --hierarchical blocks: comma-separated "
+                             "(epf_aiv,epf_die,...) or 'all' (sets EPFABRIC_VERILATOR_HIER; default: "
+                             "one flat model)")
     parser.add_argument("--json", metavar="FILE", help="write {runs, verilator_over_pysim} as JSON")
     parser.add_argument("--scale", action="store_true",
                         help="scale probe: largest Verilator system that builds and runs in --budget")
@@ -32,6 +38,11 @@ def add_arguments(parser):
 
 def prepare(args):
     check_output(args.json, "--json")
+    if args.hier is not None:
+        if not all(name == "all" or name.startswith("epf_") for name in args.hier.split(",") if name):
+            raise ValueError(f"--hier must name shared modules (epf_...) or 'all', not {args.hier!r}")
+        # read by the Verilator build here and in the scale probe's subprocesses
+        os.environ["EPFABRIC_VERILATOR_HIER"] = args.hier
     if args.scale:
         if args.budget <= 0:
             raise ValueError(f"--budget must be positive, not {args.budget}")

@@ -5,14 +5,19 @@ Runs ``alltoall`` on ``cm384`` machines of 4 dies (superpod 2×2×1) and 16 dies
 
 * ``build_s`` — Verilog generation + simulator build (Icarus/Verilator; cached
   by content, so a rerun reports the cache hit) or elaboration (pysim);
-* ``run_s`` — wall time of the machine run alone, from ``start`` to ``stop``
-  (host loading and read-back excluded), measured inside the simulator process;
-* ``cycles_per_s`` = simulated cycles / ``run_s``;
+* ``run_s`` — wall time of the machine runs alone, from ``start`` to ``stop``
+  (host loading and read-back excluded), measured inside the simulator
+  process. On Icarus and Verilator the session is repeated in the same
+  simulator process until :data:`MIN_RUN_S` of run time is measured (a 4-die
+  run lasts milliseconds on Verilator); every repeat must take the first
+  run's cycles;
+* ``cycles_per_s`` = simulated cycles / ``run_s``, and ``core_cycles_per_s``
+  (× the machine's AIV count);
 
 and the Verilator / Amaranth-simulator ratio of cycles per second measured in
-the same invocation. Verilator models are built at ``-O0`` (``--opt`` to
-change; the README records the build and run times at each level), so ``-O0``
-figures are a lower bound on Verilator's speed.
+the same invocation. Verilator models are built with hot code at ``-O1`` and
+cold code at ``-O0`` (``--opt`` changes the hot level; ``--hier`` Verilates
+shared modules as hierarchical blocks).
 
 ``--scale`` is the scale probe: it runs the ladder of Verilator systems
 (dies × AIVs per die, :data:`SCALE_LADDER` or ``--shapes``), each in a fresh
@@ -33,13 +38,14 @@ import threading
 import time
 from pathlib import Path
 
+from ...hw.host import HostTarget
 from ...hw.validate import check_choice, check_int
 from ...sw.isa import address
 from ...sw.kernels import KERNELS
 from ...sw.kernels.alltoall import layout as alltoall_layout
 from ...sw.machine import Machine
 from ..backends import SIMULATORS, missing_reason, run
-from ..backends.cocotb_runner import build
+from ..backends.cocotb_runner import build, verilator_hier, verilator_opt
 from ..backends.machine import SimulatorBackend, machine_spec, session_intent
 from . import Experiment, Param, register
 
@@ -65,10 +71,11 @@ class TimedBackend(SimulatorBackend):
     ``[cycles, wall s]`` of every run.
     """
 
-    def __init__(self, simulator, opt, min_run_s=0.0):
+    def __init__(self, simulator, opt, min_run_s=0.0, restore=()):
         super().__init__(simulator, opt=opt)
         self.build_s = 0.0
         self.min_run_s = min_run_s
+        self.restore = list(restore)    # host writes that undo a run, before each repeat
         self.runs = []
 
     def execute(self, config, session):
@@ -79,7 +86,8 @@ class TimedBackend(SimulatorBackend):
             Simulator(spec.build())          # elaboration, as a build-time figure
         else:
             build(spec, self.name, False, self.opt)   # Verilog generation + build
-            session = dict(session, min_run_s=self.min_run_s)
+            session = dict(session, min_run_s=self.min_run_s,
+                           repeat_writes=self.restore + session["writes"])
         self.build_s = time.monotonic() - t0
         result, _ = run(spec, session_intent, {"session": session}, simulator=self.name,
                         opt=self.opt)
@@ -92,21 +100,21 @@ def bench_one(simulator, dies, aivs=1, opt=BENCH_OPT, max_cycles=1_000_000, min_
 
     On Icarus and Verilator the session is repeated in one simulator process
     until ``min_run_s`` seconds of machine run time are measured (a 4-die run
-    lasts milliseconds on Verilator); the receive blocks are zeroed by the
-    session's own writes, so every repeat starts from the same memory and
-    must take the same cycles (``repeat_cycles_differ`` lists any that did
+    lasts milliseconds on Verilator); before each repeat the receive blocks
+    are zeroed, so every repeat starts from the same memory and must take
+    the same cycles (``repeat_cycles_differ`` lists any that did
     not). The check is on the first run's memory, trace and counters.
     """
     check_choice("dies", dies, tuple(SHAPES))
     kernel = KERNELS["alltoall"]
-    be = TimedBackend(simulator, opt, min_run_s)
     config, = kernel.configs("cm384", SHAPES[dies], aivs)
+    recv, _ = alltoall_layout(config)
+    restore = [[HostTarget.HBM.value, r, 0, address(0, recv + s) + 4 * w, 0]
+               for r in range(config.ranks) for s in range(config.ranks * config.aivs_per_die)
+               for w in range(config.words_per_block)]
+    be = TimedBackend(simulator, opt, min_run_s, restore)
     m = Machine(backend=be, config=config)
     tok = kernel.load(m, kernel.resolve_params({}))
-    recv, _ = alltoall_layout(config)
-    for r in range(config.ranks):
-        for s in range(config.ranks * config.aivs_per_die):
-            m.write_mem(r, address(0, recv + s), [0] * config.words_per_block)
     report = m.run(max_cycles)
     verdict = kernel.check(m, report, tok)
     cycles = sum(c for c, _ in be.runs)
@@ -119,7 +127,9 @@ def bench_one(simulator, dies, aivs=1, opt=BENCH_OPT, max_cycles=1_000_000, min_
             "build_s": round(be.build_s, 2), "runs": len(be.runs), "run_s": round(run_s, 3),
             "cycles_per_s": round(cycles / run_s, 1) if run_s else None,
             "core_cycles_per_s": round(cycles * config.cores / run_s) if run_s else None,
-            "correct": verdict["correct"] and not differ, "problems": problems}
+            "correct": verdict["correct"] and not differ, "problems": problems,
+            **({"opt": opt or verilator_opt(), "hier": ",".join(verilator_hier())}
+               if simulator == "verilator" else {})}
 
 
 def probe_one(dies, aivs, budget_s, opt=BENCH_OPT, log=print):
@@ -207,7 +217,7 @@ def scale(shapes, budget_s, opt=BENCH_OPT):
             failed.append((d, a))
     ok = [r for r in runs if r["status"] == "ok"]
     largest = max(ok, key=lambda r: (r["dies"] * r["aivs_per_die"], r["dies"]), default=None)
-    return {"budget_s": budget_s, "opt": opt, "runs": runs,
+    return {"budget_s": budget_s, "opt": opt, "hier": ",".join(verilator_hier()), "runs": runs,
             "largest": None if largest is None else [largest["dies"], largest["aivs_per_die"]]}
 
 

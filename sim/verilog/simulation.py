@@ -6,12 +6,15 @@ domain is reset-less for Verilator, and tops that repeat a block define it
 once (``hierarchical_verilog``). See :func:`verilog_of`.
 """
 
+import functools
+import hashlib
 import sys
 import time
+from pathlib import Path
 
-from ..output import PROGRESS_AFTER_S, progress
+from ..output import PROGRESS_AFTER_S, build_cache_dir, progress, write_atomic
 
-__all__ = ["verilog_of", "has_reset", "TOPLEVEL"]
+__all__ = ["verilog_of", "has_reset", "source_hash", "TOPLEVEL"]
 
 #: Name of the top module in simulation Verilog.
 TOPLEVEL = "top"
@@ -39,26 +42,102 @@ def verilog_of(spec, simulator="verilator"):
     cross-simulator tests check cycles and results are identical.
     ``epfabric verilog`` (for FPGA flows) keeps the reset.
     """
-    from amaranth.back import verilog
-    from amaranth.hdl import ClockDomain
     reset_less = not has_reset(simulator)
     key = (spec.to_json(), reset_less)
     if key not in _VERILOG:
         t0 = time.monotonic()
-        kw = {"missing_domain": lambda name: ClockDomain(name, reset_less=True)} if reset_less else {}
-        top, parts = spec.build(), {}
-        if hasattr(top, "hierarchical_verilog"):
-            # Repeated blocks as one shared module (e.g. System's dies): the
-            # text, and the Verilator C++ to compile, no longer grow per copy.
-            top, parts = top.hierarchical_verilog(reset=not reset_less)
-        texts = [verilog.convert(top, name=TOPLEVEL, emit_src=False, **kw)]
-        texts += [verilog.convert(part, name=name, emit_src=False, **kw) for name, part in parts.items()]
-        _VERILOG[key] = "\n".join(texts)
+        # On disk, keyed by the spec and the source of everything that builds it.
+        path = _cache_path("design", f"{spec.to_json()}\0{reset_less}\0{_factory_source(spec)}")
+        if path.exists():
+            _VERILOG[key] = path.read_text()
+            return _VERILOG[key]
+        _VERILOG[key] = _convert(spec, reset_less)
+        write_atomic(path, _VERILOG[key])
         dt = time.monotonic() - t0
         if dt > PROGRESS_AFTER_S:
             progress(f"Verilog of {spec.factory.rpartition(':')[2]}: "
                       f"{len(_VERILOG[key]) / 1e6:.1f} MB in {dt:.0f} s")
     return _VERILOG[key]
+
+
+def _convert(spec, reset_less):
+    from amaranth.back import verilog
+    from amaranth.hdl import ClockDomain
+    kw = {"missing_domain": lambda name: ClockDomain(name, reset_less=True)} if reset_less else {}
+    top, parts = spec.build(), {}
+    if hasattr(top, "hierarchical_verilog"):
+        # Repeated blocks as one shared module (e.g. System's dies, cores,
+        # links and switches): converted once each, whatever the instance count.
+        top, parts = top.hierarchical_verilog(reset=not reset_less)
+    texts = [verilog.convert(top, name=TOPLEVEL, emit_src=False, **kw)]
+    for name, part in parts.items():
+        # A shared module is cached on disk by what defines it, so another
+        # shape with the same die (or core, link, switch) does not convert it again.
+        path = _cache_path("module", f"{name}\0{_part_key(part)}\0{reset_less}")
+        if path.exists():
+            texts.append(path.read_text())
+            continue
+        texts.append(verilog.convert(part, name=name, emit_src=False, **kw))
+        write_atomic(path, texts[-1])
+    return "\n".join(texts)
+
+
+def _plain(value):
+    """Whether ``value`` is a parameter value that can key a cache (repr without identity)."""
+    from amaranth.lib import data
+    if isinstance(value, (int, str, bool, float, type(None), data.Layout)):
+        return True
+    if isinstance(value, (tuple, list)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(_plain(k) and _plain(v) for k, v in value.items())
+    return False
+
+
+def _part_key(part):
+    """What defines a shared module: its class, signature and plain parameters.
+
+    The hardware classes keep every constructor parameter as a plain attribute
+    (``ports``, ``routes``, ``core_params``, ``latency``...); sub-blocks and
+    signals are derived from those. A key whose text names an object address
+    would never hit, and is refused.
+    """
+    attrs = {k: v for k, v in sorted(vars(part).items()) if not k.startswith("_") and _plain(v)}
+    text = f"{type(part).__module__}.{type(part).__qualname__}\0{part.signature!r}\0{attrs!r}"
+    if " at 0x" in text:
+        raise ValueError(f"cannot key the Verilog of {type(part).__qualname__}: {text[:200]}")
+    return text
+
+
+def _factory_source(spec):
+    """Source text of the module that holds ``spec``'s factory (tests define some tops)."""
+    import importlib.util
+    found = importlib.util.find_spec(spec.factory.partition(":")[0])
+    origin = found.origin if found else None
+    return Path(origin).read_text() if origin and origin.endswith(".py") else ""
+
+
+@functools.lru_cache(maxsize=None)
+def source_hash():
+    """Hash of the sources that define hardware and Amaranth's version.
+
+    ``hw/``, ``sw/`` (tops, presets), ``sim/experiments/`` (experiment tops)
+    and this file; the design key adds the factory's own module.
+    """
+    import amaranth
+    root = Path(__file__).resolve().parents[2]
+    h = hashlib.sha256(amaranth.__version__.encode())
+    for path in sorted([*root.glob("hw/**/*.py"), *root.glob("sw/**/*.py"),
+                        *root.glob("sim/experiments/**/*.py"), Path(__file__).resolve()]):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _cache_path(kind, key):
+    digest = hashlib.sha256(f"{source_hash()}\0{key}".encode()).hexdigest()[:20]
+    folder = build_cache_dir() / "verilog"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{kind}-{digest}.v"
 
 
 def has_reset(simulator):

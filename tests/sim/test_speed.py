@@ -32,6 +32,7 @@ def test_pysim_row(tmp_path, capsys):
     (["bench", "--scale", "--shapes", "12x1"], "--shapes dies must be one of 4, 16, 32, 64, 128, not 12"),
     (["bench", "--scale", "--shapes", "16x0"], "--shapes AIVs per die must be in [1, 256], not 0"),
     (["bench", "--scale", "--budget", "0"], "--budget must be positive"),
+    (["bench", "--hier", "die"], "--hier must name shared modules (epf_...) or 'all', not 'die'"),
 ])
 def test_bad_input(argv, message, capsys, monkeypatch):
     def forbidden(*args, **kwargs):

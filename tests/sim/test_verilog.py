@@ -77,3 +77,35 @@ def test_param_with_all_is_refused(capsys, tmp_path):
     assert main(["verilog", "--all", "--param", "lanes=4", "-o", str(tmp_path)]) == 2
     assert "--param cannot be combined with --all" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_simulation_verilog_is_cached_on_disk_per_design_and_per_module(tmp_path, monkeypatch):
+    """A fresh process reads the design's Verilog from disk; another shape reuses the shared modules."""
+    from epfabric.sim.backends import ComponentSpec
+    from epfabric.sim.verilog import simulation
+    from utils import system_spec
+    monkeypatch.setenv("EPFABRIC_BUILD_DIR", str(tmp_path))
+    monkeypatch.setattr(simulation, "_VERILOG", {})
+    two = system_spec(("superpod", 2, 1, 1), 2)
+    text = simulation.verilog_of(two, "verilator")
+    cached = sorted(p.name.split("-")[0] for p in (tmp_path / "verilog").glob("*.v"))
+    # the design, and the die, core, links and the die switch as modules
+    assert cached.count("design") == 1 and cached.count("module") >= 4
+    monkeypatch.setattr(simulation, "_VERILOG", {})         # as in a new process
+    monkeypatch.setattr(ComponentSpec, "build", lambda self: pytest.fail("Amaranth ran again"))
+    assert simulation.verilog_of(two, "verilator") == text
+    monkeypatch.undo()
+    monkeypatch.setenv("EPFABRIC_BUILD_DIR", str(tmp_path))
+    monkeypatch.setattr(simulation, "_VERILOG", {})
+    # 4 dies: the flit is wider (ranks), so a new top, die, links and switches,
+    # but the core (its ports do not depend on ranks) is not converted again
+    four = system_spec(("superpod", 2, 2, 1), 2)
+    before = set((tmp_path / "verilog").glob("module-*.v"))
+    simulation.verilog_of(four, "verilator")
+    new = set((tmp_path / "verilog").glob("module-*.v")) - before
+    _top, parts = four.build().hierarchical_verilog(reset=False)
+    assert "epf_aiv" in parts and len(new) == len(parts) - 1
+    # a different source is a different key
+    path = simulation._cache_path("design", "x")
+    monkeypatch.setattr(simulation, "source_hash", lambda: "other")
+    assert simulation._cache_path("design", "x") != path
