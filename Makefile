@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.epfabric-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-slow run demo fig6 reproduce figures bench fabric-speed verilog lint synth prove clean
+.PHONY: help setup test test-slow run demo fig6 reproduce figures bench fabric-speed verilog lint synth prove soak clean
 RESULTS ?= results
 
 help: ## list the targets
@@ -56,6 +56,9 @@ synth: $(STAMP) ## synthesis of every component + fpga_die at 1/2/4 AIVs (ECP5):
 
 prove: $(STAMP) ## formal properties (SymbiYosys + Yices): every block's proofs, counterexamples to waveforms/
 	$(VENV)/bin/epfabric prove --all --json build/formal/prove.json
+
+soak: $(STAMP) ## 10^5-block random-traffic soaks (uniform, hot-spot) of the 32-rank cm384 fabric on Verilator, scoreboarded
+	$(VENV)/bin/epfabric soak --json build/soak.json
 
 lint: verilog ## verilator --lint-only -Wall on every registered component
 	$(PY) -m epfabric.sim.verilog.lint build/verilog

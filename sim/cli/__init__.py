@@ -36,6 +36,8 @@ COMMANDS = [
      "synthesis (and place-and-route) report of a registered component for an FPGA"),
     ("prove", "epfabric.sim.cli.prove",
      "formal properties of the blocks (SymbiYosys): proved / counterexample / unknown"),
+    ("soak", "epfabric.sim.cli.soak",
+     "long random-traffic soak of the superpod fabric, scoreboarded in hardware"),
 ]
 
 

@@ -1,0 +1,120 @@
+"""``epfabric soak [--blocks N] [--pattern P ...] [--seed S ...] [--json FILE]``: long soaks.
+
+Front end of :mod:`epfabric.sim.soak`: runs the scoreboarded superpod fabric
+(32-rank ``cm384`` by default, Verilator) for every (pattern, seed) and
+prints blocks moved, simulated cycles, wall time and the scoreboard (lost,
+misrouted, out of order). Exit status 1 when a soak fails its scoreboard
+(a deadlock is reported as the simulator's timeout error), 2 on bad input.
+
+``--kernel NAME --runs N`` instead runs a registered kernel N times with
+random data seeds and machine shapes, each run checked against numpy.
+"""
+
+from ...hw.soak import PATTERNS
+from ..backends import SIMULATORS, missing_reason
+from ..output import progress
+from ..soak import DEFAULT_SHAPE, ok, run_soak
+from .common import check_output, positive, write_json
+
+__all__ = ["add_arguments", "prepare"]
+
+
+def add_arguments(parser):
+    parser.add_argument("--blocks", type=int, default=100_000,
+                        help="blocks per run, all ranks together (default 100000; rounded up "
+                             "to a multiple of the rank count)")
+    parser.add_argument("--pattern", action="append", choices=PATTERNS,
+                        help="traffic pattern (repeatable; default: uniform and hotspot)")
+    parser.add_argument("--seed", action="append", type=int,
+                        help="generator seed (repeatable; default 1)")
+    parser.add_argument("--offer", type=float, default=0.7,
+                        help="probability an idle source offers a block in a cycle (default 0.7)")
+    parser.add_argument("--stall", type=float, default=0.3,
+                        help="probability a receiver stalls in a cycle (default 0.3)")
+    parser.add_argument("--backend", default="verilator", choices=SIMULATORS,
+                        help="simulator (default verilator)")
+    parser.add_argument("--shape", default=",".join(map(str, DEFAULT_SHAPE)),
+                        help="dies_per_npu,npus_per_board,boards of the cm384 superpod "
+                             "(default 2,8,2: 32 ranks)")
+    parser.add_argument("--kernel", default=None,
+                        help="soak a registered kernel with a seed parameter (e.g. alltoall) "
+                             "instead of the fabric")
+    parser.add_argument("--runs", type=int, default=100,
+                        help="--kernel: runs, each with a random seed and shape (default 100)")
+    parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+
+
+def prepare(args):
+    positive("--blocks", args.blocks)
+    try:
+        shape = tuple(int(x) for x in args.shape.split(","))
+    except ValueError:
+        raise ValueError(f"--shape must be three integers a,b,c, not {args.shape!r}") from None
+    if len(shape) != 3:
+        raise ValueError(f"--shape must be three integers a,b,c, not {args.shape!r}")
+    for name, value in (("--offer", args.offer), ("--stall", args.stall)):
+        if not 0 <= value < 1:
+            raise ValueError(f"{name} must be a probability in [0, 1), not {value!r}")
+    if args.offer == 0:
+        raise ValueError("--offer must be > 0, not 0")
+    why = missing_reason(args.backend)
+    if why:
+        raise ValueError(f"--backend {args.backend}: {why}")
+    check_output(args.json, "--json")
+    if args.kernel is not None:
+        return _kernel_job(args)
+    from ..soak import soak_fabric
+    probe = soak_fabric(shape=shape)
+    probe._MustUse__silence = True
+    ranks = probe.ranks
+    per_rank = -(-args.blocks // ranks)
+    patterns = args.pattern or list(PATTERNS)
+    seeds = args.seed or [1]
+
+    def job():
+        rows = []
+        for pattern in patterns:
+            for seed in seeds:
+                progress(f"soak {pattern} seed {seed}: {per_rank * ranks} blocks on {ranks} ranks "
+                         f"({args.backend})")
+                row = run_soak(blocks_per_rank=per_rank, pattern=pattern, seed=seed,
+                               offer=args.offer, stall=args.stall, backend=args.backend,
+                               shape=shape)
+                row["ok"] = ok(row)
+                rows.append(row)
+                print(f"{pattern:8s} seed {seed}: {row['received']} / {row['blocks']} blocks "
+                      f"moved in {row['cycles']} cycles, lost {row['lost']}, misrouted "
+                      f"{row['misrouted']}, out of order {row['out_of_order']}; wall "
+                      f"{row['wall_s']:.1f} s (run {row['run_s']:.1f} s) "
+                      f"{'ok' if row['ok'] else 'FAILED'}", flush=True)
+        if args.json:
+            write_json(args.json, rows)
+        return 0 if all(r["ok"] for r in rows) else 1
+    return job
+
+
+def _kernel_job(args):
+    from ...sw.kernels import KERNELS
+    positive("--runs", args.runs)
+    if args.kernel not in KERNELS:
+        raise ValueError(f"--kernel must be one of {', '.join(sorted(KERNELS))}, "
+                         f"not {args.kernel!r}")
+    if "seed" not in KERNELS[args.kernel].params:
+        raise ValueError(f"--kernel {args.kernel} has no seed parameter to vary")
+    from ..soak import kernel_soak
+
+    def show(row):
+        print(f"{row['kernel']} run {row['run']}: {row['topology']} x {row['aivs']} AIVs, seed "
+              f"{row['seed']}: {row['cycles']} cycles, "
+              f"{'correct' if row['correct'] else 'WRONG: ' + '; '.join(row['problems'])} "
+              f"({row['wall_s']:.1f} s)", flush=True)
+
+    def job():
+        rows = kernel_soak(args.kernel, runs=args.runs, seed=(args.seed or [0])[0],
+                           backend=args.backend, progress=show)
+        good = sum(r["correct"] for r in rows)
+        print(f"{args.kernel}: {good} / {len(rows)} runs correct")
+        if args.json:
+            write_json(args.json, rows)
+        return 0 if good == len(rows) else 1
+    return job
