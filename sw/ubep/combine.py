@@ -38,7 +38,7 @@ from ...hw.validate import check_choice, check_int, check_pow2
 from ..assembler import Program
 from ..isa import address
 from .cann import split
-from .ubep import TFF_TAG
+from .ubep import TFF_TAG, _elem
 
 __all__ = ["combine_program", "EVENTS", "PHASES", "SYSTEMS", "ubuf_rows_needed"]
 
@@ -72,18 +72,6 @@ def ubuf_rows_needed(lay):
 
 def _local(rank, block, word=0):
     return address(rank, block, word)
-
-
-def _elem(p, rd, base, idx, tmp):
-    """``rd`` = 16-bit element ``idx`` (a register) of the UBuf vector at byte address ``base``."""
-    p.add(tmp, idx, idx)
-    p.andi(tmp, tmp, 0x3FFFC)
-    p.addi(tmp, tmp, base)
-    p.ulw(rd, tmp, 0)
-    p.andi(tmp, idx, 1)
-    p.slli(tmp, tmp, 4)
-    p.srl(rd, rd, tmp)
-    p.andi(rd, rd, 0xFFFF)
 
 
 def _load_rows(p, rank, lay, rows):

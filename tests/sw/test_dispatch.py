@@ -118,6 +118,8 @@ def test_programs_do_not_depend_on_the_data():
     ({"experts": 5}, r"experts \(5\) must be a multiple of ranks \(2\)"),
     ({"topk": 9}, r"topk must be in \[1, 4\], not 9"),
     ({"broken": "nope"}, "broken must be one of None, no_flag_wait, syncall_one_short"),
+    ({"cap": 5}, r"cap must be in \[1, 4\], not 5"),
+    ({"cap": 1}, "cap 1 is too small: rank 0 routes 3 slots to expert 3; raise cap"),
 ])
 def test_bad_parameters_are_named(params, message):
     with pytest.raises(ValueError, match=message):
