@@ -11,7 +11,6 @@ from utils import require_simulator
 
 # the dispatch/combine tests' shape: the same hardware, so one Verilator build serves all
 SHAPE = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=2, batch=4, topk=2, experts=4)
-pytestmark = pytest.mark.xdist_group("combine")
 
 
 def _inputs(seed):

@@ -13,9 +13,6 @@ from epfabric.sw.machine import Machine
 from epfabric.sw.ubep.reference import slot_index
 from epfabric.sw.ubep.combine import PHASES
 
-#: one xdist worker runs this file: its tests share one pysim run per system
-pytestmark = pytest.mark.xdist_group("combine")
-
 K = KERNELS["combine"]
 SMALL = {"batch": 4, "topk": 2, "experts": 4}
 SHAPE = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=2)
@@ -101,7 +98,7 @@ def test_ubep_and_cann_combine_give_the_same_payload():
 
 
 def test_the_combine_is_fed_what_the_dispatch_delivered():
-    m, _, (w, params, before, delivered) = pysim_run("ubep")
+    m, _, (w, params, _before, delivered, _expected) = pysim_run("ubep")
     lay = layout_of(m.config, params)
     image = lambda r, addr: m._mem.get((r, addr))                 # the combine run's image
     for r in range(2):

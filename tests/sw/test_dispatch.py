@@ -12,9 +12,6 @@ from epfabric.sw.machine import Machine, WatchdogTimeout
 from epfabric.sw.kernels.dispatch import layout_of
 from epfabric.sw.ubep.cann import PHASES
 
-#: one xdist worker runs this file: its tests share one pysim run per system
-pytestmark = pytest.mark.xdist_group("dispatch")
-
 K = KERNELS["dispatch"]
 #: the smallest case with remote traffic both ways, more than one expert per rank and two AIVs
 SMALL = {"batch": 4, "topk": 2, "experts": 4}
