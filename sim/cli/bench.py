@@ -7,7 +7,8 @@ import os
 
 from ..backends import SIMULATORS, missing_reason
 from ..experiments import EXPERIMENTS
-from ..experiments.speed import BENCH_OPT, SCALE_LADDER, SHAPES, parse_shapes, ratios, scale
+from ..experiments.speed import (BENCH_OPT, SCALE_LADDER, SCALE_OPT, SHAPES, parse_shapes, ratios,
+                                 scale)
 from .common import check_output, write_json
 
 __all__ = ["add_arguments", "prepare"]
@@ -21,8 +22,9 @@ def add_arguments(parser):
     parser.add_argument("--dies", default="4,16",
                         help=f"comma-separated die counts ({', '.join(map(str, SHAPES))})")
     parser.add_argument("--aivs", type=int, default=1, help="AIVs per die")
-    parser.add_argument("--opt", default=BENCH_OPT,
-                        help="Verilator hot-code C++ optimisation level (OPT_FAST; cold code is always -O0), written --opt=-O0 (default -O1)")
+    parser.add_argument("--opt", default=None,
+                        help=f"Verilator hot-code C++ optimisation level (OPT_FAST; cold code is always "
+                             f"-O0), written --opt=-O1 (default {BENCH_OPT}, {SCALE_OPT} with --scale)")
     parser.add_argument("--hier", default=None, metavar="MODULES",
                         help="Verilate these shared modules as --hierarchical blocks: comma-separated "
                              "(epf_aiv,epf_die,...) or 'all' (sets EPFABRIC_VERILATOR_HIER; default: "
@@ -51,7 +53,7 @@ def prepare(args):
         shapes = parse_shapes(args.shapes)
 
         def probe():
-            result = scale(shapes, args.budget, args.opt)
+            result = scale(shapes, args.budget, args.opt or SCALE_OPT)
             print(f"{'dies':>5} {'AIVs':>5} {'status':>12} {'wall s':>7} {'build s':>8} {'run s':>7} "
                   f"{'cycles':>7} {'peak MB':>8}")
             for r in result["runs"]:
@@ -66,7 +68,8 @@ def prepare(args):
             return 0 if result["largest"] else 1
         return probe
 
-    params = EXPERIMENT.resolve(backends=args.backends, dies=args.dies, aivs=args.aivs, opt=args.opt)
+    params = EXPERIMENT.resolve(backends=args.backends, dies=args.dies, aivs=args.aivs,
+                                opt=args.opt or BENCH_OPT)
     for b in params["backends"].split(","):
         if b and missing_reason(b):
             print(f"skip {b}: {missing_reason(b)}")

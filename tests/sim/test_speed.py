@@ -73,7 +73,7 @@ def test_scale_probe_one_shape():
 def test_experiment_parameters_are_typed():
     exp = speed.EXPERIMENT
     assert exp.resolve() == {"backends": "pysim,icarus,verilator", "dies": "4,16", "aivs": 1,
-                             "opt": "-O1"}
+                             "opt": "-O2"}
     with pytest.raises(TypeError, match="aivs must be an integer, not '2'"):
         exp.resolve(aivs="2")
     with pytest.raises(TypeError, match="aivs must be an integer, not True"):
