@@ -29,8 +29,8 @@ from ..ubep import combine
 from ..ubep.layout import GUARD
 from ..ubep.reference import combine_out, dispatch_out, expert_outputs
 from . import register
-from .dispatch import (HEADER_WORDS, KERNEL as DISPATCH, Dispatch, _phase_split,
-                       combine_programs, layout_of)
+from .dispatch import (HEADER_WORDS, KERNEL as DISPATCH, Dispatch, combine_programs,
+                       layout_of, summary_lines)
 
 __all__ = ["Combine", "KERNEL", "carry_to_combine"]
 
@@ -173,19 +173,9 @@ class Combine(Dispatch):
                 "cycle_ns": machine.preset.cycle_ns}
 
     def summary(self, result):
-        lines = []
-        for run in result["runs"]:
-            cfg, d = run["config"], run["dispatch"]
-            lines.append(f"combine ({run['system']}) on {result['preset']} [{result['backend']}]: "
-                         f"{cfg['topology']} x {cfg['aivs_per_die']} AIVs, BS "
-                         f"{result['params']['batch']}, top-{result['params']['topk']}, "
-                         f"{result['params']['experts']} experts: {run['cycles']} cycles = "
-                         f"{run['latency_us']:.2f} us, {run['bandwidth_gbps']:.1f} GB/s "
-                         f"(after a dispatch of {d['cycles']} cycles)"
-                         + (f"; flag wait + SyncAll {100 * run['syncall_share']:.1f} % of the run"
-                            if run.get("syncall_share") is not None else ""))
-            lines.append("  phase ends (cycles, mean over AIVs): " + _phase_split(run["phases"]))
-        return lines
+        return summary_lines(self.name, result,
+                             lambda run: f" (after a dispatch of {run['dispatch']['cycles']} cycles)",
+                             "flag wait + SyncAll")
 
 
 KERNEL = register(Combine())

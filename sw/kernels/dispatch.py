@@ -290,18 +290,24 @@ class Dispatch(Kernel):
                 "send_max_cycles": max(sending.values()) if sending else None}
 
     def summary(self, result):
-        lines = []
-        for run in result["runs"]:
-            cfg = run["config"]
-            lines.append(f"dispatch ({run['system']}) on {result['preset']} [{result['backend']}]: "
-                         f"{cfg['topology']} x {cfg['aivs_per_die']} AIVs, BS "
-                         f"{result['params']['batch']}, top-{result['params']['topk']}, "
-                         f"{result['params']['experts']} experts: {run['cycles']} cycles = "
-                         f"{run['latency_us']:.2f} us, {run['bandwidth_gbps']:.1f} GB/s"
-                         + (f"; SyncAll {100 * run['syncall_share']:.1f} % of the run"
-                            if run.get("syncall_share") is not None else ""))
-            lines.append("  phase ends (cycles, mean over AIVs): " + _phase_split(run["phases"]))
-        return lines
+        return summary_lines(self.name, result, lambda run: "", "SyncAll")
+
+
+def summary_lines(kind, result, after, sync_label):
+    """``epfabric run`` lines of a dispatch or combine: headline per run, then its phase split."""
+    lines = []
+    params = result["params"]
+    for run in result["runs"]:
+        cfg = run["config"]
+        sync = (f"; {sync_label} {100 * run['syncall_share']:.1f} % of the run"
+                if run.get("syncall_share") is not None else "")
+        lines.append(f"{kind} ({run['system']}) on {result['preset']} [{result['backend']}]: "
+                     f"{cfg['topology']} x {cfg['aivs_per_die']} AIVs, BS {params['batch']}, "
+                     f"top-{params['topk']}, {params['experts']} experts: {run['cycles']} cycles = "
+                     f"{run['latency_us']:.2f} us, {run['bandwidth_gbps']:.1f} GB/s"
+                     f"{after(run)}{sync}")
+        lines.append("  phase ends (cycles, mean over AIVs): " + _phase_split(run["phases"]))
+    return lines
 
 
 KERNEL = register(Dispatch())

@@ -46,7 +46,7 @@ from ...hw.validate import check_choice, check_int, check_pow2
 from ..assembler import Program
 from ..isa import address
 
-__all__ = ["dispatch_program", "PHASES", "SYNCALLS", "split", "BROKEN"]
+__all__ = ["dispatch_program", "PHASES", "SYNCALLS", "split", "count_experts", "BROKEN"]
 
 #: Deliberately broken variants, the checker's and the watchdog's negative controls:
 #: ``no_flag_wait`` skips the flag verification (reorders before the data is there);
@@ -63,6 +63,23 @@ SYNCALLS = (("sync1_in", "sync1_out"), ("sync2_in", "verify"))
 def split(total, parts, index):
     """``[lo, hi)`` of part ``index`` when ``total`` items are split into ``parts`` contiguous ranges."""
     return total * index // parts, total * (index + 1) // parts
+
+
+def count_experts(p, lo, hi, slots, emit):
+    """Count experts ``[lo, hi)`` in the routing vector (UBuf row 0, ``slots`` elements).
+
+    Three experts per ``vcount eq`` (pivots in r9..r11, counts in r6..r8,
+    length in r2); ``emit(e, reg)`` stores the count of expert ``e`` held
+    in register ``reg``.
+    """
+    p.li(2, slots)
+    for g in range(lo, hi, 3):
+        p.li(9, g)
+        p.li(10, g + 1)
+        p.li(11, g + 2)
+        p.vcount(6, 0, 2, 9, "eq")             # counts of experts g, g+1, g+2
+        for q in range(min(3, hi - g)):
+            emit(g + q, 6 + q)
 
 
 def _local(rank, block, word=0):
@@ -166,14 +183,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None):
 
     # --- 3. SendFlag & Count: experts [e0, e1) -------------------------------------------------
     e0, e1 = split(experts, aivs, core)
-    p.li(2, slots)
-    for g in range(e0, e1, 3):
-        p.li(9, g)
-        p.li(10, g + 1)
-        p.li(11, g + 2)
-        p.vcount(6, 0, 2, 9, "eq")             # counts of experts g, g+1, g+2
-        for q in range(min(3, e1 - g)):
-            p.usw(6 + q, 0, tok_addr + 4 * (g - e0 + q))
+    count_experts(p, e0, e1, slots, lambda e, reg: p.usw(reg, 0, tok_addr + 4 * (e - e0)))
     p.fence()                                   # stop-and-wait: every token store acked
     p.mark(PHASES["sync1_in"])
     _syncall(p, rank, lay, aivs, 1, extra=int(broken == "syncall_one_short"))

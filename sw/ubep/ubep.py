@@ -50,7 +50,7 @@ on the configuration only.
 from ...hw.validate import check_int, check_pow2
 from ..assembler import Program
 from ..isa import address
-from .cann import split
+from .cann import count_experts, split
 
 __all__ = ["dispatch_program", "transposition", "default_cumsum_aivs", "PHASES_T", "PHASES_C",
            "TFF_TAG", "EVENTS"]
@@ -215,18 +215,13 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs):
         p.mark(EVENTS["init"])
         _epoch(p, rank, lay, 13, 16)
         e0, e1 = split(experts, C, c)
-        p.li(2, S)
-        for g in range(e0, e1, 3):
-            p.li(9, g)
-            p.li(10, g + 1)
-            p.li(11, g + 2)
-            p.vcount(6, 0, 2, 9, "eq")             # counts of experts g, g+1, g+2
-            for q in range(min(3, e1 - g)):
-                d, e_l = divmod(g + q, epr)
-                cb, cw = lay.word_at(lay.CNT, e_l * R + rank)
-                p.or_(5, 6 + q, 13)
-                p.li(14, address(d, cb, cw))
-                p.sw(5, 14, 0)                     # posted, no fence: point to point
+        def to_cnt(e, reg):                        # posted, no fence: point to point
+            d, e_l = divmod(e, epr)
+            cb, cw = lay.word_at(lay.CNT, e_l * R + rank)
+            p.or_(5, reg, 13)
+            p.li(14, address(d, cb, cw))
+            p.sw(5, 14, 0)
+        count_experts(p, e0, e1, S, to_cnt)
         p.mark(EVENTS["count"])
         l0, l1 = split(epr, C, c)
         p.mv(1, 0)                                 # the prefix: tokens before (l0, 0)
@@ -257,14 +252,8 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs):
         p.li(12, rows.copy + r * 512)
         p.li(14, _local(rank, lay.ROUTE + r))
         p.ldb(12, 14, 0)
-    p.li(2, S)
-    for g in range(0, experts, 3):                 # every expert's count, original order
-        p.li(9, g)
-        p.li(10, g + 1)
-        p.li(11, g + 2)
-        p.vcount(6, 0, 2, 9, "eq")
-        for q in range(min(3, experts - g)):
-            p.usw(6 + q, 0, rows.scratch + 4 * (g + q))
+    count_experts(p, 0, experts, S,                # every expert's count, original order
+                  lambda e, reg: p.usw(reg, 0, rows.scratch + 4 * e))
     pi = transposition(experts, n_tok)
     p.mv(1, 0)
     for pos, e in enumerate(pi):                   # Cum' = inclusive prefix in π order
