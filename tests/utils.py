@@ -2,7 +2,7 @@
 
 from epfabric.sim.backends import ComponentSpec, run
 
-__all__ = ["require_simulator", "run_on_all", "ComponentSpec", "run", "VECTOR_SPEC", "MACHINE", "machine",
+__all__ = ["require_simulator", "kernel_cases", "run_on_all", "ComponentSpec", "run", "VECTOR_SPEC", "MACHINE", "machine",
            "system_spec", "TINY_TIMING", "tiny_timing"]
 
 # One vector-unit configuration shared by the tests that need "a component":
@@ -23,6 +23,42 @@ def require_simulator(sim):
         if os.environ.get("EPFABRIC_REQUIRE_ALL_SIMULATORS") == "1":
             pytest.fail(f"{sim} required (EPFABRIC_REQUIRE_ALL_SIMULATORS=1) but {reason}")
         pytest.skip(f"{sim}: {reason}")
+
+
+def kernel_cases(kernel, small, shape):
+    """``(pysim_run, outcome)`` of a kernel's small case, cached per process.
+
+    ``pysim_run(system)`` is ``(machine, report, inputs)`` on Amaranth's
+    simulator (one run per system, reused by every test that reads it);
+    ``outcome(simulator, system)`` is ``(result, trace, counters)`` on any
+    simulator, the pysim one derived from ``pysim_run``.
+    """
+    import functools
+
+    from epfabric.sim.backends.machine import backend
+    from epfabric.sw.kernels import run_kernel
+    from epfabric.sw.machine import Machine
+
+    @functools.lru_cache(maxsize=None)
+    def pysim_run(system):
+        params = kernel.resolve_params({**small, "system": system})
+        config = kernel.configs(shape["preset"], shape["topology"], shape["aivs"], params)[0]
+        m = Machine(backend=backend("pysim"), config=config)
+        inputs = kernel.load(m, params)
+        return m, m.run(100_000), inputs
+
+    @functools.lru_cache(maxsize=None)
+    def outcome(simulator, system="cann"):
+        if simulator == "pysim":
+            m, report, inputs = pysim_run(system)
+            v = kernel.check(m, report, inputs)
+            return ({"correct": v["correct"], "problems": v["problems"],
+                     "runs": [{"cycles": report.cycles, **v}]}, report.trace, report.counters)
+        result, reports = run_kernel(kernel, backend(simulator),
+                                     params={**small, "system": system}, **shape)
+        return result, reports[0].trace, reports[0].counters
+
+    return pysim_run, outcome
 
 
 def run_on_all(spec, intent, args, simulators, **kw):

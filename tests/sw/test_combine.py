@@ -1,42 +1,20 @@
 """The ``combine`` kernel (sw/kernels/combine.py, sw/ubep/combine.py): CANN's and UBEP's combine."""
 
-import functools
-
-import numpy as np
 import pytest
 
 from epfabric.sim.backends.machine import backend
-from utils import require_simulator
 from epfabric.sw.kernels import KERNELS, run_kernel
 from epfabric.sw.kernels.dispatch import layout_of
-from epfabric.sw.machine import Machine
 from epfabric.sw.ubep.reference import slot_index
 from epfabric.sw.ubep.combine import PHASES
+from utils import kernel_cases, require_simulator
 
 K = KERNELS["combine"]
 SMALL = {"batch": 4, "topk": 2, "experts": 4}
 SHAPE = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=2)
 
 
-@functools.lru_cache(maxsize=None)
-def pysim_run(system):
-    """``(machine, report, inputs)`` of the small case on Amaranth's simulator (one per system)."""
-    params = K.resolve_params({**SMALL, "system": system})
-    m = Machine(backend=backend("pysim"), config=K.configs("tiny", SHAPE["topology"], 2, params)[0])
-    inputs = K.load(m, params)
-    return m, m.run(100_000), inputs
-
-
-@functools.lru_cache(maxsize=None)
-def outcome(simulator, system):
-    if simulator == "pysim":
-        m, report, inputs = pysim_run(system)
-        v = K.check(m, report, inputs)
-        return ({"correct": v["correct"], "problems": v["problems"],
-                 "runs": [{"cycles": report.cycles, **v}]}, report.trace, report.counters)
-    result, reports = run_kernel(K, backend(simulator), params={**SMALL, "system": system},
-                                 **SHAPE)
-    return result, reports[0].trace, reports[0].counters
+pysim_run, outcome = kernel_cases(K, SMALL, SHAPE)
 
 
 @pytest.mark.parametrize("system", ["cann", "ubep"])

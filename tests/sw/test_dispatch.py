@@ -1,16 +1,13 @@
 """The ``dispatch`` kernel (sw/kernels/dispatch.py, sw/ubep/cann.py): CANN EP's BSP dispatch."""
 
-import functools
-
 import numpy as np
 import pytest
 
 from epfabric.sim.backends.machine import backend
-from utils import require_simulator
 from epfabric.sw.kernels import KERNELS, run_kernel
 from epfabric.sw.machine import Machine, WatchdogTimeout
-from epfabric.sw.kernels.dispatch import layout_of
 from epfabric.sw.ubep.cann import PHASES
+from utils import kernel_cases, require_simulator
 
 K = KERNELS["dispatch"]
 #: the smallest case with remote traffic both ways, more than one expert per rank and two AIVs
@@ -24,25 +21,7 @@ def _fast():
     return "pysim" if missing_reason("verilator") else "verilator"
 
 
-@functools.lru_cache(maxsize=None)
-def pysim_run(system):
-    """``(machine, report, inputs)`` of the small case on Amaranth's simulator (one run per system)."""
-    params = K.resolve_params({**SMALL, "system": system})
-    m = Machine(backend=backend("pysim"), config=K.configs("tiny", SHAPE["topology"], 2, params)[0])
-    inputs = K.load(m, params)
-    return m, m.run(100_000), inputs
-
-
-@functools.lru_cache(maxsize=None)
-def outcome(simulator, system="cann"):
-    if simulator == "pysim":
-        m, report, inputs = pysim_run(system)
-        return {"correct": (v := K.check(m, report, inputs))["correct"], "problems": v["problems"],
-                "runs": [{"cycles": report.cycles, **v}]}, report.trace, report.counters
-    result, reports = run_kernel(K, backend(simulator), params={**SMALL, "system": system},
-                                 **SHAPE)
-    report = reports[0]
-    return result, report.trace, report.counters
+pysim_run, outcome = kernel_cases(K, SMALL, SHAPE)
 
 
 def test_dispatch_is_bit_exact_with_every_phase_marked():
