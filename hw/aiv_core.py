@@ -15,7 +15,7 @@ from amaranth.utils import bits_for, ceil_log2, exact_log2
 from .decoder import Decoder
 from .isa import (BLOCK_BYTES, INSTRUCTIONS, NUM_REGS, RANK_BITS, Cond, Csr, Opcode, VecOp,
                   address_layout, insn_layout)
-from .validate import check_choice, check_int, check_multiple, check_pow2
+from .validate import UserError, check_choice, check_int, check_multiple, check_pow2
 from .vector_unit import VectorUnit
 
 __all__ = ["MemOp", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore", "MAX_WINDOW",
@@ -172,9 +172,9 @@ class AIVCore(wiring.Component):
         check_pow2("lanes", lanes, 1, 64)
         check_choice("width", width, (8, 16, 32))
         if (lanes * width) % 32 or (data_bytes * 8) % (lanes * width):
-            raise ValueError(f"lanes * width must be a multiple of 32 that divides "
-                             f"data_bytes * 8, not lanes={lanes}, width={width}, "
-                             f"data_bytes={data_bytes}")
+            raise UserError(f"lanes * width must be a multiple of 32 that divides "
+                            f"data_bytes * 8, not lanes={lanes}, width={width}, "
+                            f"data_bytes={data_bytes}")
         check_int("max_outstanding", max_outstanding, 1, MAX_WINDOW)
         self.core_id, self.imem_depth, self.ubuf_rows = core_id, imem_depth, ubuf_rows
         self.data_bytes, self.lanes, self.width = data_bytes, lanes, width

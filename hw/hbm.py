@@ -18,7 +18,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .validate import check_int, check_multiple
+from .validate import UserError, check_int, check_multiple
 
 __all__ = ["BLOCK_BYTES", "WORD_BYTES", "WORDS_PER_BLOCK", "FLAG_BYTES", "HBMSlice",
            "check_data_bytes", "check_blocks", "addr_shape", "word_shape",
@@ -151,7 +151,7 @@ class HBMSlice(wiring.Component):
         self.words = data_bytes // WORD_BYTES
         init = list(init or [])
         if len(init) > blocks:
-            raise ValueError(f"init has {len(init)} rows but the slice has only {blocks} blocks")
+            raise UserError(f"init has {len(init)} rows but the slice has only {blocks} blocks")
         self.init = init
         super().__init__({
             "w": In(WritePortSignature(blocks=blocks, data_bytes=data_bytes)),

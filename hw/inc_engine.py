@@ -21,7 +21,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .validate import check_int, check_pow2
+from .validate import UserError, check_int, check_pow2
 
 __all__ = ["IncOp", "Completion", "inc_flit_layout", "reduce_lanes", "IncEngine",
            "EPOCH_BITS", "VERILOG_EXPORTS"]
@@ -109,7 +109,7 @@ def reduce_lanes(a, b, *, lanes, dtype="int32"):
         If ``dtype`` is not supported.
     """
     if dtype != "int32":
-        raise ValueError(f"dtype must be 'int32' (fp16 is not modelled yet), not {dtype!r}")
+        raise UserError(f"dtype must be 'int32' (fp16 is not modelled yet), not {dtype!r}")
     a, b = Cat(a), Cat(b)
     return Cat(*((a[32 * k:32 * k + 32] + b[32 * k:32 * k + 32])[:32] for k in range(lanes)))
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data, enum
 
-from .validate import check_int
+from .validate import UserError, UserTypeError, check_int
 from .vector_unit import Cond, VecOp
 
 __all__ = ["WORD_BITS", "OPCODE_BITS", "NUM_REGS", "REG_BITS", "COND_BITS", "Field", "Instruction",
@@ -264,32 +264,32 @@ def _field_value(insn, field, value):
         names = {c.name.lower(): c.value for c in Cond}
         value = names.get(value.lower(), -1) if isinstance(value, str) else value
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < len(Cond):
-            raise ValueError(f"{insn.mnemonic}: condition must be one of "
-                             f"{', '.join(c.name.lower() for c in Cond)}, not {value!r}")
+            raise UserError(f"{insn.mnemonic}: condition must be one of "
+                            f"{', '.join(c.name.lower() for c in Cond)}, not {value!r}")
         return value
     if field.kind == "csr":
         if isinstance(value, str):
             try:
                 return Csr[value.upper()].value
             except KeyError:
-                raise ValueError(f"{insn.mnemonic}: csr must be one of "
-                                 f"{', '.join(c.name.lower() for c in Csr)}, not {value!r}") from None
+                raise UserError(f"{insn.mnemonic}: csr must be one of "
+                                f"{', '.join(c.name.lower() for c in Csr)}, not {value!r}") from None
         value = int(value)
         if value not in [c.value for c in Csr]:
-            raise ValueError(f"{insn.mnemonic}: csr must be one of "
-                             f"{', '.join(c.name.lower() for c in Csr)}, not {value!r}")
+            raise UserError(f"{insn.mnemonic}: csr must be one of "
+                            f"{', '.join(c.name.lower() for c in Csr)}, not {value!r}")
         return value
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{insn.mnemonic}: {field.name} must be an integer, not {value!r}")
+        raise UserTypeError(f"{insn.mnemonic}: {field.name} must be an integer, not {value!r}")
     if field.kind == "reg":
         if not 0 <= value < NUM_REGS:
-            raise ValueError(f"{insn.mnemonic}: {field.name} must be a register r0..r{NUM_REGS - 1}, "
-                             f"not {value!r}")
+            raise UserError(f"{insn.mnemonic}: {field.name} must be a register r0..r{NUM_REGS - 1}, "
+                            f"not {value!r}")
         return value
     if not field.lo <= value <= field.hi:
-        raise ValueError(f"{insn.mnemonic}: {field.name} {value} out of range "
-                         f"[{field.lo}, {field.hi}] ({'signed' if field.signed else 'unsigned'} "
-                         f"{field.bits}-bit)")
+        raise UserError(f"{insn.mnemonic}: {field.name} {value} out of range "
+                        f"[{field.lo}, {field.hi}] ({'signed' if field.signed else 'unsigned'} "
+                        f"{field.bits}-bit)")
     return value & ((1 << field.bits) - 1)
 
 
@@ -304,11 +304,11 @@ def encode(mnemonic, *operands):
     try:
         insn = BY_MNEMONIC[mnemonic.lower()]
     except KeyError:
-        raise ValueError(f"unknown mnemonic {mnemonic!r}") from None
+        raise UserError(f"unknown mnemonic {mnemonic!r}") from None
     if len(operands) != len(insn.fields):
-        raise ValueError(f"{insn.mnemonic} takes {len(insn.fields)} operand(s) "
-                         f"({', '.join(f.name for f in insn.fields) or 'none'}), "
-                         f"not {len(operands)}")
+        raise UserError(f"{insn.mnemonic} takes {len(insn.fields)} operand(s) "
+                        f"({', '.join(f.name for f in insn.fields) or 'none'}), "
+                        f"not {len(operands)}")
     word, pos = insn.opcode, OPCODE_BITS
     for field, value in zip(insn.fields, operands):
         word |= _field_value(insn, field, value) << pos
@@ -323,10 +323,10 @@ def decode(word):
     ``ValueError`` for an unassigned opcode.
     """
     if not 0 <= word < (1 << WORD_BITS):
-        raise ValueError(f"instruction word must be a 32-bit unsigned int, not {word!r}")
+        raise UserError(f"instruction word must be a 32-bit unsigned int, not {word!r}")
     op = word & ((1 << OPCODE_BITS) - 1)
     if op not in BY_OPCODE:
-        raise ValueError(f"unassigned opcode {op} in word {word:#010x}")
+        raise UserError(f"unassigned opcode {op} in word {word:#010x}")
     insn = BY_OPCODE[op]
     pos, out = OPCODE_BITS, []
     for field in insn.fields:
@@ -341,7 +341,7 @@ def decode(word):
         else:
             out.append(raw)
     if word >> pos:
-        raise ValueError(f"{insn.mnemonic}: nonzero unused bits in word {word:#010x}")
+        raise UserError(f"{insn.mnemonic}: nonzero unused bits in word {word:#010x}")
     return insn.mnemonic, out
 
 

@@ -15,7 +15,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .ring import incr_wrap, ring_storage
-from .validate import check_int
+from .validate import UserError, UserTypeError, check_int
 
 __all__ = ["Link", "flit_layout", "check_payload", "LINK_MIN_LATENCY", "VERILOG_EXPORTS"]
 
@@ -44,9 +44,9 @@ def flit_layout(*, ranks, data_bits):
 def check_payload(payload):
     """Return ``payload`` if it is a ``data.Layout`` with a ``dst`` field, else raise TypeError."""
     if not isinstance(payload, data.Layout):
-        raise TypeError(f"payload must be a data.Layout with a 'dst' field, not {payload!r}")
+        raise UserTypeError(f"payload must be a data.Layout with a 'dst' field, not {payload!r}")
     if "dst" not in dict(iter(payload)):
-        raise TypeError(f"payload layout must have a 'dst' field, not {payload!r}")
+        raise UserTypeError(f"payload layout must have a 'dst' field, not {payload!r}")
     return payload
 
 
@@ -119,8 +119,8 @@ class Link(wiring.Component):
         self.payload = check_payload(payload)
         check_int("latency", latency)
         if latency < 0 or 0 < latency < LINK_MIN_LATENCY:
-            raise ValueError(f"latency must be 0 or an integer >= {LINK_MIN_LATENCY}, "
-                             f"not {latency!r}")
+            raise UserError(f"latency must be 0 or an integer >= {LINK_MIN_LATENCY}, "
+                            f"not {latency!r}")
         self.latency = latency
         check_int("rate_num", rate_num, 0)
         check_int("rate_den", rate_den, 1)

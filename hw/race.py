@@ -67,7 +67,7 @@ from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import Out
 
 from .ub_port import UBMemory, UBOp
-from .validate import check_choice, check_int
+from .validate import UserError, UserTypeError, check_choice, check_int
 
 __all__ = ["Step", "Case", "ReaderState", "RaceCase", "RaceTop", "row", "READERS", "OUTPUTS",
            "FAST_LANE", "SLOW_LANE", "NEW_FLAG", "WATCHDOG", "BLOCKS", "NO_CYCLE"]
@@ -139,13 +139,13 @@ class Case:
         for name in ("flag_block", "data_block"):
             check_int(name, getattr(self, name), 0, BLOCKS - 1)
         if self.data_block + self.batch > BLOCKS:
-            raise ValueError(f"data_block + batch must be <= {BLOCKS}, not "
-                             f"{self.data_block} + {self.batch}")
+            raise UserError(f"data_block + batch must be <= {BLOCKS}, not "
+                            f"{self.data_block} + {self.batch}")
         if len(self.expects) != self.batch:
-            raise ValueError(f"expect must be one row or {self.batch} rows, not {self.expect!r}")
+            raise UserError(f"expect must be one row or {self.batch} rows, not {self.expect!r}")
         for k, step in enumerate(self.steps):
             if not isinstance(step, Step):
-                raise TypeError(f"steps[{k}] must be a Step, not {step!r}")
+                raise UserTypeError(f"steps[{k}] must be a Step, not {step!r}")
 
     @property
     def expects(self):
@@ -203,7 +203,7 @@ class RaceCase(wiring.Component):
 
     def __init__(self, *, case):
         if not isinstance(case, Case):
-            raise TypeError(f"case must be a Case, not {case!r}")
+            raise UserTypeError(f"case must be a Case, not {case!r}")
         self.case = c = case
         self.words = c.data_bytes // 4
         # the reader's read port, then one monitor per watched block

@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 
 from .link import check_payload, flit_layout
 from .ring import incr_wrap, ring_storage
-from .validate import check_int
+from .validate import UserError, check_int
 
 __all__ = ["Switch", "SWITCH_LATENCY", "VERILOG_EXPORTS"]
 
@@ -82,7 +82,7 @@ class Switch(wiring.Component):
             routes = range(ports)
         routes = tuple(routes)
         if not routes:
-            raise ValueError(f"routes must name a port for at least one destination, not {routes!r}")
+            raise UserError(f"routes must name a port for at least one destination, not {routes!r}")
         for d, p in enumerate(routes):
             check_int(f"routes[{d}]", p, 0, ports - 1)
         if payload is None:
@@ -90,8 +90,8 @@ class Switch(wiring.Component):
         self.payload = check_payload(payload)
         dst_width = Shape.cast(payload["dst"].shape).width
         if len(routes) > 2 ** dst_width:
-            raise ValueError(f"routes has {len(routes)} destinations but the payload's dst field "
-                             f"has only {dst_width} bits")
+            raise UserError(f"routes has {len(routes)} destinations but the payload's dst field "
+                            f"has only {dst_width} bits")
         check_int("depth", depth, 2)
         check_int("counter_width", counter_width, 1)
         self.ports = ports

@@ -17,7 +17,7 @@ from .die import Die, flit_layout
 from .host import HostSignature, register_inputs, run_control
 from .instances import instance_of, mark_used
 from .topology import check_topology, star, superpod, topology_ranks
-from .validate import check_int
+from .validate import UserError, check_int
 
 __all__ = ["System", "trace_entry_layout", "MAX_AIVS_PER_DIE"]
 
@@ -138,7 +138,7 @@ class System(wiring.Component):
         check_int("trace_depth", trace_depth, 1, 65535)
         ranks = topology_ranks(topology)
         if ranks * aivs_per_die > 65535:
-            raise ValueError(f"aivs_per_die={aivs_per_die} gives more than 65535 cores")
+            raise UserError(f"aivs_per_die={aivs_per_die} gives more than 65535 cores")
         self.kind, self.shape = kind, tuple(shape)
         self.ranks, self.aivs_per_die = ranks, aivs_per_die
         self.n_cores = ranks * aivs_per_die

@@ -35,7 +35,7 @@ from amaranth.lib.wiring import In, Out
 from .instances import instance_of
 from .link import Link, check_payload, flit_layout
 from .switch import Switch
-from .validate import check_choice, check_int
+from .validate import UserError, UserTypeError, check_choice, check_int
 
 __all__ = ["FabricTiming", "Fabric", "superpod", "star", "superpod_distance", "SUPERPOD_HOPS",
            "STAR_HOPS", "TOPOLOGIES", "MAX_RANKS", "check_topology", "topology_ranks", "check_timing"]
@@ -82,7 +82,7 @@ class FabricTiming:
 
     def __post_init__(self):
         if not isinstance(self.hops, dict):
-            raise TypeError(f"hops must be a dict of link kind -> cycles, not {self.hops!r}")
+            raise UserTypeError(f"hops must be a dict of link kind -> cycles, not {self.hops!r}")
         for kind, cycles in self.hops.items():
             check_int(f"hops[{kind!r}]", cycles, 0)
         check_int("rate_num", self.rate_num, 1)
@@ -95,8 +95,8 @@ class FabricTiming:
         """``{kind: cycles}`` for ``kinds``; ``ValueError`` naming the first one missing."""
         missing = [k for k in kinds if k not in self.hops]
         if missing:
-            raise ValueError(f"timing.hops lacks {', '.join(missing)} (has "
-                             f"{', '.join(self.hops) or 'nothing'})")
+            raise UserError(f"timing.hops lacks {', '.join(missing)} (has "
+                            f"{', '.join(self.hops) or 'nothing'})")
         return {k: self.hops[k] for k in kinds}
 
     def link(self, payload, latency):
@@ -281,20 +281,20 @@ class Fabric(wiring.Component):
 def check_timing(timing):
     """Raise ``TypeError`` unless ``timing`` is a :class:`FabricTiming`."""
     if not isinstance(timing, FabricTiming):
-        raise TypeError(f"timing must be a FabricTiming (e.g. Preset.fabric_timing()), not {timing!r}")
+        raise UserTypeError(f"timing must be a FabricTiming (e.g. Preset.fabric_timing()), not {timing!r}")
     return timing
 
 
 def _payload(payload, addresses, data_bytes):
     if payload is None:
         if data_bytes is None:
-            raise ValueError("give payload (a flit layout) or data_bytes, not neither")
+            raise UserError("give payload (a flit layout) or data_bytes, not neither")
         check_int("data_bytes", data_bytes, 1)
         return flit_layout(ranks=addresses, data_bits=8 * data_bytes)
     payload = check_payload(payload)
     if addresses > 2 ** Shape.cast(payload['dst'].shape).width:
-        raise ValueError(f"payload's dst field ({Shape.cast(payload['dst'].shape).width} bits) cannot "
-                         f"address {addresses} destinations")
+        raise UserError(f"payload's dst field ({Shape.cast(payload['dst'].shape).width} bits) cannot "
+                        f"address {addresses} destinations")
     return payload
 
 
@@ -307,22 +307,22 @@ def check_topology(topology):
     system top and the CLI all call it.
     """
     if not isinstance(topology, (tuple, list)) or not topology:
-        raise TypeError(f"topology must be a tuple ('superpod', dies_per_npu, npus_per_board, "
-                        f"boards) or ('star', n), not {topology!r}")
+        raise UserTypeError(f"topology must be a tuple ('superpod', dies_per_npu, npus_per_board, "
+                            f"boards) or ('star', n), not {topology!r}")
     kind, *shape = topology
     check_choice("topology kind", kind, TOPOLOGIES)
     names = ("dies_per_npu", "npus_per_board", "boards") if kind == "superpod" else ("n",)
     if len(shape) != len(names):
-        raise ValueError(f"topology {kind!r} takes {len(names)} size(s) ({', '.join(names)}), "
-                         f"not {tuple(topology)!r}")
+        raise UserError(f"topology {kind!r} takes {len(names)} size(s) ({', '.join(names)}), "
+                        f"not {tuple(topology)!r}")
     for name, value in zip(names, shape):
         check_int(name, value, 2 if kind == "star" else 1)
     ranks = topology_ranks(topology)
     if kind == "superpod" and ranks < 2:
-        raise ValueError(f"a superpod needs at least 2 dies, not {tuple(topology)!r}")
+        raise UserError(f"a superpod needs at least 2 dies, not {tuple(topology)!r}")
     if ranks > MAX_RANKS:
-        raise ValueError(f"topology {tuple(topology)!r} has {ranks} ranks; at most {MAX_RANKS} "
-                         f"are addressable")
+        raise UserError(f"topology {tuple(topology)!r} has {ranks} ranks; at most {MAX_RANKS} "
+                        f"are addressable")
     return (kind, *shape)
 
 
@@ -383,8 +383,8 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
     dpb = dpn * npb
     ranks = dpb * nb
     if ranks < 2:
-        raise ValueError(f"a superpod needs at least 2 dies, not dies_per_npu={dpn}, "
-                         f"npus_per_board={npb}, boards={nb}")
+        raise UserError(f"a superpod needs at least 2 dies, not dies_per_npu={dpn}, "
+                        f"npus_per_board={npb}, boards={nb}")
     hops = timing.need(SUPERPOD_HOPS)
     payload = _payload(payload, ranks, data_bytes)
 

@@ -58,7 +58,7 @@ from amaranth.lib.wiring import In, Out
 
 from .hbm import (BLOCK_BYTES, WORD_BYTES, HBMSlice, ReadPortSignature, WritePortSignature,
                   addr_shape, check_blocks, check_data_bytes, word_shape)
-from .validate import check_bool, check_int, check_multiple
+from .validate import UserError, check_bool, check_int, check_multiple
 
 __all__ = ["UBOp", "request_layout", "response_layout", "UBPort", "UBMemory"]
 
@@ -97,7 +97,7 @@ def _check_port_params(blocks, data_bytes, non_atomic, beat_bytes):
     check_bool("non_atomic", non_atomic)
     check_multiple("beat_bytes", beat_bytes, WORD_BYTES, WORD_BYTES, BLOCK_BYTES)
     if BLOCK_BYTES % beat_bytes:
-        raise ValueError(f"beat_bytes must divide {BLOCK_BYTES}, not {beat_bytes!r}")
+        raise UserError(f"beat_bytes must divide {BLOCK_BYTES}, not {beat_bytes!r}")
 
 
 class UBPort(wiring.Component):

@@ -37,6 +37,7 @@ from pathlib import Path
 from amaranth.back import rtlil
 
 from ..hw.formal import MODULES
+from ..hw.validate import UserError
 from .output import waveform_dir
 from .waveforms import Comment, Marker, Trace, read_dump, write_gtkw
 
@@ -157,7 +158,7 @@ def run_property(name, prop, *, depth=None, solver=None, timeout=DEFAULT_TIMEOUT
     """
     solver = solver or prop.solver
     if solver not in SOLVERS:
-        raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, not {solver!r}")
+        raise UserError(f"solver must be one of {', '.join(SOLVERS)}, not {solver!r}")
     depth = prop.depth if depth is None else depth
     method = f"k-induction, k={depth}" if prop.mode == "prove" else f"BMC, depth {depth}"
     workdir = Path(build if build is not None else formal_dir()) / name

@@ -15,6 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..hw.validate import UserError
+
 __all__ = ["build_cache_dir", "waveform_dir", "progress", "PROGRESS_AFTER_S", "check_output",
            "write_atomic"]
 
@@ -45,11 +47,11 @@ def check_output(path, option):
     path = Path(path)
     parent = path.resolve().parent
     if path.is_dir():
-        raise ValueError(f"{option} {str(path)!r} is a folder, not a file")
+        raise UserError(f"{option} {str(path)!r} is a folder, not a file")
     if not parent.is_dir():
-        raise ValueError(f"{option} {str(path)!r}: folder {str(parent)!r} does not exist")
+        raise UserError(f"{option} {str(path)!r}: folder {str(parent)!r} does not exist")
     if not os.access(parent, os.W_OK):
-        raise ValueError(f"{option} {str(path)!r}: folder {str(parent)!r} is not writable")
+        raise UserError(f"{option} {str(path)!r}: folder {str(parent)!r} is not writable")
     return path
 
 

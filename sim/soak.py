@@ -20,7 +20,7 @@ checked against numpy.
 import time
 
 from ..hw.soak import PATTERNS, SoakFabric
-from ..hw.validate import check_choice, check_int
+from ..hw.validate import UserError, check_choice, check_int
 from ..sw.presets import get_preset
 from .backends import ComponentSpec, run
 
@@ -74,9 +74,9 @@ def run_soak(*, blocks_per_rank, pattern="uniform", seed=1, hot=0, offer=0.7, st
     check_int("blocks_per_rank", blocks_per_rank, 1)
     for name, value in (("offer", offer), ("stall", stall)):
         if not 0 <= value < 1:
-            raise ValueError(f"{name} must be a probability in [0, 1), not {value!r}")
+            raise UserError(f"{name} must be a probability in [0, 1), not {value!r}")
     if offer == 0:
-        raise ValueError("offer must be > 0, not 0")
+        raise UserError("offer must be > 0, not 0")
     check_int("seed", seed, 0, 2**32 - 1)
     params = {"preset": preset, "shape": list(shape), "hot": hot}
     if duplicate_first:
@@ -132,9 +132,9 @@ def kernel_soak(kernel="alltoall", *, runs=100, seed=0, backend="verilator", pre
     from .backends.machine import backend as make_backend
 
     if kernel not in KERNELS:
-        raise ValueError(f"unknown kernel {kernel!r}; registered: {', '.join(sorted(KERNELS))}")
+        raise UserError(f"unknown kernel {kernel!r}; registered: {', '.join(sorted(KERNELS))}")
     if "seed" not in KERNELS[kernel].params:
-        raise ValueError(f"kernel {kernel!r} has no seed parameter to vary")
+        raise UserError(f"kernel {kernel!r} has no seed parameter to vary")
     check_int("runs", runs, 1)
     rng = random.Random(seed)
     be = make_backend(backend)

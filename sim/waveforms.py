@@ -43,6 +43,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..hw.validate import UserError
+
 __all__ = ["Var", "Dump", "read_dump", "sanitize_vcd", "Trace", "Comment", "Group", "Marker",
            "write_gtkw", "fit_gtkw", "read_gtkw", "SaveFile", "zoom_for", "Waveform", "vcd_edges",
            "parse_scopes", "run_window", "machine_view", "generic_view", "GTKW_SIZE"]
@@ -707,13 +709,13 @@ def parse_scopes(text, *, ranks, aivs):
             r = int(rank)
             cores = [int(core)] if sep else list(range(aivs))
         except ValueError:
-            raise ValueError(f"--vcd-scope must look like DIE:CORE or DIE (e.g. 1:0), "
-                             f"not {part!r}") from None
+            raise UserError(f"--vcd-scope must look like DIE:CORE or DIE (e.g. 1:0), "
+                            f"not {part!r}") from None
         if not 0 <= r < ranks:
-            raise ValueError(f"--vcd-scope die must be in [0, {ranks - 1}], not {r}")
+            raise UserError(f"--vcd-scope die must be in [0, {ranks - 1}], not {r}")
         for c in cores:
             if not 0 <= c < aivs:
-                raise ValueError(f"--vcd-scope core must be in [0, {aivs - 1}], not {c}")
+                raise UserError(f"--vcd-scope core must be in [0, {aivs - 1}], not {c}")
             if (r, c) not in out:
                 out.append((r, c))
     return out

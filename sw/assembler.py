@@ -34,6 +34,7 @@ programs, the instruction index.
 
 import re
 
+from ..hw.validate import UserError
 from .isa import BY_MNEMONIC, INSTRUCTIONS, decode, encode
 
 __all__ = ["Program", "assemble", "disassemble", "PSEUDO"]
@@ -86,9 +87,9 @@ class Program:
     def label(self, name):
         """Define label ``name`` at the next instruction."""
         if not isinstance(name, str) or not _LABEL_RE.match(name):
-            raise ValueError(f"{self._where()}: bad label name {name!r}")
+            raise UserError(f"{self._where()}: bad label name {name!r}")
         if name in self._labels:
-            raise ValueError(f"{self._where()}: label {name!r} defined twice")
+            raise UserError(f"{self._where()}: label {name!r} defined twice")
         self._labels[name] = len(self)
         return self
 
@@ -96,7 +97,7 @@ class Program:
         """Append instruction ``mnemonic`` (or a pseudo-instruction)."""
         mnemonic = mnemonic.lower()
         if mnemonic not in BY_MNEMONIC and mnemonic not in PSEUDO:
-            raise ValueError(f"{self._where()}: unknown mnemonic {mnemonic!r}")
+            raise UserError(f"{self._where()}: unknown mnemonic {mnemonic!r}")
         expected = {"li": 2, "mv": 2, "nop": 0, "j": 1}.get(mnemonic)
         if expected is None:
             expected = len(BY_MNEMONIC[mnemonic].fields)
@@ -105,8 +106,8 @@ class Program:
                      else "target" if mnemonic == "j" else
                      ", ".join(f.name for f in BY_MNEMONIC[mnemonic].fields) if mnemonic in BY_MNEMONIC
                      else "")
-            raise ValueError(f"{self._where()}: {mnemonic} takes {expected} operand(s) "
-                             f"({names or 'none'}), got {len(operands)}")
+            raise UserError(f"{self._where()}: {mnemonic} takes {expected} operand(s) "
+                            f"({names or 'none'}), got {len(operands)}")
         self._entries.append(_Entry(mnemonic, operands, self._line))
         return self
 
@@ -137,7 +138,7 @@ class Program:
     def _resolve(self, entry, index, value, relative):
         if isinstance(value, str):
             if value not in self._labels:
-                raise ValueError(f"{self._where(entry, index)}: unknown label {value!r}")
+                raise UserError(f"{self._where(entry, index)}: unknown label {value!r}")
             return self._labels[value] - index if relative else self._labels[value]
         return value
 
@@ -155,8 +156,8 @@ class Program:
             value = self._resolve(entry, index, ops[1], False)
             if isinstance(value, bool) or not isinstance(value, int) \
                     or not -(1 << 31) <= value < (1 << 32):
-                raise ValueError(f"{self._where(entry, index)}: li value must be a 32-bit "
-                                 f"integer, not {value!r}")
+                raise UserError(f"{self._where(entry, index)}: li value must be a 32-bit "
+                                f"integer, not {value!r}")
             if self._size(entry) == 1:
                 return [("addi", [rd, 0, value])]
             upper, lower = _li_parts(value)
@@ -180,7 +181,7 @@ class Program:
                 try:
                     words.append(encode(mnemonic, *ops))
                 except (ValueError, TypeError) as exc:
-                    raise ValueError(f"{self._where(entry, len(words))}: {exc}") from None
+                    raise UserError(f"{self._where(entry, len(words))}: {exc}") from None
         return words
 
     @property
@@ -245,7 +246,7 @@ def parse(text):
         mnemonic = parts[0]
         ops = [] if len(parts) == 1 else [o for o in parts[1].split(",")]
         if any(not o.strip() for o in ops):
-            raise ValueError(f"line {lineno}: empty operand in {line!r}")
+            raise UserError(f"line {lineno}: empty operand in {line!r}")
         prog.emit(mnemonic, *[_operand(o) for o in ops])
     prog._line = None
     return prog

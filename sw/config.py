@@ -23,7 +23,7 @@ from ..hw.inc_endpoint import MODES, agrs_control_map, agrs_memory_map
 from ..hw.aiv_core import MAX_WINDOW
 from ..hw.system import MAX_AIVS_PER_DIE
 from ..hw.topology import check_topology, topology_ranks
-from ..hw.validate import check_choice, check_int, check_multiple, check_pow2
+from ..hw.validate import UserError, check_choice, check_int, check_multiple, check_pow2
 from .presets import get_preset, preset_names
 
 __all__ = ["MachineConfig", "AgrsConfig", "parse_topology", "format_topology"]
@@ -35,7 +35,7 @@ def parse_topology(text):
     try:
         nums = tuple(int(x) for x in sizes.split(",")) if sizes else ()
     except ValueError:
-        raise ValueError(f"topology must look like superpod:2,2,2 or star:4, not {text!r}") from None
+        raise UserError(f"topology must look like superpod:2,2,2 or star:4, not {text!r}") from None
     return check_topology((kind, *nums))
 
 
@@ -53,8 +53,8 @@ def _named_preset(config):
     preset = get_preset(config.preset)
     if not isinstance(config.preset, str):
         if get_preset(preset.name) != preset:
-            raise ValueError(f"preset must be a named preset ({', '.join(preset_names())}), "
-                             f"not a modified {preset.name!r}")
+            raise UserError(f"preset must be a named preset ({', '.join(preset_names())}), "
+                            f"not a modified {preset.name!r}")
         object.__setattr__(config, "preset", preset.name)
     return preset
 

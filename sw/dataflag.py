@@ -24,6 +24,8 @@ hardware's :class:`~epfabric.hw.hbm.HBMSlice` rows use (word *k* = bytes
 
 import numpy as np
 
+from ..hw.validate import UserError
+
 __all__ = ["BLOCK_BYTES", "FLAG_BYTES", "TFF_PAYLOAD_BYTES", "RESERVED_SENTINEL",
            "ZERO_SENTINEL", "tff_pack", "tff_unpack", "tff_arrived", "dc_marker",
            "dc_checksum", "dc_verify", "sp_fill", "sp_arrived", "sp_check_payload",
@@ -45,7 +47,7 @@ def _as_bytes(data, length, what):
     buf = bytes(np.asarray(data, dtype=np.uint8).tobytes()) if not isinstance(data, (bytes, bytearray)) \
         else bytes(data)
     if len(buf) != length:
-        raise ValueError(f"{what} must be {length} bytes, not {len(buf)}")
+        raise UserError(f"{what} must be {length} bytes, not {len(buf)}")
     return buf
 
 
@@ -54,7 +56,7 @@ def _flag_words(flag):
     if arr.ndim == 0:
         arr = np.array([int(arr)] + [0] * 7, dtype=np.uint64)
     if arr.shape != (8,) or np.any(arr > _MASK32):
-        raise ValueError(f"flag must be a 32-bit int or eight 32-bit words, not {flag!r}")
+        raise UserError(f"flag must be a 32-bit int or eight 32-bit words, not {flag!r}")
     return arr.astype(np.uint32)
 
 
@@ -126,6 +128,6 @@ def sp_arrived(block, sentinel=RESERVED_SENTINEL):
 def sp_check_payload(block, sentinel=RESERVED_SENTINEL):
     """Return ``block``; raise if its leading 32 B equal ``sentinel`` (never detectable)."""
     if not sp_arrived(block, sentinel):
-        raise ValueError("payload's leading 32 B equal the sentinel: its arrival could never "
-                         "be detected (use RESERVED_SENTINEL, UBEP §3.4)")
+        raise UserError("payload's leading 32 B equal the sentinel: its arrival could never "
+                        "be detected (use RESERVED_SENTINEL, UBEP §3.4)")
     return block

@@ -19,7 +19,7 @@ the fast backends.
 import abc
 
 from ..hw.host import HostTarget
-from ..hw.validate import check_int
+from ..hw.validate import UserError, UserTypeError, check_int
 from .config import MachineConfig
 from .isa import address, split_address
 from .presets import get_preset
@@ -71,9 +71,9 @@ class Machine:
         if config is None:
             config = MachineConfig(preset="tiny" if preset is None else preset, **fields)
         elif preset is not None or fields:
-            raise TypeError("give either config or preset and MachineConfig fields, not both")
+            raise UserTypeError("give either config or preset and MachineConfig fields, not both")
         if not isinstance(backend, Backend):
-            raise TypeError(f"backend must be a Backend, not {backend!r}")
+            raise UserTypeError(f"backend must be a Backend, not {backend!r}")
         self.config = config
         self.preset = get_preset(config.preset)
         self.backend = backend
@@ -99,12 +99,12 @@ class Machine:
     def load_program(self, rank, core, program):
         """Load ``program`` (a :class:`~epfabric.sw.assembler.Program` or words) into a core."""
         if not self.has_cores:
-            raise TypeError(f"a {self.config.kind} machine has no cores to load programs into")
+            raise UserTypeError(f"a {self.config.kind} machine has no cores to load programs into")
         self._check_core(rank, core)
         words = program.assemble() if hasattr(program, "assemble") else list(program)
         if len(words) > self.config.imem_depth:
-            raise ValueError(f"program for rank {rank} core {core} has {len(words)} "
-                             f"instructions; imem_depth is {self.config.imem_depth}")
+            raise UserError(f"program for rank {rank} core {core} has {len(words)} "
+                            f"instructions; imem_depth is {self.config.imem_depth}")
         self._programs[(rank, core)] = [int(w) & 0xFFFFFFFF for w in words]
 
     def _check_addr(self, rank, addr, n=1):
@@ -112,12 +112,12 @@ class Machine:
         check_int("addr", addr, 0)
         r, block, word = split_address(addr)
         if r != 0 or addr & 3:
-            raise ValueError(f"addr must be a word-aligned local byte address "
-                             f"(block << 9 | word << 2), not {addr:#x}")
+            raise UserError(f"addr must be a word-aligned local byte address "
+                            f"(block << 9 | word << 2), not {addr:#x}")
         last = word + n - 1
         if block + last // 128 >= self.config.memory_blocks:
-            raise ValueError(f"addr {addr:#x} + {n} words runs past the {self.config.memory_blocks} "
-                             f"blocks of the machine's memory")
+            raise UserError(f"addr {addr:#x} + {n} words runs past the {self.config.memory_blocks} "
+                            f"blocks of the machine's memory")
 
     def write_mem(self, rank, addr, words):
         """Write 32-bit ``words`` to rank ``rank``'s memory from byte address ``addr`` on.
@@ -146,7 +146,7 @@ class Machine:
     def write_control(self, register, value):
         """Set control register ``register`` (host target CTRL) before the next run."""
         if self.has_cores:
-            raise TypeError("the AIV machine has no control registers; its cores run programs")
+            raise UserTypeError("the AIV machine has no control registers; its cores run programs")
         check_int("register", register, 0, 0xFFFF)
         self._ctrl[register] = int(value) & 0xFFFFFFFF
 
@@ -160,8 +160,8 @@ class Machine:
                   for lo, n in ranges]
         for lo, n in ranges:
             if lo + n > self.config.memory_blocks:
-                raise ValueError(f"read-back range {lo}..{lo + n - 1} runs past the "
-                                 f"{self.config.memory_blocks} blocks of the machine's memory")
+                raise UserError(f"read-back range {lo}..{lo + n - 1} runs past the "
+                                f"{self.config.memory_blocks} blocks of the machine's memory")
         self._read_ranges = ranges
 
     def read_mem(self, rank, addr, n=1):
@@ -178,8 +178,8 @@ class Machine:
                 out.append(0)
                 continue
             if block not in self._block_at:
-                raise ValueError(f"block {block} of rank {rank} is not read back after a run "
-                                 f"(read-back ranges: {self._read_ranges})")
+                raise UserError(f"block {block} of rank {rank} is not read back after a run "
+                                f"(read-back ranges: {self._read_ranges})")
             out.append(readback[self._block_at[block] * wpb + word])
         return out
 

@@ -16,6 +16,8 @@ printed ``Gap = 0`` exit is never reached once ``R - L = 1``).
 
 import numpy as np
 
+from ..hw.validate import UserError
+
 __all__ = ["quaternary_search", "reference_lookup"]
 
 
@@ -26,7 +28,7 @@ async def quaternary_search(count3, target, n_experts):
     ``#{e in E : e < p}`` for the three pivots; ``0 <= target < len(E)``.
     """
     if n_experts < 1:
-        raise ValueError(f"n_experts must be >= 1, not {n_experts!r}")
+        raise UserError(f"n_experts must be >= 1, not {n_experts!r}")
     lo, hi, c_lo = 0, n_experts, 0
     steps = 0
     while hi - lo > 1:

@@ -19,7 +19,8 @@ from fractions import Fraction
 from ..hw.link import LINK_MIN_LATENCY
 from ..hw.switch import SWITCH_LATENCY
 from ..hw.topology import TOPOLOGIES, FabricTiming
-from ..hw.validate import check_bool, check_choice, check_int, check_number, check_pow2
+from ..hw.validate import (UserError, UserTypeError, check_bool, check_choice, check_int, check_number,
+                           check_pow2)
 
 __all__ = ["Preset", "PRESETS", "get_preset", "preset_names", "TOPOLOGIES", "CLASSES"]
 
@@ -82,9 +83,9 @@ class Preset:
             check_number(name, v)
 
         if not isinstance(self.name, str):
-            raise TypeError(f"name must be a string, not {self.name!r}")
+            raise UserTypeError(f"name must be a string, not {self.name!r}")
         if not self.name:
-            raise ValueError(f"name must be a non-empty string, not {self.name!r}")
+            raise UserError(f"name must be a non-empty string, not {self.name!r}")
         check_choice("topology", self.topology, TOPOLOGIES)
         for name in ("dies_per_npu", "npus_per_board", "boards", "ranks", "aivs_per_die",
                      "data_bytes", "flag_bytes"):
@@ -92,11 +93,11 @@ class Preset:
         check_pow2("block_bytes", self.block_bytes)
         check_int("control_bytes", self.control_bytes, 1, self.block_bytes)
         if not self.flag_bytes <= self.block_bytes:
-            raise ValueError(f"flag_bytes must be <= block_bytes ({self.block_bytes}), "
-                             f"not {self.flag_bytes!r}")
+            raise UserError(f"flag_bytes must be <= block_bytes ({self.block_bytes}), "
+                            f"not {self.flag_bytes!r}")
         if not self.flag_bytes <= self.data_bytes <= self.block_bytes:
-            raise ValueError(f"data_bytes must be between flag_bytes ({self.flag_bytes}) and "
-                             f"block_bytes ({self.block_bytes}), not {self.data_bytes!r}")
+            raise UserError(f"data_bytes must be between flag_bytes ({self.flag_bytes}) and "
+                            f"block_bytes ({self.block_bytes}), not {self.data_bytes!r}")
         number("bandwidth_gbytes_s")
         number("cycle_ns")
         number("latency_one_hop_ns")
@@ -104,13 +105,13 @@ class Preset:
         number("latency_intra_ns", allow_none=not superpod)
         number("latency_two_hop_ns", allow_none=not superpod)
         if superpod and not self.latency_intra_ns < self.latency_one_hop_ns < self.latency_two_hop_ns:
-            raise ValueError(
+            raise UserError(
                 f"latencies must grow with distance (intra < one_hop < two_hop), not "
                 f"latency_intra_ns={self.latency_intra_ns!r}, latency_one_hop_ns="
                 f"{self.latency_one_hop_ns!r}, latency_two_hop_ns={self.latency_two_hop_ns!r}")
         check_bool("full_duplex", self.full_duplex)
         if not self.full_duplex:
-            raise ValueError("full_duplex=False is not modelled: every link direction is independent")
+            raise UserError("full_duplex=False is not modelled: every link direction is independent")
         self.hop_cycles()  # latencies the fabric cannot reach fail here, not in a simulation
 
     # --- unit conversion: the only place in epfabric -----------------------------
@@ -179,7 +180,7 @@ class Preset:
 
         def need(cls_name, field_name, budget, links):
             if budget < links * lmin:
-                raise ValueError(
+                raise UserError(
                     f"{field_name}={getattr(self, field_name)!r} is {lat[cls_name]} cycles, shorter "
                     f"than the {lat[cls_name] - budget + links * lmin} cycles its path needs at "
                     f"cycle_ns={self.cycle_ns!r}")
@@ -189,10 +190,10 @@ class Preset:
 
         topology = self.topology if topology is None else topology
         if topology not in TOPOLOGIES:
-            raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
+            raise UserError(f"topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
         if topology == "superpod" and self.topology != "superpod":
-            raise ValueError(f"preset {self.name!r} has no intra-NPU and two-hop latencies; "
-                             f"it cannot build a superpod")
+            raise UserError(f"preset {self.name!r} has no intra-NPU and two-hop latencies; "
+                            f"it cannot build a superpod")
         if topology == "star":
             edge = lat["one_hop"] - S
             need("one_hop", "latency_one_hop_ns", edge, 2)
@@ -270,4 +271,4 @@ def get_preset(name):
     try:
         return PRESETS[name]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}") from None
+        raise UserError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}") from None

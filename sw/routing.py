@@ -18,7 +18,7 @@ Expert ``e`` lives on rank ``e // (experts // ranks)`` (contiguous blocks of
 
 import numpy as np
 
-from ..hw.validate import check_int, check_number
+from ..hw.validate import UserError, check_int, check_number
 
 __all__ = ["route", "hot_weight", "expert_rank", "remote_need"]
 
@@ -64,7 +64,7 @@ def expert_rank(topk_idx, experts, ranks):
     """The rank hosting each entry of ``topk_idx`` (``experts // ranks`` experts per rank)."""
     check_int("ranks", ranks, 1, experts)
     if experts % ranks:
-        raise ValueError(f"experts ({experts}) must be a multiple of ranks ({ranks})")
+        raise UserError(f"experts ({experts}) must be a multiple of ranks ({ranks})")
     return np.asarray(topk_idx) // (experts // ranks)
 
 

@@ -15,6 +15,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from ...hw.validate import UserError
+
 __all__ = ["verilator_root", "verilator_env", "have_verilator", "have_icarus",
            "missing_reason", "SIMULATORS"]
 
@@ -80,4 +82,4 @@ def missing_reason(simulator):
         if shutil.which("make") is None:
             return "`make` is not on PATH (needed to build Verilator models)"
         return None
-    raise ValueError(f"simulator must be one of {', '.join(SIMULATORS)}, not {simulator!r}")
+    raise UserError(f"simulator must be one of {', '.join(SIMULATORS)}, not {simulator!r}")

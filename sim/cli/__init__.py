@@ -6,15 +6,18 @@ Each subcommand is a thin module of this package with two functions:
 * ``prepare(args)`` — validates every option and output path and returns a
   zero-argument callable that does the work and returns the exit status.
 
-Bad input is found in ``prepare``, before anything is simulated: the CLI
-prints one line naming the option and the value and exits with status 2.
-Errors raised while the work runs are not bad input and are not disguised
-as such.
+Bad input is found in ``prepare``, before anything is simulated, and raised
+as :class:`~epfabric.hw.validate.UserError`: the CLI prints one line naming the
+option and the value and exits with status 2. Any other exception — a plain
+``ValueError`` or ``TypeError`` included — is a bug and shows its traceback, as
+does anything raised while the work runs.
 """
 
 import argparse
 import importlib
 import sys
+
+from ...hw.validate import UserError
 
 __all__ = ["COMMANDS", "make_parser", "main"]
 
@@ -66,7 +69,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         job = args._prepare(args)
-    except (ValueError, TypeError) as exc:
+    except UserError as exc:
         print(f"epfabric {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return job() or 0

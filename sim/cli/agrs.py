@@ -4,6 +4,7 @@ Front end of :mod:`epfabric.sim.experiments.agrs` (the ``agrs`` kernel on an
 AG/RS machine).
 """
 
+from ...hw.validate import UserError
 from ...sw.config import AgrsConfig
 from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS
@@ -46,11 +47,11 @@ def prepare(args):
             try:
                 sizes = [int(x) for x in args.sizes.split(",")]
             except ValueError:
-                raise ValueError(f"--sizes must be comma-separated integers, not {args.sizes!r}") from None
+                raise UserError(f"--sizes must be comma-separated integers, not {args.sizes!r}") from None
         for s in sizes or ():
             positive("--sizes", s, unit)
             if s % unit:
-                raise ValueError(f"--sizes must be multiples of ranks * block_bytes ({unit}), not {s}")
+                raise UserError(f"--sizes must be multiples of ranks * block_bytes ({unit}), not {s}")
 
         def job():
             rows = sweep(preset=args.preset, ranks=args.ranks, sizes=sizes,
@@ -65,7 +66,7 @@ def prepare(args):
     nbytes = args.bytes if args.bytes is not None else unit * 16
     positive("--bytes", nbytes, unit)
     if nbytes % unit:
-        raise ValueError(f"--bytes must be a multiple of ranks * block_bytes ({unit}), not {nbytes}")
+        raise UserError(f"--bytes must be a multiple of ranks * block_bytes ({unit}), not {nbytes}")
 
     def job():
         report = run_point(preset=args.preset, ranks=args.ranks, nbytes=nbytes, mode=args.mode,

@@ -5,6 +5,7 @@ Front end of the ``speed`` experiment (:mod:`epfabric.sim.experiments.speed`).
 
 import os
 
+from ...hw.validate import UserError
 from ..backends import SIMULATORS, missing_reason
 from ..experiments import EXPERIMENTS
 from ..experiments.speed import (BENCH_OPT, SCALE_LADDER, SCALE_OPT, SHAPES, parse_shapes, ratios,
@@ -42,14 +43,14 @@ def prepare(args):
     check_output(args.json, "--json")
     if args.hier is not None:
         if not all(name == "all" or name.startswith("epf_") for name in args.hier.split(",") if name):
-            raise ValueError(f"--hier must name shared modules (epf_...) or 'all', not {args.hier!r}")
+            raise UserError(f"--hier must name shared modules (epf_...) or 'all', not {args.hier!r}")
         # read by the Verilator build here and in the scale probe's subprocesses
         os.environ["EPFABRIC_VERILATOR_HIER"] = args.hier
     if args.scale:
         if args.budget <= 0:
-            raise ValueError(f"--budget must be positive, not {args.budget}")
+            raise UserError(f"--budget must be positive, not {args.budget}")
         if missing_reason("verilator"):
-            raise ValueError(f"--scale needs Verilator: {missing_reason('verilator')}")
+            raise UserError(f"--scale needs Verilator: {missing_reason('verilator')}")
         shapes = parse_shapes(args.shapes)
 
         def probe():

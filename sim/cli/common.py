@@ -3,7 +3,7 @@
 import ast
 import json
 
-from ...hw.validate import check_int
+from ...hw.validate import UserError, check_int
 from ..output import check_output, write_atomic
 
 __all__ = ["positive", "write_json", "check_output", "parse_params"]
@@ -28,7 +28,7 @@ def parse_params(pairs):
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"--param must look like key=value, not {pair!r}")
+            raise UserError(f"--param must look like key=value, not {pair!r}")
         try:
             params[key] = ast.literal_eval(text)
         except (ValueError, SyntaxError):

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from ...hw.validate import UserError
 from ..experiments import EXPERIMENTS
 from ..results.reproduce import redraw, write_summary
 
@@ -15,9 +16,9 @@ def add_arguments(parser):
 def prepare(args):
     folder = Path(args.folder)
     if not folder.is_dir():
-        raise ValueError(f"DIR {args.folder!r} is not a folder")
+        raise UserError(f"DIR {args.folder!r} is not a folder")
     if not list(folder.glob("*.csv")):
-        raise ValueError(f"DIR {args.folder!r} has no NAME.csv (run epfabric reproduce -o DIR first)")
+        raise UserError(f"DIR {args.folder!r} has no NAME.csv (run epfabric reproduce -o DIR first)")
 
     def job():
         drawn = redraw(folder, EXPERIMENTS)

@@ -7,6 +7,7 @@ is found. Exit status 1 when a property that should hold is not proved or an
 expected counterexample is not found, 2 on bad input.
 """
 
+from ...hw.validate import UserError
 from ..formal import DEFAULT_TIMEOUT, SOLVERS, format_table, missing_tool, registry, run_property
 from ..output import progress
 from .common import check_output, positive, write_json
@@ -43,7 +44,7 @@ def select(props, names, *, all_=False, quick=False):
         for name in names:
             hits = [n for n in props if n == name or n.startswith(name + ".")]
             if not hits:
-                raise ValueError(f"no property named {name!r} (epfabric prove --list)")
+                raise UserError(f"no property named {name!r} (epfabric prove --list)")
             chosen += [n for n in hits if n not in chosen]
     return chosen
 
@@ -60,7 +61,7 @@ def prepare(args):
             return 0
         return listing
     if not (args.names or args.all or args.quick):
-        raise ValueError("name a property, or give --all or --quick (epfabric prove --list)")
+        raise UserError("name a property, or give --all or --quick (epfabric prove --list)")
     chosen = select(props, args.names, all_=args.all, quick=args.quick)
     positive("--depth", args.depth)
     positive("--timeout", args.timeout)
@@ -68,7 +69,7 @@ def prepare(args):
     why = missing_tool([args.solver] if args.solver else
                        sorted({props[n].solver for n in chosen}))
     if why:
-        raise ValueError(f"cannot run the prover: {why}")
+        raise UserError(f"cannot run the prover: {why}")
 
     def job():
         outcomes = []

@@ -5,6 +5,7 @@ Front end of :mod:`epfabric.sim.results`. Experiments come from
 (``build/results``), so a rerun reads what it has and a killed sweep resumes.
 """
 
+from ...hw.validate import UserError
 from ..experiments import EXPERIMENTS
 from ..backends import SIMULATORS
 from ..results.reproduce import reproduce
@@ -35,8 +36,8 @@ def prepare(args):
     names = sorted(EXPERIMENTS) if args.names in (["all"], []) else args.names
     unknown = [n for n in names if n not in EXPERIMENTS]
     if unknown:
-        raise ValueError(f"unknown experiment(s) {', '.join(unknown)}; registered: "
-                         f"{', '.join(sorted(EXPERIMENTS))}")
+        raise UserError(f"unknown experiment(s) {', '.join(unknown)}; registered: "
+                        f"{', '.join(sorted(EXPERIMENTS))}")
     experiments = [EXPERIMENTS[n] for n in names]
     for e in experiments:           # every parameter set valid before anything runs
         given = {"backend": args.backend} if args.backend and any(
@@ -48,7 +49,7 @@ def prepare(args):
     from pathlib import Path
     out = Path(args.output)
     if out.exists() and not out.is_dir():
-        raise ValueError(f"--output {args.output!r} is a file, not a folder")
+        raise UserError(f"--output {args.output!r} is a file, not a folder")
 
     def job():
         docs = reproduce(experiments, out, backend=args.backend, quick=args.quick,

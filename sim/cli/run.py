@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from ...hw.validate import UserError
 from ...sw.config import parse_topology
 from ...sw.kernels import KERNELS, run_kernel
 from ...sw.machine import WatchdogTimeout
@@ -76,21 +77,21 @@ def prepare(args):
             option = f"--{name.replace('_', '-')}"
             if name not in kernel.params:
                 valid = ", ".join(f"--{n.replace('_', '-')}" for n in kernel.params) or "none"
-                raise ValueError(f"{option} is not a parameter of kernel {kernel.name}; its "
-                                 f"parameters: {valid}")
+                raise UserError(f"{option} is not a parameter of kernel {kernel.name}; its "
+                                f"parameters: {valid}")
             if name in params:
-                raise ValueError(f"{option} and --param {name}=... both given")
+                raise UserError(f"{option} and --param {name}=... both given")
             values = [parse_params([f"{name}={v}"])[name] for v in value.split(",")]
             if len(values) > 1:
                 if sweep:
-                    raise ValueError(f"one option may list values, not {option} and "
-                                     f"--{sweep[0].replace('_', '-')}")
+                    raise UserError(f"one option may list values, not {option} and "
+                                    f"--{sweep[0].replace('_', '-')}")
                 sweep = (name, values)
             params[name] = values[0]
     variants = [kernel.resolve_params({**params, **({sweep[0]: v} if sweep else {})})
                 for v in (sweep[1] if sweep else [None])]
     if sweep and (args.trace or args.vcd):
-        raise ValueError(f"--trace/--vcd need one value of --{sweep[0].replace('_', '-')}")
+        raise UserError(f"--trace/--vcd need one value of --{sweep[0].replace('_', '-')}")
     # every configuration is built (and so validated) before anything runs
     configs = [c for p in variants for c in kernel.configs(preset, topology, args.aivs, p)]
     for option in ("json", "trace", "vcd"):
@@ -154,21 +155,21 @@ def _check_waveform(args, configs):
     """Validate ``--vcd``/``--vcd-scope`` against the backend and every configuration; return
     the ``(die, core)`` pairs to show (``None`` for a machine without AIV cores)."""
     if args.vcd_scope is not None and not args.vcd:
-        raise ValueError("--vcd-scope needs --vcd")
+        raise UserError("--vcd-scope needs --vcd")
     if not args.vcd:
         return None
     if Path(args.vcd).suffix == ".fst":
         from ..backends.cocotb_runner import fst_missing
         reason = fst_missing(args.backend)
         if reason:
-            raise ValueError(f"--vcd {args.vcd!r}: {reason}; name a .vcd file"
-                             + (" or use --backend icarus/verilator" if args.backend == "pysim"
+            raise UserError(f"--vcd {args.vcd!r}: {reason}; name a .vcd file"
+                            + (" or use --backend icarus/verilator" if args.backend == "pysim"
                                 else ""))
     scopes = None
     for config in configs:
         if config.kind != "aiv":
             if args.vcd_scope is not None:
-                raise ValueError(f"--vcd-scope: the {config.kind} machine has no AIV cores")
+                raise UserError(f"--vcd-scope: the {config.kind} machine has no AIV cores")
             continue
         scopes = parse_scopes(args.vcd_scope or "0:0", ranks=config.ranks,
                               aivs=config.aivs_per_die)

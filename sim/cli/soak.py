@@ -11,6 +11,7 @@ random data seeds and machine shapes, each run checked against numpy.
 """
 
 from ...hw.soak import PATTERNS
+from ...hw.validate import UserError
 from ..backends import SIMULATORS, missing_reason
 from ..output import progress
 from ..soak import DEFAULT_SHAPE, ok, run_soak
@@ -49,17 +50,17 @@ def prepare(args):
     try:
         shape = tuple(int(x) for x in args.shape.split(","))
     except ValueError:
-        raise ValueError(f"--shape must be three integers a,b,c, not {args.shape!r}") from None
+        raise UserError(f"--shape must be three integers a,b,c, not {args.shape!r}") from None
     if len(shape) != 3:
-        raise ValueError(f"--shape must be three integers a,b,c, not {args.shape!r}")
+        raise UserError(f"--shape must be three integers a,b,c, not {args.shape!r}")
     for name, value in (("--offer", args.offer), ("--stall", args.stall)):
         if not 0 <= value < 1:
-            raise ValueError(f"{name} must be a probability in [0, 1), not {value!r}")
+            raise UserError(f"{name} must be a probability in [0, 1), not {value!r}")
     if args.offer == 0:
-        raise ValueError("--offer must be > 0, not 0")
+        raise UserError("--offer must be > 0, not 0")
     why = missing_reason(args.backend)
     if why:
-        raise ValueError(f"--backend {args.backend}: {why}")
+        raise UserError(f"--backend {args.backend}: {why}")
     check_output(args.json, "--json")
     if args.kernel is not None:
         return _kernel_job(args)
@@ -97,10 +98,10 @@ def _kernel_job(args):
     from ...sw.kernels import KERNELS
     positive("--runs", args.runs)
     if args.kernel not in KERNELS:
-        raise ValueError(f"--kernel must be one of {', '.join(sorted(KERNELS))}, "
-                         f"not {args.kernel!r}")
+        raise UserError(f"--kernel must be one of {', '.join(sorted(KERNELS))}, "
+                        f"not {args.kernel!r}")
     if "seed" not in KERNELS[args.kernel].params:
-        raise ValueError(f"--kernel {args.kernel} has no seed parameter to vary")
+        raise UserError(f"--kernel {args.kernel} has no seed parameter to vary")
     from ..soak import kernel_soak
 
     def show(row):

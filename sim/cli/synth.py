@@ -10,6 +10,7 @@ import os
 import sys
 
 from ...hw.instances import mark_used
+from ...hw.validate import UserError
 from ..verilog.registry import build_component, registered
 from ..verilog.synth import (DEFAULT_AIVS, FPGA_TOP, TARGETS, SynthError, check_device,
                              check_target,
@@ -59,9 +60,9 @@ def _aivs(text):
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise ValueError(f"--aivs must be comma-separated integers, not {text!r}") from None
+        raise UserError(f"--aivs must be comma-separated integers, not {text!r}") from None
     if len(values) < 2 or any(v < 1 for v in values) or len(set(values)) != len(values):
-        raise ValueError(f"--aivs needs two or more distinct counts >= 1, not {text!r}")
+        raise UserError(f"--aivs needs two or more distinct counts >= 1, not {text!r}")
     return sorted(values)
 
 
@@ -91,23 +92,23 @@ def prepare(args):
     target = check_target(args.target).name
     device, package = check_device(target, args.device, args.package)
     if args.package is not None and not args.pnr:
-        raise ValueError("--package applies only with --pnr")
+        raise UserError("--package applies only with --pnr")
     if args.freq is not None and (args.freq <= 0 or args.freq != args.freq):
-        raise ValueError(f"--freq must be a positive number of MHz, not {args.freq!r}")
+        raise UserError(f"--freq must be a positive number of MHz, not {args.freq!r}")
     if args.freq is not None and not args.pnr:
-        raise ValueError("--freq applies only with --pnr")
+        raise UserError("--freq applies only with --pnr")
     if args.io and not args.pnr:
-        raise ValueError("--io applies only with --pnr")
+        raise UserError("--io applies only with --pnr")
     if args.io and args.all:
-        raise ValueError("--io applies to one board top, not --all")
+        raise UserError("--io applies to one board top, not --all")
     reason = missing_tool(target, args.pnr)
     if reason:
-        raise ValueError(reason)
+        raise UserError(reason)
     json_path = check_output(args.json, "--json")
 
     if args.all:
         if args.name or args.param:
-            raise ValueError("--all takes no component name and no --param")
+            raise UserError("--all takes no component name and no --param")
         aivs = _aivs(args.aivs) if args.aivs is not None else list(DEFAULT_AIVS)
         jobs = positive("--jobs", args.jobs) or max(1, os.cpu_count() or 1)
         if FPGA_TOP in table:
@@ -138,9 +139,9 @@ def prepare(args):
 
     for option in ("csv", "markdown", "jobs", "aivs"):
         if getattr(args, option) is not None:
-            raise ValueError(f"--{option} applies only with --all")
+            raise UserError(f"--{option} applies only with --all")
     if not args.name:
-        raise ValueError(f"give a component name or --all; registered: {', '.join(table)}")
+        raise UserError(f"give a component name or --all; registered: {', '.join(table)}")
     params = parse_params(args.param)
     mark_used(build_component(args.name, params))     # bad names/parameters fail here
 

@@ -1,6 +1,7 @@
 """``epfabric verilog NAME [--param k=v ...] -o DIR``: Verilog for a registered component."""
 
 from ...hw.instances import mark_used
+from ...hw.validate import UserError
 from ..verilog.export import write_verilog
 from ..verilog.registry import build_component, registered
 from .common import parse_params
@@ -27,12 +28,12 @@ def prepare(args):
         return listing
     if args.all:
         if args.param:
-            raise ValueError("--param cannot be combined with --all")
+            raise UserError("--param cannot be combined with --all")
         names = list(table)
     elif args.name:
         names = [args.name]
     else:
-        raise ValueError(f"give a component name or --all; registered: {', '.join(table)}")
+        raise UserError(f"give a component name or --all; registered: {', '.join(table)}")
     params = parse_params(args.param)
     for name in names:
         mark_used(build_component(name, params))   # bad parameters fail here; built again below

@@ -31,6 +31,8 @@ summary; the CLI commands (:mod:`epfabric.sim.cli`) are thin front ends.
 
 from dataclasses import dataclass
 
+from ...hw.validate import UserError, UserTypeError
+
 __all__ = ["Param", "Experiment", "EXPERIMENTS", "register"]
 
 #: name → :class:`Experiment`; the modules below register theirs on import.
@@ -53,19 +55,20 @@ class Param:
             return None
         if self.type is bool:
             if not isinstance(value, bool):
-                raise TypeError(f"{self.name} must be a bool, not {value!r}")
+                raise UserTypeError(f"{self.name} must be a bool, not {value!r}")
         elif self.type in (int, float):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or \
                     (self.type is int and not isinstance(value, int)):
-                raise TypeError(f"{self.name} must be {'an integer' if self.type is int else 'a number'}, "
-                                f"not {value!r}")
+                kind = "an integer" if self.type is int else "a number"
+                raise UserTypeError(f"{self.name} must be {kind}, "
+                                    f"not {value!r}")
             if self.minimum is not None and value < self.minimum:
-                raise ValueError(f"{self.name} must be >= {self.minimum}, not {value!r}")
+                raise UserError(f"{self.name} must be >= {self.minimum}, not {value!r}")
         elif not isinstance(value, self.type):
-            raise TypeError(f"{self.name} must be a {self.type.__name__}, not {value!r}")
+            raise UserTypeError(f"{self.name} must be a {self.type.__name__}, not {value!r}")
         if self.choices is not None and value not in self.choices:
-            raise ValueError(f"{self.name} must be one of {', '.join(map(str, self.choices))}, "
-                             f"not {value!r}")
+            raise UserError(f"{self.name} must be one of {', '.join(map(str, self.choices))}, "
+                            f"not {value!r}")
         return value
 
 
@@ -85,8 +88,8 @@ class Experiment:
         known = {p.name: p for p in self.params}
         unknown = sorted(set(given) - set(known))
         if unknown:
-            raise ValueError(f"unknown parameter(s) {', '.join(unknown)} for experiment {self.name}; "
-                             f"valid: {', '.join(known) or 'none'}")
+            raise UserError(f"unknown parameter(s) {', '.join(unknown)} for experiment {self.name}; "
+                            f"valid: {', '.join(known) or 'none'}")
         return {name: p.check(given.get(name, p.default)) for name, p in known.items()}
 
     def points(self, params, quick=False):

@@ -41,7 +41,7 @@ their bounds (``make fig6`` prints how close), and larger ``S`` only adds
 simulation time.
 """
 
-from ...hw.validate import check_choice, check_int
+from ...hw.validate import UserError, check_choice, check_int
 from ...sw.kernels import run_kernel
 from ...sw.kernels.agrs import bound_gbps
 from ...sw.presets import get_preset, preset_names
@@ -68,7 +68,7 @@ def run_point(*, preset="incmoe-testbed", ranks=4, nbytes, mode="inc", concurren
     unit = ranks * p.block_bytes
     check_int("bytes", nbytes, unit)
     if nbytes % unit:
-        raise ValueError(f"bytes must be a multiple of ranks * block_bytes ({unit}), not {nbytes!r}")
+        raise UserError(f"bytes must be a multiple of ranks * block_bytes ({unit}), not {nbytes!r}")
     rows = nbytes // unit
     tmax = rows if tmax is None else check_int("tmax", tmax, rows)
     result, reports = run_kernel(
@@ -103,11 +103,11 @@ def sweep(*, preset="incmoe-testbed", ranks=4, sizes=None, backend="verilator", 
     if sizes is None:
         sizes = [unit * t for t in SWEEP_ROWS]
     if not sizes:
-        raise ValueError("sizes must name at least one size")
+        raise UserError("sizes must name at least one size")
     for s in sizes:
         if not isinstance(s, int) or isinstance(s, bool) or s < unit or s % unit:
-            raise ValueError(f"sizes must be positive multiples of ranks * block_bytes ({unit}), "
-                             f"not {s!r}")
+            raise UserError(f"sizes must be positive multiples of ranks * block_bytes ({unit}), "
+                            f"not {s!r}")
     tmax = max(sizes) // unit
     rows = []
     for s in sizes:
@@ -274,8 +274,8 @@ class Eq5(Experiment):
         unit = get_preset(p["preset"]).block_bytes
         for n in _ranks(p["ranks"]):
             if p["bytes"] % (n * unit):
-                raise ValueError(f"bytes must be a multiple of N * block_bytes ({n * unit}) for "
-                                 f"N={n}, not {p['bytes']}")
+                raise UserError(f"bytes must be a multiple of N * block_bytes ({n * unit}) for "
+                                f"N={n}, not {p['bytes']}")
         return p
 
     def points(self, params, quick=False):
@@ -316,11 +316,11 @@ def _ranks(text):
     try:
         ranks = [int(x) for x in str(text).split(",") if x]
     except ValueError:
-        raise ValueError(f"ranks must be comma-separated integers, not {text!r}") from None
+        raise UserError(f"ranks must be comma-separated integers, not {text!r}") from None
     for n in ranks:
         check_int("ranks", n, 2)
     if not ranks:
-        raise ValueError("ranks must name at least one N")
+        raise UserError("ranks must name at least one N")
     return ranks
 
 

@@ -21,7 +21,7 @@ import sys
 import time
 
 from ...hw.topology import star, superpod, superpod_distance
-from ...hw.validate import check_choice, check_int
+from ...hw.validate import UserError, check_choice, check_int
 from ...sw.presets import CLASSES, get_preset, preset_names
 from ..backends import SIMULATORS, ComponentSpec, SimulationError, run, wait_until
 from . import Experiment, Param, register
@@ -133,7 +133,7 @@ def calibrate(preset, *, backend="pysim", blocks=None, skip=8, data_bytes=4, ver
         blocks = 256
     check_int("blocks", blocks, skip + 8)
     if preset.name not in preset_names() or get_preset(preset.name) != preset:
-        raise ValueError(f"calibrate needs a named preset, not a modified {preset.name!r}")
+        raise UserError(f"calibrate needs a named preset, not a modified {preset.name!r}")
     spec = ComponentSpec("epfabric.sim.experiments.calibrate:calibration_fabric",
                          {"preset": preset.name, "data_bytes": data_bytes})
     ranks, distance = calibration_ranks(preset)

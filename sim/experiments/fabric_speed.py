@@ -23,7 +23,7 @@ import sys
 import time
 
 from ...hw.traffic import TrafficFabric
-from ...hw.validate import check_choice, check_int
+from ...hw.validate import UserError, check_choice, check_int
 from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS, ComponentSpec, missing_reason, run
 from ..backends.cocotb_runner import build, build_dir_for
@@ -150,7 +150,7 @@ class FabricSpeed(Experiment):
         try:
             dpn, npb, nb = (int(x) for x in p["shape"].split(","))
         except ValueError:
-            raise ValueError(f"shape must be three integers a,b,c, not {p['shape']!r}") from None
+            raise UserError(f"shape must be three integers a,b,c, not {p['shape']!r}") from None
         get_preset(p["preset"]).check_shape(dpn, npb, nb)
         for name in ("cycles", "pysim_cycles"):
             if p[name] is not None:

@@ -16,6 +16,7 @@ routing is host-side data.
 
 from math import comb
 
+from ...hw.validate import UserError
 from ...sw.routing import remote_need, route
 from . import Experiment, Param, register
 
@@ -50,9 +51,9 @@ class Payload(Experiment):
     def resolve(self, **given):
         p = super().resolve(**given)
         if p["topk"] > p["experts"]:
-            raise ValueError(f"topk ({p['topk']}) must not exceed experts ({p['experts']})")
+            raise UserError(f"topk ({p['topk']}) must not exceed experts ({p['experts']})")
         if p["experts"] % p["ranks"]:
-            raise ValueError(f"experts ({p['experts']}) must be a multiple of ranks ({p['ranks']})")
+            raise UserError(f"experts ({p['experts']}) must be a multiple of ranks ({p['ranks']})")
         _seeds(p["seeds"])
         return p
 
@@ -115,9 +116,9 @@ def _seeds(text):
     try:
         seeds = [int(s) for s in str(text).split(",") if s != ""]
     except ValueError:
-        raise ValueError(f"seeds must be comma-separated integers, not {text!r}") from None
+        raise UserError(f"seeds must be comma-separated integers, not {text!r}") from None
     if not seeds or any(s < 0 for s in seeds):
-        raise ValueError(f"seeds must be one or more integers >= 0, not {text!r}")
+        raise UserError(f"seeds must be one or more integers >= 0, not {text!r}")
     return seeds
 
 

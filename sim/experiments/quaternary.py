@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from ...hw.instances import mark_used
+from ...hw.validate import UserError
 from ...hw.vector_unit import VectorUnit
 from ...sw.mapper import quaternary_search, reference_lookup
 from ..backends import SIMULATORS, ComponentSpec, run
@@ -56,10 +57,10 @@ class Quaternary(Experiment):
     def resolve(self, **given):
         p = super().resolve(**given)
         if p["topk"] > p["experts"]:
-            raise ValueError(f"topk ({p['topk']}) must not exceed experts ({p['experts']})")
+            raise UserError(f"topk ({p['topk']}) must not exceed experts ({p['experts']})")
         if p["targets"] > p["tokens"] * p["topk"]:
-            raise ValueError(f"targets ({p['targets']}) must not exceed tokens * topk "
-                             f"({p['tokens'] * p['topk']})")
+            raise UserError(f"targets ({p['targets']}) must not exceed tokens * topk "
+                            f"({p['tokens'] * p['topk']})")
         width = max(1, int(p["experts"]).bit_length())
         mark_used(VectorUnit(lanes=p["lanes"], width=width, max_len=p["tokens"] * p["topk"]))
         return p

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from ...hw.host import HostTarget
-from ...hw.validate import check_choice, check_int
+from ...hw.validate import UserError, check_choice, check_int
 from ...sw.isa import address
 from ...sw.kernels import KERNELS
 from ...sw.kernels.alltoall import layout as alltoall_layout
@@ -200,7 +200,7 @@ def parse_shapes(text):
         try:
             d, a = (int(x) for x in item.lower().split("x"))
         except ValueError:
-            raise ValueError(f"--shapes: {item!r} is not DIESxAIVS (e.g. 16x2)") from None
+            raise UserError(f"--shapes: {item!r} is not DIESxAIVS (e.g. 16x2)") from None
         check_choice("--shapes dies", d, tuple(SHAPES))
         check_int("--shapes AIVs per die", a, 1, 256)
         shapes.append((d, a))
@@ -310,7 +310,7 @@ def parse_dies(text):
     try:
         dies = [int(d) for d in text.split(",") if d]
     except ValueError:
-        raise ValueError(f"dies must be comma-separated integers, not {text!r}") from None
+        raise UserError(f"dies must be comma-separated integers, not {text!r}") from None
     for d in dies:
         check_choice("dies", d, tuple(SHAPES))
     return dies

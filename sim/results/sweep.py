@@ -22,6 +22,7 @@ import sys
 import time
 import traceback
 
+from ...hw.validate import UserError
 from . import cache
 
 __all__ = ["run_task", "run_points", "open_scheduler", "Progress", "SCHEDULERS", "have_dask"]
@@ -99,11 +100,11 @@ class open_scheduler:
 
     def __init__(self, scheduler, workers=None):
         if scheduler not in SCHEDULERS and "://" not in str(scheduler):
-            raise ValueError(f"scheduler must be serial, local or a Dask scheduler address "
-                             f"(tcp://host:8786), not {scheduler!r}")
+            raise UserError(f"scheduler must be serial, local or a Dask scheduler address "
+                            f"(tcp://host:8786), not {scheduler!r}")
         if scheduler != "serial" and not have_dask():
-            raise ValueError(f"scheduler {scheduler!r} needs Dask distributed "
-                             f"(pip install 'dask[distributed]'); use --scheduler serial")
+            raise UserError(f"scheduler {scheduler!r} needs Dask distributed "
+                            f"(pip install 'dask[distributed]'); use --scheduler serial")
         self.scheduler = scheduler
         self.workers = workers or os.cpu_count() or 1
         self.client = self.cluster = None

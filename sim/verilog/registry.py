@@ -10,6 +10,8 @@ import pkgutil
 
 import epfabric.hw as hw_pkg
 
+from ...hw.validate import UserError
+
 __all__ = ["registered", "build_component"]
 
 
@@ -29,11 +31,11 @@ def build_component(name, params=None):
     """Construct registered component ``name`` with its defaults overridden by ``params``."""
     table = registered()
     if name not in table:
-        raise ValueError(f"unknown component {name!r}; registered: {', '.join(table)}")
+        raise UserError(f"unknown component {name!r}; registered: {', '.join(table)}")
     cls, defaults = table[name]
     params = dict(params or {})
     unknown = sorted(set(params) - set(defaults))
     if unknown:
-        raise ValueError(f"unknown parameter(s) {', '.join(unknown)} for {name}; "
-                         f"valid: {', '.join(f'{k}={v!r}' for k, v in defaults.items())}")
+        raise UserError(f"unknown parameter(s) {', '.join(unknown)} for {name}; "
+                        f"valid: {', '.join(f'{k}={v!r}' for k, v in defaults.items())}")
     return cls(**{**defaults, **params})

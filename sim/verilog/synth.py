@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from ...hw.validate import UserError
 from ..output import progress, write_atomic
 from .registry import build_component, registered
 
@@ -199,7 +200,7 @@ def synth_dir():
 def check_target(target):
     """The :class:`Target` named ``target``; ``ValueError`` naming ``--target`` otherwise."""
     if target not in TARGETS:
-        raise ValueError(f"--target must be one of {', '.join(TARGETS)}, not {target!r}")
+        raise UserError(f"--target must be one of {', '.join(TARGETS)}, not {target!r}")
     return TARGETS[target]
 
 
@@ -210,17 +211,17 @@ def check_device(target, device, package=None):
         device = t.default_device
     by_lower = {k.lower(): v for k, v in t.devices.items()}
     if device.lower() not in by_lower:
-        raise ValueError(f"--device for --target {target} must be one of "
-                         f"{', '.join(t.devices)}, not {device!r}")
+        raise UserError(f"--device for --target {target} must be one of "
+                        f"{', '.join(t.devices)}, not {device!r}")
     dev = by_lower[device.lower()]
     if package is not None:
         if not dev.packages:
-            raise ValueError(f"--package applies to place and route on ecp5 or ice40, "
-                             f"not --target {target}")
+            raise UserError(f"--package applies to place and route on ecp5 or ice40, "
+                            f"not --target {target}")
         by_lower = {p.lower(): p for p in dev.packages}
         if package.lower() not in by_lower:
-            raise ValueError(f"--package for {dev.name} must be one of {', '.join(dev.packages)}, "
-                             f"not {package!r}")
+            raise UserError(f"--package for {dev.name} must be one of {', '.join(dev.packages)}, "
+                            f"not {package!r}")
         package = by_lower[package.lower()]
     return dev, package or dev.default_package
 
@@ -462,7 +463,7 @@ def synthesize(name, params=None, *, target="ecp5", device=None, package=None, p
     t = check_target(target)
     dev, package = check_device(target, device, package)
     if pnr and t.pnr_module is None:
-        raise ValueError(missing_tool(target, True))
+        raise UserError(missing_tool(target, True))
     freq = t.default_freq_mhz if freq_mhz is None else freq_mhz
     params = dict(params or {})
     component = build_component(name, params)

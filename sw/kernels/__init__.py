@@ -24,7 +24,7 @@ CLI. The protocol (STYLE.md 7, PyMTL3's ``gen_mem_image`` + ``verify``):
 Programs depend on the configuration only, never on data (DESIGN.md).
 """
 
-from ...hw.validate import check_int
+from ...hw.validate import UserError, check_int
 from ..config import MachineConfig
 from ..machine import Machine
 from ..presets import get_preset
@@ -90,8 +90,8 @@ class Kernel:
         unknown = sorted(set(params) - set(self.params))
         if unknown:
             valid = ", ".join(f"{k}={v!r}" for k, v in self.params.items()) or "none"
-            raise ValueError(f"unknown parameter(s) {', '.join(unknown)} for kernel {self.name}; "
-                             f"valid: {valid}")
+            raise UserError(f"unknown parameter(s) {', '.join(unknown)} for kernel {self.name}; "
+                            f"valid: {valid}")
         return {**self.params, **params}
 
 
@@ -117,7 +117,7 @@ def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params
     """
     if isinstance(kernel, str):
         if kernel not in KERNELS:
-            raise ValueError(f"unknown kernel {kernel!r}; registered: {', '.join(sorted(KERNELS))}")
+            raise UserError(f"unknown kernel {kernel!r}; registered: {', '.join(sorted(KERNELS))}")
         kernel = KERNELS[kernel]
     preset = get_preset(preset or kernel.default_preset).name
     params = kernel.resolve_params(params)

@@ -22,6 +22,7 @@ a run does depends only on the configuration and the control registers
 
 import numpy as np
 
+from ...hw.validate import UserError
 from ..config import AgrsConfig
 from ..isa import address
 from ..presets import get_preset
@@ -41,7 +42,7 @@ def make_case(*, ranks, tmax, lanes, counts=None, seed=0):
         counts = [tmax] * ranks
     counts = [int(c) for c in counts]
     if len(counts) != ranks or any(not 0 <= c <= tmax for c in counts):
-        raise ValueError(f"counts must be {ranks} row counts in [0, {tmax}], not {counts!r}")
+        raise UserError(f"counts must be {ranks} row counts in [0, {tmax}], not {counts!r}")
     ag_in = [rng.integers(-2**31, 2**31, size=(c, lanes), dtype=np.int64).tolist() for c in counts]
     rs_in = rng.integers(-2**31, 2**31, size=(ranks, ranks * tmax, lanes), dtype=np.int64).tolist()
     return {"counts": counts, "ag_in": ag_in, "rs_in": rs_in}
@@ -98,10 +99,10 @@ class Agrs(Kernel):
         p = get_preset(preset)
         topology = tuple(topology) if topology is not None else self.default_topology(p)
         if topology[0] != "star" or len(topology) != 2:
-            raise ValueError(f"agrs runs on a star topology (star:N), not {topology!r}")
+            raise UserError(f"agrs runs on a star topology (star:N), not {topology!r}")
         if aivs is not None:
-            raise ValueError("agrs has no AIV cores: its endpoints are hardware traffic engines "
-                             "(do not give --aivs)")
+            raise UserError("agrs has no AIV cores: its endpoints are hardware traffic engines "
+                            "(do not give --aivs)")
         return [AgrsConfig(p.name, ranks=topology[1], mode=params["mode"], tmax=params["tmax"],
                            lanes=params["lanes"], slots=params["slots"])]
 

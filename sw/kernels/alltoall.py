@@ -18,6 +18,7 @@ the configuration; :func:`check` compares every received block with numpy.
 
 import numpy as np
 
+from ...hw.validate import UserError
 from ..assembler import Program
 from ..isa import address
 from . import Kernel, pow2_at_least, register
@@ -103,11 +104,11 @@ class AllToAll(Kernel):
         """Programs on every core, random tokens in every send slot; returns the tokens."""
         cfg = machine.config
         if cfg.hbm_blocks < blocks_needed(cfg):
-            raise ValueError(f"alltoall needs hbm_blocks >= {blocks_needed(cfg)}, not {cfg.hbm_blocks}")
+            raise UserError(f"alltoall needs hbm_blocks >= {blocks_needed(cfg)}, not {cfg.hbm_blocks}")
         if cfg.trace_depth < marks_needed(cfg):
             # the checker counts DONE marks: a full trace buffer drops them
-            raise ValueError(f"alltoall needs trace_depth >= {marks_needed(cfg)} (2 MARKs per core), "
-                             f"not {cfg.trace_depth}")
+            raise UserError(f"alltoall needs trace_depth >= {marks_needed(cfg)} (2 MARKs per core), "
+                            f"not {cfg.trace_depth}")
         tok = tokens(cfg, params["seed"])
         _, send = layout(cfg)
         for r in range(cfg.ranks):

@@ -24,6 +24,7 @@ import hashlib
 
 import numpy as np
 
+from ...hw.validate import UserError
 from ..isa import address
 from ..ubep import combine
 from ..ubep.layout import GUARD
@@ -100,11 +101,11 @@ class Combine(Dispatch):
         broken = p.pop("broken", None) or p.pop("combine_broken", None)
         p.pop("combine_broken", None)
         if broken not in (None, "no_flag_poll"):
-            raise ValueError(f"broken must be one of None, no_flag_poll, not {broken!r}")
+            raise UserError(f"broken must be one of None, no_flag_poll, not {broken!r}")
         resolved = DISPATCH.resolve_params(p)
         if broken and resolved["system"] != "ubep":
-            raise ValueError("broken variants of the combine are negative controls of "
-                             "system='ubep'")
+            raise UserError("broken variants of the combine are negative controls of "
+                            "system='ubep'")
         return {**resolved, "combine_broken": broken, "broken": None}
 
     def programs(self, config, params):

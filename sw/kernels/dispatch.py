@@ -22,7 +22,7 @@ import hashlib
 
 import numpy as np
 
-from ...hw.validate import check_int
+from ...hw.validate import UserError, check_int
 
 from ..config import MachineConfig
 from ..isa import address
@@ -60,8 +60,8 @@ def check_cap(w, cap):
     worst = int(cnt.max()) if cnt.size else 0
     if worst > cap:
         d, e_l, s = np.unravel_index(int(cnt.argmax()), cnt.shape)
-        raise ValueError(f"cap {cap} is too small: rank {s} routes {worst} slots to expert "
-                         f"{d * w.epr + e_l}; raise cap (at most batch)")
+        raise UserError(f"cap {cap} is too small: rank {s} routes {worst} slots to expert "
+                        f"{d * w.epr + e_l}; raise cap (at most batch)")
 
 
 def phase_times(report, aivs, system="cann"):
@@ -131,14 +131,14 @@ class Dispatch(Kernel):
     def resolve_params(self, params):
         p = super().resolve_params(params)
         if p["system"] not in SYSTEMS:
-            raise ValueError(f"system must be one of {', '.join(SYSTEMS)}, not {p['system']!r}")
+            raise UserError(f"system must be one of {', '.join(SYSTEMS)}, not {p['system']!r}")
         if p["broken"] not in BROKEN:
-            raise ValueError(f"broken must be one of {', '.join(map(str, BROKEN))}, "
-                             f"not {p['broken']!r}")
+            raise UserError(f"broken must be one of {', '.join(map(str, BROKEN))}, "
+                            f"not {p['broken']!r}")
         if p["cap"] is not None:
             check_int("cap", p["cap"], 1, p["batch"])
         if p["broken"] and p["system"] != "cann":
-            raise ValueError("broken variants are negative controls of system='cann'")
+            raise UserError("broken variants are negative controls of system='cann'")
         return p
 
     def programs(self, config, params):

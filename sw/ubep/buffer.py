@@ -26,6 +26,7 @@ words 4 and up (480 of 512 B), as on the real fabric.
 
 import numpy as np
 
+from ...hw.validate import UserError
 from ..isa import address
 from ..machine import Machine
 from .workload import Workload
@@ -105,11 +106,11 @@ class Buffer:
         """
         idx = np.asarray(topk_idx)
         if idx.ndim != 3 or idx.shape[0] != self.ranks:
-            raise ValueError(f"topk_idx must be ranks ({self.ranks}) x tokens x k, "
-                             f"not shape {idx.shape}")
+            raise UserError(f"topk_idx must be ranks ({self.ranks}) x tokens x k, "
+                            f"not shape {idx.shape}")
         if num_experts % self.ranks:
-            raise ValueError(f"num_experts ({num_experts}) must be a multiple of the ranks "
-                             f"({self.ranks})")
+            raise UserError(f"num_experts ({num_experts}) must be a multiple of the ranks "
+                            f"({self.ranks})")
         epr = num_experts // self.ranks
         in_rank = np.zeros((self.ranks, idx.shape[1], self.ranks), dtype=bool)
         per_expert = np.zeros((self.ranks, num_experts), dtype=np.int64)
@@ -138,8 +139,8 @@ class Buffer:
         w = Workload.from_arrays(x, topk_idx, topk_weights, p["experts"])
         want = (self.ranks, p["batch"], p["topk"], p["hidden_blocks"], self.config.words_per_block)
         if (w.ranks, w.batch, w.topk, w.hidden_blocks, w.words) != want:
-            raise ValueError(f"this buffer takes ranks x BS x k x blocks x words = {want}, not "
-                             f"{(w.ranks, w.batch, w.topk, w.hidden_blocks, w.words)}")
+            raise UserError(f"this buffer takes ranks x BS x k x blocks x words = {want}, not "
+                            f"{(w.ranks, w.batch, w.topk, w.hidden_blocks, w.words)}")
         params = {**p, "system": system or p["system"]}
         self._dispatch.resolve_params(params)
         self.epoch += 1
@@ -166,15 +167,15 @@ class Buffer:
         16-bit lanes (UBEP: words 4 and up; words 0–3 are its header).
         """
         if handle.get("epoch") != self.epoch:
-            raise ValueError(f"handle of dispatch epoch {handle.get('epoch')} is stale: the "
-                             f"buffer's last dispatch is epoch {self.epoch}")
+            raise UserError(f"handle of dispatch epoch {handle.get('epoch')} is stale: the "
+                            f"buffer's last dispatch is epoch {self.epoch}")
         w, params = handle["workload"], handle["params"]
         outs = []
         for d, rows in enumerate(handle["rows"]):
             o = np.asarray(expert_out[d])
             if o.shape != (rows, w.hidden_blocks, w.words):
-                raise ValueError(f"expert_out[{d}] must be {rows} x {w.hidden_blocks} x "
-                                 f"{w.words} (what rank {d} received), not {o.shape}")
+                raise UserError(f"expert_out[{d}] must be {rows} x {w.hidden_blocks} x "
+                                f"{w.words} (what rank {d} received), not {o.shape}")
             outs.append(o.astype(np.uint64))
         from ..kernels.combine import carry_to_combine
         carry_to_combine(self.machine, w, params, outs, carried=self._state)

@@ -34,7 +34,7 @@ Programs depend on the configuration only (``COUNTS``, ``EXPAND``, the
 routing and the weights are data in memory).
 """
 
-from ...hw.validate import check_choice, check_int, check_pow2
+from ...hw.validate import UserError, check_choice, check_int, check_pow2
 from ..assembler import Program
 from ..isa import address
 from .cann import split
@@ -198,7 +198,7 @@ def combine_program(lay, *, rank, core, aivs, system, broken=None):
     check_choice("broken", broken, (None, "no_flag_poll"))
     check_pow2("epr (experts per rank)", lay.epr)
     if lay.words != 128:
-        raise ValueError(f"the combine needs full 512 B blocks (128 words), not {lay.words}")
+        raise UserError(f"the combine needs full 512 B blocks (128 words), not {lay.words}")
     R = lay.ranks
     rows = _Rows(lay)
     p = Program()

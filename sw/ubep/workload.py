@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...hw.validate import check_int
+from ...hw.validate import UserError, check_int
 from ..routing import route
 
 __all__ = ["Workload", "MODELS", "Model", "blocks_per_token"]
@@ -80,7 +80,7 @@ class Workload:
         check_int("experts", self.experts, 1)
         check_int("topk", self.topk, 1, self.experts)
         if self.experts % self.ranks:
-            raise ValueError(f"experts ({self.experts}) must be a multiple of ranks ({self.ranks})")
+            raise UserError(f"experts ({self.experts}) must be a multiple of ranks ({self.ranks})")
         check_int("hidden_blocks", self.hidden_blocks, 1)
         check_int("words", self.words, 1, 128)
         check_int("seed", self.seed, 0)
@@ -110,21 +110,21 @@ class Workload:
         idx = np.asarray(topk_idx)
         wts = np.asarray(topk_weights)
         if x.ndim != 4:
-            raise ValueError(f"x must be ranks x tokens x blocks x words, not shape {x.shape}")
+            raise UserError(f"x must be ranks x tokens x blocks x words, not shape {x.shape}")
         if idx.ndim != 3 or idx.shape[:2] != x.shape[:2]:
-            raise ValueError(f"topk_idx must be ranks x tokens x k = {x.shape[:2]} x k, "
-                             f"not shape {idx.shape}")
+            raise UserError(f"topk_idx must be ranks x tokens x k = {x.shape[:2]} x k, "
+                            f"not shape {idx.shape}")
         if wts.shape != idx.shape:
-            raise ValueError(f"topk_weights must have topk_idx's shape {idx.shape}, "
-                             f"not {wts.shape}")
+            raise UserError(f"topk_weights must have topk_idx's shape {idx.shape}, "
+                            f"not {wts.shape}")
         if idx.size and (idx.min() < 0 or idx.max() >= experts):
-            raise ValueError(f"topk_idx must hold expert ids in [0, {experts - 1}]")
+            raise UserError(f"topk_idx must hold expert ids in [0, {experts - 1}]")
         if any(len(set(row)) != len(row) for row in idx.reshape(-1, idx.shape[2]).tolist()):
-            raise ValueError("topk_idx must name k distinct experts per token")
+            raise UserError("topk_idx must name k distinct experts per token")
         if wts.size and (wts.min() < 0 or wts.max() > 0xFFFF):
-            raise ValueError("topk_weights must be integers in [0, 65535] (16-bit lanes)")
+            raise UserError("topk_weights must be integers in [0, 65535] (16-bit lanes)")
         if x.size and (x.min() < 0 or x.max() > 0xFFFFFFFF):
-            raise ValueError("x must hold 32-bit words")
+            raise UserError("x must hold 32-bit words")
         ranks, batch, blocks, words = x.shape
         w = cls(ranks=ranks, batch=batch, topk=idx.shape[2], experts=experts,
                 hidden_blocks=blocks, words=words)

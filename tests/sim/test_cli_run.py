@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from epfabric.hw.validate import UserError, UserTypeError, check_int
 from epfabric.sim.cli import main, make_parser
 from epfabric.sw.kernels import KERNELS
 
@@ -153,3 +154,34 @@ def test_commands_and_experiments_are_registered():
     assert set(EXPERIMENTS) == {"table2", "fig6", "eq5", "payload", "races", "speed",
                                 "fabric_speed", "quaternary"}
     assert all(e.name == name and e.title for name, e in EXPERIMENTS.items())
+
+
+def test_a_bug_inside_the_job_is_not_bad_input(monkeypatch, capsys):
+    """A plain ValueError raised while the work runs is a bug: its traceback, not exit 2."""
+    def broken(*args, **kwargs):
+        raise ValueError("internal: an index the kernel computed is out of range")
+    monkeypatch.setattr("epfabric.sim.cli.run.run_kernel", broken)
+    with pytest.raises(ValueError, match="internal: an index"):
+        main(["run", "alltoall"])
+    assert "error:" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("exc", [ValueError("internal bug"), TypeError("internal bug")])
+def test_a_bug_in_prepare_is_not_bad_input(exc, monkeypatch, capsys):
+    """Only UserError is bad input; a plain ValueError/TypeError from prepare propagates."""
+    def prepare(args):
+        raise exc
+    monkeypatch.setattr("epfabric.sim.cli.run.prepare", prepare)
+    with pytest.raises(type(exc), match="internal bug"):
+        main(["run", "alltoall"])
+    assert "error:" not in capsys.readouterr().err
+
+
+def test_user_error_is_a_value_error_and_type_error_kind():
+    """UserError keeps ``except ValueError`` callers working; UserTypeError is both."""
+    assert issubclass(UserError, ValueError) and not issubclass(UserError, TypeError)
+    assert issubclass(UserTypeError, UserError) and issubclass(UserTypeError, TypeError)
+    with pytest.raises(UserTypeError, match="ranks must be an integer, not 2.0"):
+        check_int("ranks", 2.0, 1)
+    with pytest.raises(UserError, match=r"ranks must be >= 1, not 0"):
+        check_int("ranks", 0, 1)
