@@ -41,6 +41,7 @@ COMMANDS = [
      "formal properties of the blocks (SymbiYosys): proved / counterexample / unknown"),
     ("soak", "epfabric.sim.cli.soak",
      "long random-traffic soak of the superpod fabric, scoreboarded in hardware"),
+    ("mutate", "epfabric.sim.cli.mutate", "curated mutations: break one thing, check the tests notice"),
 ]
 
 
