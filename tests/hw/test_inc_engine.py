@@ -91,10 +91,46 @@ def test_rs_slot_conflict_waits_for_completion():
     assert [(o["chunk"], o["data"]) for o in outs] == [(0, [6, 6]), (1, [18, 18])]
 
 
+async def barrier_intent(bench, flits, gap, cycles):
+    """Offer ``flits`` one every ``gap`` cycles (at the earliest) for ``cycles`` cycles.
+
+    Returns ``(arrivals, outs)``: the cycle each flit was accepted, and every
+    output flit with its cycle.
+    """
+    bench.set("o_stream.ready", 1)
+    arrivals, outs = [], []
+    for cycle in range(cycles):
+        offer = len(arrivals) < len(flits) and cycle >= gap * len(arrivals)
+        if offer:
+            bench.set("i_stream.payload", flits[len(arrivals)])
+        bench.set("i_stream.valid", int(offer))
+        took = offer and await bench.get("i_stream.ready")
+        if await bench.get("o_stream.valid"):
+            f = bench.decode("o_stream.payload", await bench.get("o_stream.payload"))
+            outs.append({"dst": int(f.dst), "src": int(f.src), "op": f.op.value,
+                         "cycle": bench.cycle})
+        if took:
+            arrivals.append(bench.cycle)
+        await bench.tick()
+    return arrivals, outs
+
+
 def test_barrier_releases_every_nth_arrival():
-    fl = [flit(IncOp.BARRIER.value, s, 0) for s in range(N)] * 2
-    outs, _ = run(SPEC, engine_intent, {"flits": fl, "expect": 2 * N})
-    assert sorted(o["dst"] for o in outs) == sorted(list(range(N)) * 2)
+    """Each round of N arrivals releases all N ranks once, right after the N-th arrival, never before."""
+    gap = 2 * N                  # arrivals far enough apart to see when a release happens
+    rounds = 2
+    fl = [flit(IncOp.BARRIER.value, s, 0) for s in range(N)] * rounds
+    (arrivals, outs), _ = run(SPEC, barrier_intent, {"flits": fl, "gap": gap,
+                                                      "cycles": gap * N * rounds + 3 * N})
+    assert len(arrivals) == N * rounds
+    assert len(outs) == N * rounds, outs            # no echo of an arrival, no extra release
+    for r in range(rounds):
+        nth = arrivals[(r + 1) * N - 1]
+        release = outs[r * N:(r + 1) * N]
+        assert sorted(o["dst"] for o in release) == list(range(N)), release
+        assert all(o["op"] == IncOp.BARRIER.value and o["src"] == N for o in release)
+        # one copy per cycle, the first the cycle after the N-th arrival is accepted
+        assert [o["cycle"] for o in release] == list(range(nth + 2, nth + 2 + N)), (nth, release)
 
 
 def test_reduce_lanes_rejects_other_dtypes():
