@@ -113,10 +113,13 @@ def test_ag_rs_equal_numpy_back_to_back(mode, ranks, tmax, concurrent):
 def test_barrier_costs_a_round_trip():
     cs = cases(4, 2, 2, seed=5)
     spec = agrs_spec(ranks=4, mode="inc", tmax=2)
-    args = {"ranks": 4, "tmax": 2, "lanes": LANES, "cases": cs, "concurrent": True}
+    # each operation takes < 100 cycles: a broken engine stops at 1000, not at 20 000
+    args = {"ranks": 4, "tmax": 2, "lanes": LANES, "cases": cs, "concurrent": True,
+            "max_cycles": 1_000}
     plain, _ = run(spec, agrs_ops, args)
+    assert all(op["errors"] == 0 and op["done"] for op in plain["ops"]), plain["ops"]
     fenced, _ = run(spec, agrs_ops, {**args, "barrier": True})
-    assert all(op["errors"] == 0 and op["done"] for op in fenced["ops"])
+    assert all(op["errors"] == 0 and op["done"] for op in fenced["ops"]), fenced["ops"]
     # a barrier is one message up and one multicast down: >= one one-hop latency
     for a, b in zip(plain["ops"], fenced["ops"]):
         assert b["cycles"] - a["cycles"] >= 16
