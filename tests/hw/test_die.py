@@ -184,6 +184,31 @@ async def host_read_timing(bench, words):
     return {"latency": [lat for lat, _w in got], "words": [w for _lat, w in got]}
 
 
+@pytest.mark.parametrize("where, answer, cost", [
+    # local: the UB port commits the store and answers the next cycle; the core counts
+    # the ack the cycle after it arrives, then the fence issues
+    ("local", None, 1 + 2),
+    # remote: the REQ leaves in the store's cycle, the test's remote rank answers 5 cycles
+    # later (accepted at once); counted one cycle after, as locally
+    ("remote", 5, 1 + 5 + 1),
+])
+def test_fence_waits_for_the_store_acknowledgement(where, answer, cost):
+    """``sw; fence`` costs exactly the store, its answer's way back and one cycle to count it."""
+    target = local(3, 2) if where == "local" else address(0, 3, 2)
+    setup = Program().li(11, target).li(5, 0x77)
+
+    def body(p):
+        p.sw(5, 11, 0)
+        p.fence()
+    r = run_die({0: setup.assemble() + _timed(body).assemble()})
+    assert _cost(r) == cost
+    reqs = [f for f in r["tx"] if f["kind"] == "REQ"]
+    if answer is None:
+        assert not reqs and r["accepted"] == []
+    else:
+        assert len(reqs) == 1 and r["accepted"] == [reqs[0]["cycle"] + answer]
+
+
 def test_host_read_latency_is_hbm_latency_and_reads_pipeline():
     """A host read answers exactly ``hbm_latency`` ticks after ``re``; one read per cycle."""
     words = [[local(3, 5), 0xDEADBEEF], [local(0, 0), 7], [local(7, 7), 0x1234],
