@@ -3,16 +3,19 @@
 The scenarios' outcomes are the catalog's (tests/sim/test_races.py); these
 tests pin what the hardware promises a waveform: every displayed signal has
 its design name in its variant's scope (no generated ``$N``), and the top's
-interface is the two variants' ports themselves.
+interface is the two variants' ports themselves. One more race: a Token-Flag-Fusion
+reader polling every cycle, which sees a flag word committed even one cycle early.
 """
 
 import pytest
 from amaranth.hdl import Fragment, Value
+from amaranth.lib.wiring import In
 
-from epfabric.hw.race import (BLOCKS, NO_CYCLE, OUTPUTS, Case, RaceCase, RaceTop, Step, marker,
-                              row)
+from epfabric.hw.race import (BLOCKS, NEW_FLAG, NO_CYCLE, OUTPUTS, Case, RaceCase, RaceTop, Step,
+                              marker, row)
 from epfabric.hw.ub_port import UBOp
 from epfabric.sw import dataflag
+from utils import ComponentSpec, run
 
 
 def case(**kw):
@@ -70,3 +73,66 @@ def test_displayed_signals_have_their_design_names(reader):
         assert not [n for n in info.signal_names.values() if "$" in n]
     top_info = next(i for i in design.fragments.values() if i.name == ("top",))
     assert not [n for n in top_info.signal_names.values() if "$" in n]
+
+
+# --- a TFF reader that consumes the very read that showed it the flag -------------------------
+
+TFF_WORDS = 16          # 64 B modelled per block
+TFF_BLOCK = 1
+
+
+def tff_block(epoch):
+    """A TFF block of ``epoch``: word 0 the flag ``NEW_FLAG + epoch``, word k ``epoch << 16 | k``."""
+    return row([NEW_FLAG + epoch] + [epoch << 16 | k for k in range(1, TFF_WORDS)])
+
+
+async def tff_poll_every_cycle(bench, *, epochs, gap):
+    """Write TFF blocks ``1 .. epochs`` to one block, ``gap`` cycles apart, while a reader reads
+    that block in every cycle (read latency 1: the tightest poll loop there is).
+
+    Returns ``(seen, torn)``: the epochs whose flag a read showed, and the reads that showed
+    an epoch's flag with any other payload word than that epoch's.
+    """
+    comp = bench.component
+    for path, member, _value in comp.signature.flatten(comp):
+        if member.flow == In:
+            bench.set(".".join(str(p) for p in path), 0)
+    bench.set("o_resp.ready", 1)
+    bench.set("read.0.req.payload", {"addr": TFF_BLOCK, "word": 0})
+    bench.set("read.0.req.valid", 1)
+    seen, torn = set(), []
+    written = 0
+    for cycle in range(gap * (epochs + 1)):
+        offer = written < epochs and cycle >= gap * (written + 1)
+        if offer:
+            bench.set("i_req.payload", {"op": UBOp.BLOCK_WRITE, "addr": TFF_BLOCK, "word": 0,
+                                        "data": tff_block(written + 1)})
+        bench.set("i_req.valid", int(offer))
+        took = offer and await bench.get("i_req.ready")
+        if await bench.get("read.0.resp.valid"):
+            got = bench.decode("read.0.resp.payload", await bench.get("read.0.resp.payload"))
+            block = int(got.block)
+            epoch = (block & 0xFFFFFFFF) - NEW_FLAG
+            if 1 <= epoch <= epochs:
+                seen.add(epoch)
+                if block != tff_block(epoch):
+                    torn.append((bench.cycle, epoch, hex(block)))
+        await bench.tick()
+        written += bool(took)
+    return sorted(seen), torn
+
+
+def test_tff_reader_polling_every_cycle_never_sees_a_torn_block():
+    """UBEP §3.4: whoever sees a block's flag sees its whole payload, even reading every cycle.
+
+    The race catalog's readers leave two cycles between the poll and the payload read; this one
+    uses the read that showed the flag, so a port that commits the flag word even one cycle
+    before the rest of the block is seen.
+    """
+    spec = ComponentSpec("epfabric.hw.ub_port:UBMemory",
+                         {"blocks": BLOCKS, "data_bytes": 4 * TFF_WORDS, "latency": 1,
+                          "read_ports": 1})
+    epochs = 6
+    (seen, torn), _ = run(spec, tff_poll_every_cycle, {"epochs": epochs, "gap": 4})
+    assert seen == list(range(1, epochs + 1))      # the reader saw every epoch's flag ...
+    assert torn == []                              # ... and only ever with its payload
