@@ -8,11 +8,18 @@ from epfabric.sim.cli import main
 from epfabric.sim.experiments import EXPERIMENTS
 
 
-def test_demo_matches_numpy(capsys):
-    assert main(["demo", "--tokens", "16", "--experts", "64", "--targets", "4"]) == 0
+@pytest.mark.parametrize("argv, entries", [
+    (["--tokens", "16", "--experts", "64"], None),
+    # 5 x top-3 = 15 entries on 4 lanes: the last beat of every VectorCount is partial
+    (["--tokens", "5", "--topk", "3", "--experts", "16", "--lanes", "4", "--seed", "3"], 15),
+])
+def test_demo_matches_numpy(argv, entries, capsys):
+    assert main(["demo", *argv, "--targets", "4"]) == 0
     out = capsys.readouterr().out
     assert "all lookups match numpy" in out
     assert out.count(" ok") == 4
+    if entries:
+        assert f"E has {entries} entries, 4 lanes" in out
 
 
 def test_experiment_rows_match_numpy():
@@ -20,6 +27,11 @@ def test_experiment_rows_match_numpy():
     assert len(rows) == 3 and all(r["match"] for r in rows)
     assert all((r["expert"], r["offset"]) == (r["numpy_expert"], r["numpy_offset"]) for r in rows)
     assert rows[0]["count_cycles"] == -(-8 // 4) + 1    # ceil(entries / lanes) + 1
+    # a partial last beat (7 entries on 4 lanes): every target, and each count from the unit
+    rows = EXPERIMENTS["quaternary"].run(tokens=7, topk=1, experts=8, lanes=4, targets=7, seed=2)
+    assert len(rows) == 7 and all(r["match"] for r in rows)
+    assert all((r["expert"], r["offset"]) == (r["numpy_expert"], r["numpy_offset"]) for r in rows)
+    assert rows[0]["count_cycles"] == -(-7 // 4) + 1
 
 
 @pytest.mark.parametrize("argv, message", [
