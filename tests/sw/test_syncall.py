@@ -1,5 +1,7 @@
 """The ``syncall`` barrier kernel (sw/kernels/syncall.py) and its checker."""
 
+import pytest
+
 from epfabric.sw.assembler import Program
 from epfabric.sw.config import MachineConfig
 from epfabric.sw.kernels import syncall
@@ -13,7 +15,7 @@ def test_barrier_holds_every_core_until_the_last_arrives():
     m = machine()
     epochs = KERNEL.load(m, {"epochs": 2})
     assert epochs == 2
-    report = m.run(20_000)
+    report = m.run(2_000)
     verdict = KERNEL.check(m, report, epochs)
     assert verdict["correct"], verdict["problems"]
     assert len(verdict["barrier_cycles"]) == 2 and min(verdict["barrier_cycles"]) > 0
@@ -23,6 +25,26 @@ def test_barrier_holds_every_core_until_the_last_arrives():
         last_in = max(t["cycle"] for t in report.marks(event=syncall.ENTER + e))
         first_out = min(t["cycle"] for t in report.marks(event=syncall.LEAVE + e))
         assert first_out > last_in
+
+
+@pytest.mark.parametrize("late", [(0, 1), (1, 0), (1, 1)])
+def test_barrier_waits_for_a_late_core(late):
+    """The kernel's own barrier with one core arriving late: nobody leaves before it arrives.
+
+    ``late`` is (rank, core): a non-leader on rank 0, the leader of rank 1, a non-leader on
+    rank 1. Both barriers are checked; the run needs ~200 cycles.
+    """
+    m = machine()
+    epochs = KERNEL.load(m, {"epochs": 2})
+    rank, core = late
+    m.load_program(rank, core, _delayed(syncall.program(m.config, rank, core, epochs=2)))
+    report = m.run(2_000)
+    verdict = KERNEL.check(m, report, epochs)
+    assert verdict["correct"], verdict["problems"]
+    for e in (1, 2):
+        arrival = report.marks(event=syncall.ENTER + e, rank=rank, core=core)[0]["cycle"]
+        first_out = min(t["cycle"] for t in report.marks(event=syncall.LEAVE + e))
+        assert first_out > arrival, (e, first_out, arrival)
 
 
 def test_checker_catches_a_broken_barrier():
@@ -35,7 +57,7 @@ def test_checker_catches_a_broken_barrier():
         m.load_program(rank, 0, syncall.program(lazy, rank, 0, epochs=1))
     slow = syncall.program(m.config, 0, 1, epochs=1)
     m.load_program(0, 1, _delayed(slow))
-    report = m.run(20_000)
+    report = m.run(2_000)
     verdict = KERNEL.check(m, report, epochs)
     assert not verdict["correct"]
     assert any("left at cycle" in p or "counter" in p for p in verdict["problems"])
