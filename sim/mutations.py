@@ -115,7 +115,7 @@ MUTATIONS = [
         "description": "VectorCount counts one element too many on a partial last beat",
         "tests": [
             "tests/sim/test_quaternary.py::test_demo_matches_numpy",
-            "tests/hw/test_vector_unit.py::test_three_pivots_in_one_pass",
+            "tests/sim/test_quaternary.py::test_experiment_rows_match_numpy",
         ],
         "timeout": 180,
     },
@@ -129,7 +129,7 @@ MUTATIONS = [
         "description": "fence releases in the cycle the last acknowledgement arrives, one cycle "
                        "before the store window is counted empty",
         "tests": [
-            "tests/hw/test_die.py::test_fence_waits_for_the_remote_store_acknowledgement",
+            "tests/hw/test_die.py::test_fence_waits_for_the_store_acknowledgement",
         ],
         "timeout": 120,
     },
@@ -181,17 +181,17 @@ MUTATIONS = [
         "timeout": 120,
     },
     {
-        "name": "ubep_tff_flag_before_payload",
-        "file": "sw/ubep/ubep.py",
-        "old": "            p.stb(10, 11, b * 512)                 # one atomic 512 B store, never fenced\n",
-        "new": "            p.sw(13, 11, b * 512)\n"
-               "            p.stb(10, 11, b * 512)                 # one atomic 512 B store, never fenced\n",
-        "description": "a UBEP dispatch sender writes each block's Data-as-Flag word to the "
-                       "destination before the block itself",
+        "name": "race_flag_before_payload",
+        "file": "sim/experiments/races.py",
+        "old": "                       Step(5, 0, UBOp.WORD_WRITE, 0, 0, NEW_FLAG, fence=safe)),\n",
+        "new": "                       Step(5, 0, UBOp.WORD_WRITE, 0, 0, NEW_FLAG, fence=False)),\n",
+        "description": "the race catalog's stop-and-wait writer sends its Data-as-Flag word without "
+                       "waiting for the payload's acknowledgement: the flag (short lane) lands "
+                       "before its payload (long lane) in the safe variant too",
         "tests": [
-            "tests/sw/test_dispatch.py::test_ubep_delivers_what_cann_delivers",
+            "tests/sim/test_races.py::test_flag_overtakes_data_only_without_fence",
         ],
-        "timeout": 240,
+        "timeout": 120,
     },
     {
         "name": "ubep_cumsum_offset",
@@ -213,7 +213,7 @@ MUTATIONS = [
         "description": "the combine adds each token's first expert answer unweighted (w = 1 for "
                        "slot 0)",
         "tests": [
-            "tests/sw/test_combine.py::test_combine_is_bit_exact_with_every_phase_marked",
+            "tests/sw/test_combine.py::test_combine_is_bit_exact_with_every_phase_marked[ubep]",
         ],
         "timeout": 300,
     },
@@ -227,7 +227,10 @@ MUTATIONS = [
             "tests/sw/test_mapper.py::test_every_target_matches_numpy",
             "tests/sim/test_quaternary.py::test_demo_matches_numpy",
         ],
-        "harmless": "TODO: measure",
+        "harmless": "measured: without the clamp 59,669 lookups (1-300 experts, random and "
+                    "skewed routings, every target) terminate in <= 6 steps and match numpy; a "
+                    "pivot past R counts count(E < R) > target, so the search never leaves the "
+                    "window, which still shrinks to ceil(w/4) < w",
         "timeout": 180,
     },
 ]

@@ -169,6 +169,17 @@ def test_outcomes_are_measured():
     assert row["vcd"] is None and row["gtkw"] is None
 
 
+def test_flag_overtakes_data_only_without_fence():
+    """Stop-and-wait: fenced, the flag (short lane) lands after its payload (long lane); not, before."""
+    row = races.run_scenario("flag_overtakes_data", waveform=False)
+    unsafe, safe = row["measured"]["unsafe"], row["measured"]["safe"]
+    assert unsafe["observed"] == safe["observed"] == NEW_FLAG      # both readers saw the flag
+    assert unsafe["stale"] > 0 and unsafe["wrong"] == 1
+    assert safe["stale"] == 0 and safe["wrong"] == 0 and safe["done"] == 1
+    # the safe flag is written only after the payload's acknowledgement
+    assert safe["done_cycle"] > unsafe["done_cycle"]
+
+
 def test_counter_race_loses_exactly_one_signal():
     row = races.run_scenario("counter_reset_race", waveform=False)
     assert row["measured"]["unsafe"]["observed"] == 1       # reset erased op 1's early signal; only the late one counts
