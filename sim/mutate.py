@@ -177,7 +177,9 @@ import epfabric
 mod = importlib.import_module(module)
 from epfabric.sim.verilog import simulation
 from epfabric.sim import mutate
-print(json.dumps({"epfabric": str(Path(epfabric.__file__).resolve()),
+where = getattr(epfabric, "__file__", None)
+print(json.dumps({"epfabric": str(Path(where).resolve()) if where else
+                  f"a namespace package {list(epfabric.__path__)}",
                   "module": str(Path(mod.__file__).resolve()),
                   "mutated": needle in Path(mod.__file__).read_text(),
                   "source_root": str(Path(simulation.__file__).resolve().parents[2]),
