@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.epfabric-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-slow run demo fig6 reproduce figures bench fabric-speed verilog lint synth prove soak clean
+.PHONY: help setup test test-slow mutate run demo fig6 reproduce figures bench fabric-speed verilog lint synth prove soak clean
 RESULTS ?= results
 
 help: ## list the targets
@@ -25,6 +25,9 @@ test: $(STAMP) ## run the test suite on all three simulators (Icarus tests skip 
 
 test-slow: $(STAMP) ## run only the long sweeps marked `slow`
 	$(PY) -m pytest -m slow
+
+mutate: $(STAMP) ## curated mutations of hw/ and the kernels, each in a copy: are they caught? (build/mutations.json)
+	$(VENV)/bin/epfabric mutate --json build/mutations.json
 
 RUN_SHAPE ?= --preset cm384 --topology superpod:2,2,1 --aivs 2 --batch 16 --topk 4 --experts 8
 run: $(STAMP) ## CANN vs UBEP MoE dispatch + combine on a small cm384 superpod (Verilator), checked against numpy
