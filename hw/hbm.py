@@ -18,7 +18,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .validate import UserError, check_int, check_multiple
+from .validate import UserError, UserTypeError, check_int, check_multiple, check_word
 
 __all__ = ["BLOCK_BYTES", "WORD_BYTES", "WORDS_PER_BLOCK", "FLAG_BYTES", "HBMSlice",
            "check_data_bytes", "check_blocks", "addr_shape", "word_shape",
@@ -124,7 +124,8 @@ class HBMSlice(wiring.Component):
     read_ports : int
         Number of independent load/poll ports (all share the one write port).
     init : sequence of int, optional
-        Initial row values (the modelled block as a little-endian integer).
+        Initial row values (the modelled block as a little-endian integer),
+        each in ``[0, 2**(8 * data_bytes) - 1]``.
 
     Attributes
     ----------
@@ -149,10 +150,13 @@ class HBMSlice(wiring.Component):
         self.latency = latency
         self.read_ports = read_ports
         self.words = data_bytes // WORD_BYTES
-        init = list(init or [])
+        if init is not None and (isinstance(init, (str, bytes)) or not hasattr(init, "__iter__")):
+            raise UserTypeError(f"init must be a sequence of rows (ints), not {init!r}")
+        init = [] if init is None else list(init)
         if len(init) > blocks:
             raise UserError(f"init has {len(init)} rows but the slice has only {blocks} blocks")
-        self.init = init
+        # a row wider than the modelled block is an error, never truncated
+        self.init = [check_word(f"init[{i}]", row, data_bytes * 8) for i, row in enumerate(init)]
         super().__init__({
             "w": In(WritePortSignature(blocks=blocks, data_bytes=data_bytes)),
             "read": In(ReadPortSignature(blocks=blocks, data_bytes=data_bytes)).array(read_ports),

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data, enum
 
-from .validate import UserError, UserTypeError, check_int
+from .validate import UserError, UserTypeError, check_int, check_word
 from .vector_unit import Cond, VecOp
 
 __all__ = ["WORD_BITS", "OPCODE_BITS", "NUM_REGS", "REG_BITS", "COND_BITS", "Field", "Instruction",
@@ -303,7 +303,7 @@ def encode(mnemonic, *operands):
     """
     try:
         insn = BY_MNEMONIC[mnemonic.lower()]
-    except KeyError:
+    except (KeyError, AttributeError):
         raise UserError(f"unknown mnemonic {mnemonic!r}") from None
     if len(operands) != len(insn.fields):
         raise UserError(f"{insn.mnemonic} takes {len(insn.fields)} operand(s) "
@@ -322,8 +322,7 @@ def decode(word):
     Conditions and CSRs decode to their lower-case names. Raises
     ``ValueError`` for an unassigned opcode.
     """
-    if not 0 <= word < (1 << WORD_BITS):
-        raise UserError(f"instruction word must be a 32-bit unsigned int, not {word!r}")
+    word = check_word("instruction word", word, WORD_BITS)
     op = word & ((1 << OPCODE_BITS) - 1)
     if op not in BY_OPCODE:
         raise UserError(f"unassigned opcode {op} in word {word:#010x}")

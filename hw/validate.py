@@ -19,7 +19,7 @@ as an integer (``True`` is an ``int`` in Python, never a count).
 """
 
 __all__ = ["UserError", "UserTypeError", "check_int", "check_pow2", "check_multiple", "check_bool",
-           "check_choice",
+           "check_choice", "check_word",
            "check_number"]
 
 
@@ -65,6 +65,22 @@ def check_multiple(name, value, of, lo=None, hi=None):
     check_int(name, value, lo, hi)
     if value % of:
         raise UserError(f"{name} must be a multiple of {of}, not {value!r}")
+    return value
+
+
+def check_word(name, value, bits=32):
+    """``value`` as an ``int`` if it is an unsigned integer of at most ``bits`` bits.
+
+    numpy integers are accepted (a word read out of an array); floats and
+    bools are not, and nothing is truncated: a word of 2**32 is an error, not 0.
+    """
+    import numbers
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise UserTypeError(f"{name} must be an integer, not {value!r}")
+    value = int(value)
+    if not 0 <= value < (1 << bits):
+        shown = f"a {value.bit_length()}-bit value" if value.bit_length() > 64 else repr(value)
+        raise UserError(f"{name} must be in [0, 2**{bits} - 1] ({bits}-bit unsigned), not {shown}")
     return value
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..hw.validate import UserError
 
 __all__ = ["build_cache_dir", "waveform_dir", "progress", "PROGRESS_AFTER_S", "check_output",
-           "write_atomic"]
+           "check_output_dir", "write_atomic"]
 
 #: Steps longer than this many seconds report their time on stderr.
 PROGRESS_AFTER_S = 10.0
@@ -41,7 +41,7 @@ def progress(msg):
 
 
 def check_output(path, option):
-    """Raise ``ValueError`` naming ``option`` unless ``path`` can be written (checked before any run)."""
+    """Raise ``UserError`` naming ``option`` unless ``path`` can be written (checked before any run)."""
     if path is None:
         return None
     path = Path(path)
@@ -52,6 +52,23 @@ def check_output(path, option):
         raise UserError(f"{option} {str(path)!r}: folder {str(parent)!r} does not exist")
     if not os.access(parent, os.W_OK):
         raise UserError(f"{option} {str(path)!r}: folder {str(parent)!r} is not writable")
+    return path
+
+
+def check_output_dir(path, option):
+    """Raise ``UserError`` naming ``option`` unless folder ``path`` exists or can be created."""
+    if path is None:
+        return None
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{option} {str(path)!r} is a file, not a folder")
+    existing = path.resolve()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"{option} {str(path)!r}: {str(existing)!r} is a file, not a folder")
+    if not os.access(existing, os.W_OK):
+        raise UserError(f"{option} {str(path)!r}: folder {str(existing)!r} is not writable")
     return path
 
 

@@ -34,7 +34,7 @@ programs, the instruction index.
 
 import re
 
-from ..hw.validate import UserError
+from ..hw.validate import UserError, UserTypeError
 from .isa import BY_MNEMONIC, INSTRUCTIONS, decode, encode
 
 __all__ = ["Program", "assemble", "disassemble", "PSEUDO"]
@@ -95,6 +95,8 @@ class Program:
 
     def emit(self, mnemonic, *operands):
         """Append instruction ``mnemonic`` (or a pseudo-instruction)."""
+        if not isinstance(mnemonic, str):
+            raise UserTypeError(f"{self._where()}: mnemonic must be a string, not {mnemonic!r}")
         mnemonic = mnemonic.lower()
         if mnemonic not in BY_MNEMONIC and mnemonic not in PSEUDO:
             raise UserError(f"{self._where()}: unknown mnemonic {mnemonic!r}")
@@ -180,7 +182,7 @@ class Program:
             for mnemonic, ops in self._expand(entry, len(words)):
                 try:
                     words.append(encode(mnemonic, *ops))
-                except (ValueError, TypeError) as exc:
+                except UserError as exc:
                     raise UserError(f"{self._where(entry, len(words))}: {exc}") from None
         return words
 
@@ -230,6 +232,8 @@ def _operand(text):
 
 def parse(text):
     """Parse assembly ``text`` into a :class:`Program` (not yet encoded)."""
+    if not isinstance(text, str):
+        raise UserTypeError(f"assembly text must be a string, not {text!r}")
     prog = Program()
     for lineno, raw in enumerate(text.splitlines(), start=1):
         prog._line = lineno

@@ -19,7 +19,7 @@ the fast backends.
 import abc
 
 from ..hw.host import HostTarget
-from ..hw.validate import UserError, UserTypeError, check_int
+from ..hw.validate import UserError, UserTypeError, check_int, check_word
 from .config import MachineConfig
 from .isa import address, split_address
 from .presets import get_preset
@@ -42,6 +42,13 @@ class Backend(abc.ABC):
         ``session["status"]``, same structure), and, when ``session["trace"]``,
         ``trace`` (list of ``[core, cycle, event]``) and ``trace_dropped``.
         """
+
+
+def _words(name, words):
+    """``words`` as a list of ints, each a 32-bit unsigned word (:func:`check_word`)."""
+    if isinstance(words, (str, bytes)) or not hasattr(words, "__iter__"):
+        raise UserTypeError(f"{name} must be a sequence of 32-bit words, not {words!r}")
+    return [check_word(f"{name}[{i}]", w) for i, w in enumerate(words)]
 
 
 class Machine:
@@ -101,11 +108,12 @@ class Machine:
         if not self.has_cores:
             raise UserTypeError(f"a {self.config.kind} machine has no cores to load programs into")
         self._check_core(rank, core)
-        words = program.assemble() if hasattr(program, "assemble") else list(program)
+        words = (program.assemble() if hasattr(program, "assemble")
+                 else _words("program", program))
         if len(words) > self.config.imem_depth:
             raise UserError(f"program for rank {rank} core {core} has {len(words)} "
                             f"instructions; imem_depth is {self.config.imem_depth}")
-        self._programs[(rank, core)] = [int(w) & 0xFFFFFFFF for w in words]
+        self._programs[(rank, core)] = words
 
     def _check_addr(self, rank, addr, n=1):
         check_int("rank", rank, 0, self.ranks - 1)
@@ -122,10 +130,12 @@ class Machine:
     def write_mem(self, rank, addr, words):
         """Write 32-bit ``words`` to rank ``rank``'s memory from byte address ``addr`` on.
 
+        Each word is an integer in [0, 2**32 - 1] (numpy integers too); a
+        float, a negative or a wider value is an error, never truncated.
         Words beyond the modelled ``words_per_block`` of a block are not
         simulated and are dropped.
         """
-        words = [int(w) & 0xFFFFFFFF for w in words]
+        words = _words("words", words)
         self._check_addr(rank, addr, len(words))
         for i, w in enumerate(words):
             self._mem[(rank, addr + 4 * i)] = w
@@ -148,7 +158,7 @@ class Machine:
         if self.has_cores:
             raise UserTypeError("the AIV machine has no control registers; its cores run programs")
         check_int("register", register, 0, 0xFFFF)
-        self._ctrl[register] = int(value) & 0xFFFFFFFF
+        self._ctrl[register] = check_word("value", value)
 
     def read_back(self, ranges):
         """Read back only these ``[(first block, blocks), ...]`` of every rank after the next run.
@@ -166,9 +176,10 @@ class Machine:
 
     def read_mem(self, rank, addr, n=1):
         """``n`` words of rank ``rank``'s memory from ``addr``, as read back after the last run."""
+        check_int("n", n, 1)
+        self._check_addr(rank, addr, n)
         if self.last_report is None:
             raise RuntimeError("read_mem needs a finished run(); call machine.run() first")
-        self._check_addr(rank, addr, n)
         out = []
         wpb = self.config.words_per_block
         readback = self._readback[rank]

@@ -15,12 +15,15 @@ import shutil
 import sys
 from pathlib import Path
 
-from ...hw.validate import UserError
+from ...hw.validate import UserError, check_choice
 
 __all__ = ["verilator_root", "verilator_env", "have_verilator", "have_icarus",
-           "missing_reason", "SIMULATORS"]
+           "missing_reason", "SIMULATORS", "OPT_LEVELS", "parse_backends", "check_opt"]
 
 SIMULATORS = ("pysim", "icarus", "verilator")
+
+#: gcc optimisation levels a Verilator model's hot code may be built at (``--opt``)
+OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Og")
 
 
 def verilator_root():
@@ -83,3 +86,23 @@ def missing_reason(simulator):
             return "`make` is not on PATH (needed to build Verilator models)"
         return None
     raise UserError(f"simulator must be one of {', '.join(SIMULATORS)}, not {simulator!r}")
+
+
+def parse_backends(option, text):
+    """The simulators of a comma-separated ``text``: at least one, each known, none twice."""
+    names = [b.strip() for b in str(text).split(",") if b.strip()]
+    if not names:
+        raise UserError(f"{option} must name at least one of {', '.join(SIMULATORS)}, not {text!r}")
+    for b in names:
+        check_choice(option, b, SIMULATORS)
+    if len(set(names)) != len(names):
+        raise UserError(f"{option} names a backend twice: {text!r}")
+    return names
+
+
+def check_opt(option, opt, backends):
+    """``opt`` if it is a gcc level (:data:`OPT_LEVELS`) and ``backends`` include Verilator."""
+    check_choice(option, opt, OPT_LEVELS)
+    if "verilator" not in backends:
+        raise UserError(f"{option}={opt} applies to verilator only, not to {','.join(backends)}")
+    return opt

@@ -41,9 +41,17 @@ def prepare(args):
     check_output(args.json, "--json")
     AgrsConfig(preset.name, ranks=args.ranks, lanes=2 if args.lanes is None else args.lanes)
     unit = args.ranks * preset.block_bytes
+    if not args.sweep:
+        if args.sizes is not None:
+            raise UserError(f"--sizes applies only with --sweep (one size: --bytes), not {args.sizes!r}")
+    elif args.bytes is not None:
+        raise UserError(f"--bytes applies only without --sweep (several sizes: --sizes), "
+                        f"not {args.bytes}")
     if args.sweep:
         sizes = None
-        if args.sizes:
+        if args.sizes is not None:
+            if not args.sizes.strip():
+                raise UserError(f"--sizes must name at least one size, not {args.sizes!r}")
             try:
                 sizes = [int(x) for x in args.sizes.split(",")]
             except ValueError:

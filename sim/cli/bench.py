@@ -5,12 +5,13 @@ Front end of the ``speed`` experiment (:mod:`epfabric.sim.experiments.speed`).
 
 import os
 
-from ...hw.validate import UserError
+from ...hw.validate import UserError, check_choice
 from ..backends import SIMULATORS, missing_reason
+from ..backends.toolchain import OPT_LEVELS, check_opt, parse_backends
 from ..experiments import EXPERIMENTS
 from ..experiments.speed import (BENCH_OPT, SCALE_LADDER, SCALE_OPT, SHAPES, parse_shapes, ratios,
                                  scale)
-from .common import check_output, write_json
+from .common import check_output, usable_backends, write_json
 
 __all__ = ["add_arguments", "prepare"]
 
@@ -47,6 +48,8 @@ def prepare(args):
         # read by the Verilator build here and in the scale probe's subprocesses
         os.environ["EPFABRIC_VERILATOR_HIER"] = args.hier
     if args.scale:
+        if args.opt is not None:
+            check_choice("--opt", args.opt, OPT_LEVELS)
         if args.budget <= 0:
             raise UserError(f"--budget must be positive, not {args.budget}")
         if missing_reason("verilator"):
@@ -69,11 +72,12 @@ def prepare(args):
             return 0 if result["largest"] else 1
         return probe
 
+    backends = parse_backends("--backends", args.backends)
+    if args.opt is not None:
+        check_opt("--opt", args.opt, backends)
     params = EXPERIMENT.resolve(backends=args.backends, dies=args.dies, aivs=args.aivs,
                                 opt=args.opt or BENCH_OPT)
-    for b in params["backends"].split(","):
-        if b and missing_reason(b):
-            print(f"skip {b}: {missing_reason(b)}")
+    usable_backends("--backends", backends)
 
     def job():
         rows = EXPERIMENT.run(**params)

@@ -4,9 +4,10 @@ import ast
 import json
 
 from ...hw.validate import UserError, check_int
+from ..backends import missing_reason
 from ..output import check_output, write_atomic
 
-__all__ = ["positive", "write_json", "check_output", "parse_params"]
+__all__ = ["positive", "write_json", "check_output", "parse_params", "usable_backends"]
 
 
 def positive(option, value, minimum=1):
@@ -34,3 +35,15 @@ def parse_params(pairs):
         except (ValueError, SyntaxError):
             params[key] = text
     return params
+
+
+def usable_backends(option, backends):
+    """Say which of ``backends`` cannot run here; ``UserError`` if none can (an empty table)."""
+    usable = [b for b in backends if not missing_reason(b)]
+    for b in backends:
+        if b not in usable:
+            print(f"skip {b}: {missing_reason(b)}")
+    if not usable:
+        raise UserError(f"{option} {','.join(backends)}: none can run here "
+                        f"({'; '.join(f'{b}: {missing_reason(b)}' for b in backends)})")
+    return usable

@@ -5,9 +5,10 @@ Front end of the ``fabric_speed`` experiment (:mod:`epfabric.sim.experiments.fab
 
 import os
 
+from ..backends.toolchain import check_opt, parse_backends
 from ..experiments import EXPERIMENTS
 from ..experiments.fabric_speed import DEFAULT_CYCLES
-from .common import check_output, write_json
+from .common import check_output, usable_backends, write_json
 
 __all__ = ["add_arguments", "prepare"]
 
@@ -19,14 +20,22 @@ def add_arguments(parser):
         help_text = p.help if p.name != "cycles" else (
             "cycles per backend (default: " + ", ".join(f"{b} {c}" for b, c in DEFAULT_CYCLES.items())
             + ")")
+        if p.name == "opt":
+            help_text += f" (default {p.default}), written --opt=-O1"
+        # --opt defaults to None here so that an --opt given without verilator is an error
         parser.add_argument(f"--{p.name.replace('_', '-')}", dest=p.name, type=p.type,
-                            default=p.default, help=help_text)
+                            default=None if p.name == "opt" else p.default, help=help_text)
     parser.add_argument("--json", metavar="FILE", help="write {runs, verilator_over_pysim} as JSON")
 
 
 def prepare(args):
-    params = EXPERIMENT.resolve(**{p.name: getattr(args, p.name) for p in EXPERIMENT.params})
+    backends = parse_backends("--backends", args.backends)
+    if args.opt is not None:
+        check_opt("--opt", args.opt, backends)
+    params = EXPERIMENT.resolve(**{p.name: getattr(args, p.name) for p in EXPERIMENT.params
+                                   if getattr(args, p.name) is not None or p.name != "opt"})
     check_output(args.json, "--json")
+    usable_backends("--backends", backends)
 
     def job():
         rows = EXPERIMENT.run(**params)

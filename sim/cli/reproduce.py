@@ -8,6 +8,7 @@ Front end of :mod:`epfabric.sim.results`. Experiments come from
 from ...hw.validate import UserError
 from ..experiments import EXPERIMENTS
 from ..backends import SIMULATORS
+from ..output import check_output_dir
 from ..results.reproduce import reproduce
 from ..results.sweep import SCHEDULERS, have_dask, open_scheduler
 from .common import positive
@@ -46,10 +47,7 @@ def prepare(args):
     scheduler = args.scheduler or ("local" if have_dask() else "serial")
     open_scheduler(scheduler)       # validates the name (connects only when the job runs)
     positive("--workers", args.workers)
-    from pathlib import Path
-    out = Path(args.output)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--output {args.output!r} is a file, not a folder")
+    out = check_output_dir(args.output, "--output")
 
     def job():
         docs = reproduce(experiments, out, backend=args.backend, quick=args.quick,

@@ -11,7 +11,7 @@ random data seeds and machine shapes, each run checked against numpy.
 """
 
 from ...hw.soak import PATTERNS
-from ...hw.validate import UserError
+from ...hw.validate import UserError, check_int
 from ..backends import SIMULATORS, missing_reason
 from ..output import progress
 from ..soak import DEFAULT_SHAPE, ok, run_soak
@@ -62,7 +62,12 @@ def prepare(args):
     if why:
         raise UserError(f"--backend {args.backend}: {why}")
     check_output(args.json, "--json")
+    for seed in args.seed or ():
+        check_int("--seed", seed, 0, 2**32 - 1)
     if args.kernel is not None:
+        if len(args.seed or ()) > 1:
+            raise UserError(f"--kernel takes one --seed (it draws every run's seed), not "
+                            f"{len(args.seed)}: {args.seed}")
         return _kernel_job(args)
     from ..soak import soak_fabric
     probe = soak_fabric(shape=shape)

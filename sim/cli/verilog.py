@@ -2,6 +2,7 @@
 
 from ...hw.instances import mark_used
 from ...hw.validate import UserError
+from ..output import check_output_dir
 from ..verilog.export import write_verilog
 from ..verilog.registry import build_component, registered
 from .common import parse_params
@@ -34,6 +35,7 @@ def prepare(args):
         names = [args.name]
     else:
         raise UserError(f"give a component name or --all; registered: {', '.join(table)}")
+    check_output_dir(args.output, "--output")
     params = parse_params(args.param)
     for name in names:
         mark_used(build_component(name, params))   # bad parameters fail here; built again below

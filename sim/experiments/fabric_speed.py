@@ -27,6 +27,7 @@ from ...hw.validate import UserError, check_choice, check_int
 from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS, ComponentSpec, missing_reason, run
 from ..backends.cocotb_runner import build, build_dir_for
+from ..backends.toolchain import OPT_LEVELS, parse_backends
 from ..verilog.simulation import verilog_of
 from . import Experiment, Param, register
 
@@ -144,9 +145,8 @@ class FabricSpeed(Experiment):
 
     def resolve(self, **given):
         p = super().resolve(**given)
-        for b in p["backends"].split(","):
-            if b:
-                check_choice("backends", b, SIMULATORS)
+        parse_backends("backends", p["backends"])
+        check_choice("opt", p["opt"], OPT_LEVELS)
         try:
             dpn, npb, nb = (int(x) for x in p["shape"].split(","))
         except ValueError:

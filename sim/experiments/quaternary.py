@@ -50,7 +50,7 @@ class Quaternary(Experiment):
         Param("experts", 256, "number of experts", int, minimum=1),
         Param("lanes", 16, "vector-unit lanes", int, minimum=1),
         Param("targets", 6, "target token indices to look up", int, minimum=1),
-        Param("seed", 0, "random seed of the routing", int),
+        Param("seed", 0, "random seed of the routing", int, minimum=0),
         Param("backend", "pysim", "simulator", str, SIMULATORS),
     )
 

@@ -46,6 +46,7 @@ from ...sw.kernels import KERNELS
 from ...sw.kernels.alltoall import layout as alltoall_layout
 from ...sw.machine import Machine
 from ..backends import SIMULATORS, missing_reason, run
+from ..backends.toolchain import OPT_LEVELS, parse_backends
 from ..backends.cocotb_runner import build, verilator_hier, verilator_opt
 from ..backends.machine import SimulatorBackend, machine_spec, session_intent
 from . import Experiment, Param, register
@@ -244,9 +245,8 @@ class Speed(Experiment):
 
     def resolve(self, **given):
         p = super().resolve(**given)
-        for b in p["backends"].split(","):
-            if b:
-                check_choice("backends", b, SIMULATORS)
+        parse_backends("backends", p["backends"])
+        check_choice("opt", p["opt"], OPT_LEVELS)
         parse_dies(p["dies"])
         return p
 

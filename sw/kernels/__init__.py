@@ -65,6 +65,7 @@ class Kernel:
 
     def configs(self, preset, topology=None, aivs=None, params=None):
         """The configurations one invocation runs (see the module docstring)."""
+        self.resolve_params(params)       # every parameter checked before any machine exists
         p = get_preset(preset)
         topology = tuple(topology) if topology is not None else self.default_topology(p)
         out = []
@@ -85,14 +86,17 @@ class Kernel:
                 + "; ".join(f"{r['cycles']} cycles ({r['ns']:.0f} ns)" for r in result["runs"])]
 
     def resolve_params(self, params):
-        """``params`` over the defaults; ``ValueError`` naming an unknown parameter."""
+        """``params`` over the defaults; ``UserError`` naming an unknown parameter or a bad seed."""
         params = dict(params or {})
         unknown = sorted(set(params) - set(self.params))
         if unknown:
             valid = ", ".join(f"{k}={v!r}" for k, v in self.params.items()) or "none"
             raise UserError(f"unknown parameter(s) {', '.join(unknown)} for kernel {self.name}; "
                             f"valid: {valid}")
-        return {**self.params, **params}
+        params = {**self.params, **params}
+        if "seed" in params:     # numpy's generator would refuse it mid-run
+            check_int("seed", params["seed"], 0)
+        return params
 
 
 def register(kernel):

@@ -22,13 +22,13 @@ a run does depends only on the configuration and the control registers
 
 import numpy as np
 
-from ...hw.validate import UserError
+from ...hw.validate import UserError, check_bool, check_int
 from ..config import AgrsConfig
 from ..isa import address
 from ..presets import get_preset
 from . import Kernel, register
 
-__all__ = ["make_case", "reference", "bound_gbps", "Agrs", "KERNEL"]
+__all__ = ["make_case", "check_counts", "reference", "bound_gbps", "Agrs", "KERNEL"]
 
 
 def make_case(*, ranks, tmax, lanes, counts=None, seed=0):
@@ -40,12 +40,17 @@ def make_case(*, ranks, tmax, lanes, counts=None, seed=0):
     rng = np.random.default_rng(seed)
     if counts is None:
         counts = [tmax] * ranks
-    counts = [int(c) for c in counts]
-    if len(counts) != ranks or any(not 0 <= c <= tmax for c in counts):
-        raise UserError(f"counts must be {ranks} row counts in [0, {tmax}], not {counts!r}")
+    counts = check_counts(counts, ranks, tmax)
     ag_in = [rng.integers(-2**31, 2**31, size=(c, lanes), dtype=np.int64).tolist() for c in counts]
     rs_in = rng.integers(-2**31, 2**31, size=(ranks, ranks * tmax, lanes), dtype=np.int64).tolist()
     return {"counts": counts, "ag_in": ag_in, "rs_in": rs_in}
+
+
+def check_counts(counts, ranks, tmax):
+    """``counts`` as a list of ``ranks`` row counts, each an integer in ``[0, tmax]``."""
+    if isinstance(counts, (str, bytes)) or not hasattr(counts, "__len__") or len(counts) != ranks:
+        raise UserError(f"counts must be {ranks} row counts in [0, {tmax}], not {counts!r}")
+    return [check_int(f"counts[{i}]", c, 0, tmax) for i, c in enumerate(counts)]
 
 
 def reference(case, *, ranks, tmax):
@@ -103,8 +108,13 @@ class Agrs(Kernel):
         if aivs is not None:
             raise UserError("agrs has no AIV cores: its endpoints are hardware traffic engines "
                             "(do not give --aivs)")
-        return [AgrsConfig(p.name, ranks=topology[1], mode=params["mode"], tmax=params["tmax"],
-                           lanes=params["lanes"], slots=params["slots"])]
+        config = AgrsConfig(p.name, ranks=topology[1], mode=params["mode"], tmax=params["tmax"],
+                            lanes=params["lanes"], slots=params["slots"])
+        check_bool("concurrent", params["concurrent"])
+        check_bool("barrier", params["barrier"])
+        if params["counts"] is not None:
+            check_counts(params["counts"], config.ranks, config.tmax)
+        return [config]
 
     def load(self, machine, params):
         """AG rows, RS partials and the control registers; returns the case (inputs)."""

@@ -16,18 +16,23 @@ back-to-back barriers need no reset. MARK ``ENTER + e`` / ``LEAVE + e`` bracket
 barrier ``e``.
 """
 
+from dataclasses import replace
+
+from ...hw.validate import check_int
 from ..assembler import Program
 from ..isa import address
-from . import Kernel, register
+from . import Kernel, pow2_at_least, register
 
-__all__ = ["ENTER", "LEAVE", "program", "SyncAll", "KERNEL"]
+__all__ = ["ENTER", "LEAVE", "MAX_EPOCHS", "program", "SyncAll", "KERNEL"]
 
 ENTER, LEAVE = 100, 200
+MAX_EPOCHS = LEAVE - ENTER - 1      # ENTER + e stays below LEAVE + 1: marks never collide
 LOCAL, GLOBAL, RELEASE = 0, 1, 2   # words of block 0
 
 
 def program(config, rank, core, epochs=2):
     """The barrier program of ``core`` on ``rank`` (``epochs`` barriers back to back)."""
+    check_int("epochs", epochs, 1, MAX_EPOCHS)
     aivs, dies = config.aivs_per_die, config.ranks
     p = Program()
     p.li(1, address(rank, 0, LOCAL))
@@ -70,9 +75,24 @@ class SyncAll(Kernel):
     def sizes(self, config):
         return {"hbm_blocks": 4}
 
+    def resolve_params(self, params):
+        p = super().resolve_params(params)
+        check_int("epochs", p["epochs"], 1, MAX_EPOCHS)   # zero barriers would check nothing
+        return p
+
+    def configs(self, preset, topology=None, aivs=None, params=None):
+        """The base shapes, with instruction memory and trace buffer grown to fit ``epochs``."""
+        epochs = self.resolve_params(params)["epochs"]
+        out = []
+        for c in super().configs(preset, topology, aivs, params):
+            longest = len(program(c, 0, 0, epochs).assemble())     # core 0 leads: the longest
+            out.append(replace(c, imem_depth=max(c.imem_depth, pow2_at_least(longest)),
+                               trace_depth=max(c.trace_depth, pow2_at_least(2 * epochs * c.cores))))
+        return out
+
     def load(self, machine, params):
         """Load the barrier on every core of ``machine`` (counters start at 0); returns ``epochs``."""
-        epochs = params["epochs"]
+        epochs = self.resolve_params(params)["epochs"]
         for rank in range(machine.ranks):
             machine.write_mem(rank, address(0, 0, 0), [0, 0, 0])
             for core in range(machine.config.aivs_per_die):

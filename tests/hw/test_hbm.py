@@ -105,6 +105,12 @@ def test_hbm_on_all_simulators(simulator):
     ({"blocks": -1}, ValueError, r"blocks must be >= 1, not -1"),
     ({"blocks": 2.0}, TypeError, r"blocks must be an integer, not 2.0"),
     ({"blocks": 1, "init": [1, 2]}, ValueError, r"init has 2 rows but the slice has only 1 blocks"),
+    # a row wider than the modelled block was truncated silently
+    ({"data_bytes": 32, "init": [0, 1 << 256]}, ValueError,
+     r"init\[1\] must be in \[0, 2\*\*256 - 1\] \(256-bit unsigned\), not a 257-bit value"),
+    ({"init": [-1]}, ValueError, r"init\[0\] must be in \[0, 2\*\*512 - 1\] \(512-bit unsigned\), not -1"),
+    ({"init": [1.5]}, TypeError, r"init\[0\] must be an integer, not 1.5"),
+    ({"init": 5}, TypeError, r"init must be a sequence of rows \(ints\), not 5"),
 ])
 def test_bad_parameters(kw, exc, match):
     with pytest.raises(exc, match=match):

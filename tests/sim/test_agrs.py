@@ -152,6 +152,11 @@ def test_cli_json_report(tmp_path, capsys):
     # the machine itself is checked before anything runs
     (["--ranks", "300"], "at most 256 are addressable"),
     (["--lanes", "200"], "lanes must be in [1, 128], not 200"),
+    (["--sizes", "2048"], "--sizes applies only with --sweep (one size: --bytes), not '2048'"),
+    (["--sweep", "--bytes", "2048"], "--bytes applies only without --sweep (several sizes: --sizes)"),
+    (["--sweep", "--sizes", ""], "--sizes must name at least one size, not ''"),
+    (["--sweep", "--sizes", " "], "--sizes must name at least one size, not ' '"),
+    (["--json", "."], "--json '.' is a folder, not a file"),
 ])
 def test_cli_bad_input_is_one_line_error(argv, message, capsys, no_simulation):
     assert main(["agrs", *argv]) == 2

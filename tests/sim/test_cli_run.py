@@ -86,6 +86,12 @@ def test_param_json_and_vcd(tmp_path):
     (["run", "combine", "--system", "cann,ubep", "--trace", "t.json"],
      "--trace/--vcd need one value of --system"),
     (["run", "dispatch", "--cap", "0"], "cap must be in [1, 32], not 0"),
+    (["run", "syncall", "--epochs", "0"], "epochs must be in [1, 99], not 0"),
+    (["run", "alltoall", "--seed", "-1"], "seed must be >= 0, not -1"),
+    (["run", "agrs", "--param", "concurrent=yes"], "concurrent must be a bool, not 'yes'"),
+    (["run", "agrs", "--param", "counts=[1,2]"], "counts must be 4 row counts in [0, 4], not [1, 2]"),
+    (["run", "pingpong", "--vcd", "."], "--vcd '.' is a folder, not a file"),
+    (["run", "pingpong", "--trace", "."], "--trace '.' is a folder, not a file"),
 ])
 def test_bad_input_one_line_before_any_simulation(argv, message, capsys, no_simulation):
     assert main(argv) == 2

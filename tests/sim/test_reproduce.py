@@ -161,6 +161,9 @@ def test_figures_redraws_from_the_csv_without_simulating(tmp_path, result_cache,
      "scheduler must be serial, local or a Dask scheduler address"),
     (["reproduce", "payload", "-o", "x", "--workers", "0"], "--workers must be >= 1, not 0"),
     (["figures", "/nonexistent-folder"], "is not a folder"),
+    (["reproduce", "payload", "-o", __file__], f"--output {__file__!r} is a file, not a folder"),
+    (["reproduce", "payload", "-o", __file__ + "/sub"],
+     f"--output {__file__ + '/sub'!r}: {__file__!r} is a file, not a folder"),
 ])
 def test_bad_input_one_line(argv, message, capsys, no_simulation):
     assert main(argv) == 2

@@ -43,6 +43,19 @@ def test_cli(tmp_path, capsys):
     assert main(["soak", "--shape", "2,x,1"]) == 2
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--seed", "-1"], "--seed must be in [0, 4294967295], not -1"),
+    (["--kernel", "alltoall", "--seed", "1", "--seed", "2"],
+     "--kernel takes one --seed (it draws every run's seed), not 2: [1, 2]"),
+    (["--kernel", "alltoall", "--runs", "0"], "--runs must be >= 1, not 0"),
+    (["--json", "."], "--json '.' is a folder, not a file"),
+])
+def test_bad_input_one_line_before_any_simulation(argv, message, capsys, no_simulation):
+    assert main(["soak", "--backend", "pysim", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("epfabric soak: error: ") and "\n" not in err and message in err
+
+
 def test_kernel_soak_checks_every_run():
     rows = kernel_soak("alltoall", runs=2, seed=4, backend="pysim",
                        shapes=((("superpod", 2, 1, 1), 1),))

@@ -33,6 +33,15 @@ def test_pysim_row(tmp_path, capsys):
     (["bench", "--scale", "--shapes", "16x0"], "--shapes AIVs per die must be in [1, 256], not 0"),
     (["bench", "--scale", "--budget", "0"], "--budget must be positive"),
     (["bench", "--hier", "die"], "--hier must name shared modules (epf_...) or 'all', not 'die'"),
+    (["bench", "--backends", ""], "--backends must name at least one of pysim, icarus, verilator, not ''"),
+    (["bench", "--backends", ","], "--backends must name at least one of pysim, icarus, verilator, not ','"),
+    (["bench", "--backends", "pysim,pysim"], "--backends names a backend twice: 'pysim,pysim'"),
+    (["bench", "--backends", "pysim", "--opt=banana"],
+     "--opt must be one of -O0, -O1, -O2, -O3, -Os, -Og, not 'banana'"),
+    (["bench", "--backends", "pysim,verilator", "--opt=banana"], "--opt must be one of -O0"),
+    (["bench", "--backends", "pysim", "--opt=-O2"], "--opt=-O2 applies to verilator only, not to pysim"),
+    (["bench", "--scale", "--opt=fast"], "--opt must be one of -O0, -O1, -O2, -O3, -Os, -Og, not 'fast'"),
+    (["bench", "--json", "."], "--json '.' is a folder, not a file"),
 ])
 def test_bad_input(argv, message, capsys, monkeypatch):
     def forbidden(*args, **kwargs):

@@ -56,6 +56,16 @@ def test_bad_parameter_value(capsys, tmp_path):
     assert "lanes must be in [1, 256], not 0" in capsys.readouterr().err
 
 
+def test_output_that_is_a_file_is_refused_before_anything_is_written(capsys, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for out, message in ((afile, f"--output {str(afile)!r} is a file, not a folder"),
+                         (afile / "sub", f"--output {str(afile / 'sub')!r}: {str(afile)!r} is a file")):
+        assert main(["verilog", "hbm", "-o", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("epfabric verilog: error: ") and "\n" not in err and message in err
+
+
 def test_parse_params():
     assert parse_params(["a=3", "b=x", "c=[1, 2]"]) == {"a": 3, "b": "x", "c": [1, 2]}
     with pytest.raises(ValueError, match="--param must look like key=value, not 'oops'"):

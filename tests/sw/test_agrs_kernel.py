@@ -53,8 +53,10 @@ def test_make_case_and_reference():
     wrapped = ((total + 2**31) % 2**32 - 2**31).tolist()  # int32 wrap-around
     assert out == [wrapped[0:2], [], wrapped[4:5]]
     assert make_case(ranks=2, tmax=3, lanes=1)["counts"] == [3, 3]
-    with pytest.raises(ValueError, match=r"counts must be 3 row counts in \[0, 2\], not \[3, 0, 1\]"):
+    with pytest.raises(ValueError, match=r"counts\[0\] must be in \[0, 2\], not 3"):
         make_case(ranks=3, tmax=2, lanes=1, counts=[3, 0, 1])
+    with pytest.raises(ValueError, match=r"counts must be 3 row counts in \[0, 2\], not \[1, 1\]"):
+        make_case(ranks=3, tmax=2, lanes=1, counts=[1, 1])
 
 
 def test_bounds_are_eq4_and_eq5():

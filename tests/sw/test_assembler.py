@@ -2,6 +2,7 @@
 
 import pytest
 
+from epfabric.hw.validate import UserError, UserTypeError
 from epfabric.sw.assembler import Program, assemble, disassemble
 from epfabric.sw.isa import decode, encode
 
@@ -78,6 +79,24 @@ def test_builder_errors_name_the_instruction():
         p.assemble()
     with pytest.raises(ValueError, match=r"^instruction 0: halt takes 0 operand"):
         Program().halt(1)
+
+
+@pytest.mark.parametrize("text", [None, 5, b"halt"])
+def test_assemble_takes_text_only(text):
+    """``assemble(None)`` raised AttributeError; now a UserTypeError naming the argument."""
+    with pytest.raises(UserTypeError, match=f"assembly text must be a string, not {text!r}"):
+        assemble(text)
+
+
+def test_bad_words_and_mnemonics_are_user_errors():
+    with pytest.raises(UserTypeError, match="instruction word must be an integer, not 'x'"):
+        disassemble(["x"])
+    with pytest.raises(UserError, match=r"instruction word must be in \[0, 2\*\*32 - 1\]"):
+        disassemble([1 << 32])
+    with pytest.raises(UserTypeError, match="instruction 0: mnemonic must be a string, not 3"):
+        Program().emit(3)
+    with pytest.raises(UserError, match="unknown mnemonic None"):
+        encode(None)
 
 
 def test_disassemble_round_trip():

@@ -9,6 +9,8 @@ from epfabric.sim.cli import main
 from epfabric.sw.assembler import Program
 from epfabric.sw.isa import address
 from epfabric.sw.kernels import KERNELS, Kernel, register, run_kernel
+from epfabric.sw.kernels.syncall import program as syncall_program
+from epfabric.sw.machine import Machine
 
 
 class Stamp(Kernel):
@@ -78,6 +80,46 @@ def test_the_checker_can_fail(stamp):
     broken.check = lambda m, r, inputs: Stamp.check(broken, m, r, inputs + 1)
     result, _ = run_kernel(broken, backend("pysim"), preset="tiny", params={"value": 3})
     assert not result["correct"] and len(result["problems"]) == 4
+
+
+@pytest.mark.parametrize("epochs, exc, message", [
+    (0, ValueError, r"epochs must be in \[1, 99\], not 0"),       # reported `correct`, checking nothing
+    (-1, ValueError, r"epochs must be in \[1, 99\], not -1"),
+    (100, ValueError, r"epochs must be in \[1, 99\], not 100"),   # ENTER + 100 = LEAVE: marks collide
+    (1.5, TypeError, r"epochs must be an integer, not 1.5"),
+])
+def test_syncall_epochs_are_checked_before_loading(epochs, exc, message):
+    syncall = KERNELS["syncall"]
+    m = Machine(backend=backend("pysim"), config=syncall.configs("tiny", aivs=1)[0])
+    with pytest.raises(exc, match=message):
+        syncall.load(m, {"epochs": epochs})
+    assert not m._programs
+    with pytest.raises(exc, match=message):
+        syncall.resolve_params({"epochs": epochs})
+
+
+def test_syncall_grows_its_memories_to_fit_the_epochs():
+    """Many barriers need a longer program and more trace entries: sized, never truncated."""
+    syncall = KERNELS["syncall"]
+    default = syncall.configs("cm384", aivs=4, params={"epochs": 2})[0]
+    many = syncall.configs("cm384", aivs=4, params={"epochs": 40})[0]
+    assert (default.imem_depth, default.trace_depth) == (64, 64)
+    assert many.imem_depth >= len(syncall_program(many, 0, 0, 40).assemble())
+    assert many.trace_depth >= 2 * 40 * many.cores
+
+
+@pytest.mark.parametrize("kernel, params, exc, message", [
+    ("alltoall", {"seed": -1}, ValueError, "seed must be >= 0, not -1"),
+    ("dispatch", {"seed": "x"}, TypeError, "seed must be an integer, not 'x'"),
+    ("agrs", {"concurrent": "yes"}, TypeError, "concurrent must be a bool, not 'yes'"),
+    ("agrs", {"barrier": 1}, TypeError, "barrier must be a bool, not 1"),
+    ("agrs", {"counts": [1, 2]}, ValueError, r"counts must be 4 row counts in \[0, 4\], not \[1, 2\]"),
+    ("agrs", {"counts": [1, 2, 3, 9]}, ValueError, r"counts\[3\] must be in \[0, 4\], not 9"),
+])
+def test_kernel_parameters_are_checked_before_a_run(kernel, params, exc, message):
+    """Found by configs() (what `epfabric run` calls in prepare), not by numpy mid-run."""
+    with pytest.raises(exc, match=message):
+        KERNELS[kernel].configs(KERNELS[kernel].default_preset, params=params)
 
 
 def test_unknown_parameter_and_bad_registration(stamp, capsys):

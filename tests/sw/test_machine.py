@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+from epfabric.hw.host import HostTarget
+from epfabric.hw.validate import UserError
 from epfabric.sw.assembler import Program
 from epfabric.sw.config import AgrsConfig, MachineConfig, parse_topology
 from epfabric.sw.machine import Backend, Machine, Report, WatchdogTimeout
@@ -120,6 +122,43 @@ def test_bad_calls_are_rejected_early():
         Machine("tiny", backend=backend("pysim"), config=m.config)
 
 
+@pytest.mark.parametrize("words, exc, message", [
+    ([1 << 32], ValueError, r"words\[0\] must be in \[0, 2\*\*32 - 1\] \(32-bit unsigned\), not 4294967296"),
+    ([7, -1], ValueError, r"words\[1\] must be in \[0, 2\*\*32 - 1\] \(32-bit unsigned\), not -1"),
+    ([1.0], TypeError, r"words\[0\] must be an integer, not 1.0"),
+    ([True], TypeError, r"words\[0\] must be an integer, not True"),
+    (5, TypeError, r"words must be a sequence of 32-bit words, not 5"),
+])
+def test_write_mem_never_truncates(words, exc, message):
+    """A word that does not fit 32 bits, a float or a bool is refused, not masked."""
+    m = machine()
+    with pytest.raises(exc, match=message) as info:
+        m.write_mem(0, address(0, 1, 0), words)
+    assert isinstance(info.value, UserError)
+    assert not m._mem                      # nothing half-written
+
+
+def test_write_mem_takes_numpy_words_exactly():
+    import numpy as np
+    m = machine()
+    m.write_mem(0, address(0, 1, 0), np.array([0xFFFFFFFF, 3], dtype=np.uint32))
+    m.load_program(0, 0, [0])
+    hbm = [(a, v) for t, rank, _, a, v in m.session(10)["writes"] if t == HostTarget.HBM.value]
+    assert hbm == [(address(0, 1, 0), 0xFFFFFFFF), (address(0, 1, 1), 3)]
+    assert all(type(v) is int for _, v in hbm)
+
+
+@pytest.mark.parametrize("n, exc, message", [
+    (-1, ValueError, r"n must be >= 1, not -1"),
+    (0, ValueError, r"n must be >= 1, not 0"),
+    (1.5, TypeError, r"n must be an integer, not 1.5"),
+])
+def test_read_mem_count_is_checked(n, exc, message):
+    """``read_mem(n=-1)`` used to return []; the count is checked before anything else."""
+    with pytest.raises(exc, match=message):
+        machine().read_mem(0, address(0, 1, 0), n)
+
+
 def test_agrs_machine_has_no_cores():
     """An AG/RS machine takes control registers and memory, never programs."""
     m = Machine(backend=backend("pysim"), config=AgrsConfig("tiny", ranks=4, tmax=2, lanes=1))
@@ -128,7 +167,9 @@ def test_agrs_machine_has_no_cores():
         m.load_program(0, 0, [0])
     with pytest.raises(ValueError, match=r"register must be in \[0, 65535\], not 70000"):
         m.write_control(70000, 1)
-    m.write_control(3, -1)
+    with pytest.raises(ValueError, match=r"value must be in \[0, 2\*\*32 - 1\] \(32-bit unsigned\), not -1"):
+        m.write_control(3, -1)             # refused like write_mem's words, never masked
+    m.write_control(3, 0xFFFFFFFF)
     assert m.session(10)["writes"][-1][3:] == [3, 0xFFFFFFFF]
 
 
