@@ -11,10 +11,13 @@ import pytest
 from amaranth.lib.wiring import In
 
 from epfabric.hw.ub_port import UBMemory, UBOp, UBPort, request_layout
+from epfabric.sim.backends.testbench import SimulationError, wait_until
 from utils import ComponentSpec, run
 
 FACTORY = "epfabric.hw.ub_port:UBMemory"
 LATENCY = 2
+#: cycles any single wait may take: every operation here completes in < 20 (16 beats + L + 2)
+BOUND = 64
 
 
 def spec(**params):
@@ -43,8 +46,7 @@ async def send(bench, op, addr, word=0, value=0):
     """Present one request until accepted; return the cycle it was accepted in."""
     bench.set("i_req.payload", {"op": op, "addr": addr, "word": word, "data": value})
     bench.set("i_req.valid", 1)
-    while not await bench.get("i_req.ready"):
-        await bench.tick()
+    await wait_until(bench, "i_req.ready", timeout=BOUND)
     accepted = bench.cycle
     await bench.tick()
     bench.set("i_req.valid", 0)
@@ -54,8 +56,7 @@ async def send(bench, op, addr, word=0, value=0):
 async def ack(bench):
     """Wait for the next answer; return (cycle, op, old)."""
     bench.set("o_resp.ready", 1)
-    while not await bench.get("o_resp.valid"):
-        await bench.tick()
+    await wait_until(bench, "o_resp.valid", timeout=BOUND)
     raw = bench.decode("o_resp.payload", await bench.get("o_resp.payload"))
     cycle = bench.cycle
     await bench.tick()
@@ -69,8 +70,7 @@ async def load(bench, addr, word=0):
     issued = bench.cycle
     await bench.tick()
     bench.set("read.0.req.valid", 0)
-    while not await bench.get("read.0.resp.valid"):
-        await bench.tick()
+    await wait_until(bench, "read.0.resp.valid", timeout=BOUND)
     raw = bench.decode("read.0.resp.payload", await bench.get("read.0.resp.payload"))
     return issued, bench.cycle, int(raw.block), int(raw.word)
 
@@ -117,6 +117,8 @@ async def directed(bench, *, words, beats):
     acks = 0
     bench.set("i_req.valid", 1)
     while acks < n:
+        if bench.cycle - start > n * BOUND:
+            raise SimulationError(f"{acks} of {n} block writes answered")
         bench.set("i_req.payload", {"op": UBOp.BLOCK_WRITE, "addr": accepted % 4, "word": 0,
                                     "data": block_of(100 + accepted, words)})
         bench.set("i_req.valid", int(accepted < n))
@@ -166,6 +168,9 @@ async def interleavings(bench, *, seed, trials, words, window=12):
         outstanding = 0
         cycle = 0
         while cycle < window or offering or outstanding or acks < writes:
+            if cycle > window + BOUND:
+                raise SimulationError(f"trial {_trial}: {acks} of {writes} writes answered, "
+                                      f"{outstanding} reads outstanding")
             if await bench.get("read.0.resp.valid"):
                 raw = await bench.get("read.0.resp.payload")
                 row = raw & ((1 << (32 * words)) - 1)
