@@ -88,10 +88,14 @@ def test_backpressure_never_drops_and_keeps_order():
 
 def test_three_simulators_agree(simulator):
     args = {"blocks": 40, "seed": 5, "offer_p": 0.7, "stall_p": 0.3}
-    ref = run(spec(latency=9), lone_then_stream, args)
     got = run(spec(latency=9), lone_then_stream, args, simulator=simulator)
-    assert got == ref
-    assert ref[0]["latency"] == 9
+    # against the specification on every simulator (pysim included) ...
+    assert got[0]["latency"] == 9
+    assert got[0]["data"] == list(range(40))                 # every flit once, in order
+    assert all(b > a for a, b in zip(got[0]["arrivals"], got[0]["arrivals"][1:]))
+    # ... and cycle for cycle the same as Amaranth's simulator
+    if simulator != "pysim":
+        assert got == run(spec(latency=9), lone_then_stream, args)
 
 
 def test_payload_must_have_dst():
