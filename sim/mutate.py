@@ -274,8 +274,9 @@ def run_tests(tests, root, env, timeout):
     seen = _outcomes(log)
     outcomes = {}
     for test in tests:
-        # a parametrised id without its [case] stands for all of its cases
-        mine = {k: v for k, v in seen.items() if k == test or k.startswith(test + "[")}
+        # a parametrised id without its [case] stands for all of its cases, a file for its tests
+        mine = {k: v for k, v in seen.items()
+                if k == test or k.startswith(test + "[") or k.startswith(test + "::")}
         if not mine:
             outcomes[test] = "not run"
         elif "failed" in mine.values():

@@ -57,6 +57,18 @@ MUTATIONS = [
         "timeout": 120,
     },
     {
+        "name": "switch_fixed_priority",
+        "file": "hw/switch.py",
+        "old": "                m.d.sync += [data_reg.eq(sel), valid.eq(1), last.eq(grant)]\n",
+        "new": "                m.d.sync += [data_reg.eq(sel), valid.eq(1)]\n",
+        "description": "the switch forgets its last grant: fixed priority instead of round robin, "
+                       "so a busy input starves the others",
+        "tests": [
+            "tests/hw/test_switch.py::test_round_robin_shares_an_output_equally_and_backpressures",
+        ],
+        "timeout": 120,
+    },
+    {
         "name": "link_latency_short",
         "file": "hw/link.py",
         "old": "        self.latency = latency\n",
@@ -96,6 +108,22 @@ MUTATIONS = [
         "timeout": 180,
     },
     {
+        "name": "inc_ag_copy_to_root",
+        "file": "hw/inc_engine.py",
+        "old": "                        m.d.sync += mc_dst.eq(nxt(nxt(mc_dst)))\n",
+        "new": "                        m.d.sync += mc_dst.eq(nxt(mc_dst))\n",
+        "description": "the INC engine's AllGather multicast does not skip the root: the root gets "
+                       "its own block back and another rank none",
+        "tests": [
+            "tests/hw/test_inc_engine.py::test_ag_multicast_to_all_but_root",
+        ],
+        "harmless": "the skip is dead logic: the multicast starts at root + 1 and stops after "
+                    "N - 1 copies, in the cycle its next destination would be the root (ranks "
+                    "root+1 .. root+N-1 are every rank but the root); the test sees the same "
+                    "N - 1 destinations with or without it",
+        "timeout": 120,
+    },
+    {
         "name": "inc_barrier_releases_early",
         "file": "hw/inc_engine.py",
         "old": "                    with m.If(arrivals == n - 1):\n",
@@ -130,6 +158,18 @@ MUTATIONS = [
                        "before the store window is counted empty",
         "tests": [
             "tests/hw/test_die.py::test_fence_waits_for_the_store_acknowledgement",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "poll_ge_is_gt",
+        "file": "hw/aiv_core.py",
+        "old": "                   Mux(op == Cond.GT, x > y, x >= y)))))\n",
+        "new": "                   Mux(op == Cond.GT, x > y, x > y)))))\n",
+        "description": "the core's 'ge' condition (poll, vcmp) tests x > y: a poll for a count "
+                       "that has just been reached waits for one more",
+        "tests": [
+            "tests/sw/test_syncall.py::test_barrier_holds_every_core_until_the_last_arrives",
         ],
         "timeout": 120,
     },
@@ -190,6 +230,19 @@ MUTATIONS = [
                        "before its payload (long lane) in the safe variant too",
         "tests": [
             "tests/sim/test_races.py::test_flag_overtakes_data_only_without_fence",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "dc_marker_seven_words",
+        "file": "sw/dataflag.py",
+        "old": "    return int(leading_words(block).astype(np.uint64).sum() & _MASK32)\n",
+        "new": "    return int(leading_words(block)[:7].astype(np.uint64).sum() & _MASK32)\n",
+        "description": "the Data-for-Checksum marker sums seven of the eight leading words: a "
+                       "stale last word of the flag field goes unnoticed",
+        "tests": [
+            "tests/hw/test_race.py::test_marker_is_dataflag_dc_marker",
+            "tests/sw/test_dataflag.py",
         ],
         "timeout": 120,
     },
