@@ -45,9 +45,10 @@ from pathlib import Path
 
 from ..hw.validate import UserError
 
-__all__ = ["Mutation", "StaleMutation", "load_mutations", "select", "copy_tree", "apply",
-           "make_shim", "test_env", "sanity_check", "run_tests", "run_mutation", "summary_line",
-           "format_seconds", "pytest_runtest_logstart", "pytest_runtest_logreport"]
+__all__ = ["Mutation", "Outcome", "StaleMutation", "load_mutations", "select", "copy_tree",
+           "apply", "make_shim", "test_env", "sanity_check", "run_tests", "run_mutation",
+           "summary_line", "format_seconds", "pytest_runtest_logstart", "pytest_runtest_logreport",
+           "pytest_collectreport"]
 
 #: environment variable naming the file the pytest hooks append outcomes to
 LOG_ENV = "EPFABRIC_MUTATE_LOG"
@@ -232,6 +233,11 @@ def pytest_runtest_logreport(report):
         _log({"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome})
 
 
+def pytest_collectreport(report):
+    if report.failed:           # a test file that no longer imports fails all of its tests
+        _log({"nodeid": report.nodeid, "when": "collect", "outcome": "failed"})
+
+
 # --- running -----------------------------------------------------------------------------------
 
 def _outcomes(log_path):
@@ -276,7 +282,8 @@ def run_tests(tests, root, env, timeout):
     for test in tests:
         # a parametrised id without its [case] stands for all of its cases, a file for its tests
         mine = {k: v for k, v in seen.items()
-                if k == test or k.startswith(test + "[") or k.startswith(test + "::")}
+                if k == test or k.startswith(test + "[") or k.startswith(test + "::")
+                or (k and test.startswith(k + "::"))}      # its file failed to collect
         if not mine:
             outcomes[test] = "not run"
         elif "failed" in mine.values():
@@ -334,7 +341,11 @@ def run_mutation(mutation, source=None, cache=None, keep=False):
         root = copy_tree(source, tmp / "tree")
         apply(mutation, root)
         env = test_env(root, cache)
-        result.probe = sanity_check(mutation, root, env)
+        try:
+            result.probe = sanity_check(mutation, root, env)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            result.error = str(exc)
+            return result
         outcomes, _, output = run_tests(list(mutation.tests), root, env, mutation.timeout)
         for test, outcome in outcomes.items():
             if outcome == "failed":

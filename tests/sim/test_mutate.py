@@ -119,6 +119,15 @@ def test_outcomes_of_a_caught_and_an_uncaught_run():
     assert noop.caught_by == [] and noop.not_caught_by == [SWITCH_TEST] and not noop.ok
 
 
+def test_a_test_file_that_no_longer_imports_counts_as_failing():
+    """A mutation that removes a name a test file imports fails that file's tests."""
+    gone = mutate.Mutation(name="gone", file="hw/race.py",
+                           edits=(("def marker(block_row):", "def markers(block_row):"),),
+                           description="", tests=("tests/hw/test_race.py::test_bad_case",))
+    outcome = mutate.run_mutation(gone)
+    assert outcome.caught_by == ["tests/hw/test_race.py::test_bad_case"], outcome.error
+
+
 def test_cli_list_and_bad_only(capsys):
     assert main(["mutate", "--list"]) == 0
     out = capsys.readouterr().out
@@ -130,6 +139,8 @@ def test_cli_list_and_bad_only(capsys):
     err = capsys.readouterr().err.strip()
     assert err == ("epfabric mutate: error: --only must name mutations from --list, "
                    "not 'switch_drops_loser,nope'")
+    assert main(["mutate", "-j", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "epfabric mutate: error: --jobs must be >= 1, not 0"
 
 
 def test_cli_json_and_summary(tmp_path, monkeypatch, capsys):
