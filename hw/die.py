@@ -42,12 +42,14 @@ Host port (used only while the cores are stopped)
 -------------------------------------------------
 :class:`~epfabric.hw.host.HostSignature` without ``rank``: ``host.we``
 writes, at the clock edge, an instruction word (target IMEM), an HBM word
-(HBM: a UB WORD_WRITE, committed at that edge) or a core's enable bit
-(ENABLE). ``host.re`` reads the HBM word at ``host.addr``:
+(HBM: a UB WORD_WRITE, committed at that edge), a whole block (HBM_BLOCK:
+a UB BLOCK_WRITE of ``host.wrow``), instruction word ``addr`` of every core
+``i`` with ``host.wmask[i]`` (IMEM_ROW: word ``i`` of ``host.wrow``; the
+die's cores are row window 0) or a core's enable bit (ENABLE). ``host.re`` reads the HBM word at ``host.addr``:
 ``host.rvalid``/``host.rdata`` are valid ``hbm_latency`` cycles later.
 """
 
-from amaranth.hdl import Const, Module
+from amaranth.hdl import Const, Module, Mux
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
@@ -164,7 +166,7 @@ class Die(wiring.Component):
         super().__init__({
             "tx": Out(stream.Signature(self.flit)),
             "rx": In(stream.Signature(self.flit)),
-            "host": In(HostSignature(cores=aivs)),
+            "host": In(HostSignature(cores=aivs, row_bits=8 * data_bytes)),
             "enabled": Out(aivs),
             "core_pc": Out(range(imem_depth)).array(aivs),
             "core_halted": Out(1).array(aivs),
@@ -193,12 +195,17 @@ class Die(wiring.Component):
 
         # --- host port, enables, status ------------------------------------------------------
         enabled = self.enabled
+        row_words = len(self.host.wmask)
+        imem_row = self.host.we & (self.host.target == HostTarget.IMEM_ROW)
         for i, core in enumerate(cores):
             sel = self.host.core == i
+            in_row = imem_row & self.host.wmask[i] if i < row_words else 0
             m.d.comb += [
-                core.imem_w.en.eq(self.host.we & (self.host.target == HostTarget.IMEM) & sel),
+                core.imem_w.en.eq(self.host.we & (self.host.target == HostTarget.IMEM) & sel
+                                  | in_row),
                 core.imem_w.addr.eq(self.host.addr),
-                core.imem_w.data.eq(self.host.wdata),
+                core.imem_w.data.eq(Mux(imem_row, self.host.wrow.word_select(i % row_words, 32),
+                                        self.host.wdata)),
                 core.start.eq(self.host.start & enabled[i]),
                 core.rank.eq(rank),
                 self.core_pc[i].eq(core.pc),
@@ -215,7 +222,10 @@ class Die(wiring.Component):
         # --- the router: cores, UB memory, fabric port, host memory access ------------------
         m.d.comb += [
             router.rank.eq(rank),
-            router.host.we.eq(self.host.we & (self.host.target == HostTarget.HBM)),
+            router.host.we.eq(self.host.we & ((self.host.target == HostTarget.HBM)
+                                              | (self.host.target == HostTarget.HBM_BLOCK))),
+            router.host.wblock.eq(self.host.target == HostTarget.HBM_BLOCK),
+            router.host.wrow.eq(self.host.wrow),
             router.host.addr.eq(self.host.addr),
             router.host.wdata.eq(self.host.wdata),
             router.host.re.eq(self.host.re),

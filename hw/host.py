@@ -22,6 +22,9 @@ member        flow   meaning
 ``core``      Out    core addressed by an IMEM or ENABLE write
 ``addr``      Out    word address (see ``target``)
 ``wdata``     Out    32-bit write data
+``wrow``      Out    (``row_bits``) a whole row: the block of an HBM_BLOCK write,
+                     or one instruction word per core of an IMEM_ROW write
+``wmask``     Out    (``row_bits``) IMEM_ROW: which of ``wrow``'s words to write
 ``re``        Out    read the memory word at ``addr`` of ``rank``
 ``rvalid``    In     ``rdata`` holds a read's answer (a fixed number of cycles
                      after ``re``: the top's ``host_read_latency``)
@@ -39,13 +42,22 @@ member        flow   meaning
 
 Writes to a target a top does not have are ignored; each top documents its
 targets, its memory map and its control registers.
+
+Row writes (``row_bits > 0``) exist because loading one word per cycle was
+most of a large run's wall time: every host cycle is a cycle of the whole
+machine on every simulator (measured: 8 dies x 8 AIVs with UBEP's programs
+and BS 128 tokens is ~560 K host writes, ~200 s on Verilator, against a
+20 K-cycle kernel). An HBM_BLOCK write stores a whole 512 B block in one
+cycle and an IMEM_ROW write one instruction word of up to ``row_bits // 32``
+cores; what the machine computes is the same, since the host writes only
+while the machine is stopped.
 """
 
 from amaranth.hdl import Signal
 from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import In, Out
 
-from .validate import check_bool, check_int
+from .validate import UserError, check_bool, check_int
 
 __all__ = ["HostTarget", "HostSignature", "HostMemorySignature", "RUN_OUTPUTS", "register_inputs",
            "run_control"]
@@ -54,12 +66,18 @@ __all__ = ["HostTarget", "HostSignature", "HostMemorySignature", "RUN_OUTPUTS", 
 RUN_OUTPUTS = ("cycle", "running", "done", "timeout", "stop")
 
 
-class HostTarget(enum.Enum, shape=2):
+class HostTarget(enum.Enum, shape=3):
     """What a host write (``we``) writes."""
     IMEM = 0    #: instruction word ``addr`` of core ``core``
     HBM = 1     #: memory word at byte address ``addr`` (block << 9 | word << 2)
     ENABLE = 2  #: enable bit ``wdata[0]`` of core ``core``
     CTRL = 3    #: control register ``addr`` (top-specific)
+    #: (``row_bits``) the whole block ``addr >> 9`` = ``wrow`` (every modelled word)
+    HBM_BLOCK = 4
+    #: (``row_bits``) instruction word ``addr`` of the cores of row window
+    #: ``wdata``: core ``k`` of the window gets word ``k`` of ``wrow`` where
+    #: ``wmask[k]`` is 1 (each top documents its windows)
+    IMEM_ROW = 5
 
 
 class HostSignature(wiring.Signature):
@@ -75,14 +93,20 @@ class HostSignature(wiring.Signature):
         Add ``re_all``/``rdata_all`` (read every rank at once).
     run : bool
         Add the run-control members (``max_cycles`` and :data:`RUN_OUTPUTS`).
+    row_bits : int
+        Add ``wrow`` (``row_bits`` wide) and ``wmask`` (``row_bits // 32``
+        bits) for HBM_BLOCK and IMEM_ROW writes; 0: none (a multiple of 32).
     """
 
-    def __init__(self, *, ranks=1, cores=1, all_ranks=False, run=False):
+    def __init__(self, *, ranks=1, cores=1, all_ranks=False, run=False, row_bits=0):
         check_int("ranks", ranks, 1)
         check_int("cores", cores, 1)
         check_bool("all_ranks", all_ranks)
         check_bool("run", run)
-        self.ranks, self.cores = ranks, cores
+        check_int("row_bits", row_bits, 0)
+        if row_bits % 32:
+            raise UserError(f"row_bits must be a multiple of 32, not {row_bits}")
+        self.ranks, self.cores, self.row_bits = ranks, cores, row_bits
         members = {
             "we": Out(1), "target": Out(HostTarget),
             "core": Out(range(max(2, cores))), "addr": Out(32), "wdata": Out(32),
@@ -93,6 +117,8 @@ class HostSignature(wiring.Signature):
             members["rank"] = Out(range(ranks))
         if all_ranks:
             members.update({"re_all": Out(1), "rdata_all": In(32).array(ranks)})
+        if row_bits:
+            members.update({"wrow": Out(row_bits), "wmask": Out(row_bits // 32)})
         if run:
             members.update({"max_cycles": Out(32), **{name: In(32 if name == "cycle" else 1)
                                                        for name in RUN_OUTPUTS}})
@@ -109,11 +135,18 @@ class HostMemorySignature(wiring.Signature):
     (``block << 9 | word << 2``); ``re`` reads that word, answered on
     ``rvalid``/``rdata`` ``hbm_latency`` cycles later. (The die decodes its :class:`HostSignature` ``we`` with target HBM
     into ``we``; :class:`~epfabric.hw.router.DieRouter` takes this port.)
+    With ``row_bits``, ``we`` with ``wblock`` writes the whole block
+    ``addr >> 9`` with ``wrow`` instead (HBM_BLOCK).
     """
 
-    def __init__(self):
-        super().__init__({"we": Out(1), "addr": Out(32), "wdata": Out(32), "re": Out(1),
-                          "rvalid": In(1), "rdata": In(32)})
+    def __init__(self, row_bits=0):
+        check_int("row_bits", row_bits, 0)
+        members = {"we": Out(1), "addr": Out(32), "wdata": Out(32), "re": Out(1),
+                   "rvalid": In(1), "rdata": In(32)}
+        if row_bits:
+            members.update({"wblock": Out(1), "wrow": Out(row_bits)})
+        self.row_bits = row_bits
+        super().__init__(members)
 
     def __repr__(self):
         return "HostMemorySignature()"

@@ -44,7 +44,7 @@ incoming REQ (``rx``) →            0: store/fetch-add on ``ub_req``, load on t
 answer of an incoming REQ →        1: written into the RSP queue in the cycle it
 ``tx``                             is valid, on ``tx`` from the next cycle
 incoming RSP (``rx``) → the core   0: on ``mem_rsp`` in the cycle it is valid
-host word write / read             0: on ``ub_req`` (the UB commits it at that
+host word or block write / read    0: on ``ub_req`` (the UB commits it at that
                                    edge) / on read port ``aivs`` (the answer
                                    ``hbm_latency`` cycles later on
                                    ``host.rdata``)
@@ -224,7 +224,7 @@ class DieRouter(wiring.Component):
         Flits into the fabric (REQ of the cores, RSP from the queue).
     rx : In(stream.Signature(flit_layout(...)))
         Flits from the fabric (REQ for this die, RSP for its cores).
-    host : In(HostMemorySignature())
+    host : In(HostMemorySignature(row_bits=8 * data_bytes))
         Host word writes (through the UB port) and reads (read port ``aivs``).
 
     Raises
@@ -257,7 +257,7 @@ class DieRouter(wiring.Component):
                                              data_bytes=data_bytes)).array(aivs + 1),
             "tx": Out(stream.Signature(self.flit)),
             "rx": In(stream.Signature(self.flit)),
-            "host": In(HostMemorySignature()),
+            "host": In(HostMemorySignature(row_bits=8 * data_bytes)),
         })
 
     def elaborate(self, platform):
@@ -312,10 +312,12 @@ class DieRouter(wiring.Component):
         tag_src = Signal.like(rx.src)   # ... else to core tag_core of rank tag_src
         tag_rcore = Signal.like(rx.core)
         with m.If(host_hbm):
-            m.d.comb += [ub.valid.eq(1), ub.payload.op.eq(UBOp.WORD_WRITE),
+            m.d.comb += [ub.valid.eq(1),
+                         ub.payload.op.eq(Mux(self.host.wblock, UBOp.BLOCK_WRITE, UBOp.WORD_WRITE)),
                          ub.payload.addr.eq(self.host.addr[9:9 + blk_bits]),
                          ub.payload.word.eq(self.host.addr[2:9]),
-                         ub.payload.data.eq(self.host.wdata)]
+                         ub.payload.data.eq(Mux(self.host.wblock, self.host.wrow,
+                                                self.host.wdata))]
             with m.If(ub.ready):
                 m.d.sync += [tag_host.eq(1), tag_local.eq(0)]
         with m.Elif(ub_any):

@@ -6,7 +6,7 @@ DESIGN.md block 6 (UBEP §2.3 Insight 3, §3.3–3.4): ``ranks`` dies
 through ports after a run, so a fast simulator runs without Python per cycle.
 """
 
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -14,7 +14,7 @@ from amaranth.utils import ceil_log2
 from .arbiter import round_robin
 from .aiv_core import AIVCore
 from .die import Die, flit_layout
-from .host import HostSignature, register_inputs, run_control
+from .host import HostSignature, HostTarget, register_inputs, run_control
 from .instances import instance_of, mark_used
 from .topology import check_topology, star, superpod, topology_ranks
 from .validate import UserError, check_int
@@ -49,7 +49,12 @@ class System(wiring.Component):
       word at byte address ``addr`` (``block << 9 | word << 2``) of rank
       ``rank``; ENABLE = enable bit ``wdata[0]`` of core ``core`` of rank
       ``rank``. Only enabled cores start; disabled cores count as halted.
-      Enables reset to 0. Only while the machine is stopped.
+      Enables reset to 0. Only while the machine is stopped. HBM_BLOCK = the
+      whole block ``addr >> 9`` of rank ``rank`` = ``wrow``; IMEM_ROW =
+      instruction word ``addr`` of every core ``g = r * aivs_per_die + c`` of
+      row window ``wdata`` (``g // W`` with ``W = 8 * data_bytes // 32``) whose
+      ``wmask[g % W]`` is 1, from word ``g % W`` of ``wrow`` (when ``W`` is a
+      multiple of ``aivs_per_die``; otherwise IMEM_ROW writes nothing).
     * ``host.re``: read the HBM word at ``addr`` of rank ``rank``;
       ``host.rvalid = 1`` and ``host.rdata`` hold the word exactly
       :attr:`host_read_latency` (= ``hbm_latency + 1``) cycles later, i.e. after
@@ -166,7 +171,8 @@ class System(wiring.Component):
             self.fabric = star(timing, ranks, payload=self.flit, switch_depth=switch_depth)
         n = self.n_cores
         super().__init__({
-            "host": In(HostSignature(ranks=ranks, cores=aivs_per_die, all_ranks=True, run=True)),
+            "host": In(HostSignature(ranks=ranks, cores=aivs_per_die, all_ranks=True, run=True,
+                                     row_bits=8 * data_bytes)),
             "core_pc": Out(range(imem_depth)).array(n),
             "core_halted": Out(1).array(n),
             "core_fault": Out(1).array(n),
@@ -228,8 +234,19 @@ class System(wiring.Component):
             wiring.connect(m, die.tx, fabric.tx[r])
             wiring.connect(m, fabric.rx[r], die.rx)
             sel = h["rank"] == r
+            # IMEM_ROW: core g = r*A + c of the machine is word g % W of row window g // W
+            W = len(h["wmask"])
+            imem_row = h["target"] == HostTarget.IMEM_ROW
+            if W % A == 0:
+                k0, window = (r * A) % W, (r * A) // W
+                row_we = h["wdata"] == window
+                m.d.comb += [die.host.wrow.eq(Mux(imem_row, h["wrow"][32 * k0:], h["wrow"])),
+                             die.host.wmask.eq(h["wmask"][k0:k0 + A])]
+            else:
+                row_we = 0          # a die's cores would straddle windows: words only
+                m.d.comb += die.host.wrow.eq(h["wrow"])
             m.d.comb += [
-                die.host.we.eq(h["we"] & sel),
+                die.host.we.eq(h["we"] & Mux(imem_row, row_we, sel)),
                 die.host.target.eq(h["target"]),
                 die.host.core.eq(h["core"]),
                 die.host.addr.eq(h["addr"]),

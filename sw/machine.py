@@ -72,7 +72,15 @@ class Machine:
     ------
     ValueError, TypeError
         On a bad preset, topology or size (the message names it).
+
+    On an AIV machine the host loads programs one instruction index of up to a
+    row of cores per cycle (IMEM_ROW) and whole blocks in one cycle
+    (HBM_BLOCK); ``row_writes = False`` (on the class or an instance) loads one
+    word per cycle instead. Either gives the same machine state.
     """
+
+    #: load with row writes where the top has them (see the class docstring)
+    row_writes = True
 
     def __init__(self, preset=None, *, backend, config=None, **fields):
         if config is None:
@@ -197,19 +205,49 @@ class Machine:
     def session(self, max_cycles):
         """The host-port session of the next run (what :meth:`Backend.execute` receives)."""
         wpb = self.config.words_per_block
-        writes = []
-        for (rank, core), words in sorted(self._programs.items()):
-            writes += [[HostTarget.IMEM.value, rank, core, i, w] for i, w in enumerate(words)]
-            writes.append([HostTarget.ENABLE.value, rank, core, 0, 1])
+        # Row writes (hw/host.py) on an AIV machine whose row windows hold whole dies:
+        # one host cycle per instruction index and per full block instead of per word.
+        rows = self.row_writes and self.has_cores and wpb % self.config.aivs_per_die == 0
+        writes = self._program_writes(rows)
+        blocks = {}
         for (rank, addr), w in sorted(self._mem.items()):
             _, block, word = split_address(addr)
             if word < wpb:  # words beyond data_bytes are not modelled
-                writes.append([HostTarget.HBM.value, rank, 0, addr, w])
+                blocks.setdefault((rank, block), {})[word] = w
+        for (rank, block), words in sorted(blocks.items()):
+            if rows and len(words) == wpb:
+                row = sum(w << 32 * k for k, w in words.items())
+                writes.append([HostTarget.HBM_BLOCK.value, rank, 0, block << 9, 0, row, 0])
+            else:
+                writes += [[HostTarget.HBM.value, rank, 0, block << 9 | k << 2, w]
+                           for k, w in sorted(words.items())]
         for register, value in sorted(self._ctrl.items()):
             writes.append([HostTarget.CTRL.value, 0, 0, register, value])
         return {"writes": writes, "max_cycles": max_cycles,
                 "read_blocks": [list(r) for r in self._read_ranges], "words_per_block": wpb,
                 "status": self.config.status_ports(), "trace": self.config.has_trace}
+
+    def _program_writes(self, rows):
+        """Host writes of every program and its core's enable bit."""
+        writes = []
+        if not rows:
+            for (rank, core), words in sorted(self._programs.items()):
+                writes += [[HostTarget.IMEM.value, rank, core, i, w] for i, w in enumerate(words)]
+                writes.append([HostTarget.ENABLE.value, rank, core, 0, 1])
+            return writes
+        W, A = self.config.words_per_block, self.config.aivs_per_die
+        by_row = {}              # (window, instruction index) -> {word k of the row: word}
+        for (rank, core), words in self._programs.items():
+            window, k = divmod(rank * A + core, W)
+            for i, w in enumerate(words):
+                by_row.setdefault((window, i), {})[k] = w
+        for (window, i), words in sorted(by_row.items()):
+            writes.append([HostTarget.IMEM_ROW.value, 0, 0, i, window,
+                           sum(w << 32 * k for k, w in words.items()),
+                           sum(1 << k for k in words)])
+        writes += [[HostTarget.ENABLE.value, rank, core, 0, 1]
+                   for rank, core in sorted(self._programs)]
+        return writes
 
     def run(self, max_cycles=100_000):
         """Run until the machine finishes; return a :class:`Report`.

@@ -15,9 +15,14 @@ __all__ = ["host_write", "host_read", "host_read_pipelined", "host_read_all", "h
 
 
 async def host_write(bench, writes, *, port="host"):
-    """Write ``[target, rank, core, addr, word]`` entries, one per cycle, in order."""
+    """Write ``[target, rank, core, addr, word]`` entries, one per cycle, in order.
+
+    A row write (HBM_BLOCK, IMEM_ROW) has two more fields, ``wrow`` and
+    ``wmask`` (integers), and needs a port with ``row_bits``.
+    """
     has_rank = bench.has_port(f"{port}.rank")
-    for target, rank, core, addr, word in writes:
+    has_row = bench.has_port(f"{port}.wrow")
+    for target, rank, core, addr, word, *row in writes:
         bench.set(f"{port}.we", 1)
         bench.set(f"{port}.target", int(target))
         if has_rank:
@@ -27,6 +32,11 @@ async def host_write(bench, writes, *, port="host"):
         bench.set(f"{port}.core", core)
         bench.set(f"{port}.addr", addr)
         bench.set(f"{port}.wdata", word)
+        if row:
+            if not has_row:
+                raise SimulationError(f"{port} has no wrow member; cannot write a row")
+            bench.set(f"{port}.wrow", row[0])
+            bench.set(f"{port}.wmask", row[1])
         await bench.tick()
     bench.set(f"{port}.we", 0)
 

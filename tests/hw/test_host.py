@@ -59,8 +59,13 @@ def test_members_by_option():
     assert full["rdata_all"].dimensions == (3,) and full["cycle"].shape == 32
     assert members()["core"].shape == range(2)      # one core still gets a 1-bit core member
     assert members()["target"].shape is HostTarget
-    assert [t.value for t in HostTarget] == [0, 1, 2, 3]
-    assert [t.name for t in HostTarget] == ["IMEM", "HBM", "ENABLE", "CTRL"]
+    assert [t.value for t in HostTarget] == [0, 1, 2, 3, 4, 5]
+    assert [t.name for t in HostTarget] == ["IMEM", "HBM", "ENABLE", "CTRL", "HBM_BLOCK", "IMEM_ROW"]
+    rows = members(row_bits=256)                    # row writes: a row and one mask bit per word
+    assert set(rows) == BASE | {"wrow", "wmask"}
+    assert rows["wrow"].shape == 256 and rows["wmask"].shape == 8 and rows["wrow"].flow == Out
+    with pytest.raises(ValueError, match="row_bits must be a multiple of 32, not 40"):
+        HostSignature(row_bits=40)
 
 
 @pytest.mark.parametrize("kw, exc, match", [

@@ -143,7 +143,7 @@ def test_write_mem_takes_numpy_words_exactly():
     m = machine()
     m.write_mem(0, address(0, 1, 0), np.array([0xFFFFFFFF, 3], dtype=np.uint32))
     m.load_program(0, 0, [0])
-    hbm = [(a, v) for t, rank, _, a, v in m.session(10)["writes"] if t == HostTarget.HBM.value]
+    hbm = [(a, v) for t, rank, _, a, v, *_ in m.session(10)["writes"] if t == HostTarget.HBM.value]
     assert hbm == [(address(0, 1, 0), 0xFFFFFFFF), (address(0, 1, 1), 3)]
     assert all(type(v) is int for _, v in hbm)
 
@@ -204,10 +204,12 @@ def test_session_is_what_the_backend_runs():
     ((config, sent),) = be.sessions
     assert config is m.config and sent == session
     assert sent["max_cycles"] == 123 and sent["trace"] is True
-    targets = [w[0] for w in sent["writes"]]
-    assert len(targets) == 4                              # two words, an enable, one memory word
-    assert [w[1:] for w in sent["writes"][:2]] == [[1, 0, 0, 0x11], [1, 0, 1, 0x22]]
-    assert sent["writes"][3][1:] == [0, 0, address(0, 3, 1), 9]
+    W = m.config.words_per_block                          # core g = 1*2 + 0 is word 2 of row 0
+    assert W % 2 == 0 and sent["writes"] == [
+        [HostTarget.IMEM_ROW.value, 0, 0, 0, 0, 0x11 << 64, 1 << 2],
+        [HostTarget.IMEM_ROW.value, 0, 0, 1, 0, 0x22 << 64, 1 << 2],
+        [HostTarget.ENABLE.value, 1, 0, 0, 1],
+        [HostTarget.HBM.value, 0, 0, address(0, 3, 1), 9]]   # a partial block: word writes
     assert sent["read_blocks"] == [[0, m.config.hbm_blocks]]
     assert sent["status"] == m.config.status_ports()
     assert report.cycles == 42 and report.done and report.backend == "recorder"
@@ -243,3 +245,49 @@ def test_parse_topology_validates():
         parse_topology("superpod:2,x")
     with pytest.raises(ValueError, match="topology kind must be one of superpod, star, not 'ring'"):
         parse_topology("ring:4")
+
+
+ROWS = (True, False)
+
+
+@pytest.mark.parametrize("simulator", ["pysim", "icarus", "verilator"])
+def test_row_writes_load_what_word_writes_load(simulator):
+    """IMEM_ROW and HBM_BLOCK writes (one host cycle per instruction index / block) give the
+    machine the same programs and memory as one word per cycle: same cycles, marks and memory."""
+    from utils import require_simulator
+    require_simulator(simulator)
+    results = []
+    for rows in ROWS:
+        m = machine(simulator, topology=("superpod", 2, 1, 1), aivs_per_die=2)
+        m.row_writes = rows
+        wpb = m.config.words_per_block
+        block = [0x1000 + k for k in range(wpb)]
+        for rank in (0, 1):
+            m.write_mem(rank, address(0, 3, 0), block)          # a whole block: HBM_BLOCK
+        m.write_mem(1, address(0, 4, 1), [7, 8])                # part of a block: words
+        for rank, core in ((0, 0), (0, 1), (1, 1)):             # each core its own program
+            p = Program()
+            p.li(1, address(rank, 3, 0))
+            p.ldb(0, 1, 0)                                       # its rank's block 3, into UBuf row 0
+            p.li(1, address(1, 5 + 2 * rank + core, 0))
+            p.stb(0, 1, 0)                                       # ... to a block of its own
+            p.li(1, address(1, 4, 3 + 2 * rank + core))
+            p.li(2, 100 * rank + 10 * core + 1)
+            p.sw(2, 1, 0)
+            p.fence()
+            p.mark(20 + 2 * rank + core)
+            p.halt()
+            m.load_program(rank, core, p)
+        writes = m.session(1)["writes"]
+        kinds = {w[0] for w in writes}
+        assert (HostTarget.IMEM_ROW.value in kinds and HostTarget.HBM_BLOCK.value in kinds) == rows
+        report = m.run(5_000)
+        assert report.done
+        results.append((report.cycles, report.marks(),
+                        m.read_mem(1, address(0, 3, 0), wpb), m.read_mem(1, address(0, 4, 0), 8),
+                        [m.read_mem(1, address(0, b, 0), wpb) for b in (5, 6, 8)]))
+    assert results[0] == results[1]
+    cycles, marks, b3, b4, copies = results[0]
+    assert b3 == block and copies == [block] * 3                 # every core ran its own program
+    assert b4 == [0, 7, 8, 1, 11, 0, 111, 0]
+    assert sorted(t["event"] for t in marks) == [20, 21, 23]
