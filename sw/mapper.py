@@ -9,9 +9,11 @@ quadrant that contains ``T``.
 
 The search is written against an abstract ``count3`` so the same code runs
 on the simulated vector unit and on numpy. Two departures from the printed
-algorithm, both needed for termination/bounds: pivots are clamped to ``R``,
-and the loop ends when ``R - L <= 1`` (with ``Gap = ceil((R-L)/4)`` the
-printed ``Gap = 0`` exit is never reached once ``R - L = 1``).
+algorithm: the loop ends when ``R - L <= 1`` (needed: with
+``Gap = ceil((R-L)/4)`` the printed ``Gap = 0`` exit is never reached once
+``R - L = 1``), and pivots are clamped to ``R`` (kept for bounds, but not
+needed for termination or results: ~59,700 lookups without it all end within
+6 steps and match numpy -- ``epfabric mutate --only mapper_pivots_unclamped``).
 """
 
 import numpy as np
