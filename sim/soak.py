@@ -87,8 +87,9 @@ def run_soak(*, blocks_per_rank, pattern="uniform", seed=1, hot=0, offer=0.7, st
     ranks = probe.ranks
     total = ranks * blocks_per_rank
     if timeout is None:
-        # generous: every block through the hot rank one at a time, stalled
-        timeout = 64 * total + 100_000
+        # generous: every block through the hot rank one at a time, stalled, plus the
+        # slowest preset's round trips; a deadlock of a small soak fails in seconds
+        timeout = 64 * total + 10_000
     t0 = time.monotonic()
     res, _ = run(spec, soak_intent, {"blocks": blocks_per_rank, "offer": round(offer * 65536),
                                      "stall": round(stall * 65536),

@@ -1,8 +1,12 @@
 """pytest configuration: simulator parametrisation and waveform requests.
 
 * ``simulator`` fixture: tests that take it run once per simulator (pysim,
-  icarus, verilator). A missing simulator skips with its reason, or fails when
-  ``EPFABRIC_REQUIRE_ALL_SIMULATORS=1`` (set by ``.ci/run``).
+  icarus, verilator); ``hdl_simulator``: once per Verilog simulator (icarus,
+  verilator), for tests that compare a run against Amaranth's simulator — a
+  ``[pysim]`` case of such a test would compare pysim with itself. A missing
+  simulator skips with its reason, or fails when
+  ``EPFABRIC_REQUIRE_ALL_SIMULATORS=1`` (set by ``.ci/run``): both fixtures, and
+  every test that needs a tool, go through :func:`utils.require_simulator`.
 * ``--waveforms`` (or ``EPFABRIC_WAVEFORMS=1``): the ``waveform`` fixture gives
   the test's name, and harness runs write ``waveforms/<name>.vcd`` + ``.gtkw``.
 """
@@ -12,7 +16,8 @@ import re
 
 import pytest
 
-from epfabric.sim.backends import SIMULATORS, missing_reason
+from epfabric.sim.backends import SIMULATORS
+from utils import require_simulator
 
 
 def pytest_addoption(parser):
@@ -29,13 +34,15 @@ def pytest_configure(config):
 
 @pytest.fixture(params=SIMULATORS)
 def simulator(request):
-    sim = request.param
-    reason = missing_reason(sim)
-    if reason:
-        if os.environ.get("EPFABRIC_REQUIRE_ALL_SIMULATORS") == "1":
-            pytest.fail(f"{sim} required (EPFABRIC_REQUIRE_ALL_SIMULATORS=1) but {reason}")
-        pytest.skip(f"{sim}: {reason}")
-    return sim
+    require_simulator(request.param)
+    return request.param
+
+
+@pytest.fixture(params=[s for s in SIMULATORS if s != "pysim"])
+def hdl_simulator(request):
+    """icarus or verilator: the run a test compares with Amaranth's simulator."""
+    require_simulator(request.param)
+    return request.param
 
 
 @pytest.fixture

@@ -4,12 +4,16 @@ Front end of :mod:`epfabric.sim.experiments.agrs` (the ``agrs`` kernel on an
 AG/RS machine).
 """
 
+import functools
+import sys
+
 from ...hw.validate import UserError
 from ...sw.config import AgrsConfig
+from ...sw.machine import WatchdogTimeout
 from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS
 from ..experiments.agrs import SWEEP_ROWS, format_report, format_sweep, run_point, sweep
-from .common import check_output, positive, write_json
+from .common import check_output, max_cycles, positive, write_json
 
 __all__ = ["add_arguments", "prepare"]
 
@@ -31,6 +35,8 @@ def add_arguments(parser):
     parser.add_argument("--sizes", default=None,
                         help="with --sweep: comma-separated S in bytes (default N*512*"
                              + "{" + ",".join(map(str, SWEEP_ROWS)) + "})")
+    parser.add_argument("--max-cycles", type=int, default=None,
+                        help="watchdog: cycles per run before it counts as hung (default 10^7)")
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
 
 
@@ -38,6 +44,7 @@ def prepare(args):
     preset = get_preset(args.preset)
     positive("--ranks", args.ranks, 2)
     positive("--lanes", args.lanes)
+    max_cycles("--max-cycles", args.max_cycles)
     check_output(args.json, "--json")
     AgrsConfig(preset.name, ranks=args.ranks, lanes=2 if args.lanes is None else args.lanes)
     unit = args.ranks * preset.block_bytes
@@ -61,10 +68,11 @@ def prepare(args):
             if s % unit:
                 raise UserError(f"--sizes must be multiples of ranks * block_bytes ({unit}), not {s}")
 
+        @_watchdog_exits_1
         def job():
             rows = sweep(preset=args.preset, ranks=args.ranks, sizes=sizes,
                          backend=args.backend or "verilator",
-                         lanes=1 if args.lanes is None else args.lanes)
+                         lanes=1 if args.lanes is None else args.lanes, max_cycles=args.max_cycles)
             print(format_sweep(rows, args.ranks))
             if args.json:
                 write_json(args.json, {"sweep": rows})
@@ -76,12 +84,25 @@ def prepare(args):
     if nbytes % unit:
         raise UserError(f"--bytes must be a multiple of ranks * block_bytes ({unit}), not {nbytes}")
 
+    @_watchdog_exits_1
     def job():
         report = run_point(preset=args.preset, ranks=args.ranks, nbytes=nbytes, mode=args.mode,
-                         concurrent=args.concurrent, backend=args.backend or "pysim",
-                         lanes=2 if args.lanes is None else args.lanes)
+                           concurrent=args.concurrent, backend=args.backend or "pysim",
+                           lanes=2 if args.lanes is None else args.lanes, max_cycles=args.max_cycles)
         print(format_report(report))
         if args.json:
             write_json(args.json, report)
         return 0 if report["correct"] else 1
     return job
+
+
+def _watchdog_exits_1(job):
+    """A hung run prints the watchdog's diagnosis and exits 1 (as ``epfabric run`` does)."""
+    @functools.wraps(job)
+    def wrapped():
+        try:
+            return job()
+        except WatchdogTimeout as exc:
+            print(f"epfabric agrs: {exc}", file=sys.stderr)
+            return 1
+    return wrapped

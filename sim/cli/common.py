@@ -7,7 +7,7 @@ from ...hw.validate import UserError, check_int
 from ..backends import missing_reason
 from ..output import check_output, write_atomic
 
-__all__ = ["positive", "write_json", "check_output", "parse_params", "usable_backends"]
+__all__ = ["positive", "max_cycles", "write_json", "check_output", "parse_params", "usable_backends"]
 
 
 def positive(option, value, minimum=1):
@@ -15,6 +15,13 @@ def positive(option, value, minimum=1):
     if value is None:
         return None
     return check_int(option, value, minimum)
+
+
+def max_cycles(option, value):
+    """``value`` of a watchdog option if given: a cycle count the host port can hold (32 bits)."""
+    if value is None:
+        return None
+    return check_int(option, value, 1, (1 << 32) - 1)
 
 
 def write_json(path, obj):

@@ -26,7 +26,7 @@ from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS
 from ..backends.machine import backend as make_backend
 from ..waveforms import Waveform, parse_scopes
-from .common import check_output, parse_params, positive, write_json
+from .common import check_output, max_cycles, parse_params, positive, write_json
 
 __all__ = ["add_arguments", "prepare"]
 
@@ -67,7 +67,7 @@ def prepare(args):
     kernel = KERNELS[args.kernel]
     preset = get_preset(args.preset or kernel.default_preset).name
     positive("--aivs", args.aivs)
-    positive("--max-cycles", args.max_cycles)
+    max_cycles("--max-cycles", args.max_cycles)
     topology = parse_topology(args.topology) if args.topology else None
     params = parse_params(args.param)
     sweep = None                       # (name, [values]) of the one option given a list

@@ -54,12 +54,14 @@ __all__ = ["run_point", "sweep", "ring_and_inc", "eq5", "format_sweep", "format_
 
 
 def run_point(*, preset="incmoe-testbed", ranks=4, nbytes, mode="inc", concurrent=True,
-            backend="pysim", lanes=2, slots=16, seed=0, tmax=None):
+            backend="pysim", lanes=2, slots=16, seed=0, tmax=None, max_cycles=None):
     """Run one AG + one RS of ``nbytes`` each; return the report dict (CLI JSON keys).
 
     ``tmax`` is the padded layout's capacity in rows per rank (default: just
     ``nbytes``); a larger one lets several sizes share one hardware build
-    (cycle counts do not depend on it).
+    (cycle counts do not depend on it). ``max_cycles`` bounds the run (default:
+    the kernel's); a run that hits it raises
+    :class:`~epfabric.sw.machine.WatchdogTimeout`.
     """
     p = get_preset(preset)
     check_int("ranks", ranks, 2)
@@ -74,7 +76,8 @@ def run_point(*, preset="incmoe-testbed", ranks=4, nbytes, mode="inc", concurren
     result, reports = run_kernel(
         "agrs", make_backend(backend), preset=p.name, topology=("star", ranks),
         params={"mode": mode, "tmax": tmax, "lanes": lanes, "slots": slots,
-                "counts": [rows] * ranks, "seed": seed, "concurrent": concurrent})
+                "counts": [rows] * ranks, "seed": seed, "concurrent": concurrent},
+        max_cycles=max_cycles)
     run = result["runs"][0]
     cycles = run["cycles"]
     ns = p.ns(cycles)
@@ -91,7 +94,8 @@ def run_point(*, preset="incmoe-testbed", ranks=4, nbytes, mode="inc", concurren
 SWEEP_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
-def sweep(*, preset="incmoe-testbed", ranks=4, sizes=None, backend="verilator", lanes=1):
+def sweep(*, preset="incmoe-testbed", ranks=4, sizes=None, backend="verilator", lanes=1,
+          max_cycles=None):
     """Fig. 6-shaped table: concurrent ring and INC equivalent bandwidth vs ``S`` at ``ranks``.
 
     All sizes run on one hardware build per mode (the padded layout sized for
@@ -112,9 +116,9 @@ def sweep(*, preset="incmoe-testbed", ranks=4, sizes=None, backend="verilator", 
     rows = []
     for s in sizes:
         ring = run_point(preset=preset, ranks=ranks, nbytes=s, mode="ring", backend=backend,
-                       lanes=lanes, tmax=tmax)
+                         lanes=lanes, tmax=tmax, max_cycles=max_cycles)
         inc = run_point(preset=preset, ranks=ranks, nbytes=s, mode="inc", backend=backend,
-                      lanes=lanes, tmax=tmax)
+                        lanes=lanes, tmax=tmax, max_cycles=max_cycles)
         rows.append({"bytes": s, "ring": ring, "inc": inc,
                      "gain": inc["equiv_bw_gbps"] / ring["equiv_bw_gbps"] - 1,
                      "reduction": 1 - inc["cycles"] / ring["cycles"]})

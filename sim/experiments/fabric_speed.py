@@ -25,7 +25,7 @@ import time
 from ...hw.traffic import TrafficFabric
 from ...hw.validate import UserError, check_choice, check_int
 from ...sw.presets import get_preset, preset_names
-from ..backends import SIMULATORS, ComponentSpec, missing_reason, run
+from ..backends import ComponentSpec, missing_reason, run
 from ..backends.cocotb_runner import build, build_dir_for
 from ..backends.toolchain import OPT_LEVELS, parse_backends
 from ..verilog.simulation import verilog_of

@@ -18,7 +18,7 @@ import re
 
 import pytest
 
-from epfabric.sim.backends import missing_reason, run
+from epfabric.sim.backends import run
 from epfabric.sim.backends.machine import backend, machine_spec, session_intent
 from epfabric.sim.cli import main
 from epfabric.sim.experiments import EXPERIMENTS
@@ -26,6 +26,8 @@ from epfabric.sim.experiments import agrs as experiment
 from epfabric.sw.config import AgrsConfig
 from epfabric.sw.kernels.agrs import KERNEL
 from epfabric.sw.machine import Backend, Machine
+
+from utils import require_simulator
 
 CASES = ({"counts": [2, 1, 0, 2], "seed": 11}, {"counts": [1, 2, 2, 1], "seed": 12})
 MAX_CYCLES = 5000
@@ -53,8 +55,21 @@ def outcomes(simulator, mode):
     return ops
 
 
-def test_same_results_and_cycles_on_three_simulators(simulator):
-    ops = outcomes(simulator, "inc")
+#: cycles of CASES on the small machine, pinned: a timing change must update them on purpose
+GOLDEN_CYCLES = {"inc": [56, 63], "ring": [58, 58]}
+
+
+def test_small_inc_cases_match_numpy_and_the_pinned_cycles():
+    """Amaranth's simulator against numpy (the checker) and the golden cycle counts."""
+    ops = outcomes("pysim", "inc")
+    assert all(op["correct"] and op["done"] for op in ops), [op["problems"] for op in ops]
+    assert [op["errors"] for op in ops] == [0, 0]
+    assert [op["cycles"] for op in ops] == GOLDEN_CYCLES["inc"]
+
+
+def test_same_results_and_cycles_on_icarus_and_verilator(hdl_simulator):
+    """Each Verilog simulator against Amaranth's (itself checked by the test above)."""
+    ops = outcomes(hdl_simulator, "inc")
     assert all(op["correct"] and op["done"] for op in ops), [op["problems"] for op in ops]
     assert ops == outcomes("pysim", "inc")
 
@@ -69,12 +84,13 @@ def test_ring_finishes_on_event_driven_simulators(sim):
     forward went to rank 0; no ``done`` in 10 M cycles). Icarus is the cheap
     witness (its build takes well under a second).
     """
-    if missing_reason(sim):
-        pytest.skip(missing_reason(sim))
+    require_simulator(sim)
     ops = outcomes(sim, "ring")
     assert [op["errors"] for op in ops] == [0, 0]
-    assert all(op["done"] for op in ops)
-    if sim != "pysim":
+    assert all(op["done"] and op["correct"] for op in ops), [op["problems"] for op in ops]
+    if sim == "pysim":
+        assert [op["cycles"] for op in ops] == GOLDEN_CYCLES["ring"]
+    else:
         assert ops == outcomes("pysim", "ring")
 
 
@@ -127,8 +143,9 @@ def test_operations_back_to_back_in_one_simulation():
 
 def test_cli_json_report(tmp_path, capsys):
     out = tmp_path / "r.json"
+    # the run takes 33 cycles; a broken engine hits the watchdog in seconds, not after 10^7 cycles
     rc = main(["agrs", "--ranks", "2", "--bytes", str(2 * 512 * 2), "--mode", "inc", "--concurrent",
-               "--preset", "tiny", "--lanes", "1", "--json", str(out)])
+               "--preset", "tiny", "--lanes", "1", "--max-cycles", "2000", "--json", str(out)])
     assert rc == 0
     rep = json.loads(out.read_text())
     for key in ("mode", "ranks", "bytes", "cycles", "ns", "equiv_bw_gbps", "bound_gbps",
@@ -157,6 +174,8 @@ def test_cli_json_report(tmp_path, capsys):
     (["--sweep", "--sizes", ""], "--sizes must name at least one size, not ''"),
     (["--sweep", "--sizes", " "], "--sizes must name at least one size, not ' '"),
     (["--json", "."], "--json '.' is a folder, not a file"),
+    (["--max-cycles", "0"], "--max-cycles must be in [1, 4294967295], not 0"),
+    (["--max-cycles", str(1 << 32)], "--max-cycles must be in [1, 4294967295], not 4294967296"),
 ])
 def test_cli_bad_input_is_one_line_error(argv, message, capsys, no_simulation):
     assert main(["agrs", *argv]) == 2
@@ -168,7 +187,7 @@ def test_cli_bad_input_is_one_line_error(argv, message, capsys, no_simulation):
 def test_cli_sweep_table_and_json(tmp_path, capsys):
     out = tmp_path / "sweep.json"
     rc = main(["agrs", "--sweep", "--ranks", "4", "--sizes", "2048,4096", "--backend", "pysim",
-               "--preset", "tiny", "--lanes", "1", "--json", str(out)])
+               "--preset", "tiny", "--lanes", "1", "--max-cycles", "5000", "--json", str(out)])
     assert rc == 0
     text = capsys.readouterr().out
     assert "equivalent bandwidth" in text and "2 KiB" in text and "4 KiB" in text
@@ -177,6 +196,14 @@ def test_cli_sweep_table_and_json(tmp_path, capsys):
     assert all(r[m]["correct"] for r in rows for m in ("ring", "inc"))
     assert rows[0]["reduction"] == pytest.approx(1 - rows[0]["inc"]["cycles"]
                                                  / rows[0]["ring"]["cycles"])
+
+
+def test_cli_hung_run_exits_1_with_the_watchdog_diagnosis(capsys):
+    """A run longer than --max-cycles is a hang: exit 1 and the diagnosis, no traceback."""
+    rc = main(["agrs", "--ranks", "2", "--bytes", "2048", "--preset", "tiny", "--lanes", "1",
+               "--max-cycles", "5"])
+    assert rc == 1
+    assert re.search(r"epfabric agrs: .*5 cycles", capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("sizes, msg", [
@@ -218,8 +245,11 @@ def test_bandwidth_bound_and_eq5_reduction(ranks):
     # t cut 34.0 %); N=8 INC 84826 / ring 151031 (98.9 %, 43.8 %). The ring
     # pays N-1 link latencies, INC one: the cut sits just above Eq. 5.
     nbytes = ranks * 512 * 256
-    inc = experiment.run_point(ranks=ranks, nbytes=nbytes, mode="inc", backend="verilator", lanes=1)
-    ring = experiment.run_point(ranks=ranks, nbytes=nbytes, mode="ring", backend="verilator", lanes=1)
+    bound = 500_000         # > 3x the slowest run: a hang fails in minutes, not after 10^7 cycles
+    inc = experiment.run_point(ranks=ranks, nbytes=nbytes, mode="inc", backend="verilator", lanes=1,
+                               max_cycles=bound)
+    ring = experiment.run_point(ranks=ranks, nbytes=nbytes, mode="ring", backend="verilator", lanes=1,
+                                max_cycles=bound)
     assert inc["correct"] and ring["correct"]
     assert inc["fraction_of_bound"] >= 0.95
     reduction = 1 - inc["cycles"] / ring["cycles"]

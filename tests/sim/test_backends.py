@@ -6,13 +6,12 @@ import pytest
 
 from epfabric.sim import backends
 from epfabric.sim.backends import SimulationError, stream_get, stream_put, wait_until
-from epfabric.sim.backends import missing_reason
 from epfabric.sim.backends.cocotb_runner import _public_ports_vlt, build, build_dir_for
 from epfabric.sim.verilog.simulation import TOPLEVEL, has_reset, verilog_of
 from epfabric.sim.models.vector_commands import command, run_commands
 
 from utils import VECTOR_SPEC as SPEC
-from utils import ComponentSpec, run
+from utils import ComponentSpec, require_simulator, run
 
 
 async def put_get_intent(bench, a):
@@ -62,8 +61,7 @@ def test_unknown_simulator():
 
 @pytest.mark.parametrize("sim", ["icarus", "verilator"])
 def test_build_is_cached_by_content(sim):
-    if missing_reason(sim):
-        pytest.skip(missing_reason(sim))
+    require_simulator(sim)
     first = build(SPEC, sim, waves=False)
     stamp = (first / "built.ok").stat().st_mtime_ns
     run(SPEC, run_commands, {"commands": [command("COUNT", [1, 2], s=(2, 2, 2))]}, simulator=sim)
@@ -106,8 +104,7 @@ async def long_wait_intent(bench):
 @pytest.mark.parametrize("sim", ["icarus", "verilator"])
 def test_long_native_wait_reports_progress_and_times_out(sim, capfd):
     """A native wait wakes every 50 000 cycles to report, and still honours its timeout."""
-    if missing_reason(sim):
-        pytest.skip(missing_reason(sim))
+    require_simulator(sim)
     with pytest.raises(SimulationError, match="timeout: o_stream.valid still 0 after 60000 cycles"):
         run(SPEC, long_wait_intent, simulator=sim)
     err = capfd.readouterr().err

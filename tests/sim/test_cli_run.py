@@ -27,7 +27,8 @@ def test_every_registered_kernel_is_a_choice():
 
 def test_syncall_json_and_trace(tmp_path, capsys):
     out, trace = tmp_path / "out.json", tmp_path / "trace.json"
-    assert main(["run", "syncall", *SMALL, "--json", str(out), "--trace", str(trace)]) == 0
+    assert main(["run", "syncall", *SMALL, "--max-cycles", "2000", "--json", str(out),
+                 "--trace", str(trace)]) == 0
     text = out.read_text()
     assert text.endswith("}\n")                         # written whole (sim/output.write_atomic)
     result = json.loads(text)
@@ -48,8 +49,8 @@ def test_syncall_json_and_trace(tmp_path, capsys):
 
 def test_param_json_and_vcd(tmp_path):
     out, vcd = tmp_path / "a2a.json", tmp_path / "a2a.vcd"
-    assert main(["run", "alltoall", *SMALL, "--param", "seed=7", "--json", str(out),
-                 "--vcd", str(vcd)]) == 0
+    assert main(["run", "alltoall", *SMALL, "--param", "seed=7", "--max-cycles", "2000",
+                 "--json", str(out), "--vcd", str(vcd)]) == 0
     result = json.loads(out.read_text())
     assert result["params"] == {"seed": 7} and result["correct"]
     (run,) = result["runs"]
@@ -65,7 +66,7 @@ def test_param_json_and_vcd(tmp_path):
      "topology must look like superpod:2,2,2 or star:4, not 'superpod:2,x'"),
     (["run", "alltoall", "--topology", "superpod:3,1,1"], "dies_per_npu must be in [1, 2], not 3"),
     (["run", "pingpong", "--vcd", "x.fst"], "--vcd 'x.fst': Amaranth's simulator writes VCD only"),
-    (["run", "syncall", "--max-cycles", "0"], "--max-cycles must be >= 1, not 0"),
+    (["run", "syncall", "--max-cycles", "0"], "--max-cycles must be in [1, 4294967295], not 0"),
     (["run", "alltoall", "--aivs", "0"], "--aivs must be >= 1, not 0"),
     (["run", "alltoall", "--aivs", "-1"], "--aivs must be >= 1, not -1"),
     (["run", "alltoall", "--aivs", "300"], "aivs_per_die must be in [1, 256], not 300"),
@@ -87,6 +88,8 @@ def test_param_json_and_vcd(tmp_path):
      "--trace/--vcd need one value of --system"),
     (["run", "dispatch", "--cap", "0"], "cap must be in [1, 32], not 0"),
     (["run", "syncall", "--epochs", "0"], "epochs must be in [1, 99], not 0"),
+    (["run", "syncall", "--max-cycles", str(1 << 32)],
+     "--max-cycles must be in [1, 4294967295], not 4294967296"),
     (["run", "alltoall", "--seed", "-1"], "seed must be >= 0, not -1"),
     (["run", "agrs", "--param", "concurrent=yes"], "concurrent must be a bool, not 'yes'"),
     (["run", "agrs", "--param", "counts=[1,2]"], "counts must be 4 row counts in [0, 4], not [1, 2]"),
@@ -156,7 +159,7 @@ def test_commands_and_experiments_are_registered():
     from epfabric.sim.experiments import EXPERIMENTS
     assert [name for name, _, _ in COMMANDS] == ["run", "verilog", "demo", "races", "calibrate",
                                                  "agrs", "bench", "fabric-speed", "reproduce",
-                                                 "figures", "synth", "prove", "soak"]
+                                                 "figures", "synth", "prove", "soak", "mutate"]
     assert set(EXPERIMENTS) == {"table2", "fig6", "eq5", "payload", "races", "speed",
                                 "fabric_speed", "quaternary"}
     assert all(e.name == name and e.title for name, e in EXPERIMENTS.items())

@@ -16,6 +16,8 @@ from epfabric.sim.cli import main
 from epfabric.sim.formal import missing_tool, registry, run_covers, run_property
 from epfabric.sim.waveforms import read_dump, read_gtkw
 
+from utils import require
+
 PROPS = registry()
 
 #: property → harness parameters of a broken variant that must fail it
@@ -32,11 +34,7 @@ BROKEN = {
 
 @pytest.fixture(autouse=True)
 def _tools():
-    reason = missing_tool()
-    if reason:
-        if os.environ.get("EPFABRIC_REQUIRE_ALL_SIMULATORS") == "1":
-            pytest.fail(f"formal tools required in CI: {reason}")
-        pytest.skip(reason)
+    require("formal tools", missing_tool())
 
 
 def _params(slow):

@@ -1,5 +1,6 @@
 """``epfabric reproduce`` / ``epfabric figures`` (sim/results/): grids, cache, Dask, faults, files."""
 
+import importlib.util
 import json
 import os
 import signal
@@ -13,6 +14,8 @@ from epfabric.sim.cli import main
 from epfabric.sim.experiments import EXPERIMENTS, Experiment, Param, register
 from epfabric.sim.results import cache, files
 from epfabric.sim.results.reproduce import reproduce
+
+from utils import require
 
 PAYLOAD = EXPERIMENTS["payload"]
 
@@ -71,7 +74,8 @@ def test_second_run_reads_the_cache(tmp_path, result_cache, small_payload, monke
 
 def test_local_cluster_and_serial_give_the_same_csv(tmp_path, result_cache, small_payload,
                                                     monkeypatch):
-    pytest.importorskip("distributed")
+    require("dask distributed", None if importlib.util.find_spec("distributed")
+            else "dask[distributed] is not installed (a dependency of epfabric)")
     serial_dir, dask_dir = tmp_path / "serial", tmp_path / "dask"
     reproduce([small_payload], serial_dir, scheduler="serial", log=lambda *_: None)
     monkeypatch.setenv("EPFABRIC_RESULT_CACHE", str(tmp_path / "cache2"))   # nothing cached for Dask

@@ -7,13 +7,13 @@ superpod on Verilator are ``slow``.
 """
 
 import json
-import os
 
 import pytest
 
-from epfabric.sim.backends import missing_reason
 from epfabric.sim.cli import main
 from epfabric.sim.soak import kernel_soak, ok, run_soak
+
+from utils import require_simulator
 
 SMALL = (2, 2, 1)       # 4 ranks
 
@@ -69,8 +69,7 @@ def test_kernel_soak_checks_every_run():
 @pytest.mark.verilator
 @pytest.mark.parametrize("pattern", ["uniform", "hotspot"])
 def test_cm384_soak_100k_blocks(pattern):
-    if missing_reason("verilator"):
-        pytest.skip(missing_reason("verilator"))
+    require_simulator("verilator")
     row = run_soak(blocks_per_rank=3125, pattern=pattern, seed=1, backend="verilator")
     assert row["ranks"] == 32 and row["blocks"] == 100_000
     assert ok(row), row

@@ -9,7 +9,6 @@ tool runs, with one line.
 import csv
 import io
 import json
-import os
 
 import pytest
 
@@ -18,15 +17,13 @@ from epfabric.sim.verilog import synth
 from epfabric.sim.verilog.synth import (SynthError, csv_text, markdown_table, missing_tool,
                                         scaling, synthesize)
 
+from utils import require
+
 SMALL_VU = ["--param", "lanes=2", "--param", "width=8", "--param", "max_len=16"]
 
 
 def _need_tools(pnr):
-    reason = missing_tool("ecp5", pnr)
-    if reason:
-        if os.environ.get("EPFABRIC_REQUIRE_ALL_SIMULATORS") == "1":
-            pytest.fail(f"synthesis tools required in CI: {reason}")
-        pytest.skip(reason)
+    require("synthesis tools", missing_tool("ecp5", pnr))
 
 
 @pytest.fixture

@@ -2,12 +2,13 @@
 
 import pytest
 
-from epfabric.sim.backends import missing_reason
 from epfabric.sim.cli import main
 from epfabric.sim.cli.common import parse_params
 from epfabric.sim.verilog.export import write_verilog
 from epfabric.sim.verilog.lint import WAIVERS, lint_file
 from epfabric.sim.verilog.registry import build_component, registered
+
+from utils import require_simulator
 
 
 def test_vector_unit_is_registered():
@@ -19,8 +20,7 @@ def test_every_component_converts_and_lints(name, tmp_path):
     assert main(["verilog", name, "-o", str(tmp_path)]) == 0
     path = tmp_path / f"{name}.v"
     assert f"module {name}(" in path.read_text()
-    if missing_reason("verilator"):
-        pytest.skip(missing_reason("verilator"))
+    require_simulator("verilator")
     ok, msg = lint_file(path)
     assert ok, msg
 

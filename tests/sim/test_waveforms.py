@@ -22,6 +22,8 @@ from epfabric.sim.waveforms import (Comment, Group, Marker, Trace, Waveform, _lz
                                     fit_gtkw, parse_scopes, read_dump, read_gtkw, sanitize_vcd,
                                     write_gtkw, zoom_for)
 
+from utils import require
+
 SMALL = ["--preset", "tiny", "--topology", "superpod:2,1,1", "--aivs", "2"]
 
 
@@ -244,7 +246,7 @@ def test_run_vcd_on_every_backend(simulator, tmp_path, capsys):
     """
     vcd = tmp_path / "pp.vcd"
     assert main(["run", "pingpong", *SMALL, "--backend", simulator, "--vcd", str(vcd),
-                 "--vcd-scope", "1:0"]) == 0
+                 "--vcd-scope", "1:0", "--max-cycles", "2000"]) == 0
     assert f"wrote {vcd} + pp.gtkw" in capsys.readouterr().out
     save = check_run_waveform(vcd)
     state = next(t for t, a in save.aliases.items() if a == "state")
@@ -256,7 +258,7 @@ def test_run_vcd_on_every_backend(simulator, tmp_path, capsys):
     if simulator != "pysim" and not fst_missing(simulator):   # FST too: much smaller
         fst = tmp_path / "pp.fst"
         assert main(["run", "pingpong", *SMALL, "--backend", simulator, "--vcd", str(fst),
-                     "--vcd-scope", "1:0"]) == 0
+                     "--vcd-scope", "1:0", "--max-cycles", "2000"]) == 0
         check_run_waveform(fst)
         assert fst.stat().st_size * 5 < vcd.stat().st_size
 
@@ -330,9 +332,9 @@ gtkwave::/File/Quit
 """
 
 
-@pytest.mark.skipif(not (shutil.which("gtkwave") and shutil.which("xvfb-run")),
-                    reason="GTKWave and xvfb-run not installed")
 def test_gtkwave_displays_every_trace(tmp_path, monkeypatch):
+    require("GTKWave", None if shutil.which("gtkwave") and shutil.which("xvfb-run")
+            else "gtkwave and xvfb-run not on PATH (optional, not installed by CI)", optional=True)
     from epfabric.sim.experiments import races
     monkeypatch.setenv("EPFABRIC_WAVEFORM_DIR", str(tmp_path))
     row = races.run_scenario("checksum_stale_blocks")

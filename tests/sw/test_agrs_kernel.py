@@ -29,7 +29,7 @@ def small_machine():
 @functools.lru_cache(maxsize=None)
 def small_run():
     return run_kernel("agrs", backend("pysim"), preset="tiny", topology=("star", 4),
-                      params={**SMALL, **CASE})
+                      params={**SMALL, **CASE}, max_cycles=5000)
 
 
 def test_registered_with_its_defaults():

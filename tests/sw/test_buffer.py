@@ -10,7 +10,8 @@ from epfabric.sw.ubep.workload import Workload
 from utils import require_simulator
 
 # the dispatch/combine tests' shape: the same hardware, so one Verilator build serves all
-SHAPE = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=2, batch=4, topk=2, experts=4)
+SHAPE = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=2, batch=4, topk=2, experts=4,
+             max_cycles=5_000)       # every call takes < 1000 cycles: a hang fails in seconds
 
 
 def _inputs(seed):

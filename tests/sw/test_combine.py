@@ -63,7 +63,7 @@ def test_a_combine_that_does_not_poll_the_flags_is_caught():
     require_simulator("verilator")          # one cm384 build serves this and test_dispatch's control
     result, _ = run_kernel(K, backend("verilator"),
                            params={**SMALL, "system": "ubep", "broken": "no_flag_poll"},
-                           **{**SHAPE, "preset": "cm384"})
+                           max_cycles=50_000, **{**SHAPE, "preset": "cm384"})
     assert not result["correct"]
     assert any("YOUT token" in p for p in result["problems"])
     assert result["runs"][0]["dispatch"]["correct"]

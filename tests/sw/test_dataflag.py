@@ -49,12 +49,21 @@ def test_sp_detects_arrival_and_rejects_collision():
 
 
 def test_reserved_sentinel_not_produced_by_fp16_arithmetic():
+    """The half-words of RESERVED_SENTINEL itself (not a copy of its value) never come out of
+    FP16 arithmetic, NaNs included; a payload that does equal it is refused."""
+    reserved = set(np.asarray(df.RESERVED_SENTINEL, dtype="<u4").view("<u2").tolist())
+    assert df.RESERVED_SENTINEL.shape == (df.FLAG_BYTES // 4,)
     rng = np.random.default_rng(0)
     x = rng.standard_normal(1 << 16).astype(np.float16)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504.0, 6e-8], dtype=np.float16)
     with np.errstate(all="ignore"):
-        produced = np.concatenate([x, x * x, x / np.float16(0), np.sqrt(x), x - x])
+        produced = np.concatenate([x, x * x, x / np.float16(0), np.sqrt(x), x - x, specials,
+                                   specials * x[:7], np.float16(np.inf) - np.float16(np.inf)
+                                   + np.zeros(1, np.float16)])
     halves = set(produced.view(np.uint16).tolist())
-    assert 0x7E5A not in halves
+    assert not reserved & halves
+    with pytest.raises(ValueError, match="equal the sentinel"):
+        df.sp_check_payload(df.sp_fill())          # a payload that is the reserved sentinel
 
 
 def test_block_int_roundtrip():

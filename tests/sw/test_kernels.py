@@ -65,7 +65,7 @@ def test_registry_has_every_kernel():
 
 def test_a_new_kernel_runs_through_the_cli_without_cli_code(stamp, tmp_path, capsys):
     out = tmp_path / "r.json"
-    assert main(["run", stamp.name, "--preset", "tiny", "--param", "value=9",
+    assert main(["run", stamp.name, "--preset", "tiny", "--param", "value=9", "--max-cycles", "2000",
                  "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["kernel"] == stamp.name and result["correct"] and result["params"] == {"value": 9}
@@ -74,11 +74,13 @@ def test_a_new_kernel_runs_through_the_cli_without_cli_code(stamp, tmp_path, cap
 
 
 def test_the_checker_can_fail(stamp):
-    result, _ = run_kernel(stamp, backend("pysim"), preset="tiny", params={"value": 3})
+    result, _ = run_kernel(stamp, backend("pysim"), preset="tiny", params={"value": 3},
+                           max_cycles=2000)
     assert result["correct"]
     broken = Stamp()
     broken.check = lambda m, r, inputs: Stamp.check(broken, m, r, inputs + 1)
-    result, _ = run_kernel(broken, backend("pysim"), preset="tiny", params={"value": 3})
+    result, _ = run_kernel(broken, backend("pysim"), preset="tiny", params={"value": 3},
+                           max_cycles=2000)
     assert not result["correct"] and len(result["problems"]) == 4
 
 
