@@ -306,13 +306,17 @@ class Speed(Experiment):
 
 
 def parse_dies(text):
-    """``"4,16"`` → ``[4, 16]``, each one of :data:`SHAPES`."""
+    """``"4,16"`` → ``[4, 16]``: at least one, each one of :data:`SHAPES`, none twice."""
     try:
-        dies = [int(d) for d in text.split(",") if d]
+        dies = [int(d) for d in text.split(",") if d.strip()]
     except ValueError:
         raise UserError(f"dies must be comma-separated integers, not {text!r}") from None
+    if not dies:
+        raise UserError(f"dies must name at least one die count, not {text!r}")
     for d in dies:
         check_choice("dies", d, tuple(SHAPES))
+    if len(set(dies)) != len(dies):
+        raise UserError(f"dies names a count twice: {text!r}")
     return dies
 
 

@@ -1,5 +1,6 @@
 """``epfabric bench`` (sim/experiments/speed.py): cycles per second per backend, measured not assumed."""
 
+import functools
 import json
 
 import pytest
@@ -8,8 +9,10 @@ from epfabric.sim.cli import main
 from epfabric.sim.experiments import speed
 
 
-def test_pysim_row(tmp_path, capsys):
+def test_pysim_row(tmp_path, capsys, monkeypatch):
     out = tmp_path / "bench.json"
+    # the 4-die run takes a few thousand cycles: a hang fails in seconds, not after 10^6
+    monkeypatch.setattr(speed, "bench_one", functools.partial(speed.bench_one, max_cycles=20_000))
     assert main(["bench", "--backends", "pysim", "--dies", "4", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     (row,) = data["runs"]
@@ -42,6 +45,9 @@ def test_pysim_row(tmp_path, capsys):
     (["bench", "--backends", "pysim", "--opt=-O2"], "--opt=-O2 applies to verilator only, not to pysim"),
     (["bench", "--scale", "--opt=fast"], "--opt must be one of -O0, -O1, -O2, -O3, -Os, -Og, not 'fast'"),
     (["bench", "--json", "."], "--json '.' is a folder, not a file"),
+    (["bench", "--dies", ""], "dies must name at least one die count, not ''"),
+    (["bench", "--dies", ","], "dies must name at least one die count, not ','"),
+    (["bench", "--dies", "4,4"], "dies names a count twice: '4,4'"),
 ])
 def test_bad_input(argv, message, capsys, monkeypatch):
     def forbidden(*args, **kwargs):
