@@ -5,8 +5,9 @@ matter for generation or Verilator's speed and all invisible in results: the
 ``sync`` domain is reset-less for Verilator, tops that repeat a block define it
 once (``hierarchical_verilog``), and a large memory whose initial contents are
 all zero (a die's HBM slice) is zeroed by a loop in an ``initial`` block
-instead of one constant per row (:func:`_zero_by_loop`). See
-:func:`verilog_of`.
+instead of one constant per row (:func:`_zero_by_loop`). Icarus' Verilog also
+evaluates every ``always @*`` block once at time 0 (:func:`_kick_at_time_zero`),
+which Icarus would otherwise not do. See :func:`verilog_of`.
 """
 
 import contextlib
@@ -41,11 +42,15 @@ def verilog_of(spec, simulator="verilator"):
     Verilator re-evaluates all of it on every ``eval()`` (its
     input-combinational region); measured on the 4-die machine, that was
     most of the run time. Icarus keeps the synchronous reset and the bench
-    pulses it at start: Icarus does not run ``always @*`` blocks at time 0,
-    and the reset's edges are what first evaluates them. Register values are
-    the same either way (reset values are the init values); the
-    cross-simulator tests check cycles and results are identical.
-    ``epfabric verilog`` (for FPGA flows) keeps the reset.
+    pulses it at start. Register values are the same either way (reset
+    values are the init values); the cross-simulator tests check cycles and
+    results are identical. ``epfabric verilog`` (for FPGA flows) keeps the
+    reset.
+
+    Icarus' Verilog gets :func:`_kick_at_time_zero`: without it, an
+    ``always @*`` block whose inputs all settle at time 0 never runs and its
+    outputs stay ``x`` (the reset pulse does not help: it changes no register's
+    value, their initialisers already hold the reset values).
     """
     reset_less = not has_reset(simulator)
     key = (spec.to_json(), reset_less)
@@ -68,12 +73,14 @@ def verilog_of(spec, simulator="verilator"):
 def _convert(spec, reset_less):
     from amaranth.hdl import ClockDomain
     kw = {"missing_domain": lambda name: ClockDomain(name, reset_less=True)} if reset_less else {}
+    # Icarus (the simulator with a reset) needs its always @* blocks kicked at time 0.
+    kick = not reset_less
     top, parts = spec.build(), {}
     if hasattr(top, "hierarchical_verilog"):
         # Repeated blocks as one shared module (e.g. System's dies, cores,
         # links and switches): converted once each, whatever the instance count.
         top, parts = top.hierarchical_verilog(reset=not reset_less)
-    texts = [_to_verilog(top, TOPLEVEL, kw)]
+    texts = [_to_verilog(top, TOPLEVEL, kw, kick)]
     for name, part in parts.items():
         # A shared module is cached on disk by what defines it, so another
         # shape with the same die (or core, link, switch) does not convert it again.
@@ -81,7 +88,7 @@ def _convert(spec, reset_less):
         if path.exists():
             texts.append(path.read_text())
             continue
-        texts.append(_to_verilog(part, name, kw))
+        texts.append(_to_verilog(part, name, kw, kick))
         write_atomic(path, texts[-1])
     return "\n".join(texts)
 
@@ -91,11 +98,65 @@ def _convert(spec, reset_less):
 ZERO_LOOP_BITS = 1 << 20
 
 
-def _to_verilog(design, name, kw):
+def _to_verilog(design, name, kw, kick=False):
     from amaranth.back import verilog
     with _zero_by_loop():
         text = verilog.convert(design, name=name, emit_src=False, **kw)
-    return _add_zero_loops(text)
+    text = _add_zero_loops(text)
+    return _kick_at_time_zero(text) if kick else text
+
+
+#: Yosys' trigger of a module's ``always @*`` blocks:
+#: ``reg \$auto$verilog_backend.cc:N:dump_module$M = 0;``
+_TRIGGER = re.compile(r"^( *)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+) +=[^;\n]*;\n",
+                      re.M)
+#: an ``always @*`` block of one statement (Yosys writes these for part-selects of a reg)
+_BARE_ALWAYS = re.compile(r"^( *)always @\*\n( *)([^\n]*;)\n", re.M)
+#: a module's header: ``module NAME(ports);``
+_MODULE_HEAD = re.compile(r"^module [^;]*;\n", re.M)
+#: the trigger this file adds to a module with one-statement ``always @*`` blocks
+_KICK = "epf_time0_kick"
+
+
+def _kick_at_time_zero(text):
+    """Make every ``always @*`` block run once at time 0 on Icarus.
+
+    ``always @*`` waits for a change of what it reads; it does not run at time
+    0 by itself. Yosys therefore declares one trigger per module, ``reg
+    \\$auto$verilog_backend.cc:N:dump_module$M = 0;``, and reads it in every
+    ``always @*`` block (``if (trigger) begin end``), counting on the
+    initialiser to be a time-0 change. Icarus compiles in SystemVerilog mode
+    (cocotb's runner passes ``-g2012``), where a declaration initialiser is
+    applied before any process starts, with no event: the trigger never fires,
+    and a block whose inputs all settle at time 0 never runs -- its outputs
+    stay ``x`` until an input changes. In the die router that was the block
+    driving ``ub_wr`` (a UB answer entering the RSP queue): ``x`` for the whole
+    run, so the first incoming remote load made ``rx_rd_ok`` and ``rx.ready``
+    ``x`` and the load was never answered.
+
+    Here every trigger is set to 1 after a ``#0`` delay: in the inactive
+    region of time 0, when every ``always`` block has started and waits at its
+    ``@*``, so each runs once whatever the order of the time-0 events. The
+    one-statement blocks Yosys writes without the trigger (part-selects of a
+    reg, e.g. the top's trace entry) get a trigger of their own, set the same
+    way. Changes no value a block computes, only that it is computed.
+    """
+    def kick(m):
+        indent, name = m.group(1), m.group(2)
+        return f"{m.group(0)}{indent}initial #0 {name} = 1'h1;\n"
+
+    def module(part):
+        part = _TRIGGER.sub(kick, part)
+        if not _BARE_ALWAYS.search(part):
+            return part
+        part = _BARE_ALWAYS.sub(lambda m: (f"{m.group(1)}always @* begin\n"
+                                           f"{m.group(2)}if ({_KICK}) begin end\n"
+                                           f"{m.group(2)}{m.group(3)}\n{m.group(1)}end\n"), part)
+        return _MODULE_HEAD.sub(lambda m: (f"{m.group(0)}  reg {_KICK} = 1'h0;\n"
+                                           f"  initial #0 {_KICK} = 1'h1;\n"), part, count=1)
+
+    parts = re.split(r"(?=^module )", text, flags=re.M)
+    return "".join(module(p) for p in parts)
 
 
 @contextlib.contextmanager

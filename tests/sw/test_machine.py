@@ -291,3 +291,55 @@ def test_row_writes_load_what_word_writes_load(simulator):
     assert b3 == block and copies == [block] * 3                 # every core ran its own program
     assert b4 == [0, 7, 8, 1, 11, 0, 111, 0]
     assert sorted(t["event"] for t in marks) == [20, 21, 23]
+
+
+def _remote_loads(simulator):
+    """Both cores of rank 0 load from rank 1 at once -- ``lw``, ``ldb``, ``poll`` and
+    ``fadd`` -- and store what they got locally: ``(cycles, rank 0's copies, rank 1's words)``."""
+    m = machine(simulator, topology=("superpod", 2, 1, 1), aivs_per_die=2)
+    wpb = m.config.words_per_block
+    m.write_mem(1, address(0, 3, 0), [101 + k for k in range(wpb)])
+    m.write_mem(1, address(0, 4, 0), [2000, 3000])
+    for core in (0, 1):
+        p = Program()
+        p.li(1, address(1, 3, 0))
+        p.lw(2, 1, 4 * (core + 1))                      # remote word 1 / 2 of rank 1's block 3
+        p.ldb(0, 1, 0)                                   # remote block: rank 1's block 3
+        p.li(3, address(1, 4, core))
+        p.li(4, 5 + core)
+        p.fadd(5, 3, 4)                                  # remote fetch-add: old value in R5
+        p.poll(6, 3, 4, "ne")                            # remote poll: the new value
+        p.li(7, address(0, 5, 4 * core))
+        p.sw(2, 7, 0)
+        p.sw(5, 7, 4)
+        p.sw(6, 7, 8)
+        p.li(7, address(0, 6 + core, 0))
+        p.stb(0, 7, 0)
+        p.fence()
+        p.halt()
+        m.load_program(0, core, p)
+    report = m.run(2_000)
+    assert report.done
+    return (report.cycles, [m.read_mem(0, address(0, b, 0), wpb) for b in (5, 6, 7)],
+            m.read_mem(1, address(0, 4, 0), 2))
+
+
+_REMOTE_LOADS = {}
+
+
+@pytest.mark.parametrize("simulator", ["pysim", "icarus", "verilator"])
+def test_remote_loads_agree_on_every_simulator(simulator):
+    """Remote lw/ldb/poll/fadd from two cores of rank 0 to rank 1 complete with the right values
+    in pysim's cycles on every simulator. Regression: on Icarus a remote load never completed
+    (an ``always @*`` block of the router never ran at time 0, its output ``ub_wr`` stayed x)."""
+    from utils import require_simulator
+    require_simulator(simulator)
+    if "pysim" not in _REMOTE_LOADS:
+        _REMOTE_LOADS["pysim"] = _remote_loads("pysim")
+    got = _REMOTE_LOADS["pysim"] if simulator == "pysim" else _remote_loads(simulator)
+    cycles, (words, block0, block1), fetched = got
+    block = [101 + k for k in range(len(block0))]
+    assert words[:8] == [102, 2000, 2005, 0, 103, 3000, 3006, 0]
+    assert block0 == block1 == block
+    assert fetched == [2005, 3006]
+    assert cycles == _REMOTE_LOADS["pysim"][0]
