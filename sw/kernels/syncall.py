@@ -18,7 +18,7 @@ barrier ``e``.
 
 from dataclasses import replace
 
-from ...hw.validate import check_int
+from ...hw.validate import UserError, check_int
 from ..assembler import Program
 from ..isa import address
 from . import Kernel, pow2_at_least, register
@@ -28,6 +28,7 @@ __all__ = ["ENTER", "LEAVE", "MAX_EPOCHS", "program", "SyncAll", "KERNEL"]
 ENTER, LEAVE = 100, 200
 MAX_EPOCHS = LEAVE - ENTER - 1      # ENTER + e stays below LEAVE + 1: marks never collide
 LOCAL, GLOBAL, RELEASE = 0, 1, 2   # words of block 0
+MAX_TRACE = 65535                  # MachineConfig.trace_depth's range
 
 
 def program(config, rank, core, epochs=2):
@@ -86,8 +87,12 @@ class SyncAll(Kernel):
         out = []
         for c in super().configs(preset, topology, aivs, params):
             longest = len(program(c, 0, 0, epochs).assemble())     # core 0 leads: the longest
+            marks = 2 * epochs * c.cores
+            if marks > MAX_TRACE:
+                raise UserError(f"epochs={epochs} on {c.cores} cores needs {marks} MARK trace "
+                                f"entries; the trace holds at most {MAX_TRACE} (fewer epochs or AIVs)")
             out.append(replace(c, imem_depth=max(c.imem_depth, pow2_at_least(longest)),
-                               trace_depth=max(c.trace_depth, pow2_at_least(2 * epochs * c.cores))))
+                               trace_depth=max(c.trace_depth, min(MAX_TRACE, pow2_at_least(marks)))))
         return out
 
     def load(self, machine, params):

@@ -88,6 +88,8 @@ def test_param_json_and_vcd(tmp_path):
      "--trace/--vcd need one value of --system"),
     (["run", "dispatch", "--cap", "0"], "cap must be in [1, 32], not 0"),
     (["run", "syncall", "--epochs", "0"], "epochs must be in [1, 99], not 0"),
+    (["run", "syncall", "--epochs", "99", "--aivs", "128"],
+     "epochs=99 on 512 cores needs 101376 MARK trace entries; the trace holds at most 65535"),
     (["run", "syncall", "--max-cycles", str(1 << 32)],
      "--max-cycles must be in [1, 4294967295], not 4294967296"),
     (["run", "alltoall", "--seed", "-1"], "seed must be >= 0, not -1"),
