@@ -11,7 +11,7 @@ import pathlib
 TESTS = pathlib.Path(__file__).parent
 
 #: files still skipping on their own, to be routed through utils.require (owned elsewhere)
-NOT_YET_ROUTED = {"hw/test_inc_engine.py"}
+NOT_YET_ROUTED = set()
 
 
 def direct_skips(path):

@@ -60,7 +60,8 @@ def kernel_cases(kernel, small, shape):
         params = kernel.resolve_params({**small, "system": system})
         config = kernel.configs(shape["preset"], shape["topology"], shape["aivs"], params)[0]
         m = Machine(backend=backend("pysim"), config=config)
-        inputs = kernel.load(m, params)
+        inputs = (kernel.load(m, params, max_cycles=KERNEL_CASE_MAX_CYCLES) if kernel.load_runs
+                  else kernel.load(m, params))
         return m, m.run(KERNEL_CASE_MAX_CYCLES), inputs
 
     @functools.lru_cache(maxsize=None)

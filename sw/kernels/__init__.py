@@ -74,6 +74,10 @@ class Kernel:
             out.append(MachineConfig(p.name, topology=topology, aivs_per_die=a, **self.sizes(shape)))
         return out
 
+    #: ``load`` itself runs the machine (e.g. the combine runs its dispatch first)
+    #: and takes ``max_cycles``, the caller's watchdog for that run
+    load_runs = False
+
     def load(self, machine, params):
         raise NotImplementedError
 
@@ -133,7 +137,8 @@ def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params
     runs, reports, problems = [], [], []
     for config in configs:
         machine = Machine(backend=backend, config=config)
-        inputs = kernel.load(machine, params)
+        inputs = (kernel.load(machine, params, max_cycles=max_cycles) if kernel.load_runs
+                  else kernel.load(machine, params))
         report = machine.run(max_cycles)
         verdict = kernel.check(machine, report, inputs)
         problems += verdict["problems"]

@@ -111,10 +111,13 @@ class Combine(Dispatch):
     def programs(self, config, params):
         return DISPATCH.programs(config, params)
 
-    def load(self, machine, params):
+    load_runs = True
+
+    def load(self, machine, params, max_cycles=None):
+        """Run the dispatch (under ``max_cycles``, default the dispatch's), then load the combine."""
         cfg = machine.config
         w, _, epoch = DISPATCH.load(machine, params)
-        report = machine.run(DISPATCH.default_max_cycles)
+        report = machine.run(DISPATCH.default_max_cycles if max_cycles is None else max_cycles)
         verdict = DISPATCH.check(machine, report, (w, params, epoch))
         lay = layout_of(cfg, params)
         cnt = [len(rows) for rows in dispatch_out(w)[0]]     # rows each rank should hold

@@ -25,7 +25,7 @@ import numpy as np
 from ...hw.validate import UserError, check_int
 
 from ..config import MachineConfig
-from ..isa import address
+from ..isa import BLOCK_BITS, address
 from ..presets import get_preset
 from ..ubep import combine, ubep
 from ..ubep.cann import BROKEN, PHASES, SYNCALLS, dispatch_program
@@ -167,6 +167,13 @@ class Dispatch(Kernel):
                          seed=params["seed"], hot=params["hot"])  # fits this shape (else: named)
             check_cap(w, params["cap"])
             lay = layout_of(shape, params)
+            if lay.blocks > 1 << BLOCK_BITS:
+                raise UserError(
+                    f"batch={params['batch']}, topk={params['topk']}, "
+                    f"experts={params['experts']}, hidden_blocks={params['hidden_blocks']}, "
+                    f"cap={params['cap']} on {shape.ranks} ranks need {lay.blocks} HBM blocks "
+                    f"per rank; an address holds {1 << BLOCK_BITS} (a smaller batch, "
+                    f"hidden_blocks or cap)")
             # one machine runs either system's dispatch and the combine that follows it
             # (the same hardware for a comparison, and one build serves both)
             systems = SYSTEMS if a >= 2 else ("cann",)     # UBEP needs a T- and a C-AIV

@@ -4,15 +4,13 @@ Unit intents drive the engine's streams directly on Amaranth's simulator; the
 three-simulator check of the whole system is in test_inc_endpoint.py.
 """
 
-import shutil
 
 import numpy as np
 import pytest
 from amaranth.back import verilog
 
 from epfabric.hw.inc_engine import IncEngine, IncOp, inc_flit_layout, reduce_lanes
-from epfabric.sim.backends.toolchain import verilator_root
-from utils import ComponentSpec, run
+from utils import ComponentSpec, require_simulator, run
 
 N, TMAX, LANES = 4, 4, 2
 SPEC = ComponentSpec("epfabric.hw.inc_engine:IncEngine",
@@ -160,9 +158,8 @@ def test_flit_layout_has_message_header():
             "data"} <= set(fields)
 
 
-@pytest.mark.skipif(shutil.which("verilator") is None and verilator_root() is None,
-                    reason="verilator not available")
 def test_verilog_export_lints_clean(tmp_path):
+    require_simulator("verilator")
     from epfabric.sim.verilog.lint import lint_file
     from epfabric.sim.verilog.registry import build_component
     path = tmp_path / "inc_engine.v"

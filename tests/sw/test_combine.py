@@ -98,3 +98,12 @@ def test_the_combine_is_fed_what_the_dispatch_delivered():
 def test_bad_parameters_are_named(params, message):
     with pytest.raises(ValueError, match=message):
         K.resolve_params(params)
+
+
+def test_the_inner_dispatch_runs_under_the_callers_watchdog():
+    """The combine runs its dispatch first: that run is bounded by the caller's max_cycles too."""
+    from epfabric.sw.machine import WatchdogTimeout
+    with pytest.raises(WatchdogTimeout) as info:
+        run_kernel(K, backend("pysim"), params={**SMALL, "system": "cann"}, max_cycles=40,
+                   **SHAPE)
+    assert info.value.report.cycles == 40 and info.value.report.timeout
