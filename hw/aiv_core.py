@@ -92,9 +92,14 @@ class AIVCore(wiring.Component):
                                                it arrives)
     ``mark``                                   1 (+ stall while ``trace`` is not
                                                ready)
-    vector (``vcount vcmp vfind vadd vsum``)   ``VectorUnit.cycles(L, lanes) + 2``
-                                               = ``max(1, ceil(L/lanes)) + 3``
+    vector (``vcount vcmp vfind vadd vsum      ``VectorUnit.cycles(L, lanes) + 2``
+    vmuls``)                                   = ``max(1, ceil(L/lanes)) + 3``
                                                for vector length *L*
+    ``vcomp``                                  the same + ``sum(max(0, h_n - 1))``
+                                               over the beats, *h_n* = matches
+                                               among elements ``n*lanes ..
+                                               n*lanes + lanes - 1``
+                                               (:meth:`vcomp_cycles`)
     ``halt``                                   1, then the core stops
     =========================================  ====================================
 
@@ -104,6 +109,17 @@ class AIVCore(wiring.Component):
     are ``(addr >> 9) % ubuf_rows``; a branch target is taken modulo
     ``imem_depth``. Executing an unassigned opcode halts the core with
     ``fault`` set.
+
+    **vcomp** (a compress, Ascend's GatherMask) streams CompareScalar masks
+    through the vector unit like ``vcmp``; the write-back packs each beat's
+    mask instead of storing it: one matching index per cycle, lowest lane
+    first (a priority encoder over the beat's remaining matches), written as
+    a 32-bit word to the next word of the output (word ``m`` at row
+    ``(R[rd] >> 9) + m // 128``, word ``m % 128``; words beyond
+    ``data_bytes`` are dropped like any UBuf write there). A beat with
+    ``h > 1`` matches holds the vector unit's output for ``h - 1`` extra
+    cycles (backpressure stalls its pipeline), hence the table's cost. At the
+    end ``R[rd]`` = the number of matches (dropped words included).
 
     Parameters
     ----------
@@ -207,6 +223,16 @@ class AIVCore(wiring.Component):
     def vector_cycles(length, lanes):
         """Cycles of a vector instruction of length ``length`` (see the table)."""
         return VectorUnit.cycles(length, lanes) + 2
+
+    @staticmethod
+    def vcomp_cycles(length, lanes, matches):
+        """Cycles of a ``vcomp`` of length ``length`` whose matching indices are ``matches``."""
+        per_beat = {}
+        for i in matches:
+            if not 0 <= i < length:
+                raise UserError(f"match {i} is not an index of a vector of length {length}")
+            per_beat[i // lanes] = per_beat.get(i // lanes, 0) + 1
+        return AIVCore.vector_cycles(length, lanes) + sum(h - 1 for h in per_beat.values())
 
     def gtkw_traces(self):
         return [self.state, self.pc, self.insn.op, self.mem_req.valid, self.mem_req.ready,
@@ -327,6 +353,9 @@ class AIVCore(wiring.Component):
         v_beats = Signal(beat_w)
         v_in = Signal(beat_w)
         v_out = Signal(beat_w)
+        v_comp = Signal()                       # vcomp: pack the CMP masks into indices
+        v_done = Signal(lanes)                  # matches of this beat already written
+        v_cnt = Signal(range(self.max_len + 1))  # indices written so far
         vec_ops = {ins.mnemonic.upper(): ins.vop for ins in INSTRUCTIONS if ins.vop is not None}
 
         # --- main FSM -------------------------------------------------------------------------
@@ -426,6 +455,7 @@ class AIVCore(wiring.Component):
                             v_cond.eq(cond), v_rd.eq(rd),
                             v_arow.eq(row_of(a)), v_brow.eq(row_of(c)), v_drow.eq(row_of(rfile[rd])),
                             v_in.eq(0), v_out.eq(0),
+                            v_comp.eq(insn.op == Opcode.VCOMP), v_done.eq(0), v_cnt.eq(0),
                         ]
                         clipped = Mux(b > self.max_len, self.max_len, b)
                         m.d.sync += v_len.eq(clipped)
@@ -477,7 +507,34 @@ class AIVCore(wiring.Component):
                 with m.If(vin.valid & vin.ready):
                     m.d.sync += v_in.eq(v_in + 1)
                 out = vu.o_stream.payload
-                with m.If(vu.o_stream.valid):
+                # vcomp: the lowest remaining match of the beat, one per cycle
+                rem = Signal(lanes, name="comp_rem")
+                low = Signal(lanes, name="comp_low")      # its lane, one-hot
+                more = Signal(name="comp_more")           # more matches after it
+                m.d.comb += [rem.eq(out.mask & ~v_done), low.eq(rem & (~rem + 1)),
+                             more.eq((rem & ~low).any())]
+                lane_bits = exact_log2(lanes)
+                lane = Cat(Cat(low[j] for j in range(lanes) if j >> bit & 1).any()
+                           for bit in range(lane_bits))
+                index = Signal(32, name="comp_index")     # element index of that match
+                m.d.comb += index.eq(Cat(lane, v_out) if lane_bits else v_out)
+                with m.If(vu.o_stream.valid & v_comp):
+                    m.d.comb += vu.o_stream.ready.eq(~more)
+                    with m.If(rem.any()):
+                        word = v_cnt[:7]
+                        m.d.comb += [uw.addr.eq(v_drow + (v_cnt >> 7)),
+                                     uw.data.eq(index.replicate(nwords))]
+                        with m.If(word < nwords):
+                            m.d.comb += uw.en.eq(Const(1, nwords) << word[:ceil_log2(nwords)])
+                        m.d.sync += v_cnt.eq(v_cnt + 1)
+                    with m.If(more):
+                        m.d.sync += v_done.eq(v_done | low)
+                    with m.Else():
+                        m.d.sync += [v_done.eq(0), v_out.eq(v_out + 1)]
+                        with m.If(out.last):
+                            write_reg(v_rd, v_cnt + rem.any())
+                            m.d.sync += [state.eq(_State.RUN), self.pc.eq(pc_next)]
+                with m.Elif(vu.o_stream.valid):
                     with m.Switch(v_op):
                         with m.Case(VecOp.COUNT):
                             for k in range(3):

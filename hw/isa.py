@@ -37,6 +37,12 @@ Machine model
   ``R + i // (4096 // width)``; the length comes from a register.
 * Conditions (``cond`` fields) are unsigned comparisons ``a OP b``:
   ``eq ne lt le gt ge`` (the vector unit's :class:`~epfabric.hw.vector_unit.Cond`).
+* ``W[R]`` is the UBuf read as 32-bit words from word 0 of the row ``R``
+  points to: word ``m`` is word ``m % 128`` of row ``(R >> 9) + m // 128``
+  (what ``ulw`` at ``R + 4*m`` reads). ``vcomp`` writes its indices there
+  (Ascend's GatherMask: a compress of the matching indices); it streams
+  CompareScalar masks (``VecOp.CMP``) through the vector unit and the core's
+  write-back packs each mask into words (:class:`~epfabric.hw.aiv_core.AIVCore`).
 
 Reserved opcode space
 ---------------------
@@ -201,6 +207,9 @@ INSTRUCTIONS = (
     _i("vsum", 44, [RD, RS1, RS2], "R[rd] = sum of V[R[rs1]][i] for i < R[rs2]", VecOp.REDUCE_SUM),
     _i("vmuls", 45, [RD, RS1, RS2, RS3],
        "V[R[rd]][i] = V[R[rs1]][i] * R[rs3] (mod 2**width) for i < R[rs2]", VecOp.MULS),
+    _i("vcomp", 46, [RD, RS1, RS2, RS3, _COND],
+       "W[R[rd]][m] = the m-th i < R[rs2] with cond(V[R[rs1]][i], R[rs3]), in order "
+       "(32-bit words); then R[rd] = the number of such i", VecOp.CMP),
 )
 
 #: Opcode ranges kept free for later work (inclusive bounds).

@@ -4,6 +4,9 @@ All programs of this file run in ONE testbench run per simulator (a module
 fixture), against the Python memory model of :mod:`epfabric.sim.models.core_memory`.
 """
 
+import random
+
+import numpy as np
 import pytest
 
 from epfabric.hw.aiv_core import AIVCore
@@ -170,6 +173,72 @@ def _vec():
     return assemble(src), _pack(ELEMS), {**out, **mask, **double, **times5}
 
 
+FILL = 0xAAAAAAAA                    # what the output row holds before a vcomp
+FILL_BLK, ROW0_BLK, ROW1_BLK = 0xA00, 0xC00, 0xE00
+LANES = PARAMS["lanes"]
+NWORDS = PARAMS["data_bytes"] // 4   # modelled words of a UBuf row
+
+
+def _vcomp(elems, length, cond, pivot):
+    """``vcomp`` of ``elems`` (row 0; the rest of the vector reads 0) into row 1.
+
+    Stores the count, the instruction's cycles (two ``csrr cycle`` around it,
+    one cycle apart without it) and both rows afterwards. Expected values
+    from numpy: the matching indices in order; row 1 keeps ``FILL`` after
+    them; words 128.. of the output land in row 0 (the next row).
+    """
+    vec = np.zeros(length, dtype=np.int64)
+    vec[:min(length, len(elems))] = elems[:length]
+    ops = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+           "gt": np.greater, "ge": np.greater_equal}
+    idx = [int(i) for i in np.flatnonzero(ops[cond](vec, pivot))]
+    src = f"""
+        li   r1, {BLK}
+        ldb  r0, r1, 0          # row 0 = elements
+        li   r7, 512
+        li   r8, {FILL_BLK}
+        ldb  r7, r8, 0          # row 1 = FILL
+        li   r2, {length}
+        li   r3, {pivot}
+        li   r6, 512
+        csrr r4, cycle
+        vcomp r6, r0, r2, r3, {cond}
+        csrr r5, cycle
+        sub  r5, r5, r4
+        li   r10, {OUT}
+        sw   r6, r10, 0         # the count
+        sw   r5, r10, 4         # cycles + 1
+        stb  r0, r8, {ROW0_BLK - FILL_BLK}
+        stb  r7, r8, {ROW1_BLK - FILL_BLK}
+        halt
+    """
+    mem = {**_pack(elems), **{FILL_BLK + 4 * w: FILL for w in range(NWORDS)}}
+    row1 = (idx[:NWORDS] + [FILL] * NWORDS)[:NWORDS]
+    row0 = dict(zip(range(NWORDS), _pack(elems).values()))
+    row0.update({m - 128: i for m, i in enumerate(idx) if 128 <= m < 128 + NWORDS})
+    expect = {OUT: len(idx), OUT + 4: AIVCore.vcomp_cycles(length, LANES, idx) + 1,
+              **{ROW1_BLK + 4 * w: v for w, v in enumerate(row1)},
+              **{ROW0_BLK + 4 * w: v for w, v in row0.items()}}
+    return assemble(src), mem, expect
+
+
+def _vcomp_cases():
+    """Seeded random vectors (small values: several matches per beat, partial last beats),
+    an empty result, length 0, and a long run of matches crossing into the next row."""
+    rng = random.Random(46)
+    cases = []
+    for _ in range(8):
+        elems = [rng.randint(0, 3) for _ in range(16)]
+        length = rng.choice([1, 3, 5, 13, 15, 16, 17])
+        cases.append((elems, length, rng.choice(["eq", "ne", "lt", "le", "gt", "ge"]),
+                      rng.randint(0, 3)))
+    cases.append((ELEMS, 16, "gt", 9))        # no match
+    cases.append((ELEMS, 0, "ne", 100))       # length 0
+    cases.append((ELEMS, 16, "lt", 100))      # every element: 4 per beat
+    cases.append((ELEMS, 200, "eq", 0))       # 184 zeros (unmodelled elements): words 128..
+    return cases
+
+
 POLL_SRC = f"""
     li   r1, {OUT}
     li   r3, 7
@@ -206,6 +275,9 @@ _w, _m, _e = _mem()
 _add("mem", _w, _e, ["ldb", "stb", "ulw", "usw", "fence", "lw", "fadd"], memory=_m)
 _w, _m, _e = _vec()
 _add("vec", _w, _e, ["vcount", "vcmp", "vfind", "vadd", "vsum", "vmuls"], memory=_m)
+for _n, _case in enumerate(_vcomp_cases()):
+    _w, _m, _e = _vcomp(*_case)
+    _add(f"vcomp{_n}", _w, _e, ["vcomp"], memory=_m)
 _add("poll", assemble(POLL_SRC), {OUT + 4: 9}, ["poll"], events=POLL_EVENTS)
 _add("mark", assemble(MARK_SRC), {}, ["mark"], trace_stall_every=2)
 # cycle-cost probes
@@ -261,6 +333,22 @@ def test_cycle_costs(pysim_results):
     assert r["cost_vsum"]["cycles"] == 1 + AIVCore.vector_cycles(9, PARAMS["lanes"]) + 1
     assert AIVCore.vector_cycles(9, 4) == 3 + 3
     assert AIVCore.vector_cycles(0, 4) == 1 + 3
+    # vcomp: one extra cycle per match after the first of its beat
+    assert AIVCore.vcomp_cycles(9, 4, []) == AIVCore.vector_cycles(9, 4)
+    assert AIVCore.vcomp_cycles(9, 4, [0, 1, 2, 5, 8]) == AIVCore.vector_cycles(9, 4) + 2 + 0 + 0
+    assert AIVCore.vcomp_cycles(16, 4, range(16)) == AIVCore.vector_cycles(16, 4) + 4 * 3
+    with pytest.raises(ValueError, match="match 9 is not an index of a vector of length 9"):
+        AIVCore.vcomp_cycles(9, 4, [9])
+
+
+def test_vcomp_cases_cover_what_they_claim():
+    """The vcomp programs have partial last beats, several matches in a beat, an empty result."""
+    cases = _vcomp_cases()
+    assert any(length % LANES for _e, length, _c, _p in cases)
+    counts = [PROGRAMS[f"vcomp{n}"][1][OUT] for n in range(len(cases))]
+    assert 0 in counts and max(counts) > 128
+    assert any(PROGRAMS[f"vcomp{n}"][1][OUT + 4] > AIVCore.vector_cycles(cases[n][1], LANES) + 1
+               for n in range(len(cases)))
 
 
 def test_poll_waits_for_the_memory_change(pysim_results):

@@ -50,7 +50,15 @@ def test_table_is_consistent():
         assert not used & set(range(lo, hi + 1))
     assert 0 not in used
     assert {i.mnemonic for i in INSTRUCTIONS if i.vop is not None} == \
-        {"vcount", "vcmp", "vfind", "vadd", "vsum", "vmuls"}
+        {"vcount", "vcmp", "vfind", "vadd", "vsum", "vmuls", "vcomp"}
+
+
+def test_vcomp_streams_compare_masks():
+    """vcomp (opcode 46, below the reserved ranges) issues CompareScalar: the core packs the masks."""
+    vcomp = BY_MNEMONIC["vcomp"]
+    assert vcomp.opcode == 46 and vcomp.vop == isa.VecOp.CMP
+    assert [f.name for f in vcomp.fields] == ["rd", "rs1", "rs2", "rs3", "cond"]
+    assert encode("vcomp", 5, 0, 14, 4, "eq") == 46 | 5 << 6 | 0 << 10 | 14 << 14 | 4 << 18
 
 
 def test_decode_rejects_unassigned_opcodes():
