@@ -6,9 +6,8 @@ status flags: every dependency is point to point.
 
 **T-AIV a** (MARKs ``init``, ``send``, ``reorder``):
 
-1. Init — load the routing (twice: a working copy it consumes), count every
-   expert with ``vcount eq`` (three per instruction), and build in its UBuf
-   the inclusive prefix sums ``Cum'`` of the counts in *remapped* order
+1. Init — load the routing, count every expert with ``vcount eq`` (three
+   per instruction), and build in its UBuf the inclusive prefix sums ``Cum'`` of the counts in *remapped* order
    ``π`` and the table ``π`` itself. ``π`` is the logical transposition of
    UBEP §3.3: expert ids written row-major into an ``n_token × ⌈E/n_token⌉``
    matrix, read column-major, so consecutive positions stride across ranks
@@ -19,11 +18,22 @@ status flags: every dependency is point to point.
 2. Token-Sending over slice ``a`` of the remapped slot sequence, cut into
    ``n_token`` slices of ``⌈BS·k / n_token⌉`` slots. The slice's first
    expert is ``#{p : Cum'[p] ≤ T_a}`` — one ``vcount le`` — and its offset
-   ``T_a − Cum'[p − 1]`` (the mapper). Walking the slice: ``vfind eq`` finds
-   the next slot of expert ``x`` in the working copy, clears it, and the
-   slot's token goes to slot ``j = off`` of ``RECV[s][e_l]`` on rank ``x's``
-   — ``off`` counts up within the expert, so ``j`` needs no prefix compare
-   (and is kept in the local ``EXPAND`` word of the slot for the combine).
+   ``T_a − Cum'[p − 1]`` (the mapper). Walking the slice: per expert ``x``,
+   one ``vcomp eq x`` over the routing (a compress, Ascend's GatherMask)
+   writes x's slot indices, token-major, to a UBuf row and returns their
+   count; the ``off``-th of them (one ``ulw``) is the slot whose token goes
+   to slot ``j = off`` of ``RECV[s][e_l]`` on rank ``x's`` — ``off`` counts
+   up within the expert (from the mapper's offset for the slice's first
+   expert, from 0 for the next), so ``j`` needs no prefix compare (and is
+   kept in the local ``EXPAND`` word of the slot for the combine).
+
+   KERNELS.md §1.6's walk [choice] — ``vfind eq`` for the next slot of ``x``
+   over all ``BS·k`` slots of a working copy of the routing, then clear it —
+   costs ``⌈BS·k/lanes⌉ + 3`` cycles plus a ten-instruction clear *per slot*.
+   We do better: ``vcomp`` costs that once *per expert* (plus one cycle per
+   extra match in a beat), a slot then costs one ``ulw``, and the working
+   copy is gone. The slots and their order (token-major within an expert,
+   the ``j`` order) are the same, so the output is too.
    Every block is Token-Flag Fused: words 0–3 of the flag field carry
    ``0x0D0D0000 | epoch``, ``s << 16 | t``, ``x << 8 | i`` and the block
    index, then one atomic 512 B ``stb`` (posted; never fenced).
@@ -99,20 +109,6 @@ def _elem(p, rd, base, idx, tmp):
     p.andi(rd, rd, 0xFFFF)
 
 
-def _clear(p, base, idx, t1, t2, t3, t4):
-    """Set 16-bit element ``idx`` of the UBuf vector at ``base`` to 0xFFFF (no expert matches it)."""
-    p.add(t1, idx, idx)
-    p.andi(t1, t1, 0x3FFFC)
-    p.addi(t1, t1, base)
-    p.ulw(t2, t1, 0)
-    p.andi(t3, idx, 1)
-    p.slli(t3, t3, 4)
-    p.li(t4, 0xFFFF)
-    p.sll(t4, t4, t3)
-    p.or_(t2, t2, t4)
-    p.usw(t2, t1, 0)
-
-
 def _epoch(p, rank, lay, rd, shift):
     p.li(rd, _local(rank, lay.CTRL, 1))
     p.lw(rd, rd, 0)
@@ -124,16 +120,19 @@ class _Rows:
     """UBuf byte addresses of the regions a UBEP AIV keeps (one 512 B row = 256 elements)."""
 
     def __init__(self, lay, experts):
-        self.route = 0
-        self.copy = lay.route_blocks * 512
-        after = 2 * lay.route_blocks
+        self.route = 0                             # vcomp reads it through r0
+        after = lay.route_blocks
         self.cum = after * 512
         self.pi = (after + 1) * 512
         self.consts = (after + 2) * 512           # word 0: the TFF flag word of this epoch
         self.scratch = (after + 3) * 512           # counts, one word per expert
         self.scratch_rows = -(-experts // 128)
-        self.tok = (after + 3 + self.scratch_rows) * 512
-        self.rows = after + 4 + self.scratch_rows
+        # vcomp's output: one expert's slot indices, one word each; at most BS
+        # (a token's k experts are distinct, Workload checks it)
+        self.slots = (after + 3 + self.scratch_rows) * 512
+        self.slot_rows = -(-lay.batch // 128)
+        self.tok = (after + 3 + self.scratch_rows + self.slot_rows) * 512
+        self.rows = after + 4 + self.scratch_rows + self.slot_rows
 
 
 def ubuf_rows_needed(lay, experts):
@@ -248,10 +247,6 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs):
 
     # ------------------------------------------------ a T-AIV ------------------------------------
     a = core
-    for r in range(lay.route_blocks):              # the working copy the walk consumes
-        p.li(12, rows.copy + r * 512)
-        p.li(14, _local(rank, lay.ROUTE + r))
-        p.ldb(12, 14, 0)
     count_experts(p, 0, experts, S,                # every expert's count, original order
                   lambda e, reg: p.usw(reg, 0, rows.scratch + 4 * e))
     pi = transposition(experts, n_tok)
@@ -287,42 +282,29 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs):
         p.li(13, len(pi))
         p.vcount(3, 12, 13, 1, "le")               # p = #{pos : Cum'[pos] <= T0} (r4, r5 junk)
         _elem(p, 4, rows.pi, 3, 12)                # x = π(p)
-        _elem(p, 5, rows.cum, 3, 12)               # Cum'[p]
         p.mv(6, 0)                                 # Cum'[p - 1], 0 at p == 0
         p.beq(3, 0, "first")
         p.addi(7, 3, -1)
         _elem(p, 6, rows.cum, 7, 12)
         p.label("first")
-        p.sub(5, 5, 6)                             # cnt(x)
         p.sub(6, 1, 6)                             # off = T0 - Cum'[p - 1]
-        p.sub(5, 5, 6)                             # left = cnt(x) - off
-        p.li(14, S)
-        p.li(13, rows.copy)
-        p.mv(8, 6)                                 # skip the first `off` slots of x
-        p.label("skip")
-        p.beq(8, 0, "walk")
-        p.vfind(7, 13, 14, 4, "eq")
-        _clear(p, rows.copy, 7, 9, 11, 15, 13)
-        p.li(13, rows.copy)
-        p.addi(8, 8, -1)
-        p.j("skip")
+        p.j("slots")
         # -- the walk: one slot per iteration ------------------------------------------------
         p.label("walk")
         p.bgeu(1, 2, "send_end")
         p.bne(5, 0, "have")
         p.addi(3, 3, 1)                            # next remapped expert
         _elem(p, 4, rows.pi, 3, 12)
-        _elem(p, 5, rows.cum, 3, 12)
-        p.addi(7, 3, -1)
-        _elem(p, 8, rows.cum, 7, 12)
-        p.sub(5, 5, 8)
         p.mv(6, 0)
+        p.label("slots")                           # x's slots, token-major (the order of j)
+        p.li(14, S)
+        p.li(5, rows.slots)
+        p.vcomp(5, 0, 14, 4, "eq")                 # r5 = cnt(x); r0: the routing is at row 0
+        p.sub(5, 5, 6)                             # left = cnt(x) - off
         p.j("walk")
         p.label("have")
-        p.li(13, rows.copy)
-        p.li(14, S)
-        p.vfind(7, 13, 14, 4, "eq")                # the next slot of x, token-major
-        _clear(p, rows.copy, 7, 9, 11, 15, 13)
+        p.slli(7, 6, 2)
+        p.ulw(7, 7, rows.slots)                    # slot n = the off-th slot of x
         p.slli(8, 7, 2)
         p.li(13, _local(rank, lay.EXPAND))
         p.add(8, 8, 13)
