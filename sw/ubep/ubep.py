@@ -7,10 +7,11 @@ status flags: every dependency is point to point.
 **T-AIV a** (MARKs ``init``, ``send``, ``reorder``):
 
 1. Init — load the routing, count every expert with ``vcount eq`` (three
-   per instruction), and build in its UBuf the inclusive prefix sums ``Cum'`` of the counts in *remapped* order
-   ``π`` and the table ``π`` itself. ``π`` is the logical transposition of
-   UBEP §3.3: expert ids written row-major into an ``n_token × ⌈E/n_token⌉``
-   matrix, read column-major, so consecutive positions stride across ranks
+   per instruction), and build in its UBuf the inclusive prefix sums
+   ``Cum'`` of the counts in *remapped* order ``π`` and the table ``π``
+   itself. ``π`` is the logical transposition of UBEP §3.3: expert ids
+   written row-major into an ``n_token × ⌈E/n_token⌉`` matrix, read
+   column-major, so consecutive positions stride across ranks
    and boards and every contiguous slice mixes one-hop and two-hop
    destinations (topology-aware mapping). ``vlut`` is not needed: the
    counts go to their remapped positions at generation time (the fallback
