@@ -231,6 +231,7 @@ class Die(wiring.Component):
             router.host.re.eq(self.host.re),
             self.host.rvalid.eq(router.host.rvalid),
             self.host.rdata.eq(router.host.rdata),
+            self.host.rrow.eq(router.host.rrow),
         ]
         for i, core in enumerate(cores):
             wiring.connect(m, core.mem_req, router.mem_req[i])

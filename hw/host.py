@@ -25,6 +25,10 @@ member        flow   meaning
 ``wrow``      Out    (``row_bits``) a whole row: the block of an HBM_BLOCK write,
                      or one instruction word per core of an IMEM_ROW write
 ``wmask``     Out    (``row_bits``) IMEM_ROW: which of ``wrow``'s words to write
+``rrow``      In     (``row_bits``, one rank) with ``rdata``: the whole block
+                     the word is in
+``rrow_all``  In     (``row_bits`` and ``all_ranks``, instead of ``rrow``) with
+                     ``rdata_all``: each rank's whole block
 ``re``        Out    read the memory word at ``addr`` of ``rank``
 ``rvalid``    In     ``rdata`` holds a read's answer (a fixed number of cycles
                      after ``re``: the top's ``host_read_latency``)
@@ -50,7 +54,8 @@ and BS 128 tokens is ~560 K host writes, ~200 s on Verilator, against a
 20 K-cycle kernel). An HBM_BLOCK write stores a whole 512 B block in one
 cycle and an IMEM_ROW write one instruction word of up to ``row_bits // 32``
 cores; what the machine computes is the same, since the host writes only
-while the machine is stopped.
+while the machine is stopped. Likewise a read's ``rrow``/``rrow_all`` answer
+carries the whole block, so reading back takes one cycle per block.
 """
 
 from amaranth.hdl import Signal
@@ -119,6 +124,10 @@ class HostSignature(wiring.Signature):
             members.update({"re_all": Out(1), "rdata_all": In(32).array(ranks)})
         if row_bits:
             members.update({"wrow": Out(row_bits), "wmask": Out(row_bits // 32)})
+            if all_ranks:
+                members["rrow_all"] = In(row_bits).array(ranks)
+            else:
+                members["rrow"] = In(row_bits)
         if run:
             members.update({"max_cycles": Out(32), **{name: In(32 if name == "cycle" else 1)
                                                        for name in RUN_OUTPUTS}})
@@ -136,7 +145,8 @@ class HostMemorySignature(wiring.Signature):
     ``rvalid``/``rdata`` ``hbm_latency`` cycles later. (The die decodes its :class:`HostSignature` ``we`` with target HBM
     into ``we``; :class:`~epfabric.hw.router.DieRouter` takes this port.)
     With ``row_bits``, ``we`` with ``wblock`` writes the whole block
-    ``addr >> 9`` with ``wrow`` instead (HBM_BLOCK).
+    ``addr >> 9`` with ``wrow`` instead (HBM_BLOCK), and ``rrow`` holds the
+    whole block of a read's word when ``rvalid`` is 1.
     """
 
     def __init__(self, row_bits=0):
@@ -144,7 +154,7 @@ class HostMemorySignature(wiring.Signature):
         members = {"we": Out(1), "addr": Out(32), "wdata": Out(32), "re": Out(1),
                    "rvalid": In(1), "rdata": In(32)}
         if row_bits:
-            members.update({"wblock": Out(1), "wrow": Out(row_bits)})
+            members.update({"wblock": Out(1), "wrow": Out(row_bits), "rrow": In(row_bits)})
         self.row_bits = row_bits
         super().__init__(members)
 

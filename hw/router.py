@@ -375,7 +375,7 @@ class DieRouter(wiring.Component):
         done_tag = rtags[L - 1]     # the tag of the answer valid on rport.resp this cycle
         resp = rport.resp.payload
         m.d.comb += [self.host.rvalid.eq(rport.resp.valid & done_tag.host),
-                     self.host.rdata.eq(resp.word)]
+                     self.host.rdata.eq(resp.word), self.host.rrow.eq(resp.block)]
 
         # --- writers of the RSP queue: a remote load's answer (cannot wait) first ------------------
         rd_answer = rport.resp.valid & done_tag.valid & ~done_tag.host

@@ -62,7 +62,8 @@ class System(wiring.Component):
     * ``host.re_all``: the same read of ``addr`` on every rank at once;
       ``host.rdata_all[r]`` holds rank ``r``'s word when ``host.rvalid`` is 1.
       Reading back all ranks then takes one cycle per word instead of one per
-      word and rank (at 32 ranks the read-back was most of a run's host time).
+      word and rank (at 32 ranks the read-back was most of a run's host time),
+      and ``host.rrow_all[r]`` holds the whole block: one cycle per block.
     * ``host.start`` (pulse): clears ``cycle``, ``done``, ``timeout`` and the
       trace (``trace_count``, ``trace_dropped``) and starts every enabled core
       at pc 0, one cycle after the edge that samples it; ``running`` is 1 from
@@ -253,6 +254,7 @@ class System(wiring.Component):
                 die.host.wdata.eq(h["wdata"]),
                 die.host.re.eq((h["re"] & sel) | h["re_all"]),
                 self.host.rdata_all[r].eq(die.host.rdata),
+                self.host.rrow_all[r].eq(die.host.rrow),
                 die.host.start.eq(start),
                 self.fabric_tx_blocks[r].eq(fabric.tx_blocks[r]),
                 self.fabric_rx_blocks[r].eq(fabric.rx_blocks[r]),

@@ -75,8 +75,9 @@ class Machine:
 
     On an AIV machine the host loads programs one instruction index of up to a
     row of cores per cycle (IMEM_ROW) and whole blocks in one cycle
-    (HBM_BLOCK); ``row_writes = False`` (on the class or an instance) loads one
-    word per cycle instead. Either gives the same machine state.
+    (HBM_BLOCK), and reads back one block per cycle; ``row_writes = False``
+    (on the class or an instance) loads and reads one word per cycle instead.
+    Either gives the same machine state and read-back.
     """
 
     #: load with row writes where the top has them (see the class docstring)
@@ -223,7 +224,7 @@ class Machine:
                            for k, w in sorted(words.items())]
         for register, value in sorted(self._ctrl.items()):
             writes.append([HostTarget.CTRL.value, 0, 0, register, value])
-        return {"writes": writes, "max_cycles": max_cycles,
+        return {"writes": writes, "max_cycles": max_cycles, "rows": rows,
                 "read_blocks": [list(r) for r in self._read_ranges], "words_per_block": wpb,
                 "status": self.config.status_ports(), "trace": self.config.has_trace}
 

@@ -10,8 +10,8 @@ sequence. ``port`` is the host port's path (``"host"``).
 from ...hw.host import HostTarget
 from .testbench import SimulationError
 
-__all__ = ["host_write", "host_read", "host_read_pipelined", "host_read_all", "host_run",
-           "load_programs"]
+__all__ = ["host_write", "host_read", "host_read_pipelined", "host_read_all", "host_read_blocks",
+           "host_run", "load_programs"]
 
 
 async def host_write(bench, writes, *, port="host"):
@@ -101,8 +101,11 @@ async def host_read_pipelined(bench, reads, *, port="host", drain=16):
     return [(c - t, w) for t, (c, w) in zip(issued, answers)]
 
 
-async def host_read_all(bench, ranks, addrs, *, port="host"):
-    """``{rank: [word at each of addrs]}`` for every rank, one address per cycle (``re_all``), pipelined."""
+async def host_read_all(bench, ranks, addrs, *, port="host", lane="rdata_all"):
+    """``{rank: [word at each of addrs]}`` for every rank, one address per cycle (``re_all``), pipelined.
+
+    ``lane="rrow_all"`` answers each address's whole block instead of its word.
+    """
     out = {r: [] for r in range(ranks)}
     i = got = 0
     n = len(addrs)
@@ -116,10 +119,26 @@ async def host_read_all(bench, ranks, addrs, *, port="host"):
         await bench.tick()
         if await bench.get(f"{port}.rvalid"):
             for r in range(ranks):
-                out[r].append(await bench.get(f"{port}.rdata_all.{r}"))
+                out[r].append(await bench.get(f"{port}.{lane}.{r}"))
             got += 1
     bench.set(f"{port}.re_all", 0)
     return out
+
+
+async def host_read_blocks(bench, ranks, blocks, words_per_block, *, port="host", rows=True):
+    """``{rank: [words]}``: every modelled word of each block in ``blocks``, every rank.
+
+    With ``rows`` and ``rrow_all`` (a port with ``row_bits``) one block per
+    cycle, pipelined; otherwise one word per cycle (:func:`host_read_all`).
+    Same words either way.
+    """
+    if not (rows and bench.has_port(f"{port}.rrow_all")):
+        addrs = [b << 9 | w << 2 for b in blocks for w in range(words_per_block)]
+        return await host_read_all(bench, ranks, addrs, port=port)
+    rows = await host_read_all(bench, ranks, [b << 9 for b in blocks], port=port, lane="rrow_all")
+    mask = (1 << 32) - 1
+    return {r: [row >> 32 * w & mask for row in got for w in range(words_per_block)]
+            for r, got in rows.items()}
 
 
 async def host_run(bench, max_cycles, *, port="host", slack=1000):

@@ -20,7 +20,7 @@ import time
 from ...hw.validate import check_choice
 from ...sw.machine import Backend
 from . import run
-from .host import host_read_all, host_run, host_write
+from .host import host_read_blocks, host_run, host_write
 from .testbench import ComponentSpec
 from .toolchain import SIMULATORS
 
@@ -54,10 +54,9 @@ async def session_intent(bench, session):
                         for group, fields in session["status"].items()}
     if session["trace"]:
         result["trace"], result["trace_dropped"] = await _read_trace(bench)
-    wpb = session["words_per_block"]
-    addrs = [b << 9 | w << 2 for lo, n in session["read_blocks"] for b in range(lo, lo + n)
-             for w in range(wpb)]
-    result["mem"] = await host_read_all(bench, top.ranks, addrs)
+    blocks = [b for lo, n in session["read_blocks"] for b in range(lo, lo + n)]
+    result["mem"] = await host_read_blocks(bench, top.ranks, blocks, session["words_per_block"],
+                                           rows=session.get("rows", True))
     # Timing repeats (``epfabric bench``): after the read-back, run the same
     # session again -- ``repeat_writes`` (default: the session's writes), then
     # start -- until ``min_run_s`` of machine run time is measured; the result

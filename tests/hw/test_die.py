@@ -221,7 +221,7 @@ def test_host_read_latency_is_hbm_latency_and_reads_pipeline():
 def test_die_host_port_has_no_rank_and_no_run_control():
     members = Die(**PARAMS).signature.members["host"].signature.members
     assert set(members) == {"we", "target", "core", "addr", "wdata", "re", "rvalid", "rdata",
-                            "start", "wrow", "wmask"}
+                            "start", "wrow", "wmask", "rrow"}
 
 
 def test_remote_requests_become_flits_and_answers_return():

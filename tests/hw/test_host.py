@@ -62,7 +62,9 @@ def test_members_by_option():
     assert [t.value for t in HostTarget] == [0, 1, 2, 3, 4, 5]
     assert [t.name for t in HostTarget] == ["IMEM", "HBM", "ENABLE", "CTRL", "HBM_BLOCK", "IMEM_ROW"]
     rows = members(row_bits=256)                    # row writes: a row and one mask bit per word
-    assert set(rows) == BASE | {"wrow", "wmask"}
+    assert set(rows) == BASE | {"wrow", "wmask", "rrow"}
+    assert set(members(ranks=2, all_ranks=True, row_bits=256)) == BASE | {
+        "rank", "re_all", "rdata_all", "wrow", "wmask", "rrow_all"}
     assert rows["wrow"].shape == 256 and rows["wmask"].shape == 8 and rows["wrow"].flow == Out
     with pytest.raises(ValueError, match="row_bits must be a multiple of 32, not 40"):
         HostSignature(row_bits=40)

@@ -311,7 +311,7 @@ def test_host_port_is_the_shared_signature():
     members = sysc.signature.members["host"].signature.members
     assert set(members) == {"we", "target", "rank", "core", "addr", "wdata", "re", "rvalid",
                             "rdata", "start", "re_all", "rdata_all", "max_cycles", "cycle",
-                            "running", "done", "timeout", "stop", "wrow", "wmask"}
+                            "running", "done", "timeout", "stop", "wrow", "wmask", "rrow_all"}
     assert sysc.host_read_latency == 2 + 1     # hbm_latency + the boundary register
 
 
