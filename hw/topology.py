@@ -50,6 +50,17 @@ SUPERPOD_HOPS = ("direct", "up", "down", "t2_up", "t2_down")
 STAR_HOPS = ("up", "down")
 
 
+#: Amaranth's netlist numbers an ``Instance``'s output bits in 16 bits
+MAX_INSTANCE_OUTPUT_BITS = (1 << 16) - 1
+
+
+def _output_bits(signature):
+    """Output bits of a component with ``signature`` (what an ``Instance`` of it would drive)."""
+    return sum(Shape.cast(member.shape).width for _path, member, _value
+               in signature.flatten(signature.create())
+               if member.flow == wiring.Out)
+
+
 @dataclass(frozen=True)
 class FabricTiming:
     """What the fabric builders need to know of time: per-link latencies and the link rate.
@@ -201,11 +212,16 @@ class Fabric(wiring.Component):
         ``route_port=True`` and their routes driven as constants on
         ``routes_in``. Returns ``{module name: Switch}`` for the caller to
         convert (``has_reset``: whether those modules get a ``rst`` port).
-        Amaranth's simulator keeps the constant-route switches.
+        Amaranth's simulator keeps the constant-route switches. A switch with
+        more than :data:`MAX_INSTANCE_OUTPUT_BITS` output bits (e.g. a 16-port
+        tier-1 switch of 4 KB flits) stays inline: Amaranth cannot build an
+        ``Instance`` with that many.
         """
         kinds = {}      # (ports, destinations, depth, counter width) -> module name
         parts, names = {}, {}
         for key, sw in self.switches.items():
+            if _output_bits(sw.signature) > MAX_INSTANCE_OUTPUT_BITS:
+                continue
             kind = (sw.ports, len(sw.routes), sw.depth, sw.counter_width)
             if kind not in kinds:
                 kinds[kind] = name = f"epf_switch{len(kinds)}"
@@ -214,7 +230,7 @@ class Fabric(wiring.Component):
             names[key] = kinds[kind]
         self._switch_modules = (names, has_reset)
         self._switch_ports = {key: parts[names[key]].signature.create(path=(key,))
-                              for key in self.switches}
+                              if key in names else sw for key, sw in self.switches.items()}
         return parts
 
     def distance(self, src, dst):
@@ -226,7 +242,7 @@ class Fabric(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         for name, sw in self.switches.items():
-            if self._switch_modules is None:
+            if self._switch_modules is None or name not in self._switch_modules[0]:
                 m.submodules[name] = sw
             else:
                 modules, has_reset = self._switch_modules
