@@ -182,7 +182,7 @@ class Dispatch(Kernel):
                                         combine_programs(shape, {**params, "system": system}))
                           for prog in progs.values())
             # the same UBuf for both systems (one build serves a comparison)
-            rows = max(lay.route_blocks + 1, ubep.ubuf_rows_needed(lay, params["experts"]),
+            rows = max(lay.route_blocks + 1, ubep.ubuf_rows_needed(lay, params["experts"], a),
                        combine.ubuf_rows_needed(lay))
             out.append(MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
                                      lanes=16, hbm_blocks=pow2_at_least(lay.blocks),

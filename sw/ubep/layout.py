@@ -27,6 +27,8 @@ region      contents                                                    written 
             blocks, expert ``e`` slot ``j`` at ``+ (e·cap + j)·B_tok``
 ``YOUT``    the combine output: BS tokens × ``B_tok`` blocks             combine
 ``CSTATUS`` CANN combine: ``R`` words, the epoch, one per expert rank    expert ranks
+``TCNT``    UBEP: the T-AIVs' expert counts, Token-Flag-Fused blocks     own T-AIVs
+            (word 0 ``0x0D0D0000 | epoch``, then counts); ≤ E blocks
 ==========  ==========================================================  ==============
 
 ``CTRL`` word 2 is the combine's die-local SyncAll counter (CANN).
@@ -157,9 +159,13 @@ class Layout:
         return self.YOUT_GUARD + 1
 
     @property
+    def TCNT(self):
+        return self.CSTATUS + self._word_blocks(self.ranks)
+
+    @property
     def blocks(self):
         """Blocks the layout needs (``hbm_blocks`` must be at least this, a power of two)."""
-        return self.CSTATUS + self._word_blocks(self.ranks)
+        return self.TCNT + self.entries        # TCNT: at most one block per expert
 
     def cwin_block(self, e, j, b=0):
         """Block of slot ``j``, block ``b`` of expert ``e``'s part of the combine window."""

@@ -6,8 +6,12 @@ status flags: every dependency is point to point.
 
 **T-AIV a** (MARKs ``init``, ``send``, ``reorder``):
 
-1. Init — load the routing, count every expert with ``vcount eq`` (three
-   per instruction), and build in its UBuf the inclusive prefix sums
+1. Init — load the routing; count its share ``[a·E/n_token, (a+1)·E/n_token)``
+   of the experts with ``vcount eq`` (three per instruction) and publish the
+   counts to the die's other T-AIVs as Token-Flag-Fused blocks (``TCNT``:
+   word 0 the flag, then the counts; one local atomic ``stb`` each), take
+   theirs as their flags show this epoch (``poll eq``, ``ldb``), and build in
+   its UBuf the inclusive prefix sums
    ``Cum'`` of the counts in *remapped* order ``π`` and the table ``π``
    itself. ``π`` is the logical transposition of UBEP §3.3: expert ids
    written row-major into an ``n_token × ⌈E/n_token⌉`` matrix, read
@@ -16,6 +20,14 @@ status flags: every dependency is point to point.
    destinations (topology-aware mapping). ``vlut`` is not needed: the
    counts go to their remapped positions at generation time (the fallback
    of KERNELS.md §1.6).
+
+   Sharing the count [do better than KERNELS.md]: counting all ``E`` experts
+   on every T-AIV costs ``E/3`` passes over the ``BS·k`` routing elements
+   (at E = 256, BS·k = 1024: 86 × 67 = ~5.8 K cycles, measured 7.8 K for the
+   whole init on 16 dies × 8 AIVs), while the paper's mapper takes 4–5
+   ``VectorCount`` steps (its remapped ids come from a vector table lookup
+   this vector unit does not have). Split over the T-AIVs it is ``E/(3·n_token)``
+   passes plus a die-local exchange — point to point, no barrier.
 2. Token-Sending over slice ``a`` of the remapped slot sequence, cut into
    ``n_token`` slices of ``⌈BS·k / n_token⌉`` slots. The slice's first
    expert is ``#{p : Cum'[p] ≤ T_a}`` — one ``vcount le`` — and its offset
@@ -117,27 +129,56 @@ def _epoch(p, rank, lay, rd, shift):
         p.slli(rd, rd, shift)
 
 
+def count_chunks(experts, n_token, words):
+    """``[(e0, e1, first block)]``: T-AIV ``a`` counts experts ``[e0, e1)`` and publishes them
+    in ``TCNT`` blocks ``first ...``, ``words - 1`` counts a block after the flag word."""
+    out, block = [], 0
+    for a in range(n_token):
+        e0, e1 = split(experts, n_token, a)
+        out.append((e0, e1, block))
+        block += -(-(e1 - e0) // (words - 1))
+    return out
+
+
 class _Rows:
     """UBuf byte addresses of the regions a UBEP AIV keeps (one 512 B row = 256 elements)."""
 
-    def __init__(self, lay, experts):
+    def __init__(self, lay, experts, n_token):
         self.route = 0                             # vcomp reads it through r0
         after = lay.route_blocks
         self.cum = after * 512
         self.pi = (after + 1) * 512
         self.consts = (after + 2) * 512           # word 0: the TFF flag word of this epoch
-        self.scratch = (after + 3) * 512           # counts, one word per expert
-        self.scratch_rows = -(-experts // 128)
+        # the T-AIVs' expert counts, as their TCNT blocks (flag word, then counts)
+        self.chunks = count_chunks(experts, n_token, lay.words)
+        self.words = lay.words
+        self.tcnt = (after + 3) * 512
+        self.tcnt_rows = count_blocks(experts, n_token, lay.words)
         # vcomp's output: one expert's slot indices, one word each; at most BS
         # (a token's k experts are distinct, Workload checks it)
-        self.slots = (after + 3 + self.scratch_rows) * 512
+        self.slots = (after + 3 + self.tcnt_rows) * 512
         self.slot_rows = -(-lay.batch // 128)
-        self.tok = (after + 3 + self.scratch_rows + self.slot_rows) * 512
-        self.rows = after + 4 + self.scratch_rows + self.slot_rows
+        self.tok = (after + 3 + self.tcnt_rows + self.slot_rows) * 512
+        self.rows = after + 4 + self.tcnt_rows + self.slot_rows
+
+    def count_at(self, e):
+        """UBuf byte address of expert ``e``'s count (in its counting T-AIV's block)."""
+        for e0, e1, block in self.chunks:
+            if e0 <= e < e1:
+                b, w = divmod(e - e0, self.words - 1)
+                return self.tcnt + (block + b) * 512 + 4 * (1 + w)
+        raise AssertionError(f"expert {e} is in no chunk")
 
 
-def ubuf_rows_needed(lay, experts):
-    return _Rows(lay, experts).rows
+def count_blocks(experts, n_token, words):
+    """``TCNT`` blocks (and UBuf rows) the T-AIVs' counts take."""
+    e0, e1, block = count_chunks(experts, n_token, words)[-1]
+    return block + -(-(e1 - e0) // (words - 1))
+
+
+def ubuf_rows_needed(lay, experts, aivs):
+    """UBuf rows of a UBEP AIV, the most over every group size ``C`` of ``aivs`` AIVs."""
+    return max(_Rows(lay, experts, n).rows for n in range(1, max(2, aivs)))
 
 
 def _reorder(p, lay, rank, aivs, index, rows):
@@ -203,7 +244,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs):
     R, B = lay.ranks, lay.hidden_blocks
     S = lay.batch * k
     sh_e, sh_k = epr.bit_length() - 1, k.bit_length() - 1
-    rows = _Rows(lay, experts)
+    rows = _Rows(lay, experts, n_tok)
     p = Program()
     for r in range(lay.route_blocks):              # the routing, into rows 0..
         p.li(12, rows.route + r * 512)
@@ -248,12 +289,34 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs):
 
     # ------------------------------------------------ a T-AIV ------------------------------------
     a = core
-    count_experts(p, 0, experts, S,                # every expert's count, original order
-                  lambda e, reg: p.usw(reg, 0, rows.scratch + 4 * e))
+    p.li(5, TFF_TAG)
+    _epoch(p, rank, lay, 6, 0)
+    p.or_(5, 5, 6)
+    p.usw(5, 0, rows.consts)                       # the TFF flag word of this epoch
+    # TokenCnt, shared by the T-AIVs: a counts its chunk of the experts into its own
+    # TCNT rows and publishes each row as one Token-Flag-Fused block (flag word 0) ...
+    e0, e1, first = rows.chunks[a]
+    count_experts(p, e0, e1, S, lambda e, reg: p.usw(reg, 0, rows.count_at(e)))
+    own = range(first, first + -(-(e1 - e0) // (lay.words - 1)))
+    for blk in own:
+        p.ulw(5, 0, rows.consts)
+        p.li(12, rows.tcnt + blk * 512)
+        p.usw(5, 12, 0)
+        p.li(14, _local(rank, lay.TCNT + blk))
+        p.stb(12, 14, 0)                           # local, atomic, posted
+    # ... and takes every other T-AIV's blocks as they arrive (their flag is this epoch's)
+    p.ulw(13, 0, rows.consts)
+    for blk in range(rows.tcnt_rows):
+        if blk in own:
+            continue
+        p.li(14, _local(rank, lay.TCNT + blk))
+        p.poll(5, 14, 13, "eq")
+        p.li(12, rows.tcnt + blk * 512)
+        p.ldb(12, 14, 0)
     pi = transposition(experts, n_tok)
     p.mv(1, 0)
     for pos, e in enumerate(pi):                   # Cum' = inclusive prefix in π order
-        p.ulw(5, 0, rows.scratch + 4 * e)
+        p.ulw(5, 0, rows.count_at(e))
         p.add(1, 1, 5)
         if pos % 2 == 0:
             p.mv(3, 1)
@@ -267,10 +330,6 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs):
         hi = pi[m + 1] if m + 1 < len(pi) else 0
         p.li(5, pi[m] | hi << 16)
         p.usw(5, 0, rows.pi + 2 * m)
-    p.li(5, TFF_TAG)
-    _epoch(p, rank, lay, 6, 0)
-    p.or_(5, 5, 6)
-    p.usw(5, 0, rows.consts)                       # the TFF flag word of this epoch
     p.mark(EVENTS["init"])
 
     per = -(-S // n_tok)
