@@ -33,7 +33,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .topology import superpod
-from .traffic import STATE_BITS, _xorshift32, traffic_seed
+from .traffic import STATE_BITS, _xorshift32, count_ones, traffic_seed
 from .validate import check_int
 
 __all__ = ["SoakFabric", "SEQ_BITS", "PATTERNS"]
@@ -181,17 +181,12 @@ class SoakFabric(wiring.Component):
             wrong.append(bad)
             disorder.append(late)
 
-        def total(bits):
-            acc = Const(0, range(n + 1))
-            for b in bits:
-                acc = acc + b
-            return acc
 
         m.d.sync += [
-            self.sent_total.eq(self.sent_total + total(sends)),
-            self.received_total.eq(self.received_total + total(receives)),
-            self.misrouted.eq(self.misrouted + total(wrong)),
-            self.out_of_order.eq(self.out_of_order + total(disorder)),
+            self.sent_total.eq(self.sent_total + count_ones(sends, n)),
+            self.received_total.eq(self.received_total + count_ones(receives, n)),
+            self.misrouted.eq(self.misrouted + count_ones(wrong, n)),
+            self.out_of_order.eq(self.out_of_order + count_ones(disorder, n)),
         ]
         all_sent = Const(1, 1)
         for f in finished:

@@ -21,6 +21,14 @@ STATE_BITS = 32
 PICK_BITS = 16
 
 
+def count_ones(bits, n):
+    """How many of ``bits`` (at most ``n`` one-bit values) are 1, as a value of ``range(n + 1)``."""
+    acc = Const(0, range(n + 1))
+    for b in bits:
+        acc = acc + b
+    return acc
+
+
 def traffic_seed(rank):
     """Non-zero 32-bit xorshift seed of rank ``rank`` (distinct per rank)."""
     seed = ((rank + 1) * 0x9E3779B1) & 0xFFFF_FFFF
@@ -182,15 +190,10 @@ class TrafficFabric(wiring.Component):
             receives.append(got)
             wrong.append(bad)
 
-        def total(bits):
-            acc = Const(0, range(n + 1))
-            for b in bits:
-                acc = acc + b
-            return acc
 
         m.d.sync += [
-            self.sent_total.eq(self.sent_total + total(sends)),
-            self.received_total.eq(self.received_total + total(receives)),
-            self.misrouted.eq(self.misrouted + total(wrong)),
+            self.sent_total.eq(self.sent_total + count_ones(sends, n)),
+            self.received_total.eq(self.received_total + count_ones(receives, n)),
+            self.misrouted.eq(self.misrouted + count_ones(wrong, n)),
         ]
         return m
