@@ -59,7 +59,7 @@ from .host import HostSignature, HostTarget
 from .instances import instance_of, mark_used
 from .router import DieRouter, FlitKind, flit_layout, rsp_depth_bound
 from .ub_port import UBMemory
-from .validate import check_int, check_pow2
+from .validate import check_bool, check_int, check_pow2
 
 __all__ = ["FlitKind", "flit_layout", "Die"]
 
@@ -102,6 +102,11 @@ class Die(wiring.Component):
         elaborating ``AIVCore(core_id=i)``: one core module per die instead of
         one per core id. ``None`` (the default, and what Amaranth's simulator
         runs): real :class:`~epfabric.hw.aiv_core.AIVCore` submodules.
+    non_atomic_port : bool
+        Build the UB port with ``non_atomic=True`` (64 B beats, 8 cycles per
+        block, flag field first; :class:`~epfabric.hw.ub_port.UBPort`): a
+        negative control that lets a reader see a torn block (UBEP §3.4).
+        Default ``False``: the atomic port, and the Verilog is unchanged.
 
     Attributes
     ----------
@@ -128,7 +133,7 @@ class Die(wiring.Component):
 
     def __init__(self, *, rank=0, ranks=1, aivs=1, imem_depth=64, ubuf_rows=2, hbm_blocks=16,
                  data_bytes=32, lanes=4, width=16, max_outstanding=4, hbm_latency=2,
-                 rsp_depth=None, core_module=None):
+                 rsp_depth=None, core_module=None, non_atomic_port=False):
         if core_module is not None and not (isinstance(core_module, tuple) and len(core_module) == 2
                                             and isinstance(core_module[0], str)):
             raise TypeError(f"core_module must be (verilog module name, has_reset), not {core_module!r}")
@@ -143,6 +148,7 @@ class Die(wiring.Component):
         if rsp_depth is None:
             rsp_depth = rsp_depth_bound(ranks, aivs)
         check_int("rsp_depth", rsp_depth, 1)
+        self.non_atomic_port = check_bool("non_atomic_port", non_atomic_port)
         self.rank, self.ranks, self.aivs = rank, ranks, aivs
         self.hbm_blocks, self.data_bytes, self.hbm_latency = hbm_blocks, data_bytes, hbm_latency
         self.imem_depth, self.max_outstanding, self.rsp_depth = imem_depth, max_outstanding, rsp_depth
@@ -158,7 +164,7 @@ class Die(wiring.Component):
             mark_used(template)     # only its signature is needed here
             self.cores = [template.signature.create(path=(f"core{i}",)) for i in range(aivs)]
         self.mem = UBMemory(blocks=hbm_blocks, data_bytes=data_bytes, latency=hbm_latency,
-                            read_ports=aivs + 1)
+                            read_ports=aivs + 1, non_atomic=non_atomic_port)
         self.router = DieRouter(ranks=ranks, aivs=aivs, hbm_blocks=hbm_blocks, data_bytes=data_bytes,
                                 hbm_latency=hbm_latency, rsp_depth=rsp_depth,
                                 max_outstanding=max_outstanding)

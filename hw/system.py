@@ -119,6 +119,9 @@ class System(wiring.Component):
         as Verilog module ``die_module[0]`` (with a ``rst`` port if
         ``die_module[1]``) instead of elaborating it. ``None`` (the default,
         and what Amaranth's simulator runs): real :class:`Die` submodules.
+    non_atomic_port : bool
+        Every die's UB port commits blocks beat by beat (a negative control;
+        see :class:`~epfabric.hw.die.Die`). Default ``False``.
 
     Raises
     ------
@@ -129,12 +132,13 @@ class System(wiring.Component):
     def __init__(self, *, timing, topology, aivs_per_die=1, imem_depth=64, ubuf_rows=2,
                  hbm_blocks=16, data_bytes=32, lanes=4, trace_depth=64, width=16,
                  max_outstanding=512, hbm_latency=2, rsp_depth=None, switch_depth=4,
-                 die_module=None):
+                 die_module=None, non_atomic_port=False):
         self._params = dict(timing=timing, topology=topology, aivs_per_die=aivs_per_die,
                             imem_depth=imem_depth, ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks,
                             data_bytes=data_bytes, lanes=lanes, trace_depth=trace_depth, width=width,
                             max_outstanding=max_outstanding, hbm_latency=hbm_latency,
-                            rsp_depth=rsp_depth, switch_depth=switch_depth)
+                            rsp_depth=rsp_depth, switch_depth=switch_depth,
+                            non_atomic_port=non_atomic_port)
         if die_module is not None and not (isinstance(die_module, tuple) and len(die_module) == 2
                                            and isinstance(die_module[0], str)):
             raise TypeError(f"die_module must be (verilog module name, has_reset), not {die_module!r}")
@@ -155,7 +159,8 @@ class System(wiring.Component):
         die_params = dict(ranks=ranks, aivs=aivs_per_die, imem_depth=imem_depth,
                           ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks, data_bytes=data_bytes,
                           lanes=lanes, width=width, max_outstanding=max_outstanding,
-                          hbm_latency=hbm_latency, rsp_depth=rsp_depth)
+                          hbm_latency=hbm_latency, rsp_depth=rsp_depth,
+                          non_atomic_port=non_atomic_port)
         if die_module is None:
             self.dies = [Die(rank=r, **die_params) for r in range(ranks)]
         else:

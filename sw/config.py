@@ -23,7 +23,7 @@ from ..hw.inc_endpoint import MODES, agrs_control_map, agrs_memory_map
 from ..hw.aiv_core import MAX_WINDOW
 from ..hw.system import MAX_AIVS_PER_DIE
 from ..hw.topology import check_topology, topology_ranks
-from ..hw.validate import UserError, check_choice, check_int, check_multiple, check_pow2
+from ..hw.validate import UserError, check_bool, check_choice, check_int, check_multiple, check_pow2
 from .presets import get_preset, preset_names
 
 __all__ = ["MachineConfig", "AgrsConfig", "parse_topology", "format_topology"]
@@ -80,6 +80,9 @@ class MachineConfig:
     lanes: int = 4
     trace_depth: int = 64
     max_outstanding: int = 512
+    #: every die's UB port commits a block in 64 B beats instead of atomically: a
+    #: negative control only (UBEP §3.4: Token-Flag Fusion tears without atomicity)
+    non_atomic_port: bool = False
 
     #: the JSON-facing factory of the top (``ComponentSpec`` of a backend)
     factory = "epfabric.sw.tops:aiv_system"
@@ -100,6 +103,7 @@ class MachineConfig:
         check_pow2("lanes", self.lanes, 1, 64)
         check_int("trace_depth", self.trace_depth, 1, 65535)
         check_int("max_outstanding", self.max_outstanding, 1, MAX_WINDOW)
+        check_bool("non_atomic_port", self.non_atomic_port)
 
     @property
     def ranks(self):
@@ -137,8 +141,12 @@ class MachineConfig:
     has_trace = True
 
     def to_dict(self):
+        """The fields as JSON; ``non_atomic_port`` only when set, so a default machine's
+        specification (and so its Verilog and build cache keys) stays what it was."""
         d = asdict(self)
         d["topology"] = list(self.topology)
+        if not self.non_atomic_port:
+            del d["non_atomic_port"]
         return d
 
 
