@@ -8,7 +8,23 @@ j) in ``OUT`` and the per-(expert, source) counts in ``COUNTS``
 :mod:`epfabric.sw.ubep.ubep` (``system="ubep"``: T-AIVs and a CalCumSum
 group of ``cumsum_aivs``, topology-aware mapping, Token-Flag Fusion, no
 SyncAll); both give the same ``OUT`` — with TFF the first four words of
-every block are its header instead of payload. The inputs
+every block are its header instead of payload.
+
+Variants for UBEP's mapping ablation (§5.4, Fig. 9; KERNELS.md §1.6), each
+with the same ``OUT``, ``COUNTS`` and ``EXPAND``:
+
+* ``mapping`` (UBEP only): ``"transpose"`` (default, π = the expert
+  transposition) or ``"identity"`` (UBEP w/o mapping: balanced counts,
+  topology-blind) — :data:`~epfabric.sw.ubep.ubep.MAPPINGS`;
+* ``send_split`` (CANN only): ``"slot"`` (default, the open kernel's
+  contiguous slot ranges) or ``"expert"`` (AIV ``a`` sends every slot of the
+  experts ``e ≡ a mod A``) — :data:`~epfabric.sw.ubep.cann.SEND_SPLITS`.
+
+``None`` (the default of both) is the system's default; naming one for the
+other system is an error. ``hot`` experts take about ``hot_share`` of the
+slots (:class:`~epfabric.sw.ubep.workload.Workload`). The machine
+configuration does not depend on the system or variant: one build serves
+all of them. The inputs
 (:class:`~epfabric.sw.ubep.workload.Workload`) are data the host places; the
 checker compares every rank's ``OUT`` and ``COUNTS`` with
 :mod:`epfabric.sw.ubep.reference`, checks the guard blocks and reports
@@ -28,15 +44,18 @@ from ..config import MachineConfig
 from ..isa import BLOCK_BITS, address
 from ..presets import get_preset
 from ..ubep import combine, ubep
-from ..ubep.cann import BROKEN, PHASES, SYNCALLS, dispatch_program
+from ..ubep import cann
+from ..ubep.cann import BROKEN, PHASES, SEND_SPLITS, SYNCALLS, dispatch_program
 from ..ubep.layout import GUARD, Layout
 from ..ubep.reference import counts, dispatch_out, slot_index
 from ..ubep.workload import Workload
 from . import Kernel, pow2_at_least, register
 
-__all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times"]
+__all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times", "variant", "VARIANTS"]
 
 SYSTEMS = ("cann", "ubep")
+#: ``{system: (variant parameter, its values, the first the default)}``
+VARIANTS = {"cann": ("send_split", SEND_SPLITS), "ubep": ("mapping", ubep.MAPPINGS)}
 #: UBEP's header words at the front of every block (TFF): the rest is payload
 HEADER_WORDS = 4
 
@@ -102,6 +121,27 @@ def with_headers(w, d, rows, epoch):
     return out
 
 
+def _pow2(n):
+    return isinstance(n, int) and n >= 1 and not n & (n - 1)
+
+
+def variant(params):
+    """The run's variant of its system: ``mapping`` (UBEP) or ``send_split`` (CANN), defaulted."""
+    name, values = VARIANTS[params["system"]]
+    return params.get(name) or values[0]
+
+
+def variants_of(system, topk):
+    """``[{variant parameter: value}]``: every variant of ``system`` a machine must fit.
+
+    The expert split needs a power-of-two ``topk``; without one it is not a
+    variant of this machine (``resolve_params`` refuses it by name).
+    """
+    name, values = VARIANTS[system]
+    return [{name: v} for v in values
+            if not (v == "expert" and not _pow2(topk))]
+
+
 def _phase_split(phases):
     """``name mean`` of every phase's end, in phase order, averaged over the AIVs that MARK it."""
     ends = {}
@@ -118,7 +158,8 @@ class Dispatch(Kernel):
     name = "dispatch"
     description = "MoE token dispatch (CANN EP's BSP kernel), checked bit-exact against numpy"
     params = {"system": "cann", "batch": 32, "topk": 8, "experts": 32, "hidden_blocks": 1,
-              "seed": 0, "hot": 0, "broken": None, "cumsum_aivs": None, "cap": None}
+              "seed": 0, "hot": 0, "broken": None, "cumsum_aivs": None, "cap": None,
+              "mapping": None, "send_split": None, "hot_share": 0.3}
     default_preset = "cm384"
     default_aivs = (4,)
     default_max_cycles = 2_000_000
@@ -139,6 +180,17 @@ class Dispatch(Kernel):
             check_int("cap", p["cap"], 1, p["batch"])
         if p["broken"] and p["system"] != "cann":
             raise UserError("broken variants are negative controls of system='cann'")
+        for system, (name, values) in VARIANTS.items():
+            if p[name] is None:
+                continue
+            if p["system"] != system:
+                raise UserError(f"{name}={p[name]!r} is a variant of system='{system}', not of "
+                                f"system={p['system']!r}")
+            if p[name] not in values:
+                raise UserError(f"{name} must be one of {', '.join(values)}, not {p[name]!r}")
+        if p["send_split"] == "expert" and not _pow2(p["topk"]):
+            raise UserError(f"send_split='expert' needs a power-of-two topk (slot -> token is "
+                            f"a shift), not topk={p['topk']!r}")
         return p
 
     def programs(self, config, params):
@@ -147,11 +199,13 @@ class Dispatch(Kernel):
         a = config.aivs_per_die
         if params["system"] == "cann":
             return {(r, c): dispatch_program(lay, rank=r, core=c, aivs=a,
-                                             experts=params["experts"], broken=params["broken"])
+                                             experts=params["experts"], broken=params["broken"],
+                                             send_split=variant(params))
                     for r in range(config.ranks) for c in range(a)}
         C = cumsum_aivs(config, params)
         return {(r, c): ubep.dispatch_program(lay, rank=r, core=c, aivs=a,
-                                              experts=params["experts"], cumsum_aivs=C)
+                                              experts=params["experts"], cumsum_aivs=C,
+                                              mapping=variant(params))
                 for r in range(config.ranks) for c in range(a)}
 
     def configs(self, preset, topology=None, aivs=None, params=None):
@@ -164,7 +218,8 @@ class Dispatch(Kernel):
                                   lanes=16)
             w = Workload(ranks=shape.ranks, batch=params["batch"], topk=params["topk"],
                          experts=params["experts"], hidden_blocks=params["hidden_blocks"],
-                         seed=params["seed"], hot=params["hot"])  # fits this shape (else: named)
+                         seed=params["seed"], hot=params["hot"],
+                         hot_share=params["hot_share"])  # fits this shape (else: named)
             check_cap(w, params["cap"])
             lay = layout_of(shape, params)
             if lay.blocks > 1 << BLOCK_BITS:
@@ -174,15 +229,17 @@ class Dispatch(Kernel):
                     f"cap={params['cap']} on {shape.ranks} ranks need {lay.blocks} HBM blocks "
                     f"per rank; an address holds {1 << BLOCK_BITS} (a smaller batch, "
                     f"hidden_blocks or cap)")
-            # one machine runs either system's dispatch and the combine that follows it
-            # (the same hardware for a comparison, and one build serves both)
+            # one machine runs either system's dispatch, in every variant, and the combine
+            # that follows it (the same hardware for a comparison, and one build serves all)
             systems = SYSTEMS if a >= 2 else ("cann",)     # UBEP needs a T- and a C-AIV
-            longest = max(len(prog) for system in systems
-                          for progs in (self.programs(shape, {**params, "system": system}),
-                                        combine_programs(shape, {**params, "system": system}))
+            runs = [{**params, "system": system, **each}
+                    for system in systems for each in variants_of(system, params["topk"])]
+            longest = max(len(prog) for run in runs
+                          for progs in (self.programs(shape, run), combine_programs(shape, run))
                           for prog in progs.values())
             # the same UBuf for both systems (one build serves a comparison)
-            rows = max(lay.route_blocks + 1, ubep.ubuf_rows_needed(lay, params["experts"], a),
+            rows = max(cann.ubuf_rows_needed(lay, "expert"),
+                       ubep.ubuf_rows_needed(lay, params["experts"], a),
                        combine.ubuf_rows_needed(lay))
             out.append(MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
                                      lanes=16, hbm_blocks=pow2_at_least(lay.blocks),
@@ -203,7 +260,8 @@ class Dispatch(Kernel):
         w = workload or Workload(ranks=cfg.ranks, batch=params["batch"], topk=params["topk"],
                                  experts=params["experts"],
                                  hidden_blocks=params["hidden_blocks"],
-                                 words=cfg.words_per_block, seed=params["seed"], hot=params["hot"])
+                                 words=cfg.words_per_block, seed=params["seed"], hot=params["hot"],
+                                 hot_share=params.get("hot_share", 0.3))
         check_cap(w, params.get("cap"))
         wpb = cfg.words_per_block
         for r in range(cfg.ranks):

@@ -7,14 +7,30 @@ the end of each, and at the entry and exit of each SyncAll, :data:`PHASES`):
 
 1. **Init** — load the routing (BS·k 16-bit expert ids) into UBuf rows
    ``0 ..`` (one ``ldb`` per 256 ids).
-2. **Token-Sending** — its contiguous range of token slots ``n = t·k + i``
-   (``SplitToCore(BS·k, A)``). Per slot: the expert ``e`` (a UBuf word),
-   the slot index ``j`` = ``vcount eq`` over the whole prefix ``E[0:n]``
-   (CANN's redundant per-slot prefix compare, cost ∝ n), then the token's
-   ``B_tok`` blocks: ``ldb`` from ``X`` and a posted ``stb`` to
-   ``RECV[s][e_l] + j`` on rank ``e // epr``. Raw blocks, no header. ``j``
-   is kept in the local ``EXPAND`` word of the slot (CANN's ``expandIdx``,
-   what the combine finds the token's answer by).
+2. **Token-Sending** — which slots AIV ``a`` sends is ``send_split``
+   (:data:`SEND_SPLITS`, KERNELS.md §1.6 "Variants for the ablation"):
+
+   * ``"slot"`` (default; the open kernel's ``SplitToCore(BS·k, A)``): its
+     contiguous range of token slots ``n = t·k + i``. Per slot: the expert
+     ``e`` (a UBuf word), the slot index ``j`` = ``vcount eq`` over the
+     whole prefix ``E[0:n]`` (CANN's redundant per-slot prefix compare, cost
+     ∝ n — the load grows with the AIV index);
+   * ``"expert"`` (UBEP §5.4's account of CANN: "hotspot experts that
+     concentrate token sending on a small subset of AIVs"): every slot of
+     the experts ``e ≡ a (mod A)``. Per expert, one ``vcomp eq e`` over the
+     routing writes the expert's slot indices, token-major, to a UBuf row
+     (:func:`expert_rows` rows from row ``route_blocks + 1``); the ``j``-th
+     of them is slot ``j`` of ``RECV[s][e_l]`` — the same ``j`` as the prefix
+     compare gives, so the same destination. An AIV's load is the slots of
+     its experts: hot experts make a few AIVs slow.
+
+   Then, per slot, the token's ``B_tok`` blocks: ``ldb`` from ``X`` and a
+   posted ``stb`` to ``RECV[s][e_l] + j`` on rank ``e // epr``. Raw blocks,
+   no header. ``j`` is kept in the local ``EXPAND`` word of the slot (CANN's
+   ``expandIdx``, what the combine finds the token's answer by), so the
+   combine does not depend on the split. Counts, flags and reordering are
+   the same for both splits (they count experts over the routing, not what
+   an AIV sent).
 3. **SendFlag & Count** — its contiguous range of experts
    (``SplitToCore(E, A)``): counts each with ``vcount eq`` (three experts per
    instruction), then ``fence`` (every token store acknowledged —
@@ -46,7 +62,12 @@ from ...hw.validate import check_choice, check_int, check_pow2
 from ..assembler import Program
 from ..isa import address
 
-__all__ = ["dispatch_program", "PHASES", "SYNCALLS", "split", "count_experts", "BROKEN"]
+__all__ = ["dispatch_program", "PHASES", "SYNCALLS", "split", "count_experts", "BROKEN",
+           "SEND_SPLITS", "expert_rows", "ubuf_rows_needed"]
+
+#: How CANN's AIVs share Token-Sending: the open kernel's contiguous slot ranges, or all the
+#: slots of the experts ``e ≡ a (mod A)`` (module docstring)
+SEND_SPLITS = ("slot", "expert")
 
 #: Deliberately broken variants, the checker's and the watchdog's negative controls:
 #: ``no_flag_wait`` skips the flag verification (reorders before the data is there);
@@ -86,52 +107,21 @@ def _local(rank, block, word=0):
     return address(rank, block, word)
 
 
-def _syncall(p, rank, lay, aivs, which, extra=0):
-    """Die-local barrier ``which`` (1 or 2) of this run: fetch-add, then poll the cumulative count."""
-    p.li(12, _local(rank, lay.CTRL, 0))
-    p.li(5, 1)
-    p.fadd(6, 12, 5)                          # arrive
-    p.li(14, _local(rank, lay.CTRL, 1))
-    p.lw(5, 14, 0)                            # the run's epoch
-    p.slli(5, 5, 1)
-    p.addi(5, 5, which - 2)                   # 2·(epoch - 1) + which
-    p.li(14, aivs)
-    p.mul(5, 5, 14)
-    if extra:
-        p.addi(5, 5, extra)
-    p.poll(6, 12, 5, "ge")                    # every AIV of the die arrived
+def expert_rows(lay):
+    """UBuf rows of the expert split's slot list (one word per slot of an expert, at most BS)."""
+    return -(-lay.batch // 128)
 
 
-def dispatch_program(lay, *, rank, core, aivs, experts, broken=None):
-    """The program of AIV ``core`` on ``rank`` (see the module docstring).
+def ubuf_rows_needed(lay, send_split="slot"):
+    """UBuf rows of a CANN AIV: the routing, the token row, and the expert split's slot list."""
+    check_choice("send_split", send_split, SEND_SPLITS)
+    return lay.route_blocks + 1 + (expert_rows(lay) if send_split == "expert" else 0)
 
-    ``broken`` selects a negative control (:data:`BROKEN`).
 
-    Raises
-    ------
-    ValueError
-        If ``epr`` is not a power of two (the expert → rank split is a shift).
-    """
-    check_int("aivs", aivs, 1)
-    check_int("experts", experts, 1)
-    check_choice("broken", broken, BROKEN)
-    epr = check_pow2("epr (experts per rank)", lay.epr)
-    sh = epr.bit_length() - 1
-    R, k, B = lay.ranks, lay.topk, lay.hidden_blocks
-    slots = lay.batch * k
-    tok_row = lay.route_blocks                 # the UBuf row tokens pass through
-    tok_addr = tok_row * 512
-    p = Program()
-
-    # --- 1. Init: routing into UBuf rows 0.. --------------------------------------------------
-    for r in range(lay.route_blocks):
-        p.li(12, r * 512)
-        p.li(14, _local(rank, lay.ROUTE + r))
-        p.ldb(12, 14, 0)
-    p.mark(PHASES["init"])
-
-    # --- 2. Token-Sending over slots [n0, n1) --------------------------------------------------
-    n0, n1 = split(slots, aivs, core)
+def _send_slots(p, lay, rank, core, aivs, sh, tok_addr):
+    """Token-Sending of the slot split: slots ``split(BS·k, A, core)``, ``j`` by prefix compare."""
+    epr, k, B = lay.epr, lay.topk, lay.hidden_blocks
+    n0, n1 = split(lay.batch * k, aivs, core)
     t0, i0 = divmod(n0, k)
     p.li(1, n0)
     p.li(2, n1)
@@ -179,6 +169,111 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None):
     p.addi(15, 15, B * 512)
     p.j("send")
     p.label("send_end")
+
+
+def _send_experts(p, lay, rank, core, aivs, experts, sh, tok_addr):
+    """Token-Sending of the expert split: every slot of the experts ``e ≡ core (mod aivs)``."""
+    epr, B = lay.epr, lay.hidden_blocks
+    sh_k = check_pow2("topk", lay.topk).bit_length() - 1
+    slots_addr = (lay.route_blocks + 1) * 512
+    p.li(4, core)                              # x: this AIV's first expert
+    p.li(10, experts)
+    p.li(2, lay.batch * lay.topk)              # vcomp's length: the whole routing
+    p.li(13, tok_addr)
+    p.label("expert")
+    p.bgeu(4, 10, "send_end")
+    p.li(5, slots_addr)
+    p.vcomp(5, 0, 2, 4, "eq")                  # r5 = cnt(x); x's slots, token-major (j order)
+    p.srli(11, 4, sh)
+    p.slli(11, 11, 24)                         # rank(x) << 24
+    p.andi(12, 4, epr - 1)
+    p.addi(12, 12, rank * epr)                 # region s·epr + e_l
+    p.li(14, lay.cap)
+    p.mul(12, 12, 14)                          # its first slot (j = 0)
+    p.mv(6, 0)                                 # j
+    p.label("slot")
+    p.bgeu(6, 5, "next")
+    p.slli(7, 6, 2)
+    p.ulw(7, 7, slots_addr)                    # n = the j-th slot of x
+    p.slli(8, 7, 2)
+    p.li(14, _local(rank, lay.EXPAND))
+    p.add(8, 8, 14)
+    p.sw(6, 8, 0)                              # expandIdx[n] = j (kept for the combine)
+    p.add(9, 12, 6)                            # region slot + j
+    if B > 1:
+        p.li(14, B)
+        p.mul(9, 9, 14)
+    p.addi(9, 9, lay.RECV)
+    p.slli(9, 9, 9)
+    p.or_(9, 9, 11)                            # the token's first block on rank(x)
+    p.srli(15, 7, sh_k)                        # t
+    p.li(14, B * 512)
+    p.mul(15, 15, 14)
+    p.li(14, _local(rank, lay.X))
+    p.add(15, 15, 14)                          # the token in X
+    for b in range(B):
+        p.ldb(13, 15, b * 512)
+        p.stb(13, 9, b * 512)                  # posted; acked (stop-and-wait fences later)
+    p.addi(6, 6, 1)
+    p.j("slot")
+    p.label("next")
+    p.addi(4, 4, aivs)
+    p.j("expert")
+    p.label("send_end")
+
+
+def _syncall(p, rank, lay, aivs, which, extra=0):
+    """Die-local barrier ``which`` (1 or 2) of this run: fetch-add, then poll the cumulative count."""
+    p.li(12, _local(rank, lay.CTRL, 0))
+    p.li(5, 1)
+    p.fadd(6, 12, 5)                          # arrive
+    p.li(14, _local(rank, lay.CTRL, 1))
+    p.lw(5, 14, 0)                            # the run's epoch
+    p.slli(5, 5, 1)
+    p.addi(5, 5, which - 2)                   # 2·(epoch - 1) + which
+    p.li(14, aivs)
+    p.mul(5, 5, 14)
+    if extra:
+        p.addi(5, 5, extra)
+    p.poll(6, 12, 5, "ge")                    # every AIV of the die arrived
+
+
+def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split="slot"):
+    """The program of AIV ``core`` on ``rank`` (see the module docstring).
+
+    ``broken`` selects a negative control (:data:`BROKEN`); ``send_split``
+    how the AIVs share Token-Sending (:data:`SEND_SPLITS`).
+
+    Raises
+    ------
+    ValueError
+        If ``epr`` is not a power of two (the expert → rank split is a
+        shift), or with the expert split ``topk`` (slot → token is a shift).
+    """
+    check_int("aivs", aivs, 1)
+    check_int("experts", experts, 1)
+    check_choice("broken", broken, BROKEN)
+    check_choice("send_split", send_split, SEND_SPLITS)
+    epr = check_pow2("epr (experts per rank)", lay.epr)
+    sh = epr.bit_length() - 1
+    R, k, B = lay.ranks, lay.topk, lay.hidden_blocks
+    slots = lay.batch * k
+    tok_row = lay.route_blocks                 # the UBuf row tokens pass through
+    tok_addr = tok_row * 512
+    p = Program()
+
+    # --- 1. Init: routing into UBuf rows 0.. --------------------------------------------------
+    for r in range(lay.route_blocks):
+        p.li(12, r * 512)
+        p.li(14, _local(rank, lay.ROUTE + r))
+        p.ldb(12, 14, 0)
+    p.mark(PHASES["init"])
+
+    # --- 2. Token-Sending: a slot range, or the slots of experts core, core + A, ... ---------
+    if send_split == "slot":
+        _send_slots(p, lay, rank, core, aivs, sh, tok_addr)
+    else:
+        _send_experts(p, lay, rank, core, aivs, experts, sh, tok_addr)
     p.mark(PHASES["send"])
 
     # --- 3. SendFlag & Count: experts [e0, e1) -------------------------------------------------

@@ -19,7 +19,11 @@ status flags: every dependency is point to point.
    and boards and every contiguous slice mixes one-hop and two-hop
    destinations (topology-aware mapping). ``vlut`` is not needed: the
    counts go to their remapped positions at generation time (the fallback
-   of KERNELS.md §1.6).
+   of KERNELS.md §1.6). ``mapping="identity"`` (:data:`MAPPINGS`) makes
+   ``π`` the identity — UBEP §5.4's "w/o mapping" ablation: the slices still
+   hold ``⌈BS·k/n_token⌉`` slots each (balanced counts) but cut the slot
+   sequence in expert order, so a slice's destinations are a few
+   consecutive experts, i.e. one or two ranks of one board (topology-blind).
 
    Sharing the count [do better than KERNELS.md]: counting all ``E`` experts
    on every T-AIV costs ``E/3`` passes over the ``BS·k`` routing elements
@@ -70,13 +74,16 @@ Counts, offsets and flags are epoch-tagged (the run's epoch is the host's
 on the configuration only.
 """
 
-from ...hw.validate import check_int, check_pow2
+from ...hw.validate import check_choice, check_int, check_pow2
 from ..assembler import Program
 from ..isa import address
 from .cann import count_experts, split
 
-__all__ = ["dispatch_program", "transposition", "default_cumsum_aivs", "PHASES_T", "PHASES_C",
-           "TFF_TAG", "EVENTS"]
+__all__ = ["dispatch_program", "transposition", "remapping", "default_cumsum_aivs", "PHASES_T",
+           "PHASES_C", "TFF_TAG", "EVENTS", "MAPPINGS"]
+
+#: the remapping ``π`` of the experts before the slot sequence is cut (module docstring, step 1)
+MAPPINGS = ("transpose", "identity")
 
 #: MARK events (shared ids: init 10, send 11, reorder 15; count 16, cumsum 14)
 EVENTS = {"init": 10, "send": 11, "count": 16, "cumsum": 14, "reorder": 15}
@@ -98,6 +105,16 @@ def transposition(experts, n_token):
             if e < experts:               # padding cells are skipped
                 order.append(e)
     return order
+
+
+def remapping(experts, n_token, mapping="transpose"):
+    """``π`` of ``mapping`` (:data:`MAPPINGS`): :func:`transposition`, or the identity (no mapping)."""
+    check_choice("mapping", mapping, MAPPINGS)
+    if mapping == "identity":
+        check_int("experts", experts, 1)
+        check_int("n_token", n_token, 1)
+        return list(range(experts))
+    return transposition(experts, n_token)
 
 
 def default_cumsum_aivs(aivs, experts, topk, batch):
@@ -226,17 +243,20 @@ def _reorder(p, lay, rank, aivs, index, rows):
     p.mark(EVENTS["reorder"])
 
 
-def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs):
+def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="transpose"):
     """The UBEP program of AIV ``core`` on ``rank`` (module docstring).
+
+    ``mapping`` picks the remapping ``π`` (:data:`MAPPINGS`).
 
     Raises
     ------
     ValueError
-        On a group size outside ``[1, aivs - 1]`` or a non-power-of-two
+        On a group size outside ``[1, aivs - 1]``, a non-power-of-two
         ``epr`` or ``topk`` (the expert → rank and slot → token splits are
-        shifts).
+        shifts), or an unknown ``mapping``.
     """
     check_int("aivs", aivs, 2)
+    check_choice("mapping", mapping, MAPPINGS)
     C = check_int("cumsum_aivs", cumsum_aivs, 1, aivs - 1)
     epr = check_pow2("epr (experts per rank)", lay.epr)
     k = check_pow2("topk", lay.topk)
@@ -313,7 +333,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs):
         p.poll(5, 14, 13, "eq")
         p.li(12, rows.tcnt + blk * 512)
         p.ldb(12, 14, 0)
-    pi = transposition(experts, n_tok)
+    pi = remapping(experts, n_tok, mapping)
     p.mv(1, 0)
     for pos, e in enumerate(pi):                   # Cum' = inclusive prefix in π order
         p.ulw(5, 0, rows.count_at(e))

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...hw.validate import UserError, check_int
-from ..routing import route
+from ...hw.validate import UserError, check_int, check_number
+from ..routing import hot_weight, route
 
 __all__ = ["Workload", "MODELS", "Model", "blocks_per_token"]
 
@@ -61,6 +61,13 @@ class Workload:
         Rank ``s`` draws its routing and tokens from ``seed * 1000 + s``.
     hot : int
         Hot experts (spread at ids ``m * E / hot``), 0 for uniform routing.
+    hot_share : float
+        The share of slots the hot experts are meant to take, in ``(0, 1)``:
+        their weight is :func:`~epfabric.sw.routing.hot_weight` ``(E, hot,
+        hot_share)`` (KERNELS.md §1.6's ``w_hot``). The formula ignores that a
+        token's ``k`` experts are distinct, so the measured share falls a
+        little short when ``k`` is not small against ``E``
+        (:meth:`hot_slot_share` measures it).
     """
     ranks: int
     batch: int
@@ -70,6 +77,7 @@ class Workload:
     words: int = 8
     seed: int = 0
     hot: int = 0
+    hot_share: float = 0.3
     topk_idx: np.ndarray = field(init=False, repr=False, compare=False)
     topk_w: np.ndarray = field(init=False, repr=False, compare=False)
     x: np.ndarray = field(init=False, repr=False, compare=False)
@@ -85,10 +93,14 @@ class Workload:
         check_int("words", self.words, 1, 128)
         check_int("seed", self.seed, 0)
         check_int("hot", self.hot, 0, self.experts - 1)
+        check_number("hot_share", self.hot_share)
+        if not self.hot_share < 1:
+            raise UserError(f"hot_share must be in (0, 1), not {self.hot_share!r}")
+        w_hot = hot_weight(self.experts, self.hot, self.hot_share) if self.hot else None
         idx, w, x = [], [], []
         for s in range(self.ranks):
             i_s, w_s = route(self.batch, self.experts, self.topk, seed=self.seed * 1000 + s,
-                             hot=self.hot)
+                             hot=self.hot, w_hot=w_hot)
             idx.append(i_s)
             w.append(w_s)
             rng = np.random.default_rng((self.seed * 1000 + s) ^ 0x5EED)
@@ -142,6 +154,14 @@ class Workload:
     def slots(self):
         """Token slots per rank, ``batch * topk``."""
         return self.batch * self.topk
+
+    def hot_experts(self):
+        """The hot experts' ids, ``m * E // hot`` (none for uniform routing)."""
+        return [m * self.experts // self.hot for m in range(self.hot)]
+
+    def hot_slot_share(self):
+        """The share of all token slots (every rank) that go to a hot expert."""
+        return float(np.isin(self.topk_idx, self.hot_experts()).mean()) if self.hot else 0.0
 
     def bytes_moved(self, hidden_bytes=None):
         """Dispatch payload bytes per rank as UBEP Table 4 counts them: BS·k·H."""

@@ -96,6 +96,17 @@ def test_programs_do_not_depend_on_the_data():
     ({"broken": "nope"}, "broken must be one of None, no_flag_wait, syncall_one_short"),
     ({"cap": 5}, r"cap must be in \[1, 4\], not 5"),
     ({"cap": 1}, "cap 1 is too small: rank 0 routes 3 slots to expert 3; raise cap"),
+    ({"mapping": "identity"},
+     "mapping='identity' is a variant of system='ubep', not of system='cann'"),
+    ({"system": "ubep", "send_split": "expert"},
+     "send_split='expert' is a variant of system='cann', not of system='ubep'"),
+    ({"system": "ubep", "mapping": "random"},
+     "mapping must be one of transpose, identity, not 'random'"),
+    ({"send_split": "token"}, "send_split must be one of slot, expert, not 'token'"),
+    ({"send_split": "expert", "topk": 3},
+     r"send_split='expert' needs a power-of-two topk \(slot -> token is a shift\), not topk=3"),
+    ({"hot": 1, "hot_share": 1.0}, r"hot_share must be in \(0, 1\), not 1.0"),
+    ({"hot": 1, "hot_share": 0}, "hot_share must be a positive number, not 0"),
 ])
 def test_bad_parameters_are_named(params, message):
     with pytest.raises(ValueError, match=message):
@@ -146,3 +157,103 @@ def test_a_layout_beyond_the_address_space_is_named_before_running(params, block
     with pytest.raises(ValueError, match=rf"need {blocks} HBM blocks per rank; an address holds "
                                          r"32768 \(a smaller batch, hidden_blocks or cap\)"):
         KERNELS["dispatch"].configs("cm384", params=params)
+
+
+# --- the mapping ablation's variants (UBEP §5.4, Fig. 9; KERNELS.md §1.6) -----------------------
+
+VARIANTS = [{"system": "cann", "send_split": "expert"}, {"system": "ubep", "mapping": "identity"}]
+ALL_VARIANTS = [{"system": "cann"}, {"system": "ubep"}] + VARIANTS
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=["cann-expert", "ubep-identity"])
+def test_a_variant_is_bit_exact_and_delivers_what_its_default_does(variant):
+    sim = _fast()
+    result, _ = run_kernel(K, backend(sim), params={**SMALL, **variant},
+                           max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
+    assert result["correct"], result["problems"]
+    run = result["runs"][0]
+    default = outcome(sim, variant["system"])[0]["runs"][0]
+    assert run["out_payload_digest"] == default["out_payload_digest"]
+    assert run["recv_count"] == default["recv_count"]
+
+
+@pytest.mark.parametrize("variant, aivs", [(VARIANTS[0], 2), (VARIANTS[1], 3)],
+                         ids=["cann-expert", "ubep-identity"])
+def test_a_variant_runs_other_programs(variant, aivs):
+    """(With one T-AIV, as on two AIVs, UBEP's identity and transposition cut the same slice.)"""
+    params = K.resolve_params({**SMALL, **variant, "cumsum_aivs": 1 if aivs > 2 else None})
+    cfg = K.configs("tiny", SHAPE["topology"], aivs, params)[0]
+    programs = K.programs(cfg, params)
+    defaults = K.programs(cfg, {**params, "mapping": None, "send_split": None})
+    assert any(programs[key].assemble() != defaults[key].assemble() for key in programs)
+
+
+def test_one_machine_serves_every_variant():
+    """The kernel sizes the machine for every system and variant: one build runs Fig. 9's four."""
+    configs = [K.configs("cm384", ("superpod", 2, 1, 2), 4, {**SMALL, "experts": 8, **v})[0]
+               for v in ALL_VARIANTS]
+    assert all(c == configs[0] for c in configs[1:])
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=["cann-expert", "ubep-identity"])
+def test_variant_programs_do_not_depend_on_the_data(variant):
+    cfg = K.configs("tiny", SHAPE["topology"], 2, SMALL)[0]
+    programs = []
+    for seed in (1, 2):
+        m = Machine(backend=backend("pysim"), config=cfg)
+        K.load(m, K.resolve_params({**SMALL, **variant, "seed": seed, "hot": seed}))
+        programs.append(dict(m._programs))
+    assert programs[0] == programs[1]
+
+
+def _even_experts_run(send_split):
+    """Every token goes to experts 0 and 2 (both even): ``{core: send cycles}`` of rank 0."""
+    from epfabric.sw.ubep.workload import Workload
+    params = K.resolve_params({**SMALL, "send_split": send_split})
+    cfg = K.configs("tiny", SHAPE["topology"], 2, params)[0]
+    ranks, batch, wpb = cfg.ranks, SMALL["batch"], cfg.words_per_block
+    rng = np.random.default_rng(7)
+    idx = np.tile([0, 2], (ranks, batch, 1))
+    idx[:, ::2] = idx[:, ::2, ::-1]                       # both orders within a token
+    w = Workload.from_arrays(rng.integers(0, 2**32, size=(ranks, batch, 1, wpb)), idx,
+                             rng.integers(1, 8, size=idx.shape), experts=SMALL["experts"])
+    m = Machine(backend=backend(_fast()), config=cfg)
+    inputs = K.load(m, params, workload=w)
+    verdict = K.check(m, m.run(KERNEL_CASE_MAX_CYCLES), inputs)
+    assert verdict["correct"], verdict["problems"]
+    return {int(key.split(".")[1]): c for key, c in verdict["send_cycles"].items()
+            if key.startswith("0.")}
+
+
+def test_the_expert_split_gives_an_aiv_the_slots_of_its_experts_only():
+    """Experts 0 and 2 only, two AIVs: with the expert split AIV 1 (odd experts) sends nothing,
+    with the slot split both send half."""
+    expert, slot = _even_experts_run("expert"), _even_experts_run("slot")
+    assert expert[1] * 3 < expert[0], expert                    # AIV 1 only looks, AIV 0 sends 8
+    assert slot[0] * 2 > slot[1] and slot[1] * 2 > slot[0], slot
+    assert expert[0] > max(slot.values()), (expert, slot)
+
+
+def test_identity_mapping_with_two_token_aivs():
+    """Two T-AIVs cut the slot sequence in expert order (π = identity, not [0, 2, 1, 3]),
+    bit-exact."""
+    result, _ = run_kernel(K, backend("pysim"),
+                           params={**SMALL, "system": "ubep", "cumsum_aivs": 1,
+                                   "mapping": "identity"},
+                           preset="tiny", topology=SHAPE["topology"], aivs=3,
+                           max_cycles=KERNEL_CASE_MAX_CYCLES)
+    assert result["correct"], result["problems"]
+    assert len(result["runs"][0]["send_cycles"]) == 2 * 2
+
+
+def test_remapping_and_the_hot_share():
+    from epfabric.sw.ubep.ubep import remapping, transposition
+    from epfabric.sw.ubep.workload import Workload
+    assert remapping(8, 3, "identity") == list(range(8))
+    assert remapping(8, 3) == transposition(8, 3) == [0, 3, 6, 1, 4, 7, 2, 5]
+    shape = dict(ranks=8, batch=64, topk=8, experts=128, hot=8)
+    base = Workload(**shape)
+    assert base.hot_experts() == [0, 16, 32, 48, 64, 80, 96, 112]
+    assert 0.25 < base.hot_slot_share() < 0.3         # KERNELS.md §1.6's w_hot: about 30 %
+    assert Workload(**shape, hot_share=0.5).hot_slot_share() > 0.4
+    assert Workload(**shape, hot_share=0.3).topk_idx.tolist() == base.topk_idx.tolist()
