@@ -151,4 +151,4 @@ def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params
 
 
 # The kernels of this package register themselves on import.
-from . import agrs, alltoall, combine, dispatch, pingpong, syncall   # noqa: E402,F401
+from . import agrs, alltoall, combine, daf, dispatch, pingpong, syncall   # noqa: E402,F401
