@@ -150,3 +150,4 @@ def register(experiment):
 
 
 from . import agrs, calibrate, fabric_speed, payload, quaternary, races, speed   # noqa: E402,F401
+from . import fig9  # noqa: E402,F401

@@ -1,0 +1,87 @@
+"""The ``fig9`` experiment (sim/experiments/fig9.py): per-AIV Token-Sending time, four variants."""
+
+import statistics
+
+import pytest
+
+from epfabric.sim.experiments import EXPERIMENTS
+from epfabric.sim.experiments.fig9 import PAPER, VARIANTS
+from epfabric.sw.ubep.workload import Workload
+
+from utils import require_simulator
+
+FIG9 = EXPERIMENTS["fig9"]
+#: test_dispatch's small machine (its Verilator build is shared: opt '' = the suite's level)
+TINY = dict(preset="tiny", topology="superpod:2,1,1", aivs=2, experts=4, topk=2, batch=4,
+            hot=1, opt="")
+
+
+@pytest.fixture(scope="module")
+def tiny_rows():
+    require_simulator("verilator")
+    return FIG9.run(**TINY, backend="verilator")
+
+
+def test_the_four_variants_run_on_one_build_and_are_bit_exact(tiny_rows):
+    assert [r["variant"] for r in tiny_rows] == list(VARIANTS)
+    assert all(r["correct"] for r in tiny_rows), [r["problems"] for r in tiny_rows]
+    assert len({r["verilog_sha"] for r in tiny_rows}) == 1
+    # every CANN AIV sends; UBEP's CalCumSum AIV (App. A's fit: 1 of 2) does not
+    assert [r["send_aivs"] for r in tiny_rows] == [2, 2, 1, 1]
+
+
+def test_the_rows_are_the_measured_times_and_their_spread(tiny_rows):
+    by = {r["variant"]: r for r in tiny_rows}
+    for r in tiny_rows:
+        times = r["per_aiv_us"]
+        assert all(t > 0 for t in times)
+        assert r["max_us"] == pytest.approx(max(times), abs=1e-4)
+        assert r["mean_us"] == pytest.approx(statistics.fmean(times), abs=1e-4)
+        assert r["stdev_us"] == pytest.approx(statistics.pstdev(times), abs=1e-4)
+        assert r["max_over_mean"] >= 1
+        assert r["all_max_us"] >= r["max_us"]
+        assert r["ratio_vs_cann-slot"] == pytest.approx(r["max_us"] / by["cann-slot"]["max_us"])
+        assert r["paper_max_us"] == PAPER[r["variant"]]
+    # the splits are different programs: their per-AIV times differ
+    assert by["cann-slot"]["per_aiv_us"] != by["cann-expert"]["per_aiv_us"]
+    w = Workload(ranks=2, batch=4, topk=2, experts=4, hot=1)
+    assert tiny_rows[0]["hot_slot_share"] == w.hot_slot_share()
+
+
+def test_verdict_and_figure(tiny_rows, tmp_path):
+    holds, line = FIG9.verdict(tiny_rows)
+    assert holds in (True, False)
+    assert "UBEP/w/o" in line and "max/mean" in line
+    broken = [dict(r, correct=False) if r["variant"] == "ubep" else r for r in tiny_rows]
+    assert FIG9.verdict(broken) == (False, "superpod:2,1,1: ubep not bit-exact against numpy")
+    FIG9.plot(tiny_rows, tmp_path / "fig9.png")
+    assert (tmp_path / "fig9.png").stat().st_size > 10_000
+    assert "UBEP w/o mapping" in FIG9.format(tiny_rows)
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"node": 2, "topology": "superpod:2,1,1"}, r"node must be < 2 \(the dies of superpod:2,1,1\)"),
+    ({"topk": 3}, r"send_split='expert' needs a power-of-two topk"),
+    ({"experts": 96}, "experts per die must be a power of two, not 6"),
+    ({"backend": "spice"}, "backend must be one of"),
+    ({"hot_share": 1.5}, r"hot_share must be in \(0, 1\), not 1.5"),
+])
+def test_bad_parameters_are_named(given, message):
+    with pytest.raises(ValueError, match=message):
+        FIG9.resolve(**given)
+
+
+@pytest.mark.slow
+def test_the_quick_grid_keeps_the_papers_trend():
+    """8 dies over four boards, 8 AIVs, 8 hot experts: the hot experts make CANN's expert split
+    the slowest, and UBEP (transposition) spreads the load most evenly."""
+    require_simulator("verilator")
+    params = FIG9.resolve()
+    point, = FIG9.points(params, quick=True)
+    rows = FIG9.rows_of(point, FIG9.measure(point))
+    by = {r["variant"]: r for r in rows}
+    assert all(r["correct"] for r in rows)
+    assert len({r["verilog_sha"] for r in rows}) == 1
+    assert by["cann-expert"]["max_us"] > by["ubep-nomap"]["max_us"]
+    assert by["cann-expert"]["max_us"] > by["ubep"]["max_us"]
+    assert by["ubep"]["max_over_mean"] < by["cann-expert"]["max_over_mean"]
