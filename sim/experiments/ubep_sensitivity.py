@@ -1,0 +1,218 @@
+"""UBEP's sensitivity figures: improvement over CANN EP vs batch, ranks, experts and top-k.
+
+UBEP §5.2 (Fig. 7a/b/c) and App. C (Fig. 13): the dispatch of CANN EP's BSP
+kernel and of UBEP on the same routing, one swept parameter per figure, the
+improvement ``(T_CANN − T_UBEP) / T_CANN`` and the split of each run into
+A2A (the longest per-AIV Token-Sending) and BSP-cost (the rest):
+:mod:`.ubep_runs`. Reduced scale (KERNELS.md §3): ranks are 4–16 dies of 8
+AIVs (32 does not build in reasonable time here, issue 13), top-8, B_tok 2,
+and "one expert per die at 128 ranks" is emulated with several experts per
+die where the figure varies E. The paper's y-axes aggregate unstated
+quantities, so only percentages are compared (KERNELS.md §1.9).
+
+The quick grids all run on the 8-die machine (one Verilator build serves
+every quick grid of :mod:`.ubep_runs`' users); Fig. 7b adds the 4-die one.
+"""
+
+from ...hw.validate import UserError
+from ..backends import SIMULATORS
+from . import Experiment, Param, register
+from .ubep_runs import SHAPES, compare_systems, grid
+
+__all__ = ["Sweep", "FIG7A", "FIG7B", "FIG7C", "FIG13", "int_list"]
+
+
+def int_list(name, text):
+    """``"8,16,32"`` → ``[8, 16, 32]``; ``UserError`` naming ``name`` otherwise."""
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip() != ""]
+    except ValueError:
+        raise UserError(f"{name} must be comma-separated integers, not {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise UserError(f"{name} must name one or more integers >= 1, not {text!r}")
+    return values
+
+
+class Sweep(Experiment):
+    """CANN vs UBEP dispatch over one swept parameter (a subclass sets the grid and the paper)."""
+
+    #: the swept dispatch parameter and its label
+    axis = ""
+    label = ""
+    #: ``(full grid, quick grid)`` of dicts with ``ranks`` and dispatch parameters
+    grids = ((), ())
+    defaults = {"topk": 8, "hidden_blocks": 2, "seed": 0}
+
+    params = (
+        Param("backend", "verilator", "simulator", str, SIMULATORS),
+        Param("seed", 0, "routing seed", int, minimum=0),
+        Param("aivs", 8, "AIVs per die (A)", int, minimum=2),
+        Param("hidden_blocks", 2, "blocks per token (B_tok)", int, minimum=1),
+    )
+
+    def points(self, params, quick=False):
+        base = {**self.defaults, "seed": params["seed"], "hidden_blocks": params["hidden_blocks"]}
+        cells = [{**base, **cell} for cell in self.grids[1 if quick else 0]]
+        return grid(cells, preset="cm384", backend=params["backend"], aivs=params["aivs"])
+
+    def measure(self, point):
+        row, _runs = compare_systems(point)
+        return row
+
+    def paper_improvement(self, row):
+        """The paper's improvement at ``row`` (a fraction), or ``None``."""
+        return None
+
+    def compare(self, row):
+        paper = self.paper_improvement(row)
+        if paper is None:
+            return {}
+        return {"paper_improvement": paper, "diff_improvement": row["improvement"] - paper}
+
+    def trend(self, rows):
+        """``(holds, words)`` of the figure's trend; a subclass says what the trend is."""
+        raise NotImplementedError
+
+    def verdict(self, rows):
+        faster = all(r["improvement"] > 0 for r in rows)
+        holds, words = self.trend(rows)
+        cells = ", ".join(f"{self._x(r)} {100 * r['improvement']:.1f} %" for r in rows)
+        return faster and holds, (f"UBEP {'is' if faster else 'is NOT'} faster at every point "
+                                  f"({cells}); {words}")
+
+    def _x(self, row):
+        return f"{self.label} {row[self.axis]}"
+
+    def plot(self, rows, path):
+        from ..results.plot import save, subplots
+        fig, (ax_t, ax_i) = subplots(1, 2, width=11)
+        labels = [self._x(r) for r in rows]
+        xs = range(len(rows))
+        for off, system, color in ((-0.2, "cann", "C0"), (0.2, "ubep", "C1")):
+            bsp = [r[f"{system}_bsp"] for r in rows]
+            ax_t.bar([x + off for x in xs], [r[f"{system}_a2a"] for r in rows], 0.4,
+                     color=color, label=f"{system.upper()} A2A")
+            ax_t.bar([x + off for x in xs], bsp, 0.4, bottom=[r[f"{system}_a2a"] for r in rows],
+                     color=color, alpha=0.45, hatch="//", label=f"{system.upper()} BSP-cost")
+        ax_t.set_xticks(list(xs), labels, rotation=30, fontsize=7)
+        ax_t.set_ylabel("dispatch (cycles)")
+        ax_t.legend(fontsize=7)
+        ax_i.plot(list(xs), [100 * r["improvement"] for r in rows], "o-", label="model")
+        paper = [self.paper_improvement(r) for r in rows]
+        if any(p is not None for p in paper):
+            ax_i.plot([x for x, p in zip(xs, paper) if p is not None],
+                      [100 * p for p in paper if p is not None], "s--", color="C3", label="paper")
+        ax_i.set_xticks(list(xs), labels, rotation=30, fontsize=7)
+        ax_i.set_ylabel("improvement (%)")
+        ax_i.set_ylim(bottom=0)
+        ax_i.legend(fontsize=7)
+        save(fig, path, f"{self.paper}: {self.title} (model at reduced scale)")
+
+
+def _falls_at_end(rows, key, axis):
+    """Whether ``key`` at the largest ``axis`` is below the mean of the others (and the words)."""
+    rows = sorted(rows, key=lambda r: r[axis])
+    if len(rows) < 2:
+        return None, "one point: no trend"
+    rest = sum(r[key] for r in rows[:-1]) / (len(rows) - 1)
+    last = rows[-1][key]
+    falls = "falls" if last < rest else "does NOT fall"
+    return last < rest, (f"at the largest {axis} ({rows[-1][axis]}) {100 * last:.1f} % vs "
+                         f"{100 * rest:.1f} % mean below it ({falls}; the paper's falls)")
+
+
+class Fig7a(Sweep):
+    name = "fig7a"
+    title = "dispatch improvement of UBEP over CANN EP vs batch size"
+    paper = "UBEP Fig. 7a"
+    headline = "≈46.4 % for BS 8–64, 35.9 % at BS 128 (TokenCnt on one core can no longer hide)"
+    axis, label = "batch", "BS"
+    grids = ([{"ranks": 16, "experts": 64, "batch": b} for b in (8, 16, 32, 64, 128)],
+             [{"ranks": 8, "experts": 32, "batch": b} for b in (8, 32, 128)])
+
+    def paper_improvement(self, row):
+        return 0.359 if row["batch"] >= 128 else 0.464
+
+    def trend(self, rows):
+        return _falls_at_end(rows, "improvement", "batch")
+
+
+class Fig7b(Sweep):
+    name = "fig7b"
+    title = "dispatch improvement of UBEP over CANN EP vs number of ranks"
+    paper = "UBEP Fig. 7b"
+    headline = "43.9 % on average over 64/128/256 ranks, 35.1 % at 256"
+    axis, label = "ranks", "R"
+    grids = ([{"ranks": r, "experts": e, "batch": 64} for r in (4, 8, 16) for e in (r, 4 * r)
+              if e >= 8],
+             [{"ranks": r, "experts": 4 * r, "batch": 64} for r in (4, 8)])
+
+    def _x(self, row):
+        return f"R{row['ranks']} E{row['experts']}"
+
+    def paper_improvement(self, row):
+        return 0.351 if row["ranks"] == max(SHAPES) else 0.439
+
+    def trend(self, rows):
+        by_e = {}
+        for r in rows:
+            by_e.setdefault(r["experts"] // r["ranks"], []).append(r)
+        results = [_falls_at_end(rs, "improvement", "ranks") for rs in by_e.values()]
+        holds = [h for h, _ in results if h is not None]
+        words = "; ".join(f"{epr} experts per die: {w}" for epr, (_, w) in zip(by_e, results))
+        return (all(holds) if holds else None), words
+
+
+class Fig7c(Sweep):
+    name = "fig7c"
+    title = "dispatch improvement and synchronisation share vs experts per rank"
+    paper = "UBEP Fig. 7c"
+    headline = "38.6–41.9 %; CANN's synchronisation ≈70 % of its runtime, UBEP's ≈30 %"
+    axis, label = "experts", "E"
+    grids = ([{"ranks": r, "experts": m * r, "batch": 64} for r in (8, 16) for m in (2, 4)],
+             [{"ranks": 8, "experts": m * 8, "batch": 64} for m in (2, 4)])
+
+    def _x(self, row):
+        return f"R{row['ranks']} E{row['experts']}"
+
+    def paper_improvement(self, row):
+        return (0.386 + 0.419) / 2
+
+    def compare(self, row):
+        return {**super().compare(row), "paper_cann_sync_share": 0.70,
+                "paper_ubep_sync_share": 0.30}
+
+    def trend(self, rows):
+        share = all(r["cann_sync_share"] > r["ubep_sync_share"] for r in rows)
+        longer = sum(r["ubep_a2a"] >= r["cann_a2a"] for r in rows)
+        c = sum(r["cann_sync_share"] for r in rows) / len(rows)
+        u = sum(r["ubep_sync_share"] for r in rows) / len(rows)
+        return share, (f"sync share CANN {100 * c:.0f} % vs UBEP {100 * u:.0f} % (paper ≈70 / "
+                       f"≈30 %); UBEP's A2A is longer at {longer} of {len(rows)} points "
+                       f"(paper: slightly longer, fewer AIVs send)")
+
+
+class Fig13(Sweep):
+    name = "fig13"
+    title = "dispatch improvement of UBEP over CANN EP vs top-k"
+    paper = "UBEP Fig. 13"
+    headline = "29 / 31 / 34 % for top-k 2 / 4 / 8"
+    axis, label = "topk", "k"
+    grids = ([{"ranks": 16, "experts": 64, "batch": 64, "topk": k} for k in (2, 4, 8)],
+             [{"ranks": 8, "experts": 32, "batch": 64, "topk": k} for k in (2, 4, 8)])
+    PAPER = {2: 0.29, 4: 0.31, 8: 0.34}
+
+    def paper_improvement(self, row):
+        return self.PAPER.get(row["topk"])
+
+    def trend(self, rows):
+        rows = sorted(rows, key=lambda r: r["topk"])
+        rising = all(a["improvement"] < b["improvement"] for a, b in zip(rows, rows[1:]))
+        words = "rises" if rising else "does NOT rise"
+        return rising, f"the improvement {words} with k (paper: rises)"
+
+
+FIG7A = register(Fig7a())
+FIG7B = register(Fig7b())
+FIG7C = register(Fig7c())
+FIG13 = register(Fig13())
