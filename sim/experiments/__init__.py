@@ -152,3 +152,4 @@ def register(experiment):
 from . import agrs, calibrate, fabric_speed, payload, quaternary, races, speed   # noqa: E402,F401
 from . import ubep_cumsum, ubep_phases, ubep_senders, ubep_sensitivity   # noqa: E402,F401
 from . import fig9  # noqa: E402,F401
+from . import fig10  # noqa: E402,F401
