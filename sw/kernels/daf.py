@@ -430,6 +430,14 @@ class Daf(Kernel):
                 want = message_blocks(data[d, (d + i) % R], protocol, None, None)[:, :wpb]
                 if not np.array_equal(mem[lay.send(i):lay.send(i) + nb], want):
                     problems.append(f"rank {d}: send buffer to rank {(d + i) % R} was modified")
+        # flits each rank sent / received: its stores (or the peers') plus the acks of the
+        # stores it received (coalesced: at least one, at most one per store)
+        stores = self.remote_stores(cfg, protocol, params["bytes"])
+        for key in ("tx_blocks", "rx_blocks"):
+            for r, n in enumerate(report.counters.get(key, [])):
+                if not stores < n <= 2 * stores:
+                    problems.append(f"rank {r}: {key} {n} is not {stores} stores plus 1..{stores} "
+                                    f"acks")
         done = report.marks(event=DONE_MARK)
         start = report.marks(event=START_MARK)
         if report.trace_dropped:
@@ -450,7 +458,7 @@ class Daf(Kernel):
                 "latency_ns": None if latency is None else latency * cycle_ns,
                 "done_cycle_per_rank": [per_rank.get(r) for r in range(R)],
                 "rearm_cycles": rearm_cycles,
-                "remote_stores": self.remote_stores(cfg, protocol, params["bytes"])}
+                "remote_stores": stores}
 
     @staticmethod
     def _core(config, rank, src):

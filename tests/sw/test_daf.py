@@ -1,5 +1,6 @@
 """The ``daf`` Data-as-Flag micro-benchmark (sw/kernels/daf.py) and its negative controls."""
 
+import copy
 import functools
 
 import numpy as np
@@ -49,9 +50,15 @@ def test_every_message_arrives_once_in_place(protocol):
         event=daf.DONE_MARK)) - report.marks(event=daf.START_MARK)[0]["cycle"]
     # every rank sent exactly its stores (plus at most one ack each)
     stores = KERNEL.remote_stores(m.config, protocol, NBYTES)
+    assert verdict["remote_stores"] == stores
     assert stores == 3 * (verdict["blocks_per_message"] + (protocol in ("sw", "dc")))
     for key in ("tx_blocks", "rx_blocks"):
         assert all(stores < n <= 2 * stores for n in report.counters[key]), report.counters
+    # ... which the checker verifies: one flit too many (a block stored twice) is named
+    report = copy.deepcopy(report)
+    report.counters["tx_blocks"][1] = 2 * stores + 1
+    assert KERNEL.check(m, report, inputs)["problems"] == [
+        f"rank 1: tx_blocks {2 * stores + 1} is not {stores} stores plus 1..{stores} acks"]
 
 
 def test_sp_region_is_rearmed_and_tff_header_is_the_flag_field():
