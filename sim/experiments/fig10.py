@@ -116,8 +116,7 @@ class Fig10(Experiment):
                     "best_cut": 1 - ns[best] / ns["sw"], "gain_us": (ns["sw"] - ns[best]) / 1000,
                     "blocks_raw": runs["sw"]["blocks_per_message"],
                     "blocks_tff": runs["tff"]["blocks_per_message"],
-                    "sp_rearm_ns": runs["sp"]["rearm_cycles"] * runs["sp"]["latency_ns"]
-                    / runs["sp"]["latency_cycles"], "correct": True})
+                    "sp_rearm_ns": runs["sp"]["rearm_ns"], "correct": True})
         return row
 
     def compare(self, row):

@@ -27,9 +27,8 @@ detects and consumes all of it, with one of four synchronisation protocols
          sentinel and, once it has consumed every block of its sources,
          re-arms them (eight ``sw`` of the sentinel per block and a
          ``fence``, charged to the receiver after its ``DONE_MARK``, so not
-         in the latency (the run's end − the last ``DONE_MARK`` is reported
-         as ``rearm_cycles``) — the region is needed again
-         only by the next round).
+         in the latency but reported as ``rearm_cycles`` — the region is
+         needed again only by the next round).
 ======== ====================================================================
 
 "Consume" is the same for every protocol: the receiver loads each block it
@@ -45,10 +44,9 @@ sent and received by cores of the same index. Each core sends first, then
 receives. MARKs: ``START_MARK`` by core 0 of rank 0 as it starts (every core
 starts in the same cycle; a MARK from every core there would queue them on
 the trace merge, one per cycle), ``DONE_MARK`` by every core once it has
-detected and consumed every message of its sources; latency = last
-``DONE_MARK`` − ``START_MARK``. The run ends when every core has halted,
-after SP's re-arming: ``rearm_cycles`` = the run's cycles − the last
-``DONE_MARK``.
+detected and consumed every message of its sources, and (SP) ``REARM_MARK``
+once it has re-armed them; latency = last ``DONE_MARK`` − ``START_MARK``;
+``rearm_cycles`` = the longest ``REARM_MARK`` − ``DONE_MARK`` of a core.
 
 Memory map of every rank (DataBlock indices; ``nb`` blocks per message,
 ``R`` ranks): block 0 unused; ``SIG + s`` (flag / checksum of source s) and
@@ -85,7 +83,7 @@ from ..isa import address
 from ..presets import get_preset
 from . import Kernel, pow2_at_least, register
 
-__all__ = ["PROTOCOLS", "BROKEN", "EPOCH", "TFF_FLAG", "CANARY", "START_MARK", "DONE_MARK",
+__all__ = ["PROTOCOLS", "BROKEN", "EPOCH", "TFF_FLAG", "CANARY", "START_MARK", "DONE_MARK", "REARM_MARK",
            "Layout", "blocks_per_message", "layout", "destinations", "sources",
            "program", "messages", "message_blocks", "machine_sizes", "Daf", "KERNEL"]
 
@@ -99,7 +97,7 @@ TFF_FLAG = 0x0D0D0000 | EPOCH
 SENTINEL_WORD = int(RESERVED_SENTINEL[0])
 #: what the host writes where the run must not write (and where data has not arrived yet)
 CANARY = 0xC3A5C3A5
-START_MARK, DONE_MARK = 400, 402
+START_MARK, DONE_MARK, REARM_MARK = 400, 402, 403
 MAX_BYTES = 1 << 16
 _FLAG_WORDS = FLAG_BYTES // 4
 
@@ -234,6 +232,7 @@ def program(config, rank, core, protocol, nbytes, broken="none"):
                 for k in range(_FLAG_WORDS):
                     p.sw(9, 1, b * BLOCK_BYTES + 4 * k)
         p.fence()                                        # re-armed = committed
+        p.mark(REARM_MARK)
     p.halt()
     return p
 
@@ -293,7 +292,7 @@ def machine_sizes(config, max_bytes, protocols=PROTOCOLS):
     blocks = max(layout(config, p, max_bytes).end for p in protocols)
     longest = max(_program_lengths(config, p, max_bytes) for p in protocols)
     return {"hbm_blocks": pow2_at_least(blocks), "imem_depth": pow2_at_least(longest),
-            "trace_depth": max(64, pow2_at_least(config.cores + 1))}
+            "trace_depth": max(64, pow2_at_least(2 * config.cores + 1))}
 
 
 class Daf(Kernel):
@@ -343,9 +342,9 @@ class Daf(Kernel):
         if cfg.hbm_blocks < lay.end:
             raise UserError(f"daf ({protocol}, {nbytes} B on {cfg.ranks} ranks) needs hbm_blocks "
                             f">= {lay.end}, not {cfg.hbm_blocks}")
-        if cfg.trace_depth < cfg.cores + 1:
-            raise UserError(f"daf needs trace_depth >= {cfg.cores + 1} (a DONE MARK per core and "
-                            f"a START), not {cfg.trace_depth}")
+        if cfg.trace_depth < 2 * cfg.cores + 1:
+            raise UserError(f"daf needs trace_depth >= {2 * cfg.cores + 1} (a START, and a DONE "
+                            f"and a REARM MARK per core), not {cfg.trace_depth}")
         if broken == "tear" and not cfg.non_atomic_port:
             raise UserError("broken='tear' needs a machine with non_atomic_port=True")
         if cfg.non_atomic_port:
@@ -446,8 +445,13 @@ class Daf(Kernel):
             problems.append(f"{len(done)} of {cfg.cores} cores marked DONE")
         latency = (max(m["cycle"] for m in done) - min(m["cycle"] for m in start)
                    if done and start else None)
-        rearm_cycles = (report.cycles - max(m["cycle"] for m in done)
-                        if protocol == "sp" and done else None)
+        rearm_cycles = None
+        if protocol == "sp":
+            rearm = {(m["rank"], m["core"]): m["cycle"] for m in report.marks(event=REARM_MARK)}
+            if len(rearm) != cfg.cores:
+                problems.append(f"{len(rearm)} of {cfg.cores} cores marked REARM")
+            rearm_cycles = max((rearm[m["rank"], m["core"]] - m["cycle"] for m in done
+                                if (m["rank"], m["core"]) in rearm), default=None)
         cycle_ns = machine.preset.cycle_ns
         per_rank = {}
         for m in done:
@@ -458,6 +462,7 @@ class Daf(Kernel):
                 "latency_ns": None if latency is None else latency * cycle_ns,
                 "done_cycle_per_rank": [per_rank.get(r) for r in range(R)],
                 "rearm_cycles": rearm_cycles,
+                "rearm_ns": None if rearm_cycles is None else rearm_cycles * cycle_ns,
                 "remote_stores": stores}
 
     @staticmethod
