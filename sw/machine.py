@@ -38,6 +38,7 @@ class Backend(abc.ABC):
         """Run ``session`` (:meth:`Machine.session`) on ``config``'s top.
 
         Returns a dict with ``cycles``, ``done``, ``timeout``, ``run_wall_s``,
+        ``load_cycles`` and ``read_cycles`` (host cycles of the loading and the read-back),
         ``mem`` (``{rank: [word, ...]}``), ``status`` (the values of
         ``session["status"]``, same structure), and, when ``session["trace"]``,
         ``trace`` (list of ``[core, cycle, event]``) and ``trace_dropped``.
@@ -282,7 +283,8 @@ class Machine:
                         timeout=bool(out["timeout"]), trace=trace, cores=cores,
                         counters=dict(status["counters"]),
                         trace_dropped=out.get("trace_dropped", 0),
-                        extra={"run_wall_s": out.get("run_wall_s")})
+                        extra={k: out.get(k) for k in ("run_wall_s", "load_cycles",
+                                                       "read_cycles")})
         self.last_report = report
         if report.timeout:
             report.diagnosis = self._diagnose(report, max_cycles)

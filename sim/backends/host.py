@@ -132,7 +132,7 @@ async def host_read_blocks(bench, ranks, blocks, words_per_block, *, port="host"
     cycle, pipelined; otherwise one word per cycle (:func:`host_read_all`).
     Same words either way.
     """
-    if not (rows and bench.has_port(f"{port}.rrow_all")):
+    if not (rows and bench.has_port(f"{port}.rrow_all.0")):
         addrs = [b << 9 | w << 2 for b in blocks for w in range(words_per_block)]
         return await host_read_all(bench, ranks, addrs, port=port)
     rows = await host_read_all(bench, ranks, [b << 9 for b in blocks], port=port, lane="rrow_all")

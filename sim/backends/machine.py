@@ -46,6 +46,7 @@ async def session_intent(bench, session):
     """Testbench intent: one machine session (see the module docstring)."""
     top = bench.component
     await host_write(bench, session["writes"])
+    load_cycles = bench.cycle
     t0 = time.monotonic()
     result = await host_run(bench, session["max_cycles"])
     result["run_wall_s"] = time.monotonic() - t0
@@ -55,8 +56,10 @@ async def session_intent(bench, session):
     if session["trace"]:
         result["trace"], result["trace_dropped"] = await _read_trace(bench)
     blocks = [b for lo, n in session["read_blocks"] for b in range(lo, lo + n)]
+    c0 = bench.cycle
     result["mem"] = await host_read_blocks(bench, top.ranks, blocks, session["words_per_block"],
                                            rows=session.get("rows", True))
+    result["load_cycles"], result["read_cycles"] = load_cycles, bench.cycle - c0
     # Timing repeats (``epfabric bench``): after the read-back, run the same
     # session again -- ``repeat_writes`` (default: the session's writes), then
     # start -- until ``min_run_s`` of machine run time is measured; the result

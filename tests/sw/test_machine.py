@@ -253,7 +253,8 @@ ROWS = (True, False)
 @pytest.mark.parametrize("simulator", ["pysim", "icarus", "verilator"])
 def test_row_writes_load_what_word_writes_load(simulator):
     """IMEM_ROW and HBM_BLOCK writes (one host cycle per instruction index / block) give the
-    machine the same programs and memory as one word per cycle: same cycles, marks and memory."""
+    machine the same programs and memory as one word per cycle: same cycles, marks and memory;
+    and a row read-back takes a cycle per block."""
     from utils import require_simulator
     require_simulator(simulator)
     results = []
@@ -283,6 +284,10 @@ def test_row_writes_load_what_word_writes_load(simulator):
         assert (HostTarget.IMEM_ROW.value in kinds and HostTarget.HBM_BLOCK.value in kinds) == rows
         report = m.run(5_000)
         assert report.done
+        # read-back: one block per cycle on every rank at once, or one word per cycle
+        blocks = m.config.readback_blocks
+        read = report.extra["read_cycles"]
+        assert (blocks <= read <= blocks + 4) if rows else (read >= blocks * wpb), (rows, read)
         results.append((report.cycles, report.marks(),
                         m.read_mem(1, address(0, 3, 0), wpb), m.read_mem(1, address(0, 4, 0), 8),
                         [m.read_mem(1, address(0, b, 0), wpb) for b in (5, 6, 8)]))
