@@ -38,7 +38,7 @@ Scale: the paper's machine has 64 NPUs × 48 AIVs; KERNELS.md §3 asks for
 ``superpod:2,4,4`` (32 dies) × 8 AIVs, E = 128, BS = 64. That model takes tens
 of minutes to build here, so the default topology is ``superpod:2,2,4`` (16
 dies over the same four boards) and ``--quick`` runs ``superpod:1,2,4`` (8
-dies over four boards) × 4 AIVs, E = 32, BS = 16. Absolute µs depend on the scale
+dies over four boards) × 4 AIVs, E = 32 with 4 hot, BS = 16. Absolute µs depend on the scale
 (A, BS, the per-slot issue cost); the ordering and the ratios are what to
 compare.
 """
@@ -70,8 +70,10 @@ PAPER = {"cann-slot": 62.2, "cann-expert": 62.2, "ubep-nomap": 48.1, "ubep": 43.
 #: (stated before measuring; the model is 1/8 the paper's AIVs per die and 1/2 its dies)
 BAND = 0.2
 #: quick grid: 8 dies over four boards (two NPUs of one die per board: one-hop and two-hop
-#: destinations), 4 AIVs, a smaller expert set and batch
-QUICK = {"topology": "superpod:1,2,4", "aivs": 4, "experts": 32, "batch": 16}
+#: destinations), 4 AIVs, a smaller expert set and batch; 4 hot experts of 32 (weight 3) take
+#: 27 % of the slots, as 8 of 128 do (a hot expert takes at most 1/k of the slots, so 2 of 32
+#: give only 20 %; 8 of 32 are a quarter of the experts, weighted 1.3: hardly hot)
+QUICK = {"topology": "superpod:1,2,4", "aivs": 4, "experts": 32, "batch": 16, "hot": 4}
 
 
 def _paper_ratio(label, base):
@@ -161,6 +163,7 @@ class Fig9(Experiment):
                 die, core = map(int, key.split("."))
                 per_die.setdefault(die, {})[core] = cycles * ns / 1000
             node = [per_die[point["node"]][c] for c in sorted(per_die.get(point["node"], {}))]
+            slots = _slots_per_aiv(w, point["node"], VARIANTS[label], point["aivs"], len(node))
             mean = statistics.fmean(node) if node else None
             spreads = [max(d.values()) / statistics.fmean(d.values()) for d in per_die.values()]
             rows.append({
@@ -168,6 +171,8 @@ class Fig9(Experiment):
                 "correct": bool(run["correct"]) and run["out_payload_digest"] == digest,
                 "problems": "; ".join(run["problems_all"][:2]),
                 "send_aivs": len(node), "per_aiv_us": [round(t, 4) for t in node],
+                "slots_per_aiv": slots,
+                "ns_per_slot": statistics.fmean(1000 * t / n for t, n in zip(node, slots) if n),
                 "max_us": max(node) if node else None, "mean_us": mean,
                 "max_over_mean": max(node) / mean if node else None,
                 "stdev_us": statistics.pstdev(node) if node else None,
@@ -229,7 +234,9 @@ class Fig9(Experiment):
                 + " us (CANN slot / expert / w/o / UBEP); " + "; ".join(parts)
                 + f"; UBEP/w/o {m['ubep'] / m['ubep-nomap']:.3f} (paper 0.904); max/mean "
                 + " / ".join(f"{spread[v]:.2f}" for v in VARIANTS)
-                + f" (UBEP {'most' if uniform else 'not the most'} uniform)")
+                + f" (UBEP {'most' if uniform else 'not the most'} uniform); most slots on an "
+                + "AIV " + " / ".join(str(max(by[v]["slots_per_aiv"])) for v in VARIANTS)
+                + ", ns a slot " + " / ".join(f"{by[v]['ns_per_slot']:.0f}" for v in VARIANTS))
         return holds, " | ".join(lines)
 
     def plot(self, rows, path):
@@ -265,7 +272,8 @@ class Fig9(Experiment):
                    width=0.4, color="C3", label="paper (vs CANN)")
             ax.set_xticks(list(xs), [v.replace("-", "\n") for v in labels], fontsize=7)
             ax.set_ylabel("slowest AIV / CANN's")
-            ax.legend(fontsize=7)
+            ax.set_ylim(0, 1.45 * max([by[v]["ratio_vs_cann-expert"] for v in labels] + [1]))
+            ax.legend(fontsize=6, loc="upper left")
         first = rows[0]
         save(fig, path, f"{self.paper}: per-AIV Token-Sending time, E={first['experts']}, "
                         f"k={first['topk']}, {first['hot']} hot experts "
@@ -303,6 +311,19 @@ def _check(point):
              experts=point["experts"], hidden_blocks=point["hidden_blocks"], seed=point["seed"],
              hot=point["hot"], hot_share=point["hot_share"])
     check_pow2("experts per die", point["experts"] // shape.ranks)
+
+
+def _slots_per_aiv(w, node, variant, aivs, senders):
+    """Token slots each sending AIV of die ``node`` sends (from the routing, as the programs split it)."""
+    from ...sw.ubep.cann import split
+    total = w.slots
+    if variant["system"] == "ubep":                    # n_token slices of ceil(S / n_token)
+        per = -(-total // senders)
+        return [max(0, min(total, (a + 1) * per) - min(total, a * per)) for a in range(senders)]
+    if variant["send_split"] == "slot":
+        return [split(total, aivs, a)[1] - split(total, aivs, a)[0] for a in range(aivs)]
+    ids = w.topk_idx[node].reshape(-1)
+    return [int((ids % aivs == a).sum()) for a in range(aivs)]
 
 
 def _params(point):
