@@ -257,3 +257,12 @@ def test_remapping_and_the_hot_share():
     assert 0.25 < base.hot_slot_share() < 0.3         # KERNELS.md §1.6's w_hot: about 30 %
     assert Workload(**shape, hot_share=0.5).hot_slot_share() > 0.4
     assert Workload(**shape, hot_share=0.3).topk_idx.tolist() == base.topk_idx.tolist()
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=["cann-expert", "ubep-identity"])
+def test_the_combine_after_a_variant_is_bit_exact(variant):
+    """The combine finds each answer by ``EXPAND`` (the slot's j), which no variant changes."""
+    result, _ = run_kernel(KERNELS["combine"], backend(_fast()), params={**SMALL, **variant},
+                           max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
+    assert result["correct"], result["problems"]
+    assert result["runs"][0]["dispatch"]["correct"]
