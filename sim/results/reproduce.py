@@ -30,22 +30,41 @@ def _params(experiment, backend):
     return experiment.resolve(**given)
 
 
-def reproduce_one(experiment, out_dir, *, client=None, backend=None, quick=False, force=False,
-                  scheduler="serial", log=print):
-    """Reproduce one experiment into ``out_dir``; return its JSON document."""
-    out_dir = Path(out_dir)
+def _prepare(experiment, *, client, backend, quick, force):
+    """Params, grid, keys, cached entries, the points to run and (on Dask) their futures."""
     name = experiment.name
-    t0 = time.monotonic()
     params = _params(experiment, backend)
     points = experiment.points(params, quick)
     keys = [cache.point_key(name, p) for p in points]
     entries = [None if force else cache.load(name, k) for k in keys]
     todo = [i for i, e in enumerate(entries) if e is None]
+    futures = None
+    if client is not None and experiment.parallel and todo:
+        futures = sweep.submit_points(name, [(points[i], keys[i]) for i in todo], client)
+    return {"params": params, "points": points, "keys": keys, "entries": entries, "todo": todo,
+            "futures": futures, "t0": time.monotonic()}
+
+
+def reproduce_one(experiment, out_dir, *, client=None, backend=None, quick=False, force=False,
+                  scheduler="serial", log=print, prepared=None):
+    """Reproduce one experiment into ``out_dir``; return its JSON document.
+
+    ``prepared`` (:func:`_prepare`, by :func:`reproduce`) holds its points
+    already submitted; by default they are prepared here.
+    """
+    out_dir = Path(out_dir)
+    name = experiment.name
+    prep = prepared or _prepare(experiment, client=client, backend=backend, quick=quick,
+                                force=force)
+    t0 = prep["t0"]
+    params, points, keys, entries, todo = (prep[k] for k in ("params", "points", "keys",
+                                                             "entries", "todo"))
     log(f"{name}: {len(points)} points ({len(points) - len(todo)} cached)"
         + ("" if experiment.parallel or client is None else ", run one at a time (timing figures)"))
     progress = sweep.Progress(name, len(points), cached=len(points) - len(todo))
     fresh = sweep.run_points(name, [(points[i], keys[i]) for i in todo], client,
-                             progress=progress, parallel=experiment.parallel)
+                             progress=progress, parallel=experiment.parallel,
+                             futures=prep["futures"])
     for i, entry in zip(todo, fresh):
         entry["cached"] = False
         entries[i] = entry
@@ -95,13 +114,22 @@ def reproduce(experiments, out_dir, *, backend=None, quick=False, scheduler="loc
     """Reproduce ``experiments`` (objects) into ``out_dir``; write ``summary.md``; return the docs."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    docs = []
+    docs = {}
     with sweep.open_scheduler(scheduler, workers) as client:
-        for experiment in experiments:
-            docs.append(reproduce_one(experiment, out_dir, client=client, backend=backend,
-                                      quick=quick, force=force, scheduler=scheduler, log=log))
+        kw = dict(client=client, backend=backend, quick=quick, force=force, scheduler=scheduler,
+                  log=log)
+        # timing experiments first, alone on the machine; then every other experiment's
+        # points go to the workers at once, so one's Verilog and build overlap another's runs
+        for e in experiments:
+            if not e.parallel:
+                docs[e.name] = reproduce_one(e, out_dir, **kw)
+        rest = [e for e in experiments if e.parallel]
+        prepared = [_prepare(e, client=client, backend=backend, quick=quick, force=force)
+                    for e in rest]
+        for e, prep in zip(rest, prepared):
+            docs[e.name] = reproduce_one(e, out_dir, **kw, prepared=prep)
     write_summary(out_dir)
-    return docs
+    return [docs[e.name] for e in experiments]
 
 
 def _mark(holds):

@@ -25,7 +25,7 @@ import traceback
 from ...hw.validate import UserError
 from . import cache
 
-__all__ = ["run_task", "run_points", "open_scheduler", "Progress", "SCHEDULERS", "have_dask"]
+__all__ = ["run_task", "run_points", "submit_points", "open_scheduler", "Progress", "SCHEDULERS", "have_dask"]
 
 SCHEDULERS = ("serial", "local")
 
@@ -130,11 +130,12 @@ class open_scheduler:
         return False
 
 
-def run_points(name, tasks, client=None, *, progress=None, parallel=True):
+def run_points(name, tasks, client=None, *, progress=None, parallel=True, futures=None):
     """Entries for ``tasks`` (``[(point, key), ...]``), in order.
 
     ``client`` None (or ``parallel`` False): in this process, one after
-    another; else each point is a Dask task (retried twice if its worker dies).
+    another; else each point is a Dask task (retried twice if its worker
+    dies) — already submitted when ``futures`` (:func:`submit_points`) is given.
     """
     folder = str(cache.cache_dir())
     entries = [None] * len(tasks)
@@ -145,8 +146,7 @@ def run_points(name, tasks, client=None, *, progress=None, parallel=True):
                 progress.advance(failed=bool(entries[i]["error"]))
         return entries
     from distributed import as_completed
-    futures = {client.submit(run_task, name, point, key, folder, pure=False, retries=2): i
-               for i, (point, key) in enumerate(tasks)}
+    futures = futures if futures is not None else submit_points(name, tasks, client)
     try:
         for future in as_completed(futures):
             i = futures[future]
@@ -163,3 +163,15 @@ def run_points(name, tasks, client=None, *, progress=None, parallel=True):
         for future in futures:
             future.cancel()
     return entries
+
+
+def submit_points(name, tasks, client):
+    """Submit ``tasks`` to ``client`` now; ``{future: index}`` for :func:`run_points`.
+
+    :func:`~.reproduce.reproduce` submits every experiment's points before
+    waiting on the first, so one experiment's Verilog generation and build
+    overlap another's runs instead of leaving a core idle.
+    """
+    folder = str(cache.cache_dir())
+    return {client.submit(run_task, name, point, key, folder, pure=False, retries=2): i
+            for i, (point, key) in enumerate(tasks)}

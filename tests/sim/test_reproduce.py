@@ -183,3 +183,56 @@ def test_every_experiment_has_a_grid_and_a_quick_grid():
         for point in full + quick:
             json.dumps(point)                                     # points cross processes
         assert experiment.title and experiment.name == name
+
+
+def test_every_experiments_points_are_submitted_before_the_first_is_collected(
+        tmp_path, result_cache, monkeypatch):
+    """On Dask, one experiment's build overlaps another's runs: ``reproduce`` submits every
+    parallel experiment's points before it waits on any; timing experiments run first, alone."""
+    from epfabric.sim.results import sweep
+
+    events = []
+
+    class Probe(Experiment):
+        def __init__(self, name, parallel):
+            self.name, self.parallel = name, parallel
+
+        def points(self, params, quick=False):
+            return [{"i": 0}, {"i": 1}]
+
+        def measure(self, point):
+            events.append(f"{self.name} ran")
+            return {"x": point["i"]}
+
+    class Scheduler:
+        def __init__(self, *a):
+            pass
+
+        def __enter__(self):
+            return object()          # a client: the points go through submit/collect
+
+        def __exit__(self, *exc):
+            return False
+
+    def submit(name, tasks, client):
+        events.append(f"submit {name}")
+        return {"tasks": tasks}
+
+    def collect(name, tasks, client=None, *, progress=None, parallel=True, futures=None):
+        events.append(f"collect {name}")
+        todo = tasks if futures is None else futures["tasks"]
+        return [sweep.run_task(name, p, k) for p, k in todo]
+
+    monkeypatch.setattr(sweep, "open_scheduler", Scheduler)
+    monkeypatch.setattr(sweep, "submit_points", submit)
+    monkeypatch.setattr(sweep, "run_points", collect)
+    probes = [Probe("probe_a", True), Probe("probe_timing", False), Probe("probe_b", True)]
+    for p in probes:
+        monkeypatch.setitem(EXPERIMENTS, p.name, p)
+    docs = reproduce(probes, tmp_path / "out", scheduler="local", log=lambda *_: None)
+    assert [d["experiment"] for d in docs] == ["probe_a", "probe_timing", "probe_b"]
+    assert [len(d["rows"]) for d in docs] == [2, 2, 2]
+    assert events[:5] == ["collect probe_timing", "probe_timing ran", "probe_timing ran",
+                          "submit probe_a", "submit probe_b"]
+    assert events[5:] == ["collect probe_a", "probe_a ran", "probe_a ran",
+                          "collect probe_b", "probe_b ran", "probe_b ran"]
