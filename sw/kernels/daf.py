@@ -25,8 +25,8 @@ detects and consumes all of it, with one of four synchronisation protocols
          pre-filled with :data:`~epfabric.sw.dataflag.RESERVED_SENTINEL`; the
          receiver polls word 0 of each block until it differs from the
          sentinel and, once it has consumed every block of its sources,
-         re-arms them (eight ``sw`` of the sentinel per block and a
-         ``fence``, charged to the receiver after its ``DONE_MARK``, so not
+         re-arms them (eight local ``sw`` of the sentinel per block,
+         charged to the receiver after its ``DONE_MARK``, so not
          in the latency but reported as ``rearm_cycles`` — the region is
          needed again only by the next round).
 ======== ====================================================================
@@ -230,8 +230,7 @@ def program(config, rank, core, protocol, nbytes, broken="none"):
             p.li(1, address(rank, lay.recv(s)))
             for b in range(nb):
                 for k in range(_FLAG_WORDS):
-                    p.sw(9, 1, b * BLOCK_BYTES + 4 * k)
-        p.fence()                                        # re-armed = committed
+                    p.sw(9, 1, b * BLOCK_BYTES + 4 * k)      # committed as issued (local)
         p.mark(REARM_MARK)
     p.halt()
     return p
