@@ -47,6 +47,9 @@ the trace merge, one per cycle), ``DONE_MARK`` by every core once it has
 detected and consumed every message of its sources, and (SP) ``REARM_MARK``
 once it has re-armed them; latency = last ``DONE_MARK`` − ``START_MARK``;
 ``rearm_cycles`` = the longest ``REARM_MARK`` − ``DONE_MARK`` of a core.
+All MARKs share the system's one trace merge (one event a cycle), so a
+core's MARK may wait a few cycles behind others' (at 8 ranks × 4 AIVs, SP's
+REARM marks moved its latency by 9 of ~980 cycles).
 
 Memory map of every rank (DataBlock indices; ``nb`` blocks per message,
 ``R`` ranks): block 0 unused; ``SIG + s`` (flag / checksum of source s) and
