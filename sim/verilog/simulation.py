@@ -11,6 +11,7 @@ which Icarus would otherwise not do. See :func:`verilog_of`.
 """
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import re
@@ -58,11 +59,14 @@ def verilog_of(spec, simulator="verilator"):
         t0 = time.monotonic()
         # On disk, keyed by the spec and the source of everything that builds it.
         path = _cache_path("design", f"{spec.to_json()}\0{reset_less}\0{_factory_source(spec)}")
-        if path.exists():
-            _VERILOG[key] = path.read_text()
-            return _VERILOG[key]
-        _VERILOG[key] = _convert(spec, reset_less)
-        write_atomic(path, _VERILOG[key])
+        # One process converts, the others (parallel sweep workers) wait and read its file.
+        with open(path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if path.exists():
+                _VERILOG[key] = path.read_text()
+                return _VERILOG[key]
+            _VERILOG[key] = _convert(spec, reset_less)
+            write_atomic(path, _VERILOG[key])
         dt = time.monotonic() - t0
         if dt > PROGRESS_AFTER_S:
             progress(f"Verilog of {spec.factory.rpartition(':')[2]}: "
