@@ -67,7 +67,7 @@ NAMES = {"cann-slot": "CANN (slot split)", "cann-expert": "CANN (expert split)",
 #: stand for the paper's one CANN EP
 PAPER = {"cann-slot": 62.2, "cann-expert": 62.2, "ubep-nomap": 48.1, "ubep": 43.5}
 #: the band the model's max ratios must fall in: the paper's ratio ± this fraction of it
-#: (stated before measuring; the model is 1/8 the paper's AIVs per die and 1/2 its dies)
+#: (stated before the first measurement, not fitted to it)
 BAND = 0.2
 #: quick grid: 8 dies over four boards (two NPUs of one die per board: one-hop and two-hop
 #: destinations), 4 AIVs, a smaller expert set and batch; 4 hot experts of 32 (weight 3) take
