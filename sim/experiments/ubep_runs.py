@@ -55,7 +55,8 @@ SHAPES = {4: "superpod:2,2,1", 8: "superpod:2,4,1", 16: "superpod:2,8,1", 32: "s
 ENVELOPE = {"hbm_blocks": 1 << 15, "ubuf_rows": 32, "imem_depth": 8192, "trace_depth": 1024}
 
 #: the dispatch parameters a point carries (the rest are the kernel's defaults)
-DISPATCH_KEYS = ("batch", "topk", "experts", "hidden_blocks", "cap", "seed", "hot", "cumsum_aivs")
+DISPATCH_KEYS = ("batch", "topk", "experts", "hidden_blocks", "cap", "seed", "hot", "cumsum_aivs",
+                 "sync", "mapping")
 
 #: Fig. 8's stages, in order, and the MARKs that end them per system and role
 STAGES = ("init", "sending", "flag_verify", "cumsum", "reorder")
@@ -68,8 +69,13 @@ def shape_of(ranks):
     return SHAPES[ranks]
 
 
+#: parameters of UBEP's dispatch only (a CANN run of the same point leaves them out)
+UBEP_ONLY = ("cumsum_aivs", "sync", "mapping")
+
+
 def _params(point, system):
-    params = {k: point[k] for k in DISPATCH_KEYS if k in point and point[k] is not None}
+    params = {k: point[k] for k in DISPATCH_KEYS if k in point and point[k] is not None
+              and not (system == "cann" and k in UBEP_ONLY)}
     return {**params, "system": system}
 
 

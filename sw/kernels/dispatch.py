@@ -20,7 +20,16 @@ with the same ``OUT``, ``COUNTS`` and ``EXPAND``:
   contiguous slot ranges) or ``"expert"`` (AIV ``a`` sends every slot of the
   experts ``e ≡ a mod A``) — :data:`~epfabric.sw.ubep.cann.SEND_SPLITS`.
 
-``None`` (the default of both) is the system's default; naming one for the
+``sync`` (UBEP only; KERNELS.md §1.7) is how a receiver sees a token block
+arrive: ``"tff"`` (the default, UBEP's Token-Flag Fusion: the flag in every
+block), ``"sp"`` (Sentinel Polling: raw blocks into receive slots the host
+arms with the reserved sentinel, polled ``ne`` and re-armed by their reader
+after the copy; a payload whose word 0 is the sentinel is refused before
+the run) or ``"sw"`` (stop-and-wait: raw blocks, a ``fence``, then one flag
+word per (source rank, T-AIV) in ``SWFLAG``; a reorder polls its source's
+flags once, then copies). SP and SW deliver CANN's raw ``OUT``.
+
+``None`` (the default of each) is the system's default; naming one for the
 other system is an error. ``hot`` experts take about ``hot_share`` of the
 slots (:class:`~epfabric.sw.ubep.workload.Workload`). The machine
 configuration does not depend on the system or variant: one build serves
@@ -68,7 +77,24 @@ def layout_of(config, params):
     """
     return Layout(ranks=config.ranks, epr=params["experts"] // config.ranks, batch=params["batch"],
                   topk=params["topk"], hidden_blocks=params["hidden_blocks"],
-                  words=config.words_per_block, cap=params.get("cap") or params["batch"])
+                  words=config.words_per_block, cap=params.get("cap") or params["batch"],
+                  flag_words=(config.ranks * config.aivs_per_die
+                              if params.get("sync") == "sw" else 0))
+
+
+def check_sentinel_free(w):
+    """``UserError`` when a token block's word 0 is SP's reserved word (the data's fault).
+
+    Sentinel Polling sees a block arrive when word 0 stops being the sentinel
+    (UBEP §3.4: the encoding is reserved, arithmetic never produces it); a
+    payload that carries it would never be seen.
+    """
+    for s, x in enumerate(w.x):
+        hit = np.argwhere(np.asarray(x)[:, :, 0] == ubep.SENTINEL_WORD)
+        if len(hit):
+            t, b = map(int, hit[0])
+            raise UserError(f"token {t} block {b} of rank {s} starts with SP's reserved "
+                            f"sentinel word {ubep.SENTINEL_WORD:#x}; sync='sp' cannot carry it")
 
 
 def check_cap(w, cap):
@@ -131,6 +157,11 @@ def variant(params):
     return params.get(name) or values[0]
 
 
+def sync_of(params):
+    """UBEP's synchronisation variant (``sync``), defaulted to Token-Flag Fusion."""
+    return params.get("sync") or "tff"
+
+
 def variants_of(system, topk):
     """``[{variant parameter: value}]``: every variant of ``system`` a machine must fit.
 
@@ -159,7 +190,7 @@ class Dispatch(Kernel):
     description = "MoE token dispatch (CANN EP's BSP kernel), checked bit-exact against numpy"
     params = {"system": "cann", "batch": 32, "topk": 8, "experts": 32, "hidden_blocks": 1,
               "seed": 0, "hot": 0, "broken": None, "cumsum_aivs": None, "cap": None,
-              "mapping": None, "send_split": None, "hot_share": 0.3}
+              "mapping": None, "send_split": None, "hot_share": 0.3, "sync": None}
     default_preset = "cm384"
     default_aivs = (4,)
     default_max_cycles = 2_000_000
@@ -188,6 +219,12 @@ class Dispatch(Kernel):
                                 f"system={p['system']!r}")
             if p[name] not in values:
                 raise UserError(f"{name} must be one of {', '.join(values)}, not {p[name]!r}")
+        if p["sync"] is not None:
+            if p["system"] != "ubep":
+                raise UserError(f"sync={p['sync']!r} is a variant of system='ubep' (CANN's "
+                                f"dispatch is stop-and-wait), not of system={p['system']!r}")
+            if p["sync"] not in ubep.SYNCS:
+                raise UserError(f"sync must be one of {', '.join(ubep.SYNCS)}, not {p['sync']!r}")
         if p["send_split"] == "expert" and not _pow2(p["topk"]):
             raise UserError(f"send_split='expert' needs a power-of-two topk (slot -> token is "
                             f"a shift), not topk={p['topk']!r}")
@@ -205,7 +242,7 @@ class Dispatch(Kernel):
         C = cumsum_aivs(config, params)
         return {(r, c): ubep.dispatch_program(lay, rank=r, core=c, aivs=a,
                                               experts=params["experts"], cumsum_aivs=C,
-                                              mapping=variant(params))
+                                              mapping=variant(params), sync=sync_of(params))
                 for r in range(config.ranks) for c in range(a)}
 
     def configs(self, preset, topology=None, aivs=None, params=None):
@@ -264,7 +301,14 @@ class Dispatch(Kernel):
                                  hot_share=params.get("hot_share", 0.3))
         check_cap(w, params.get("cap"))
         wpb = cfg.words_per_block
+        sp = params["system"] == "ubep" and sync_of(params) == "sp"
+        if sp:
+            check_sentinel_free(w)
         for r in range(cfg.ranks):
+            if sp:       # Sentinel Polling: every receive slot armed (then re-armed by its reader)
+                armed = [ubep.SENTINEL_WORD] * min(8, wpb) + [0] * max(0, wpb - 8)
+                for b in range(lay.recv_blocks):
+                    machine.write_mem(r, address(0, lay.RECV + b), armed)
             ids = w.topk_idx[r].reshape(-1).astype(np.uint64)
             if len(ids) % 2:
                 ids = np.append(ids, 0)
@@ -286,7 +330,8 @@ class Dispatch(Kernel):
         most = max(len(rows) for rows in dispatch_out(w)[0])
         machine.read_back([(lay.CTRL, 1), (lay.RECV_GUARD, 1),
                            (lay.OUT, max(1, most * w.hidden_blocks)), (lay.OUT_GUARD, 1),
-                           (lay.COUNTS, lay.WEIGHTS - lay.COUNTS)])
+                           (lay.COUNTS, lay.WEIGHTS - lay.COUNTS)]
+                          + ([(lay.RECV, lay.recv_blocks)] if sp else []))
         return w, params, epoch
 
     def check(self, machine, report, inputs):
@@ -305,7 +350,8 @@ class Dispatch(Kernel):
                 if rows else np.zeros((0, w.hidden_blocks, wpb), dtype=np.uint64)
             digests.append(hashlib.sha1(np.ascontiguousarray(got[:, :, HEADER_WORDS:]))
                            .hexdigest()[:16])
-            want_out = out[d] if system == "cann" else with_headers(w, d, out[d], epoch=epoch)
+            raw = system == "cann" or sync_of(params) != "tff"
+            want_out = out[d] if raw else with_headers(w, d, out[d], epoch=epoch)
             if rows and not np.array_equal(got, want_out):
                 bad = int(np.flatnonzero((got != want_out).any(axis=(1, 2)))[0])
                 problems.append(f"rank {d}: OUT token {bad} of {rows} differs from numpy")
@@ -320,6 +366,13 @@ class Dispatch(Kernel):
             if expand != slot_index(w.topk_idx[d]).reshape(-1).tolist():
                 problems.append(f"rank {d}: EXPAND (the slot j of every token slot) differs "
                                 f"from numpy")
+            if system == "ubep" and sync_of(params) == "sp":
+                n = min(8, wpb)
+                for b in range(lay.recv_blocks):
+                    if machine.read_mem(d, address(0, lay.RECV + b), n) != [ubep.SENTINEL_WORD] * n:
+                        problems.append(f"rank {d}: RECV block {b} was not re-armed with the "
+                                        f"sentinel after its token was read")
+                        break
             for guard in (lay.RECV_GUARD, lay.OUT_GUARD):
                 if machine.read_mem(d, address(0, guard), wpb) != [GUARD] * wpb:
                     problems.append(f"rank {d}: guard block {guard} was overwritten")

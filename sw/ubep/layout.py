@@ -29,6 +29,8 @@ region      contents                                                    written 
 ``CSTATUS`` CANN combine: ``R`` words, the epoch, one per expert rank    expert ranks
 ``TCNT``    UBEP: the T-AIVs' expert counts, Token-Flag-Fused blocks     own T-AIVs
             (word 0 ``0x0D0D0000 | epoch``, then counts); ≤ E blocks
+``SWFLAG``  UBEP ``sync="sw"`` only: ``R·A`` words, the epoch, one per    other ranks'
+            (source rank, T-AIV) — written after the T-AIV's ``fence``   T-AIVs
 ==========  ==========================================================  ==============
 
 ``CTRL`` word 2 is the combine's die-local SyncAll counter (CANN).
@@ -61,10 +63,13 @@ class Layout:
     hidden_blocks: int
     words: int
     cap: int
+    #: words of ``SWFLAG`` (UBEP's stop-and-wait variant: one per (source rank, AIV)); 0: none
+    flag_words: int = 0
 
     def __post_init__(self):
         for name in ("ranks", "epr", "batch", "topk", "hidden_blocks", "words", "cap"):
             check_int(name, getattr(self, name), 1)
+        check_int("flag_words", self.flag_words, 0)
 
     @property
     def entries(self):
@@ -163,9 +168,13 @@ class Layout:
         return self.CSTATUS + self._word_blocks(self.ranks)
 
     @property
+    def SWFLAG(self):
+        return self.TCNT + self.entries        # TCNT: at most one block per expert
+
+    @property
     def blocks(self):
         """Blocks the layout needs (``hbm_blocks`` must be at least this, a power of two)."""
-        return self.TCNT + self.entries        # TCNT: at most one block per expert
+        return self.SWFLAG + self._word_blocks(self.flag_words)
 
     def cwin_block(self, e, j, b=0):
         """Block of slot ``j``, block ``b`` of expert ``e``'s part of the combine window."""

@@ -80,10 +80,16 @@ from ..isa import address
 from .cann import count_experts, split
 
 __all__ = ["dispatch_program", "transposition", "remapping", "default_cumsum_aivs", "PHASES_T",
-           "PHASES_C", "TFF_TAG", "EVENTS", "MAPPINGS"]
+           "PHASES_C", "TFF_TAG", "EVENTS", "SYNCS", "SENTINEL_WORD", "MAPPINGS"]
 
 #: the remapping ``π`` of the experts before the slot sequence is cut (module docstring, step 1)
 MAPPINGS = ("transpose", "identity")
+#: how a receiver learns a token block has arrived (KERNELS.md §1.7): Token-Flag Fusion (the
+#: flag in every block), Sentinel Polling (raw blocks into sentinel-armed slots, re-armed after
+#: use) or stop-and-wait (raw blocks, ``fence``, then a flag word per (source, T-AIV))
+SYNCS = ("tff", "sp", "sw")
+#: SP's reserved word: the host arms every RECV block's words 0..7 with it (``RESERVED_SENTINEL``)
+SENTINEL_WORD = 0x7E5A7E5A
 
 #: MARK events (shared ids: init 10, send 11, reorder 15; count 16, cumsum 14)
 EVENTS = {"init": 10, "send": 11, "count": 16, "cumsum": 14, "reorder": 15}
@@ -198,13 +204,28 @@ def ubuf_rows_needed(lay, experts, aivs):
     return max(_Rows(lay, experts, n).rows for n in range(1, max(2, aivs)))
 
 
-def _reorder(p, lay, rank, aivs, index, rows):
-    """Poll and copy this AIV's share of the (e_l, s') pairs into OUT."""
+def _reorder(p, lay, rank, aivs, index, rows, sync="tff", n_tok=None):
+    """Poll and copy this AIV's share of the (e_l, s') pairs into OUT.
+
+    How a block's arrival is seen depends on ``sync`` (:data:`SYNCS`): TFF
+    polls each block's flag word; SP polls word 0 until it is no longer the
+    sentinel and re-arms the slot after the copy (one local atomic store of a
+    row whose words 0..7 are the sentinel); SW polls the ``n_tok`` flags of
+    the pair's source rank once, then copies without polling.
+    """
     R, B = lay.ranks, lay.hidden_blocks
     _epoch(p, rank, lay, 13, 16)                  # r13 = epoch << 16 (CNT/OFFS tags)
-    p.li(12, TFF_TAG)
-    _epoch(p, rank, lay, 11, 0)
-    p.or_(12, 12, 11)                             # r12 = the TFF flag word of this epoch
+    if sync == "tff":
+        p.li(12, TFF_TAG)
+        _epoch(p, rank, lay, 11, 0)
+        p.or_(12, 12, 11)                         # r12 = the TFF flag word of this epoch
+    elif sync == "sp":
+        p.li(12, SENTINEL_WORD)                   # r12 = the sentinel; rows.slots: its row
+        for w in range(8):
+            p.usw(12, 0, rows.slots + 4 * w)
+        p.li(9, rows.slots)
+    else:
+        _epoch(p, rank, lay, 12, 0)               # r12 = the epoch (SW flag words)
     p.li(10, rows.tok)
     for q in range(lay.entries):
         if q % aivs != index:
@@ -228,12 +249,22 @@ def _reorder(p, lay, rank, aivs, index, rows):
             p.mul(14, 14, 11)
         p.li(11, _local(rank, lay.OUT))
         p.add(14, 14, 11)
+        if sync == "sw":                           # every T-AIV of src has fenced its stores
+            for a in range(n_tok):
+                fb, fw = lay.word_at(lay.SWFLAG, src * aivs + a)
+                p.li(11, _local(rank, fb, fw))
+                p.poll(11, 11, 12, "ge")
         p.label(f"copy{q}")
         p.beq(2, 0, f"copied{q}")
         for _b in range(B):
-            p.poll(11, 15, 12, "eq")               # Data-as-Flag: this block has arrived
+            if sync == "tff":
+                p.poll(11, 15, 12, "eq")           # Data-as-Flag: this block has arrived
+            elif sync == "sp":
+                p.poll(11, 15, 12, "ne")           # the sentinel is overwritten
             p.ldb(10, 15, 0)
             p.stb(10, 14, 0)
+            if sync == "sp":
+                p.stb(9, 15, 0)                    # re-arm the slot (local, atomic)
             p.addi(15, 15, 512)
             p.addi(14, 14, 512)
         p.addi(2, 2, -1)
@@ -243,10 +274,13 @@ def _reorder(p, lay, rank, aivs, index, rows):
     p.mark(EVENTS["reorder"])
 
 
-def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="transpose"):
+def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="transpose",
+                     sync="tff"):
     """The UBEP program of AIV ``core`` on ``rank`` (module docstring).
 
-    ``mapping`` picks the remapping ``π`` (:data:`MAPPINGS`).
+    ``mapping`` picks the remapping ``π`` (:data:`MAPPINGS`); ``sync`` how a
+    receiver sees a block arrive (:data:`SYNCS`): ``"tff"`` (UBEP's),
+    ``"sp"`` or ``"sw"`` (raw blocks; SW needs ``lay.flag_words >= R·A``).
 
     Raises
     ------
@@ -257,6 +291,9 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
     """
     check_int("aivs", aivs, 2)
     check_choice("mapping", mapping, MAPPINGS)
+    check_choice("sync", sync, SYNCS)
+    if sync == "sw":
+        check_int("flag_words", lay.flag_words, lay.ranks * aivs)
     C = check_int("cumsum_aivs", cumsum_aivs, 1, aivs - 1)
     epr = check_pow2("epr (experts per rank)", lay.epr)
     k = check_pow2("topk", lay.topk)
@@ -303,7 +340,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
             p.sw(6, 14, 0)                         # publish as soon as known
             p.add(1, 1, 5)
         p.mark(EVENTS["cumsum"])
-        _reorder(p, lay, rank, aivs, core, rows)
+        _reorder(p, lay, rank, aivs, core, rows, sync, n_tok)
         p.halt()
         return p
 
@@ -409,28 +446,37 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
         p.li(13, _local(rank, lay.X))
         p.add(15, 15, 13)                          # the token in X
         p.li(10, rows.tok)
-        p.ulw(13, 0, rows.consts)                  # header word 0: the TFF flag word
-        p.li(14, rank << 16)
-        p.or_(12, 8, 14)                           # header word 1: s << 16 | t
-        p.slli(14, 4, 8)
-        p.or_(14, 14, 9)                           # header word 2: x << 8 | i
+        if sync == "tff":
+            p.ulw(13, 0, rows.consts)              # header word 0: the TFF flag word
+            p.li(14, rank << 16)
+            p.or_(12, 8, 14)                       # header word 1: s << 16 | t
+            p.slli(14, 4, 8)
+            p.or_(14, 14, 9)                       # header word 2: x << 8 | i
         for b in range(B):
             p.ldb(10, 15, b * 512)
-            p.usw(13, 10, 0)
-            p.usw(12, 10, 4)
-            p.usw(14, 10, 8)
-            if b:
-                p.li(9, b)
-                p.usw(9, 10, 12)
-            else:
-                p.usw(0, 10, 12)
+            if sync == "tff":
+                p.usw(13, 10, 0)
+                p.usw(12, 10, 4)
+                p.usw(14, 10, 8)
+                if b:
+                    p.li(9, b)
+                    p.usw(9, 10, 12)
+                else:
+                    p.usw(0, 10, 12)
             p.stb(10, 11, b * 512)                 # one atomic 512 B store, never fenced
         p.addi(6, 6, 1)
         p.addi(5, 5, -1)
         p.addi(1, 1, 1)
         p.j("walk")
         p.label("send_end")
+    if sync == "sw":                               # stop-and-wait: every store acknowledged,
+        p.fence()                                  # then this T-AIV's flag on every rank
+        _epoch(p, rank, lay, 5, 0)
+        for d in range(R):
+            fb, fw = lay.word_at(lay.SWFLAG, rank * aivs + a)
+            p.li(14, address(d, fb, fw))
+            p.sw(5, 14, 0)
     p.mark(EVENTS["send"])
-    _reorder(p, lay, rank, aivs, a, rows)
+    _reorder(p, lay, rank, aivs, a, rows, sync, n_tok)
     p.halt()
     return p

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from epfabric.sim.backends.machine import backend
+from epfabric.hw.validate import UserError
 from epfabric.sw.kernels import KERNELS, run_kernel
+from epfabric.sw.kernels.dispatch import layout_of
 from epfabric.sw.machine import Machine, WatchdogTimeout
 from epfabric.sw.ubep.cann import PHASES
 from utils import KERNEL_CASE_MAX_CYCLES, kernel_cases, require_simulator
@@ -266,3 +268,66 @@ def test_the_combine_after_a_variant_is_bit_exact(variant):
                            max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
     assert result["correct"], result["problems"]
     assert result["runs"][0]["dispatch"]["correct"]
+
+
+# --- UBEP's synchronisation variants (Data-as-Flag in the dispatch; KERNELS.md §1.7) -------------
+
+SYNCS = [{"system": "ubep", "sync": "sp"}, {"system": "ubep", "sync": "sw"}]
+
+
+@pytest.mark.parametrize("variant", SYNCS, ids=["sp", "sw"])
+def test_a_sync_variant_delivers_the_raw_tokens_tff_delivers(variant):
+    """SP and SW move raw blocks (no header): OUT is CANN's, payload digests equal UBEP-TFF's;
+    SP leaves every receive slot re-armed (the checker reads them all)."""
+    sim = _fast()
+    result, reports = run_kernel(K, backend(sim), params={**SMALL, **variant},
+                                 max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
+    assert result["correct"], result["problems"]
+    run = result["runs"][0]
+    tff = outcome(sim, "ubep")[0]["runs"][0]
+    cann = outcome(sim, "cann")[0]["runs"][0]
+    assert run["out_payload_digest"] == tff["out_payload_digest"]
+    assert run["recv_count"] == cann["recv_count"]
+    assert run["cycles"] != tff["cycles"]                      # other programs ran
+
+
+def test_sp_checker_sees_a_slot_that_was_not_re_armed():
+    m = Machine(backend=backend(_fast()), config=K.configs("tiny", SHAPE["topology"], 2,
+                                                           SMALL)[0])
+    params = K.resolve_params({**SMALL, "system": "ubep", "sync": "sp"})
+    inputs = K.load(m, params)
+    report = m.run(KERNEL_CASE_MAX_CYCLES)
+    assert K.check(m, report, inputs)["correct"]
+    lay = layout_of(m.config, params)
+    first = m._block_at[lay.RECV]
+    m._readback[1][first * m.config.words_per_block] ^= 1      # slot 0 of rank 1 left as read
+    verdict = K.check(m, report, inputs)
+    assert any("rank 1: RECV block 0 was not re-armed" in p for p in verdict["problems"])
+
+
+def test_sp_refuses_a_payload_that_carries_the_sentinel():
+    from epfabric.sw.ubep.ubep import SENTINEL_WORD
+    from epfabric.sw.ubep.workload import Workload
+    cfg = K.configs("tiny", SHAPE["topology"], 2, SMALL)[0]
+    w = Workload(ranks=cfg.ranks, words=cfg.words_per_block, seed=0, hidden_blocks=1, **SMALL)
+    w.x[1][2][0][0] = SENTINEL_WORD
+    m = Machine(backend=backend("pysim"), config=cfg)
+    with pytest.raises(UserError, match="token 2 block 0 of rank 1 starts with SP's reserved"):
+        K.load(m, K.resolve_params({**SMALL, "system": "ubep", "sync": "sp"}), workload=w)
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"system": "cann", "sync": "sp"}, r"sync='sp' is a variant of system='ubep'"),
+    ({"system": "ubep", "sync": "dc"}, r"sync must be one of tff, sp, sw, not 'dc'"),
+])
+def test_bad_sync_is_named(params, message):
+    with pytest.raises(UserError, match=message):
+        K.resolve_params({**SMALL, **params})
+
+
+def test_sync_programs_differ_where_the_protocols_do():
+    params = K.resolve_params({**SMALL, "system": "ubep"})
+    cfg = K.configs("tiny", SHAPE["topology"], 2, params)[0]
+    text = {s: "\n".join(str(p) for p in K.programs(cfg, {**params, "sync": s})[(0, 0)].assemble())
+            for s in ("tff", "sp", "sw")}
+    assert len(set(text.values())) == 3
