@@ -483,11 +483,17 @@ def write_gtkw(path, dump, rows, *, markers=(), window=None, size=GTKW_SIZE, com
         else:
             window = (0, dump.end())
     # GTKWave ignores [timestart] unless a whole page after it lies inside the dump
-    # (wavewindow.c); a window that reaches the end falls back to all of the dump.
+    # (wavewindow.c). A window that reaches the end moves left as far as it must, if it
+    # still holds every marker (a run ending near the dump's end: a short read-back);
+    # otherwise it falls back to all of the dump.
     end = dump.end()
     t0, t1 = int(window[0]), int(window[1])
     if t1 + (t1 - t0) // 10 > end:
-        t0, t1 = 0, end
+        shift = t1 + (t1 - t0) // 10 - end
+        if t0 - shift >= 0 and all(t0 - shift <= m.time <= t1 - shift for m in markers):
+            t0, t1 = t0 - shift, t1 - shift
+        else:
+            t0, t1 = 0, end
     signals_width = pane_width(_labels(rows, dump))
     zoom = zoom_for(t1 - t0, wave_width(size, signals_width))
     missing = []
