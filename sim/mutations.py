@@ -286,4 +286,32 @@ MUTATIONS = [
                     "window, which still shrinks to ceil(w/4) < w",
         "timeout": 180,
     },
+    {
+        "name": "ubep_sp_no_rearm",
+        "file": "sw/ubep/ubep.py",
+        "old": "                p.stb(9, 15, 0)                    # re-arm the slot (local, atomic)\n",
+        "new": "                pass\n",
+        "description": "UBEP's Sentinel Polling reader copies a block but leaves its slot "
+                       "un-armed (the next dispatch would see stale data as arrived)",
+        "tests": [
+            "tests/sw/test_dispatch.py::test_a_sync_variant_delivers_the_raw_tokens_tff_delivers",
+        ],
+        "timeout": 180,
+    },
+    {
+        "name": "ubep_sw_no_fence",
+        "file": "sw/ubep/ubep.py",
+        "old": "        p.fence()                                  # then this T-AIV's flag on every rank\n",
+        "new": "",
+        "description": "UBEP's stop-and-wait sender writes its flags without fencing its token "
+                       "stores first",
+        "tests": [
+            "tests/sw/test_dispatch.py::test_a_sync_variant_delivers_the_raw_tokens_tff_delivers",
+        ],
+        "harmless": "measured: still correct; a T-AIV's flag to a rank follows its token stores "
+                    "to that rank on the same path, and links and switches keep a path's order, "
+                    "so the flag cannot overtake the data on this fabric (as daf's nofence "
+                    "control shows); the fence only costs time",
+        "timeout": 180,
+    },
 ]

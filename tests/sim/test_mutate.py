@@ -43,7 +43,8 @@ def test_the_suite_is_curated():
         assert m.tests and m.description and m.timeout <= 300, m.name
         assert m.file.split("/")[0] in ("hw", "sw", "sim"), m.name
     assert {m.name for m in MUTATIONS if m.harmless} == {"mapper_pivots_unclamped",
-                                                         "inc_ag_copy_to_root"}
+                                                         "inc_ag_copy_to_root",
+                                                         "ubep_sw_no_fence"}
 
 
 def test_copy_is_the_tracked_tree(tree):
