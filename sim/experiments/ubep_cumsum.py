@@ -18,12 +18,21 @@ E-dependence by putting several experts on a die); ``cap``
 """
 
 from ...hw.validate import UserError
-from ..backends import SIMULATORS
 from . import Experiment, Param, register
-from .ubep_runs import cap_for, grid, measure_dispatch
-from .ubep_sensitivity import int_list
+from .ubep_runs import common_params, grid, measure_dispatch
 
-__all__ = ["Fig14", "EXPERIMENT", "fit"]
+__all__ = ["Fig14", "EXPERIMENT", "fit", "int_list"]
+
+
+def int_list(name, text):
+    """``"8,16,32"`` → ``[8, 16, 32]``; ``UserError`` naming ``name`` otherwise."""
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip() != ""]
+    except ValueError:
+        raise UserError(f"{name} must be comma-separated integers, not {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise UserError(f"{name} must name one or more integers >= 1, not {text!r}")
+    return values
 
 
 def fit(aivs, experts, topk, batch):
@@ -38,11 +47,7 @@ class Fig14(Experiment):
     title = "UBEP dispatch time vs CalCumSum group size C, per ranks and batch size"
     paper = "UBEP Fig. 14 (App. A, C.3)"
     headline = "the best C falls with the batch size and rises with the rank (expert) count"
-    params = (
-        Param("backend", "verilator", "simulator", str, SIMULATORS),
-        Param("seed", 0, "routing seed", int, minimum=0),
-        Param("aivs", 8, "AIVs per die (A)", int, minimum=5),
-        Param("hidden_blocks", 2, "blocks per token (B_tok)", int, minimum=1),
+    params = common_params(min_aivs=5) + (
         Param("experts_per_die", 16, "experts per die (E = this × ranks)", int, minimum=1),
         Param("groups", "1,2,3,4", "CalCumSum group sizes C to try", str),
     )
@@ -63,9 +68,8 @@ class Fig14(Experiment):
         for r in ranks:
             e = params["experts_per_die"] * r
             for b in batches:
-                cap = cap_for(b, 8, e)
                 for c in groups:
-                    cells.append({"ranks": r, "experts": e, "batch": b, "topk": 8, "cap": cap,
+                    cells.append({"ranks": r, "experts": e, "batch": b, "topk": 8,
                                   "seed": params["seed"], "cumsum_aivs": c,
                                   "hidden_blocks": params["hidden_blocks"]})
         return grid(cells, preset="cm384", backend=params["backend"], aivs=params["aivs"])

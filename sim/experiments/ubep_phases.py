@@ -10,9 +10,8 @@ which shrinks as the batch grows. Reduced scale here: 16 dies (quick: 8),
 one expert per die, B_tok 2.
 """
 
-from ..backends import SIMULATORS
-from . import Experiment, Param, register
-from .ubep_runs import STAGES, grid, measure_dispatch, phase_stack
+from . import Experiment, register
+from .ubep_runs import STAGES, common_params, grid, measure_dispatch, phase_stack
 
 __all__ = ["Fig8", "EXPERIMENT", "PAPER_CUT"]
 
@@ -27,12 +26,7 @@ class Fig8(Experiment):
     title = "per-AIV dispatch stages of CANN EP and UBEP (rank 0) at BS 32 / 64 / 128"
     paper = "UBEP Fig. 8"
     headline = "UBEP cuts 34.7–52.4 %; CalCumSum hides under Token-Sending on a small AIV group"
-    params = (
-        Param("backend", "verilator", "simulator", str, SIMULATORS),
-        Param("seed", 0, "routing seed", int, minimum=0),
-        Param("aivs", 8, "AIVs per die (A)", int, minimum=2),
-        Param("hidden_blocks", 2, "blocks per token (B_tok)", int, minimum=1),
-    )
+    params = common_params()
 
     def points(self, params, quick=False):
         ranks = 8 if quick else 16
@@ -53,7 +47,7 @@ class Fig8(Experiment):
                 rows.append({"system": system, "core": core, "role": role,
                              "run_cycles": m["cycles"], "cut": cut,
                              "cumsum_aivs": m["cumsum_aivs"],
-                             **phase_stack(system, phases, m["senders"])})
+                             **phase_stack(system, phases)})
         return rows
 
     def compare(self, row):

@@ -23,8 +23,8 @@ module holds what they share:
 Measures (KERNELS.md §1.9, §3):
 
 * **A2A** (the paper's communication stack) — the longest per-AIV
-  Token-Sending time (Init MARK → Send MARK) of the die's sending AIVs: all
-  A AIVs for CANN, the ``A − C`` T-AIVs for UBEP;
+  Token-Sending time (Init MARK → Send MARK) over every die's sending AIVs:
+  all A AIVs for CANN, the ``A − C`` T-AIVs for UBEP;
 * **BSP-cost** (the synchronisation stack) — total − A2A: everything the
   run spends outside token sending (counting, flags, SyncAll, CalCumSum,
   reorder waits);
@@ -41,11 +41,13 @@ from ...sw.kernels.dispatch import layout_of
 from ...sw.ubep import combine, ubep
 from ...sw.ubep.cann import PHASES
 from ...sw.machine import Machine
+from ..backends import SIMULATORS
 from ..backends.machine import backend as make_backend
+from . import Param
 
 __all__ = ["SHAPES", "ENVELOPE", "shape_of", "sizes_for", "config_of", "measure_dispatch",
            "compare_systems", "DISPATCH_KEYS", "phase_stack", "STAGES", "cap_for", "grid",
-           "format_point"]
+           "format_point", "common_params"]
 
 #: ranks → topology (KERNELS.md §3: one board up to 16 dies, two boards at 32)
 SHAPES = {4: "superpod:2,2,1", 8: "superpod:2,4,1", 16: "superpod:2,8,1", 32: "superpod:2,8,2"}
@@ -60,6 +62,14 @@ DISPATCH_KEYS = ("batch", "topk", "experts", "hidden_blocks", "cap", "seed", "ho
 
 #: Fig. 8's stages, in order, and the MARKs that end them per system and role
 STAGES = ("init", "sending", "flag_verify", "cumsum", "reorder")
+
+
+def common_params(min_aivs=2, hidden_blocks=2):
+    """The parameters every dispatch figure takes: backend, seed, AIVs per die, B_tok."""
+    return (Param("backend", "verilator", "simulator", str, SIMULATORS),
+            Param("seed", 0, "routing seed", int, minimum=0),
+            Param("aivs", 8, "AIVs per die (A)", int, minimum=min_aivs),
+            Param("hidden_blocks", hidden_blocks, "blocks per token (B_tok)", int, minimum=1))
 
 
 def shape_of(ranks):
@@ -132,8 +142,7 @@ def measure_dispatch(point, system):
     n_send = a if system == "cann" else a - cumsum_of(cfg, params)
     sending = {}
     for key, cycles in verdict["send_cycles"].items():
-        rank, core = map(int, key.split("."))
-        if core < n_send:
+        if int(key.split(".")[1]) < n_send:          # "rank.core"
             sending[key] = cycles
     total = report.cycles
     a2a = max(sending.values())
@@ -157,7 +166,7 @@ def compare_systems(point):
     return row, runs
 
 
-def phase_stack(system, phases, n_send):
+def phase_stack(system, phases):
     """Fig. 8's per-AIV stages ``{stage: cycles}`` from one AIV's phase-end MARKs.
 
     CANN: Init, Token-Sending, SendFlag & Verification (count, fence, both

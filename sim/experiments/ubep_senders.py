@@ -10,9 +10,8 @@ size (B_tok 16, DeepSeek's 7296 B per token as TFF blocks), BS 32, top-8,
 paper's sender counts over 8 AIVs per die instead of 48.
 """
 
-from ..backends import SIMULATORS
-from . import Experiment, Param, register
-from .ubep_runs import grid, measure_dispatch
+from . import Experiment, register
+from .ubep_runs import common_params, grid, measure_dispatch
 
 __all__ = ["Fig3b", "EXPERIMENT", "PAPER_EFF"]
 
@@ -27,12 +26,7 @@ class Fig3b(Experiment):
     title = "Token-Sending efficiency of UBEP's T-AIVs vs the number of senders"
     paper = "UBEP Fig. 3b"
     headline = "eff = 100 / 76.7 / 57.6 / 45.6 / 31.1 % at 8 / 16 / 24 / 32 / 48 sending AIVs"
-    params = (
-        Param("backend", "verilator", "simulator", str, SIMULATORS),
-        Param("seed", 0, "routing seed", int, minimum=0),
-        Param("aivs", 8, "AIVs per die (A > 6: n goes up to 6)", int, minimum=7),
-        Param("hidden_blocks", 16, "blocks per token (B_tok; the paper's is 16)", int, minimum=1),
-    )
+    params = common_params(min_aivs=7, hidden_blocks=16)     # n goes up to 6; the paper's B_tok
 
     def points(self, params, quick=False):
         ranks = 8 if quick else 16

@@ -31,7 +31,11 @@ def _params(experiment, backend):
 
 
 def _prepare(experiment, *, client, backend, quick, force):
-    """Params, grid, keys, cached entries, the points to run and (on Dask) their futures."""
+    """Params, grid, keys, cached entries, the points to run and (on Dask) their futures.
+
+    ``t0`` is when the points were submitted: a later experiment's ``wall_s``
+    includes the time its points waited behind earlier experiments'.
+    """
     name = experiment.name
     params = _params(experiment, backend)
     points = experiment.points(params, quick)

@@ -25,7 +25,8 @@ import traceback
 from ...hw.validate import UserError
 from . import cache
 
-__all__ = ["run_task", "run_points", "submit_points", "open_scheduler", "Progress", "SCHEDULERS", "have_dask"]
+__all__ = ["run_task", "run_points", "submit_points", "open_scheduler", "Progress", "SCHEDULERS",
+           "have_dask"]
 
 SCHEDULERS = ("serial", "local")
 

@@ -60,11 +60,14 @@ from ..ubep.reference import counts, dispatch_out, slot_index
 from ..ubep.workload import Workload
 from . import Kernel, pow2_at_least, register
 
-__all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times", "variant", "VARIANTS"]
+__all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times", "option", "OPTIONS", "VARIANTS"]
 
 SYSTEMS = ("cann", "ubep")
-#: ``{system: (variant parameter, its values, the first the default)}``
-VARIANTS = {"cann": ("send_split", SEND_SPLITS), "ubep": ("mapping", ubep.MAPPINGS)}
+#: the parameters of one system only: ``{name: (system, its values, the first the default)}``
+OPTIONS = {"send_split": ("cann", SEND_SPLITS), "mapping": ("ubep", ubep.MAPPINGS),
+           "sync": ("ubep", ubep.SYNCS)}
+#: the mapping ablation's variant per system (UBEP Fig. 9): a machine is sized for all of them
+VARIANTS = {"cann": "send_split", "ubep": "mapping"}
 #: UBEP's header words at the front of every block (TFF): the rest is payload
 HEADER_WORDS = 4
 
@@ -79,7 +82,7 @@ def layout_of(config, params):
                   topk=params["topk"], hidden_blocks=params["hidden_blocks"],
                   words=config.words_per_block, cap=params.get("cap") or params["batch"],
                   flag_words=(config.ranks * config.aivs_per_die
-                              if params.get("sync") == "sw" else 0))
+                              if option(params, "sync") == "sw" else 0))
 
 
 def check_sentinel_free(w):
@@ -151,15 +154,9 @@ def _pow2(n):
     return isinstance(n, int) and n >= 1 and not n & (n - 1)
 
 
-def variant(params):
-    """The run's variant of its system: ``mapping`` (UBEP) or ``send_split`` (CANN), defaulted."""
-    name, values = VARIANTS[params["system"]]
-    return params.get(name) or values[0]
-
-
-def sync_of(params):
-    """UBEP's synchronisation variant (``sync``), defaulted to Token-Flag Fusion."""
-    return params.get("sync") or "tff"
+def option(params, name):
+    """The run's value of the one-system parameter ``name`` (:data:`OPTIONS`), defaulted."""
+    return params.get(name) or OPTIONS[name][1][0]
 
 
 def variants_of(system, topk):
@@ -168,8 +165,8 @@ def variants_of(system, topk):
     The expert split needs a power-of-two ``topk``; without one it is not a
     variant of this machine (``resolve_params`` refuses it by name).
     """
-    name, values = VARIANTS[system]
-    return [{name: v} for v in values
+    name = VARIANTS[system]
+    return [{name: v} for v in OPTIONS[name][1]
             if not (v == "expert" and not _pow2(topk))]
 
 
@@ -211,7 +208,7 @@ class Dispatch(Kernel):
             check_int("cap", p["cap"], 1, p["batch"])
         if p["broken"] and p["system"] != "cann":
             raise UserError("broken variants are negative controls of system='cann'")
-        for system, (name, values) in VARIANTS.items():
+        for name, (system, values) in OPTIONS.items():
             if p[name] is None:
                 continue
             if p["system"] != system:
@@ -219,12 +216,6 @@ class Dispatch(Kernel):
                                 f"system={p['system']!r}")
             if p[name] not in values:
                 raise UserError(f"{name} must be one of {', '.join(values)}, not {p[name]!r}")
-        if p["sync"] is not None:
-            if p["system"] != "ubep":
-                raise UserError(f"sync={p['sync']!r} is a variant of system='ubep' (CANN's "
-                                f"dispatch is stop-and-wait), not of system={p['system']!r}")
-            if p["sync"] not in ubep.SYNCS:
-                raise UserError(f"sync must be one of {', '.join(ubep.SYNCS)}, not {p['sync']!r}")
         if p["send_split"] == "expert" and not _pow2(p["topk"]):
             raise UserError(f"send_split='expert' needs a power-of-two topk (slot -> token is "
                             f"a shift), not topk={p['topk']!r}")
@@ -237,12 +228,13 @@ class Dispatch(Kernel):
         if params["system"] == "cann":
             return {(r, c): dispatch_program(lay, rank=r, core=c, aivs=a,
                                              experts=params["experts"], broken=params["broken"],
-                                             send_split=variant(params))
+                                             send_split=option(params, "send_split"))
                     for r in range(config.ranks) for c in range(a)}
         C = cumsum_aivs(config, params)
         return {(r, c): ubep.dispatch_program(lay, rank=r, core=c, aivs=a,
                                               experts=params["experts"], cumsum_aivs=C,
-                                              mapping=variant(params), sync=sync_of(params))
+                                              mapping=option(params, "mapping"),
+                                              sync=option(params, "sync"))
                 for r in range(config.ranks) for c in range(a)}
 
     def configs(self, preset, topology=None, aivs=None, params=None):
@@ -301,11 +293,11 @@ class Dispatch(Kernel):
                                  hot_share=params.get("hot_share", 0.3))
         check_cap(w, params.get("cap"))
         wpb = cfg.words_per_block
-        sp = params["system"] == "ubep" and sync_of(params) == "sp"
+        sp = params["system"] == "ubep" and option(params, "sync") == "sp"
         if sp:
             check_sentinel_free(w)
         for r in range(cfg.ranks):
-            if sp:       # Sentinel Polling: every receive slot armed (then re-armed by its reader)
+            if sp:       # Sentinel Polling: every receive slot armed (re-armed by its reader)
                 armed = [ubep.SENTINEL_WORD] * min(8, wpb) + [0] * max(0, wpb - 8)
                 for b in range(lay.recv_blocks):
                     machine.write_mem(r, address(0, lay.RECV + b), armed)
@@ -350,7 +342,7 @@ class Dispatch(Kernel):
                 if rows else np.zeros((0, w.hidden_blocks, wpb), dtype=np.uint64)
             digests.append(hashlib.sha1(np.ascontiguousarray(got[:, :, HEADER_WORDS:]))
                            .hexdigest()[:16])
-            raw = system == "cann" or sync_of(params) != "tff"
+            raw = system == "cann" or option(params, "sync") != "tff"
             want_out = out[d] if raw else with_headers(w, d, out[d], epoch=epoch)
             if rows and not np.array_equal(got, want_out):
                 bad = int(np.flatnonzero((got != want_out).any(axis=(1, 2)))[0])
@@ -366,7 +358,7 @@ class Dispatch(Kernel):
             if expand != slot_index(w.topk_idx[d]).reshape(-1).tolist():
                 problems.append(f"rank {d}: EXPAND (the slot j of every token slot) differs "
                                 f"from numpy")
-            if system == "ubep" and sync_of(params) == "sp":
+            if system == "ubep" and option(params, "sync") == "sp":
                 n = min(8, wpb)
                 for b in range(lay.recv_blocks):
                     if machine.read_mem(d, address(0, lay.RECV + b), n) != [ubep.SENTINEL_WORD] * n:

@@ -37,7 +37,6 @@ def test_a_quick_grid_builds_one_machine_per_shape(name):
     assert all(len(c) == 1 for c in configs.values()), configs
     # every quick grid of these figures runs on the 8-die machine (fig7b adds the 4-die one)
     assert set(configs) <= {shape_of(8), shape_of(4)}
-    assert all(p["imem_depth"] >= ENVELOPE["imem_depth"] for p in points)
 
 
 def test_the_envelope_holds_what_the_kernel_would_size_for_a_quick_grid():
@@ -86,7 +85,7 @@ def test_phase_stack_adds_up_to_each_aivs_last_mark():
     for system in ("cann", "ubep"):
         m = measure_dispatch(point, system)
         for key, phases in m["phases"].items():
-            stack = phase_stack(system, phases, m["senders"])
+            stack = phase_stack(system, phases)
             assert set(stack) == set(STAGES)
             assert sum(stack.values()) == phases["reorder"] <= m["cycles"]
             assert all(v >= 0 for v in stack.values())
