@@ -156,7 +156,27 @@ def run_sim(top, bench_fn):
     sim.run()
 
 
-def run_pipeline(ranks, tmax, beta, mode, seed, max_cycles=6_000):
+def int32_sum(rows):
+    total = np.sum(np.asarray(rows, dtype=np.int64), axis=0)
+    return ((total + 2**31) % 2**32 - 2**31).astype(np.int32)
+
+
+def expected_received(case, mode, ranks, tmax, r):
+    """Blocks rank ``r``'s NIC writes: ``({XG block: word}, {RSIN block: word})``."""
+    counts, bases, own, z = case["counts"], case["bases"], case["own"], case["z"]
+    xg = {bases["xg_base"] + q * tmax + c: pack(own[q, c])
+          for q in range(ranks) if q != r for c in range(counts[q])}
+    # INC: the sum over the other ranks (the root adds its own in software);
+    # ring: over all ranks (every hop, the root's included, adds its partial)
+    senders = [q for q in range(ranks) if mode == "ring" or q != r]
+    rsin = {bases["rsin_base"] + c: pack(int32_sum([z[q, r * tmax + c] for q in senders]))
+            for c in range(counts[r])}
+    return xg, rsin
+
+
+def run_pipeline(ranks, tmax, beta, mode, seed, max_cycles=6_000, check_commit=False):
+    """The band pipeline on every rank; with ``check_commit``, every cycle: a counter
+    never exceeds the number of its blocks already holding their final data."""
     case = make_case(ranks, tmax, seed)
     counts = case["counts"]
     slots = 1 << (ranks * beta - 1).bit_length()
@@ -168,12 +188,13 @@ def run_pipeline(ranks, tmax, beta, mode, seed, max_cycles=6_000):
     want_bar = bands if mode == "inc" else 0
     out = {}
     rng = np.random.default_rng(seed + 1)
+    want_blocks = [expected_received(case, mode, ranks, tmax, r) for r in range(ranks)]
 
     async def bench(ctx):
         pending = [list(posts) for _ in range(ranks)]
         in_flight = 0          # cycles with AG and RS flits both in flight somewhere
         tx_ops = [[] for _ in range(ranks)]
-        cycle = 0
+        cycle, early = 0, 0
         while cycle < max_cycles:
             for r, nic in enumerate(top.nics):
                 if pending[r] and rng.random() < 0.3:          # posts spread over time
@@ -199,13 +220,18 @@ def run_pipeline(ranks, tmax, beta, mode, seed, max_cycles=6_000):
             for r in range(ranks):
                 if took[r]:
                     pending[r].pop(0)
+            if check_commit:
+                for r, (nic, mem) in enumerate(zip(top.nics, top.mems)):
+                    for region, counter in zip(want_blocks[r], (nic.ag_count, nic.rs_count)):
+                        landed = sum(ctx.get(mem.mem.data[b]) == w for b, w in region.items())
+                        early += ctx.get(counter) > landed
             done = (not any(pending) and all(ctx.get(n.idle) for n in top.nics)
                     and [ctx.get(n.ag_count) for n in top.nics] == want_ag
                     and [ctx.get(n.rs_count) for n in top.nics] == want_rs
                     and [ctx.get(n.bar_count) for n in top.nics] == [want_bar] * ranks)
             if done:
                 break
-        out["cycles"] = cycle
+        out["cycles"], out["early"] = cycle, early
         out["pending"] = sum(map(len, pending))
         out["ag"] = [ctx.get(n.ag_count) for n in top.nics]
         out["rs"] = [ctx.get(n.rs_count) for n in top.nics]
@@ -393,3 +419,11 @@ def test_validation(params, exc, match):
           **params}
     with pytest.raises(exc, match=match):
         IncNic(**kw)
+
+
+@pytest.mark.parametrize("mode", ["inc", "ring"])
+def test_counter_never_runs_ahead_of_the_committed_data(mode):
+    """A core that sees a counter and then reads the block must see the data (INC-MoE §3.1)."""
+    case, out, (want_ag, want_rs, _) = run_pipeline(3, 3, 2, mode, seed=3, check_commit=True)
+    assert out["pending"] == 0 and out["ag"] == want_ag and out["rs"] == want_rs, out["cycles"]
+    assert out["early"] == 0
