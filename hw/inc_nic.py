@@ -88,7 +88,12 @@ class IncNic(wiring.Component):
     The two queues (``post_depth`` entries each; ``post.ready`` is low while
     the target queue is full) feed two independent issue engines; when both
     have a flit ready, tx alternates between them (round-robin), so AG(j+1)
-    and RS(j) of the band pipeline overlap on the link.
+    and RS(j) of the band pipeline overlap on the link. The flit presented
+    on ``tx`` is held until taken, so the round-robin choice only decides
+    when both become eligible in the same cycle (ring mode, when the forward
+    queue drains); otherwise flits leave in the order they became ready,
+    which alternates too, as each engine holds one flit and the memory port
+    reads one block at a time.
 
     Epochs: AG flits carry the number of AG posts issued so far, RS flits the
     number of RS posts (mod 256). The engine tags its aggregator slots with
