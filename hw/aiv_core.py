@@ -13,13 +13,13 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from .decoder import Decoder
-from .isa import (BLOCK_BYTES, INSTRUCTIONS, NUM_REGS, RANK_BITS, Cond, Csr, Opcode, VecOp,
-                  address_layout, insn_layout)
+from .isa import (BLOCK_BYTES, INC_COUNTERS, INSTRUCTIONS, NUM_REGS, RANK_BITS, Cond, Csr, Opcode,
+                  VecOp, address_layout, insn_layout)
 from .validate import UserError, check_choice, check_int, check_multiple, check_pow2
 from .vector_unit import VectorUnit
 
 __all__ = ["MemOp", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore", "MAX_WINDOW",
-           "ACK_COUNT_BITS"]
+           "ACK_COUNT_BITS", "INC_POSTS", "inc_post_layout", "INC_WAIT_ADDR"]
 
 #: Largest store window (``max_outstanding``) of a core.
 MAX_WINDOW = 4095
@@ -47,6 +47,16 @@ def mem_rsp_layout(data_bytes):
     return data.StructLayout({"op": MemOp, "data": unsigned(data_bytes * 8)})
 
 
+#: ``inc_post.payload.op`` of each posting instruction (the NIC's ``PostOp`` values).
+INC_POSTS = {"incag": 0, "incrs": 1, "incbar": 2, "inccnt": 3}
+
+#: A core's post to its die's network interface: operation and two operands (R[rs1], R[rs2]).
+inc_post_layout = data.StructLayout({"op": 2, "a": 32, "b": 32})
+
+#: ``wait_addr`` of a core stalled in ``incwait`` on counter ``ctr``: ``INC_WAIT_ADDR | ctr``
+#: (rank 255, block 0x7fff: not a memory address any kernel uses).
+INC_WAIT_ADDR = 0xFFFFFF00
+
 #: One MARK event.
 trace_layout = data.StructLayout({"core": 8, "cycle": 32, "event": 16})
 
@@ -57,6 +67,7 @@ class _State(enum.Enum, shape=3):
     MEM = 2    # waiting for the answer to a load / poll / fetch-add / block load
     VEC = 3    # streaming a vector instruction through the vector unit
     HALT = 4   # HALT executed or fault
+    CUBE = 5   # waiting for the die's cube unit to finish this core's row
 
 
 class AIVCore(wiring.Component):
@@ -101,6 +112,14 @@ class AIVCore(wiring.Component):
                                                n*lanes + lanes - 1``
                                                (:meth:`vcomp_cycles`)
     ``halt``                                   1, then the core stops
+    ``incag incrs incbar inccnt`` (``inc``)    1 (+ stall while ``inc_post`` is not
+                                               ready)
+    ``incwait`` (``inc``)                      1 once the counter reaches the
+                                               threshold (stalls until then)
+    ``cube`` (``inc``)                         1 + the cube unit's answer: the
+                                               core raises ``cube_req`` from the
+                                               next cycle and continues the
+                                               cycle after ``cube_done``
     =========================================  ====================================
 
     A request that is not accepted at once adds its wait cycles. Vector
@@ -142,6 +161,10 @@ class AIVCore(wiring.Component):
     max_outstanding : int
         Posted stores that may await their ack before a store stalls
         (1..:data:`MAX_WINDOW`): the core's store window.
+    inc : bool
+        Build the INC-MoE units' ports and instructions (``incag incrs
+        incbar inccnt incwait cube``, :mod:`epfabric.hw.isa`). Default
+        ``False``: those opcodes fault and the ports below do not exist.
 
     Attributes
     ----------
@@ -171,6 +194,15 @@ class AIVCore(wiring.Component):
         the die coalesces the acks of remote stores (:mod:`epfabric.hw.router`).
     cycle : Out(32)
         Cycles since reset (the MARK time base).
+    inc_post : Out(stream.Signature(inc_post_layout)) (``inc`` only)
+        Posts to the die's network interface (op :data:`INC_POSTS`, ``a`` =
+        R[rs1], ``b`` = R[rs2]).
+    inc_counts : In(32).array(3) (``inc`` only)
+        The interface's cumulative AG, RS and barrier counters (``incwait``).
+    cube_req : Out(1), cube_done : In(1) (``inc`` only)
+        ``cube_req`` is high while the core waits for the die's cube unit;
+        the unit pulses ``cube_done`` in the last cycle of this core's row,
+        and the core writes the row's result then.
 
     Raises
     ------
@@ -179,7 +211,7 @@ class AIVCore(wiring.Component):
     """
 
     def __init__(self, *, core_id=0, imem_depth=256, ubuf_rows=4, data_bytes=64, lanes=8,
-                 width=16, max_outstanding=15):
+                 width=16, max_outstanding=15, inc=False):
         if core_id is not None:
             check_int("core_id", core_id, 0, 255)
         check_pow2("imem_depth", imem_depth, 2, 65536)
@@ -192,6 +224,9 @@ class AIVCore(wiring.Component):
                             f"data_bytes * 8, not lanes={lanes}, width={width}, "
                             f"data_bytes={data_bytes}")
         check_int("max_outstanding", max_outstanding, 1, MAX_WINDOW)
+        if not isinstance(inc, bool):
+            raise UserError(f"inc must be True or False, not {inc!r}")
+        self.inc = inc
         self.core_id, self.imem_depth, self.ubuf_rows = core_id, imem_depth, ubuf_rows
         self.data_bytes, self.lanes, self.width = data_bytes, lanes, width
         self.max_outstanding = max_outstanding
@@ -213,6 +248,9 @@ class AIVCore(wiring.Component):
             "outstanding": Out(bits_for(max_outstanding)),
             "cycle": Out(32),
             **({"core_id_in": In(8)} if core_id is None else {}),
+            **({"inc_post": Out(stream.Signature(inc_post_layout)),
+                "inc_counts": In(32).array(len(INC_COUNTERS)),
+                "cube_req": Out(1), "cube_done": In(1)} if inc else {}),
         })
         self.vu = VectorUnit(lanes=lanes, width=width, max_len=self.max_len)
         self.decoder = Decoder()
@@ -269,7 +307,15 @@ class AIVCore(wiring.Component):
         # --- decoder: operand slots generated from the ISA table (hw/decoder.py) ---
         m.submodules.decoder = dec = self.decoder
         m.d.comb += dec.insn.eq(insn)
-        legal = dec.legal
+        legal = Signal(name="legal")
+        unit_ops = [Opcode[ins.mnemonic.upper()] for ins in INSTRUCTIONS if ins.unit]
+        m.d.comb += legal.eq(dec.legal)
+        if not self.inc:
+            with m.Switch(insn.op):
+                with m.Case(*unit_ops):
+                    m.d.comb += legal.eq(0)
+                with m.Default():
+                    pass
         rd, rs1, rs2, rs3, ru = dec.rd, dec.rs1, dec.rs2, dec.rs3, dec.ru
         imm, cond, csr = dec.imm, dec.cond, dec.csr
 
@@ -443,6 +489,8 @@ class AIVCore(wiring.Component):
                     with m.Case(Opcode.FENCE):
                         with m.If(outstanding != 0):
                             m.d.sync += self.pc.eq(self.pc)
+                    if self.inc:
+                        self._inc_run(m, insn, a, b, c, rd, rfile, ru, dec, row_of, write_reg, state)
                     with m.Case(Opcode.MARK):
                         m.d.comb += self.trace.valid.eq(1)
                         with m.If(~self.trace.ready):
@@ -561,6 +609,10 @@ class AIVCore(wiring.Component):
                     with m.If(~vector_out | out.last):
                         m.d.sync += [state.eq(_State.RUN), self.pc.eq(pc_next)]
 
+            if self.inc:
+                with m.Case(_State.CUBE):
+                    self._cube_finish(m, ua, uw, nwords, state, pc_next)
+
             with m.Default():
                 pass
 
@@ -572,11 +624,48 @@ class AIVCore(wiring.Component):
         # --- watchdog view -------------------------------------------------------------------
         run_poll = (state == _State.RUN) & legal & (insn.op == Opcode.POLL)
         run_fence = (state == _State.RUN) & legal & (insn.op == Opcode.FENCE) & (outstanding != 0)
+        inc_wait = self._inc_waiting if self.inc else Const(0)
         m.d.comb += [
-            self.waiting.eq((state == _State.MEM) | run_poll | run_fence),
-            self.wait_addr.eq(Mux(state == _State.MEM, w_addr, Mux(run_poll, eff, 0))),
+            self.waiting.eq((state == _State.MEM) | run_poll | run_fence | inc_wait),
+            self.wait_addr.eq(Mux(state == _State.MEM, w_addr, Mux(run_poll, eff,
+                                  Mux(inc_wait, INC_WAIT_ADDR | dec.ctr[:2], 0)))),
         ]
         return m
+
+    def _inc_run(self, m, insn, a, b, c, rd, rfile, ru, dec, row_of, write_reg, state):
+        """RUN-state cases of the INC posts, ``incwait`` and ``cube`` (``inc`` cores)."""
+        post = self.inc_post
+        for name, op in INC_POSTS.items():
+            with m.Case(Opcode[name.upper()]):
+                m.d.comb += [post.valid.eq(1), post.payload.op.eq(op),
+                             post.payload.a.eq(a), post.payload.b.eq(b)]
+                with m.If(~post.ready):
+                    m.d.sync += self.pc.eq(self.pc)
+        counter = Signal(32, name="inc_counter")
+        self._inc_waiting = Signal(name="inc_waiting")
+        with m.Case(Opcode.INCWAIT):
+            m.d.comb += counter.eq(Array(self.inc_counts)[dec.ctr[:2]])
+            with m.If(~(counter - b)[31]):          # wrap-safe counter >= threshold
+                write_reg(rd, counter)
+            with m.Else():
+                m.d.comb += self._inc_waiting.eq(1)
+                m.d.sync += self.pc.eq(self.pc)
+        row_w = max(1, ceil_log2(self.ubuf_rows))
+        self._cube = {"dst": Signal(row_w, name="cube_dst"), "src": Signal(row_w, name="cube_src"),
+                      "a": Signal(32, name="cube_a"), "b": Signal(32, name="cube_b")}
+        with m.Case(Opcode.CUBE):
+            k = self._cube
+            m.d.sync += [state.eq(_State.CUBE), self.pc.eq(self.pc), k["dst"].eq(row_of(rfile[ru])),
+                         k["src"].eq(row_of(a)), k["a"].eq(b), k["b"].eq(c)]
+
+    def _cube_finish(self, m, ua, uw, nwords, state, pc_next):
+        """CUBE state: wait for the die's unit, then write ``a * x + b`` per word of the row."""
+        k = self._cube
+        m.d.comb += [self.cube_req.eq(~self.cube_done), ua.addr.eq(k["src"])]
+        with m.If(self.cube_done):
+            words = [(k["a"] * ua.data.word_select(i, 32) + k["b"])[:32] for i in range(nwords)]
+            m.d.comb += [uw.addr.eq(k["dst"]), uw.data.eq(Cat(*words)), uw.en.eq((1 << nwords) - 1)]
+            m.d.sync += [state.eq(_State.RUN), self.pc.eq(pc_next)]
 
 
 VERILOG_EXPORTS = {

@@ -49,12 +49,13 @@ die's cores are row window 0) or a core's enable bit (ENABLE). ``host.re`` reads
 ``host.rvalid``/``host.rdata`` are valid ``hbm_latency`` cycles later.
 """
 
-from amaranth.hdl import Const, Module, Mux
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
 from .aiv_core import MAX_WINDOW, AIVCore, trace_layout
+from .arbiter import round_robin
 from .host import HostSignature, HostTarget
 from .instances import instance_of, mark_used
 from .router import DieRouter, FlitKind, flit_layout, rsp_depth_bound
@@ -107,6 +108,23 @@ class Die(wiring.Component):
         block, flag field first; :class:`~epfabric.hw.ub_port.UBPort`): a
         negative control that lets a reader see a torn block (UBEP §3.4).
         Default ``False``: the atomic port, and the Verilog is unchanged.
+    nic : dict or None
+        The INC-MoE machine's die (KERNELS.md §2.6): ``None`` (default) builds
+        none of what follows. A dict of :class:`~epfabric.hw.inc_nic.IncNic`
+        parameters (``mode``, ``tmax``, ``xg_base``, ``z_base``, ``rsin_base``)
+        adds the die's network interface — one more requester on the router
+        (index ``aivs``; it only addresses this die's HBM) — with ports
+        ``inc_tx``/``inc_rx`` to the INC star, builds every core with
+        ``inc=True``, arbitrates the cores' posts round-robin into the
+        interface, feeds its counters back to every core, and adds the die's
+        cube unit.
+    cube_cycles : int
+        With ``nic``: cycles the cube unit spends on one ``cube`` row (>= 1).
+        The unit serves the cores' requests one at a time, round-robin: a
+        request granted in cycle *t* (the first cycle its core raises
+        ``cube_req`` when the unit is free) completes with ``cube_done`` in
+        cycle *t* + ``cube_cycles`` - 1; the next request can be granted in
+        the cycle after.
 
     Attributes
     ----------
@@ -124,6 +142,8 @@ class Die(wiring.Component):
         Per-core status; ``core_halted`` is 1 for a disabled core.
     trace : Out(stream.Signature(trace_layout)).array(aivs)
         Every core's MARK stream (``core`` is the core's index on the die).
+    inc_tx, inc_rx, inc_counts (``nic`` only)
+        The interface's flit streams and its AG, RS and barrier counters.
 
     Raises
     ------
@@ -133,7 +153,7 @@ class Die(wiring.Component):
 
     def __init__(self, *, rank=0, ranks=1, aivs=1, imem_depth=64, ubuf_rows=2, hbm_blocks=16,
                  data_bytes=32, lanes=4, width=16, max_outstanding=4, hbm_latency=2,
-                 rsp_depth=None, core_module=None, non_atomic_port=False):
+                 rsp_depth=None, core_module=None, non_atomic_port=False, nic=None, cube_cycles=1):
         if core_module is not None and not (isinstance(core_module, tuple) and len(core_module) == 2
                                             and isinstance(core_module[0], str)):
             raise TypeError(f"core_module must be (verilog module name, has_reset), not {core_module!r}")
@@ -145,15 +165,26 @@ class Die(wiring.Component):
         check_pow2("hbm_blocks", hbm_blocks, 1, 1 << 15)
         check_int("max_outstanding", max_outstanding, 1, MAX_WINDOW)
         check_int("hbm_latency", hbm_latency, 1, 256)
+        if nic is not None:
+            from .inc_nic import IncNic
+            if not isinstance(nic, dict):
+                raise TypeError(f"nic must be a dict of IncNic parameters or None, not {nic!r}")
+            check_int("cube_cycles", cube_cycles, 1, 1 << 16)
+            self.nic = IncNic(ranks=ranks, data_bytes=data_bytes, hbm_blocks=hbm_blocks, **nic)
+        else:
+            self.nic = None
+        self.nic_params, self.cube_cycles = nic, cube_cycles
+        requesters = aivs + (nic is not None)
         if rsp_depth is None:
-            rsp_depth = rsp_depth_bound(ranks, aivs)
+            rsp_depth = rsp_depth_bound(ranks, requesters)
         check_int("rsp_depth", rsp_depth, 1)
         self.non_atomic_port = check_bool("non_atomic_port", non_atomic_port)
         self.rank, self.ranks, self.aivs = rank, ranks, aivs
         self.hbm_blocks, self.data_bytes, self.hbm_latency = hbm_blocks, data_bytes, hbm_latency
         self.imem_depth, self.max_outstanding, self.rsp_depth = imem_depth, max_outstanding, rsp_depth
         core_params = dict(imem_depth=imem_depth, ubuf_rows=ubuf_rows, data_bytes=data_bytes,
-                           lanes=lanes, width=width, max_outstanding=max_outstanding)
+                           lanes=lanes, width=width, max_outstanding=max_outstanding,
+                           **({"inc": True} if nic is not None else {}))
         self.core_params = core_params
         if core_module is None:
             self.cores = [AIVCore(core_id=i, **core_params) for i in range(aivs)]
@@ -164,8 +195,10 @@ class Die(wiring.Component):
             mark_used(template)     # only its signature is needed here
             self.cores = [template.signature.create(path=(f"core{i}",)) for i in range(aivs)]
         self.mem = UBMemory(blocks=hbm_blocks, data_bytes=data_bytes, latency=hbm_latency,
-                            read_ports=aivs + 1, non_atomic=non_atomic_port)
-        self.router = DieRouter(ranks=ranks, aivs=aivs, hbm_blocks=hbm_blocks, data_bytes=data_bytes,
+                            read_ports=requesters + 1, non_atomic=non_atomic_port)
+        self.requesters = requesters
+        self.router = DieRouter(ranks=ranks, aivs=requesters, hbm_blocks=hbm_blocks,
+                                data_bytes=data_bytes,
                                 hbm_latency=hbm_latency, rsp_depth=rsp_depth,
                                 max_outstanding=max_outstanding)
         self.flit = self.router.flit
@@ -182,6 +215,9 @@ class Die(wiring.Component):
             "core_outstanding": Out(bits_for(max_outstanding)).array(aivs),
             "trace": Out(stream.Signature(trace_layout)).array(aivs),
             **({"rank_in": In(range(max(2, ranks)))} if rank is None else {}),
+            **({"inc_tx": Out(stream.Signature(self.nic.tx.payload.shape())),
+                "inc_rx": In(stream.Signature(self.nic.tx.payload.shape())),
+                "inc_counts": Out(32).array(3)} if self.nic is not None else {}),
         })
 
     def elaborate(self, platform):
@@ -244,11 +280,50 @@ class Die(wiring.Component):
             wiring.connect(m, router.mem_rsp[i], core.mem_rsp)
         wiring.connect(m, router.ub_req, mem.i_req)
         wiring.connect(m, mem.o_resp, router.ub_rsp)
-        for i in range(n + 1):
+        for i in range(self.requesters + 1):
             wiring.connect(m, router.ub_read[i], mem.read[i])
         wiring.connect(m, router.tx, wiring.flipped(self.tx))
         wiring.connect(m, wiring.flipped(self.rx), router.rx)
+        if self.nic is not None:
+            self._inc_units(m, rank)
         return m
+
+    def _inc_units(self, m, rank):
+        """The network interface (router requester ``aivs``), post arbitration, the cube unit."""
+        n, cores, router = self.aivs, self.cores, self.router
+        m.submodules.nic = nic = self.nic
+        m.d.comb += nic.rank.eq(rank)
+        wiring.connect(m, nic.mem_req, router.mem_req[n])
+        wiring.connect(m, router.mem_rsp[n], nic.mem_rsp)
+        wiring.connect(m, nic.tx, wiring.flipped(self.inc_tx))
+        wiring.connect(m, wiring.flipped(self.inc_rx), nic.rx)
+        counts = (nic.ag_count, nic.rs_count, nic.bar_count)
+        for k, value in enumerate(counts):
+            m.d.comb += self.inc_counts[k].eq(value)
+        # posts: round-robin over the cores, one per cycle
+        grant, any_, advance = round_robin(m, [c.inc_post.valid for c in cores], "inc_post")
+        m.d.comb += nic.post.valid.eq(any_)
+        for i, core in enumerate(cores):
+            m.d.comb += [core.inc_counts[k].eq(v) for k, v in enumerate(counts)]
+            with m.If(grant == i):
+                m.d.comb += [nic.post.payload.as_value().eq(core.inc_post.payload.as_value()),
+                             core.inc_post.ready.eq(nic.post.ready)]
+        advance(any_ & nic.post.ready)
+        # cube unit: one row at a time, cube_cycles each, round-robin over the requests
+        left = Signal(range(self.cube_cycles + 1), name="cube_left")
+        owner = Signal(range(max(2, n)), name="cube_owner")
+        cgrant, cany, cadvance = round_robin(m, [c.cube_req for c in cores], "cube")
+        busy = left != 0
+        start = ~busy & cany
+        cur = Mux(busy, owner, cgrant)
+        remaining = Mux(busy, left, self.cube_cycles)
+        with m.If(start):
+            m.d.sync += owner.eq(cgrant)
+        cadvance(start)
+        with m.If(busy | start):
+            m.d.sync += left.eq(remaining - 1)
+        for i, core in enumerate(cores):
+            m.d.comb += core.cube_done.eq((busy | start) & (cur == i) & (remaining == 1))
 
 
 VERILOG_EXPORTS = {

@@ -44,11 +44,27 @@ Machine model
   CompareScalar masks (``VecOp.CMP``) through the vector unit and the core's
   write-back packs each mask into words (:class:`~epfabric.hw.aiv_core.AIVCore`).
 
+Optional units
+--------------
+Instructions with a ``unit`` exist only on cores built with that unit
+(:class:`~epfabric.hw.aiv_core.AIVCore` ``inc=True``, the INC-MoE machine);
+elsewhere they fault like an unassigned opcode.
+
+* ``unit="inc"`` (opcodes 48..52, INC-MoE §3.1 message semantics): post an
+  AllGather / ReduceScatter of a row range of the die's registered buffers,
+  a cross-rank barrier, or a rank's row count to the die's network interface
+  (:class:`~epfabric.hw.inc_nic.IncNic`), and wait on one of its cumulative
+  completion counters (``ctr`` 0 = AG rows received, 1 = RS rows reduced, 2 =
+  barriers released) against an increasing threshold (wrap-safe ``>=``).
+* ``unit="cube"`` (opcode 56): one row of the expert FFN on the die's cube
+  (matrix) unit. Functionally the surrogate of KERNELS.md §4, ``y = a*x + b``
+  on every 32-bit word of the row (mod 2**32); its time is the die's
+  ``cube_cycles`` per row, and the die's cores share the unit.
+
 Reserved opcode space
 ---------------------
-:data:`RESERVED` lists opcode ranges kept free for later work: 48..55 for INC
-message post/wait (INC-MoE §3.1) and 56..63 for the cube (matrix) unit.
-Opcode 0 is never assigned: executing it (e.g. running off the end of a
+:data:`RESERVED` lists opcode ranges kept free for later work: 53..55 (INC)
+and 57..63 (cube). Opcode 0 is never assigned: executing it (e.g. running off the end of a
 program into zeroed instruction memory) faults the core.
 """
 
@@ -62,7 +78,7 @@ from .validate import UserError, UserTypeError, check_int, check_word
 from .vector_unit import Cond, VecOp
 
 __all__ = ["WORD_BITS", "OPCODE_BITS", "NUM_REGS", "REG_BITS", "COND_BITS", "Field", "Instruction",
-           "INSTRUCTIONS", "BY_MNEMONIC", "BY_OPCODE", "RESERVED", "Cond", "VecOp", "Csr",
+           "INSTRUCTIONS", "INC_COUNTERS", "BY_MNEMONIC", "BY_OPCODE", "RESERVED", "Cond", "VecOp", "Csr",
            "Opcode", "insn_layout", "encode", "decode", "address", "split_address",
            "address_layout", "RANK_BITS", "BLOCK_BITS", "BLOCK_BYTES", "WORDS_PER_BLOCK"]
 
@@ -133,21 +149,23 @@ I18 = _imm("imm", 18, True)
 class Instruction:
     """One instruction: mnemonic, opcode, operand fields, description.
 
-    ``vop`` names the vector-unit operation a vector instruction issues.
+    ``vop`` names the vector-unit operation a vector instruction issues;
+    ``unit`` the optional unit an instruction needs (module docstring).
     """
     mnemonic: str
     opcode: int
     fields: tuple
     doc: str
     vop: VecOp = None
+    unit: str = None
 
     @property
     def bits(self):
         return OPCODE_BITS + sum(f.bits for f in self.fields)
 
 
-def _i(mnemonic, opcode, fields, doc, vop=None):
-    return Instruction(mnemonic, opcode, tuple(fields), doc, vop)
+def _i(mnemonic, opcode, fields, doc, vop=None, unit=None):
+    return Instruction(mnemonic, opcode, tuple(fields), doc, vop, unit)
 
 
 #: The instruction set (see the module docstring). ``R[x]`` is register x.
@@ -210,12 +228,31 @@ INSTRUCTIONS = (
     _i("vcomp", 46, [RD, RS1, RS2, RS3, _COND],
        "W[R[rd]][m] = the m-th i < R[rs2] with cond(V[R[rs1]][i], R[rs3]), in order "
        "(32-bit words); then R[rd] = the number of such i", VecOp.CMP),
+    _i("incag", 48, [RS1, RS2],
+       "post an AllGather of own rows [R[rs1], R[rs1] + R[rs2]) (clipped to the rank's count) "
+       "of the registered gather buffer", unit="inc"),
+    _i("incrs", 49, [RS1, RS2],
+       "post a ReduceScatter of rows [R[rs1], R[rs1] + R[rs2]) of every other rank's partials "
+       "(each clipped to that rank's count)", unit="inc"),
+    _i("incbar", 50, [], "post a cross-rank barrier (after the ReduceScatters posted before it)",
+       unit="inc"),
+    _i("inccnt", 51, [RS1, RS2], "set the network interface's row count of rank R[rs1] to R[rs2]",
+       unit="inc"),
+    _i("incwait", 52, [RD, _imm("ctr", 2, False), RS2],
+       "wait until INC counter ctr (0 AG, 1 RS, 2 barrier) >= R[rs2] (wrap-safe); "
+       "then R[rd] = the counter", unit="inc"),
+    _i("cube", 56, [RU, RS1, RS2, RS3],
+       "UBuf row of R[ru] = R[rs2] * (UBuf row of R[rs1]) + R[rs3] per 32-bit word (mod 2**32), "
+       "on the die's shared cube unit (cube_cycles per row)", unit="cube"),
 )
+
+#: Completion counters of ``incwait`` (its ``ctr`` field).
+INC_COUNTERS = ("ag", "rs", "bar")
 
 #: Opcode ranges kept free for later work (inclusive bounds).
 RESERVED = {
-    "inc": (48, 55),   # INC message post/wait (INC-MoE §3.1)
-    "cube": (56, 63),  # cube (matrix) unit for the INC-MoE expert FFN
+    "inc": (53, 55),   # more INC message operations (INC-MoE §3.1)
+    "cube": (57, 63),  # more cube (matrix) unit operations
 }
 
 BY_MNEMONIC = {insn.mnemonic: insn for insn in INSTRUCTIONS}

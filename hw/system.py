@@ -14,6 +14,7 @@ from amaranth.utils import ceil_log2
 from .arbiter import round_robin
 from .aiv_core import AIVCore
 from .die import Die, flit_layout
+from .inc_engine import IncEngine, inc_flit_layout
 from .host import HostSignature, HostTarget, register_inputs, run_control
 from .instances import instance_of, mark_used
 from .topology import check_topology, star, superpod, topology_ranks
@@ -122,6 +123,21 @@ class System(wiring.Component):
     non_atomic_port : bool
         Every die's UB port commits blocks beat by beat (a negative control;
         see :class:`~epfabric.hw.die.Die`). Default ``False``.
+    nic : dict or None
+        The INC-MoE machine (KERNELS.md §2.6): every die gets a network
+        interface with these :class:`~epfabric.hw.inc_nic.IncNic` parameters
+        and a cube unit (:class:`~epfabric.hw.die.Die` ``nic``), on a second
+        ``star`` of the same timing whose switch holds the INC engine
+        (:class:`~epfabric.hw.inc_engine.IncEngine`, ``inc_slots`` aggregator
+        slots). ``None`` (default): none of it, and the Verilog is unchanged.
+    inc_slots, cube_cycles
+        With ``nic``: the engine's aggregator slots; cycles of one cube row.
+
+    INC counters (``nic`` only)
+    ---------------------------
+    ``inc_ag``, ``inc_rs``, ``inc_bar`` (per rank): the interfaces'
+    cumulative completion counters; ``inc_slot_stalls``: cycles the engine
+    held a chunk back for want of a slot.
 
     Raises
     ------
@@ -132,13 +148,17 @@ class System(wiring.Component):
     def __init__(self, *, timing, topology, aivs_per_die=1, imem_depth=64, ubuf_rows=2,
                  hbm_blocks=16, data_bytes=32, lanes=4, trace_depth=64, width=16,
                  max_outstanding=512, hbm_latency=2, rsp_depth=None, switch_depth=4,
-                 die_module=None, non_atomic_port=False):
+                 die_module=None, non_atomic_port=False, nic=None, inc_slots=16, cube_cycles=1):
         self._params = dict(timing=timing, topology=topology, aivs_per_die=aivs_per_die,
                             imem_depth=imem_depth, ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks,
                             data_bytes=data_bytes, lanes=lanes, trace_depth=trace_depth, width=width,
                             max_outstanding=max_outstanding, hbm_latency=hbm_latency,
                             rsp_depth=rsp_depth, switch_depth=switch_depth,
                             non_atomic_port=non_atomic_port)
+        if nic is not None:
+            self._params.update(nic=nic, inc_slots=inc_slots, cube_cycles=cube_cycles)
+            check_int("inc_slots", inc_slots, 1, 1 << 12)
+        self.nic, self.inc_slots = nic, inc_slots
         if die_module is not None and not (isinstance(die_module, tuple) and len(die_module) == 2
                                            and isinstance(die_module[0], str)):
             raise TypeError(f"die_module must be (verilog module name, has_reset), not {die_module!r}")
@@ -155,12 +175,17 @@ class System(wiring.Component):
         self.trace_depth = trace_depth
         self.hbm_latency = hbm_latency
         self.host_read_latency = hbm_latency + 1   # + the host port register
-        self.flit = flit_layout(ranks, aivs_per_die, data_bytes, hbm_blocks)
+        # the router's requesters: the cores, and the network interface of an INC machine
+        self.flit = flit_layout(ranks, aivs_per_die + (nic is not None), data_bytes, hbm_blocks)
         die_params = dict(ranks=ranks, aivs=aivs_per_die, imem_depth=imem_depth,
                           ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks, data_bytes=data_bytes,
                           lanes=lanes, width=width, max_outstanding=max_outstanding,
                           hbm_latency=hbm_latency, rsp_depth=rsp_depth,
                           non_atomic_port=non_atomic_port)
+        if nic is not None:
+            if kind != "star":
+                raise UserError(f"an INC machine (nic) needs a star topology, not {topology!r}")
+            die_params.update(nic=nic, cube_cycles=cube_cycles)
         if die_module is None:
             self.dies = [Die(rank=r, **die_params) for r in range(ranks)]
         else:
@@ -175,7 +200,17 @@ class System(wiring.Component):
             self.fabric = superpod(timing, *shape, payload=self.flit, switch_depth=switch_depth)
         else:
             self.fabric = star(timing, ranks, payload=self.flit, switch_depth=switch_depth)
+        if nic is not None:
+            lanes_inc = data_bytes // 4
+            self.inc_layout = inc_flit_layout(ranks=ranks, tmax=nic["tmax"], lanes=lanes_inc)
+            self.inc_fabric = star(timing, ranks, attach=1, payload=self.inc_layout,
+                                   switch_depth=switch_depth)
+            self.inc_engine = IncEngine(ranks=ranks, tmax=nic["tmax"], lanes=lanes_inc,
+                                        slots=inc_slots)
         n = self.n_cores
+        inc_ports = {} if nic is None else {
+            "inc_ag": Out(32).array(ranks), "inc_rs": Out(32).array(ranks),
+            "inc_bar": Out(32).array(ranks), "inc_slot_stalls": Out(32)}
         super().__init__({
             "host": In(HostSignature(ranks=ranks, cores=aivs_per_die, all_ranks=True, run=True,
                                      row_bits=8 * data_bytes)),
@@ -191,6 +226,7 @@ class System(wiring.Component):
             "fabric_tx_blocks": Out(32).array(ranks),
             "fabric_rx_blocks": Out(32).array(ranks),
             "fabric_tx_stalls": Out(32).array(ranks),
+            **inc_ports,
         })
 
     def hierarchical_verilog(self, reset):
@@ -217,6 +253,19 @@ class System(wiring.Component):
         parts.update(top.fabric.share_links(bool(reset)))
         parts.update(top.fabric.share_switches(bool(reset)))
         return top, parts
+
+    def _inc_network(self, m):
+        """The INC star: every die's network interface and the engine in its switch."""
+        m.submodules.inc_fabric = fabric = self.inc_fabric
+        m.submodules.inc_engine = engine = self.inc_engine
+        wiring.connect(m, engine.o_stream, fabric.attach_tx[0])
+        wiring.connect(m, fabric.attach_rx[0], engine.i_stream)
+        m.d.comb += self.inc_slot_stalls.eq(engine.o_slot_stalls)
+        for r, die in enumerate(self.dies):
+            wiring.connect(m, die.inc_tx, fabric.tx[r])
+            wiring.connect(m, fabric.rx[r], die.inc_rx)
+            m.d.comb += [self.inc_ag[r].eq(die.inc_counts[0]), self.inc_rs[r].eq(die.inc_counts[1]),
+                         self.inc_bar[r].eq(die.inc_counts[2])]
 
     def distance(self, src, dst):
         """Distance class of rank ``src`` → ``dst`` (see :meth:`Fabric.distance`)."""
@@ -277,6 +326,8 @@ class System(wiring.Component):
                 halted_all.append(die.core_halted[c])
                 quiet_all.append(die.core_outstanding[c] == 0)
                 traces.append(die.trace[c])
+        if self.nic is not None:
+            self._inc_network(m)
         # host reads: exactly one die answers (the one addressed hbm_latency cycles ago)
         rvalid = Cat(*(die.host.rvalid for die in self.dies))
         m.d.comb += self.host.rvalid.eq(rvalid.any())

@@ -80,9 +80,19 @@ class MachineConfig:
     lanes: int = 4
     trace_depth: int = 64
     max_outstanding: int = 512
+    #: vector element width in bits (8, 16, 32); 32 for int32 rows (the INC-MoE layer)
+    width: int = 16
     #: every die's UB port commits a block in 64 B beats instead of atomically: a
     #: negative control only (UBEP §3.4: Token-Flag Fusion tears without atomicity)
     non_atomic_port: bool = False
+    #: the INC-MoE machine (KERNELS.md §2.6): ``"inc"`` or ``"ring"`` gives every die a network
+    #: interface on an INC star and a cube unit (:class:`~epfabric.hw.system.System` ``nic``);
+    #: ``""`` (default) builds none
+    nic_mode: str = ""
+    #: rows per rank block of the registered buffers (the padded layout's Tmax capacity)
+    nic_tmax: int = 0
+    #: aggregator slots of the INC engine (a power of two; >= ranks * band rows avoids stalls)
+    inc_slots: int = 0
 
     #: the JSON-facing factory of the top (``ComponentSpec`` of a backend)
     factory = "epfabric.sw.tops:aiv_system"
@@ -103,7 +113,37 @@ class MachineConfig:
         check_pow2("lanes", self.lanes, 1, 64)
         check_int("trace_depth", self.trace_depth, 1, 65535)
         check_int("max_outstanding", self.max_outstanding, 1, MAX_WINDOW)
+        check_choice("width", self.width, (8, 16, 32))
         check_bool("non_atomic_port", self.non_atomic_port)
+        if self.nic_mode != "":
+            check_choice("nic_mode", self.nic_mode, MODES)
+            if topo[0] != "star":
+                raise UserError(f"nic_mode={self.nic_mode!r} needs a star topology, not "
+                                f"{format_topology(topo)}")
+            check_int("nic_tmax", self.nic_tmax, 1)
+            check_pow2("inc_slots", self.inc_slots, 1, 1 << 12)
+            regions = self.nic_regions
+            if regions["end"] > self.hbm_blocks:
+                raise UserError(f"hbm_blocks={self.hbm_blocks} cannot hold the registered buffers "
+                                f"of nic_tmax={self.nic_tmax} ({regions['end']} blocks)")
+        elif self.nic_tmax or self.inc_slots:
+            raise UserError("nic_tmax and inc_slots need nic_mode 'inc' or 'ring'")
+
+    @property
+    def has_nic(self):
+        return self.nic_mode != ""
+
+    @property
+    def nic_regions(self):
+        """First DataBlock of each registered buffer in every die's HBM (INC machine only).
+
+        ``xg``: the padded gather buffer (``ranks`` blocks of ``nic_tmax`` rows,
+        INC-MoE §3.1); ``z``: the partials and output, same shape; ``rsin``:
+        ``nic_tmax`` rows where the reduced rows of this rank arrive; ``end``:
+        the first block after them (the kernel's own data starts there).
+        """
+        n, t = self.ranks, self.nic_tmax
+        return {"xg": 0, "z": n * t, "rsin": 2 * n * t, "end": 2 * n * t + t}
 
     @property
     def ranks(self):
@@ -133,10 +173,15 @@ class MachineConfig:
         ``cores`` has one port per global core id, ``counters`` one per rank.
         """
         cores = range(self.cores)
+        counters = {k: [f"fabric_{k}.{r}" for r in range(self.ranks)]
+                    for k in ("tx_blocks", "rx_blocks", "tx_stalls")}
+        if self.has_nic:
+            counters.update({f"inc_{k}": [f"inc_{k}.{r}" for r in range(self.ranks)]
+                             for k in ("ag", "rs", "bar")})
+            counters["inc_slot_stalls"] = ["inc_slot_stalls"]
         return {"cores": {k: [f"core_{k}.{g}" for g in cores]
                           for k in ("pc", "halted", "fault", "waiting", "wait_addr")},
-                "counters": {k: [f"fabric_{k}.{r}" for r in range(self.ranks)]
-                             for k in ("tx_blocks", "rx_blocks", "tx_stalls")}}
+                "counters": counters}
 
     has_trace = True
 
@@ -147,6 +192,11 @@ class MachineConfig:
         d["topology"] = list(self.topology)
         if not self.non_atomic_port:
             del d["non_atomic_port"]
+        if self.width == 16:
+            del d["width"]
+        if not self.has_nic:
+            for k in ("nic_mode", "nic_tmax", "inc_slots"):
+                del d[k]
         return d
 
 

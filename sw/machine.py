@@ -18,10 +18,11 @@ the fast backends.
 
 import abc
 
+from ..hw.aiv_core import INC_WAIT_ADDR
 from ..hw.host import HostTarget
 from ..hw.validate import UserError, UserTypeError, check_int, check_word
 from .config import MachineConfig
-from .isa import address, split_address
+from .isa import INC_COUNTERS, address, split_address
 from .presets import get_preset
 from .report import Report, WatchdogTimeout
 
@@ -301,7 +302,11 @@ class Machine:
         for c in report.cores:
             if (c["rank"], c["core"]) not in loaded or c["halted"]:
                 continue
-            if c["waiting"]:
+            if c["waiting"] and c["wait_addr"] & ~3 == INC_WAIT_ADDR:
+                counter = INC_COUNTERS[c["wait_addr"] & 3]
+                lines.append(f"rank {c['rank']} core {c['core']} (pc {c['pc']}) waits on its "
+                             f"die's INC {counter} counter (incwait)")
+            elif c["waiting"]:
                 r, block, word = split_address(c["wait_addr"])
                 lines.append(f"rank {c['rank']} core {c['core']} (pc {c['pc']}) waits on "
                              f"address {c['wait_addr']:#010x} (rank {r} block {block} word {word})")

@@ -14,6 +14,7 @@ exactly the class latency; a remote load costs the round trip.
 """
 
 from dataclasses import dataclass, field, fields, replace
+import math
 from fractions import Fraction
 
 from ..hw.link import LINK_MIN_LATENCY
@@ -73,6 +74,14 @@ class Preset:
         "leading bytes of a block that are always modelled (the Data-as-Flag field)"))
     full_duplex: bool = field(default=True, metadata=_help(
         "each link direction has the full bandwidth independently"))
+    cube_macs_per_row: int = field(default=3 * 2048 * 1024, metadata=_help(
+        "multiply-accumulates of one token's expert FFN on the cube unit (3*H*I; OLMoE-1B-7B: "
+        "H 2048, I 1024, INC-MoE §5)"))
+    cube_macs_per_ns: float = field(default=786432.0, metadata=_help(
+        "the die's cube unit rate in multiply-accumulates per ns; the default makes one row "
+        "8 ns, so that at one 512 B block per token the layer's FFN is ~0.25 of the ring's "
+        "AG+RS time at N = 4, k = 8, E/N = 16 (KERNELS.md §3 incmoe-fig1, derived from the "
+        "paper's ~73 % communication share)"))
     description: str = field(default="", metadata=_help("what the preset models"))
 
     def __post_init__(self):
@@ -109,6 +118,8 @@ class Preset:
                 f"latencies must grow with distance (intra < one_hop < two_hop), not "
                 f"latency_intra_ns={self.latency_intra_ns!r}, latency_one_hop_ns="
                 f"{self.latency_one_hop_ns!r}, latency_two_hop_ns={self.latency_two_hop_ns!r}")
+        check_int("cube_macs_per_row", self.cube_macs_per_row, 1)
+        number("cube_macs_per_ns")
         check_bool("full_duplex", self.full_duplex)
         if not self.full_duplex:
             raise UserError("full_duplex=False is not modelled: every link direction is independent")
@@ -123,6 +134,11 @@ class Preset:
     def ns(self, cycles):
         """Nanoseconds of ``cycles`` cycles."""
         return cycles * self.cycle_ns
+
+    def cube_cycles(self):
+        """Cycles the cube unit spends on one row: ``ceil(macs_per_row / (macs_per_ns * cycle_ns))``."""
+        rate = Fraction(str(self.cube_macs_per_ns)) * Fraction(str(self.cycle_ns))
+        return max(1, math.ceil(Fraction(self.cube_macs_per_row) / rate))
 
     def bytes_per_cycle(self):
         """Link bandwidth in bytes per cycle, as an exact fraction."""

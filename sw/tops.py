@@ -22,6 +22,13 @@ def aiv_system(**fields):
     params = cfg.to_dict()
     preset = get_preset(params.pop("preset"))
     topology = tuple(params.pop("topology"))
+    if cfg.has_nic:
+        for k in ("nic_mode", "nic_tmax", "inc_slots"):
+            del params[k]
+        regions = cfg.nic_regions
+        params.update(nic={"mode": cfg.nic_mode, "tmax": cfg.nic_tmax, "xg_base": regions["xg"],
+                           "z_base": regions["z"], "rsin_base": regions["rsin"]},
+                      inc_slots=cfg.inc_slots, cube_cycles=preset.cube_cycles())
     return System(timing=preset.fabric_timing(topology[0]), topology=topology, **params)
 
 

@@ -153,3 +153,4 @@ from . import agrs, calibrate, fabric_speed, payload, quaternary, races, speed  
 from . import ubep_cumsum, ubep_phases, ubep_senders, ubep_sensitivity   # noqa: E402,F401
 from . import fig9  # noqa: E402,F401
 from . import fig10  # noqa: E402,F401
+from . import incmoe_layer  # noqa: E402,F401

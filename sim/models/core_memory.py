@@ -17,6 +17,15 @@ collide). READ_BLOCK / WRITE_BLOCK move the ``data_bytes`` leading bytes of
 the 512 B block at ``addr & ~511``. ``events`` are scheduled writes
 ``[cycle, addr, value]`` (cycles counted from ``start``) applied by the model
 itself, e.g. to release a POLL.
+
+INC units (a core built with ``inc=True``)
+-----------------------------------------
+The model also plays the die's network interface and cube unit: every post
+on ``inc_post`` is accepted at once and recorded (``posts``: ``[cycle, op, a,
+b]``); ``inc_counters`` are scheduled counter values ``[cycle, ctr, value]``
+(``ctr`` 0 AG, 1 RS, 2 barrier); the cube unit grants a raised ``cube_req``
+in the cycle it sees it and pulses ``cube_done`` ``cube_cycles - 1`` cycles
+later (as the die's unit does when it is free).
 """
 
 from epfabric.hw.aiv_core import MemOp
@@ -36,7 +45,7 @@ async def _load(bench, words):
 
 
 async def run_program(bench, words, memory, *, latency=MEM_LATENCY, events=(), max_cycles=5000,
-                      rank=0, trace_stall_every=0):
+                      rank=0, trace_stall_every=0, inc_counters=(), cube_cycles=4):
     """Run one program to HALT; return a result dict (see :func:`run_programs`)."""
     core = bench.component
     nwords = core.data_bytes // 4
@@ -54,11 +63,27 @@ async def run_program(bench, words, memory, *, latency=MEM_LATENCY, events=(), m
     c0 = await bench.get("cycle")
     pending = []   # (due cycle, op, data)
     trace, requests = [], []
+    inc = getattr(core, "inc", False)
+    counters = sorted((int(c), int(k), int(v)) for c, k, v in inc_counters)
+    posts, cube_left = [], 0
+    if inc:
+        bench.set("inc_post.ready", 1)
     while True:
         now = bench.cycle - t0
         while events and events[0][0] <= now:
             _, addr, value = events.pop(0)
             mem[addr & ~3] = value & 0xFFFFFFFF
+        while counters and counters[0][0] <= now:
+            _, k, value = counters.pop(0)
+            bench.set(f"inc_counts.{k}", value & 0xFFFFFFFF)
+        if inc:
+            if cube_left == 0 and await bench.get("cube_req"):
+                cube_left = cube_cycles
+            bench.set("cube_done", int(cube_left == 1))
+            cube_left = max(0, cube_left - 1)
+            if await bench.get("inc_post.valid"):
+                post = bench.decode("inc_post.payload", await bench.get("inc_post.payload"))
+                posts.append([now, int(post.op), int(post.a), int(post.b)])
         if await bench.get("halted"):
             break
         if pending and pending[0][0] <= now:
@@ -112,7 +137,7 @@ async def run_program(bench, words, memory, *, latency=MEM_LATENCY, events=(), m
     return {"timeout": False, "cycles": now, "pc": await bench.get("pc"),
             "fault": await bench.get("fault"),
             "memory": {str(k): v for k, v in sorted(mem.items())},
-            "trace": trace, "requests": requests}
+            "trace": trace, "requests": requests, **({"posts": posts} if inc else {})}
 
 
 async def run_programs(bench, programs):

@@ -84,6 +84,10 @@ class Kernel:
     def check(self, machine, report, inputs):
         raise NotImplementedError
 
+    def combine_runs(self, runs):
+        """Figures across the runs of one invocation, added to the result (default: none)."""
+        return {}
+
     def summary(self, result):
         """Lines to print for ``result`` (:func:`run_kernel`); default: cycles per run."""
         return [f"{self.name} on {result['preset']} [{result['backend']}]: "
@@ -147,8 +151,9 @@ def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params
         reports.append(report)
     result = {"kernel": kernel.name, "preset": preset, "backend": backend.name,
               "correct": not problems, "problems": problems, "params": params, "runs": runs}
+    result.update(kernel.combine_runs(runs))
     return result, reports
 
 
 # The kernels of this package register themselves on import.
-from . import agrs, alltoall, combine, daf, dispatch, pingpong, syncall   # noqa: E402,F401
+from . import agrs, alltoall, combine, daf, dispatch, moe_layer, pingpong, syncall   # noqa: E402,F401

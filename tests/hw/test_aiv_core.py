@@ -288,9 +288,63 @@ _add("cost_fadd", assemble("fadd r1, r0, r0\nhalt"), {}, [])
 _add("remote", assemble(f"li r1, {address(7, 3, 2)}\nsw r0, r1, 0\nstb r0, r1, 0\n"
                         "lw r2, r1, 0\nhalt"), {}, [])
 _add("fault", [0], {}, [])
+# a core without the units faults on them, like an unassigned opcode
+_add("no_inc_unit", assemble("li r1, 1\nincbar\nhalt"), {}, [])
+_add("no_cube_unit", assemble("cube r0, r0, r0, r0\nhalt"), {}, [])
+# last: the core stays stuck in its poll
 _add("hang", assemble(f"li r1, {OUT}\nli r2, 1\npoll r3, r1, r2, eq\nhalt"), {}, [],
      max_cycles=60)
 
+NAMES = list(PROGRAMS)
+
+# --- INC units: a core built with inc=True (the INC-MoE machine's AIV) -----------------------
+
+INC_PARAMS = {**PARAMS, "data_bytes": 64, "lanes": 8, "width": 32, "ubuf_rows": 4, "inc": True}
+INC_SPEC = ComponentSpec("epfabric.hw.aiv_core:AIVCore", INC_PARAMS)
+CUBE_CYCLES = 5
+SRC, DST = 0x400, 0x800          # blocks the cube reads and its result is stored to
+CUBE_X = [(0x9E3779B9 * (w + 1)) & M32 for w in range(16)]
+CUBE_A, CUBE_B = 0xDEADBEEF, 0x12345
+
+
+def _inc_programs():
+    progs = {}
+    # every post, with the registers it carries; then a wait that is already satisfied
+    p = Program()
+    p.li(1, 7).li(2, 300).li(3, -1)
+    p.incag(1, 2).incrs(2, 1).incbar().inccnt(3, 1)
+    p.incwait(4, 1, 0)            # RS counter >= 0 holds at once
+    p.li(10, OUT).sw(4, 10, 0).halt()
+    progs["posts"] = ({"words": p.assemble()}, {OUT: 0},
+                      ["incag", "incrs", "incbar", "inccnt", "incwait"])
+    # incwait on the AG counter: released by the counter reaching 9 in cycle 30 (5 first)
+    p = Program()
+    p.li(2, 9).incwait(4, 0, 2).li(10, OUT).sw(4, 10, 0).halt()
+    progs["wait"] = ({"words": p.assemble(), "inc_counters": [[10, 0, 5], [30, 0, 11]]},
+                     {OUT: 11}, [])
+    # wrap-safe: a counter that wrapped past 2**32 still satisfies a threshold below it
+    p = Program()
+    p.li(2, 0xFFFFFFF0).incwait(4, 2, 2).li(10, OUT).sw(4, 10, 0).halt()
+    progs["wrap"] = ({"words": p.assemble(), "inc_counters": [[0, 2, 0xFFFFFFE0], [20, 2, 3]]},
+                     {OUT: 3}, [])
+    # cube: dst = a * src + b per word (mod 2**32), then stored
+    p = Program()
+    p.li(1, SRC).li(5, 1 << 9).ldb(5, 1, 0)
+    p.li(2, CUBE_A).li(3, CUBE_B).li(6, 2 << 9)
+    p.cube(6, 5, 2, 3)
+    p.li(10, DST).stb(6, 10, 0).fence().halt()
+    want = {DST + 4 * w: (CUBE_A * x + CUBE_B) & M32 for w, x in enumerate(CUBE_X)}
+    progs["cube"] = ({"words": p.assemble(), "cube_cycles": CUBE_CYCLES,
+                      "memory": {SRC + 4 * w: x for w, x in enumerate(CUBE_X)}}, want, ["cube"])
+    progs["cost_cube"] = ({"words": assemble("cube r0, r0, r0, r0\nhalt"),
+                           "cube_cycles": CUBE_CYCLES}, {}, [])
+    progs["inc_hang"] = ({"words": assemble("li r2, 1\nincwait r1, 1, r2\nhalt"),
+                          "max_cycles": 40}, {}, [])
+    return progs
+
+
+INC_PROGRAMS = _inc_programs()
+INC_NAMES = list(INC_PROGRAMS)
 NAMES = list(PROGRAMS)
 
 
@@ -304,9 +358,16 @@ def _mem_of(result):
     return {int(k): v for k, v in result["memory"].items()}
 
 
+@pytest.fixture(scope="module")
+def inc_results():
+    out, _ = run(INC_SPEC, run_programs, {"programs": [INC_PROGRAMS[n][0] for n in INC_NAMES]})
+    return dict(zip(INC_NAMES, out))
+
+
 def test_every_instruction_runs_on_the_core():
     """The decoder is tested per instruction: fails when an instruction has no program."""
-    covered = {mn for _p, _e, covers in PROGRAMS.values() for mn in covers}
+    covered = {mn for table in (PROGRAMS, INC_PROGRAMS)
+               for _p, _e, covers in table.values() for mn in covers}
     assert covered == set(BY_MNEMONIC), sorted(set(BY_MNEMONIC) ^ covered)
 
 
@@ -380,6 +441,53 @@ def test_unassigned_opcode_faults(pysim_results):
     assert res["fault"] == 1 and res["pc"] == 0 and res["cycles"] == 1
 
 
+@pytest.mark.parametrize("name", [n for n in INC_NAMES if INC_PROGRAMS[n][1]])
+def test_inc_program_results(inc_results, name):
+    res = inc_results[name]
+    assert not res["timeout"] and not res["fault"]
+    mem = _mem_of(res)
+    for addr, value in INC_PROGRAMS[name][1].items():
+        assert mem.get(addr, 0) == value, f"{name}: word {addr:#x} = {mem.get(addr, 0):#x}, " \
+                                          f"expected {value:#x}"
+
+
+def test_inc_posts_carry_their_registers(inc_results):
+    """One post per instruction, one cycle each, op = INC_POSTS[mnemonic], a = R[rs1], b = R[rs2]."""
+    from epfabric.hw.aiv_core import INC_POSTS
+    posts = inc_results["posts"]["posts"]
+    assert [p[1:] for p in posts] == [[INC_POSTS["incag"], 7, 300], [INC_POSTS["incrs"], 300, 7],
+                                      [INC_POSTS["incbar"], 0, 0],
+                                      [INC_POSTS["inccnt"], M32, 7]]
+    cycles = [p[0] for p in posts]
+    assert cycles == list(range(cycles[0], cycles[0] + 4))
+
+
+def test_incwait_stalls_until_the_counter_reaches_the_threshold(inc_results):
+    res = inc_results["wait"]
+    # li, incwait (satisfied in cycle 30, when 11 >= 9 is first seen; 5 at cycle 10 is not),
+    # li, sw, halt
+    assert res["cycles"] == 30 + 1 + 3
+    # li (lui + addi), incwait (satisfied in cycle 20), li, sw, halt
+    assert inc_results["wrap"]["cycles"] == 20 + 1 + 3
+
+
+def test_cube_costs_its_unit_time(inc_results):
+    # the cube instruction's cycle, then CUBE_CYCLES until cube_done, then halt
+    assert inc_results["cost_cube"]["cycles"] == 1 + CUBE_CYCLES + 1
+
+
+def test_incwait_hang_names_the_counter(inc_results):
+    from epfabric.hw.aiv_core import INC_WAIT_ADDR
+    res = inc_results["inc_hang"]
+    assert res["timeout"] and res["waiting"] == 1 and res["wait_addr"] == INC_WAIT_ADDR | 1
+
+
+def test_units_fault_without_inc(pysim_results):
+    for name in ("no_inc_unit", "no_cube_unit"):
+        res = pysim_results[name]
+        assert res["fault"] == 1 and res["pc"] == (1 if name == "no_inc_unit" else 0)
+
+
 def test_hung_poll_reports_waiting_address(pysim_results):
     res = pysim_results["hang"]
     assert res["timeout"] and res["waiting"] == 1 and res["wait_addr"] == OUT
@@ -394,6 +502,13 @@ def test_same_on_icarus_and_verilator(hdl_simulator, pysim_results):
     out, _ = run(SPEC, run_programs, {"programs": [PROGRAMS[n][0] for n in NAMES]},
                  simulator=hdl_simulator)
     assert dict(zip(NAMES, out)) == pysim_results
+
+
+def test_inc_core_same_on_icarus_and_verilator(hdl_simulator, inc_results):
+    """The INC programs (posts, waits, cube): identical to Amaranth's simulator."""
+    out, _ = run(INC_SPEC, run_programs, {"programs": [INC_PROGRAMS[n][0] for n in INC_NAMES]},
+                 simulator=hdl_simulator)
+    assert dict(zip(INC_NAMES, out)) == inc_results
 
 
 @pytest.mark.parametrize("kw, exc, match", [

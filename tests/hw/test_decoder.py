@@ -96,7 +96,7 @@ def illegal_words(seed=0):
 
 
 def test_slots_generated_from_the_table():
-    assert set(SLOTS) == {"rd", "rs1", "rs2", "rs3", "ru", "imm", "cond", "csr"}
+    assert set(SLOTS) == {"rd", "rs1", "rs2", "rs3", "ru", "imm", "cond", "csr", "ctr"}
     d = Decoder()
     assert len(d.imm) == 32 and all(len(getattr(d, r)) == 4 for r in ("rd", "rs1", "rs2", "rs3", "ru"))
     assert d.cond.shape() is Cond and d.csr.shape() is Csr

@@ -1,0 +1,259 @@
+"""``moe-layer``: INC-MoE's band-pipelined MoE layer on AIV cores, or the ring baseline.
+
+INC-MoE §3 (Algorithm 1, Fig. 3–4) on the INC machine (``incmoe-testbed``:
+``ranks`` dies on one switch with the INC engine, 100 Gb/s per direction per
+rank; every die has AIV cores, a network interface its cores post to and a
+cube unit). ``mode="inc"`` runs the persistent kernel of
+:mod:`epfabric.sw.incmoe.program` (AllGather of band j+1 ‖ expert FFN of band
+j ‖ ReduceScatter of band j−1); ``mode="ring"`` the ring AllGather → FFN →
+ring ReduceScatter of vLLM's default path on the same kind of machine;
+``mode="both"`` runs both on the same input and reports the cut.
+
+Every run is checked bit-exactly against numpy (:mod:`epfabric.sw.incmoe.reference`):
+every rank's output rows, every rank's gathered buffer (rows beyond a rank's
+count must stay zero), every partial in ``Z`` and (INC) every reduced row
+the switch delivered, and the completion counters.
+"""
+
+import numpy as np
+
+from ...hw.validate import UserError, check_int
+from ..config import MachineConfig
+from ..incmoe.layout import Layout
+from ..incmoe.program import MARKS, LayerSpec, program, role_of
+from ..incmoe.reference import layer_output, partials
+from ..incmoe.workload import band_rows, make_case
+from ..isa import address
+from ..presets import get_preset
+from . import Kernel, pow2_at_least, register
+
+__all__ = ["MoeLayer", "KERNEL", "band_times"]
+
+MODES = ("inc", "ring", "both")
+
+
+def _ints(name, value):
+    """An int or a sequence of ints (a CLI literal gives a tuple) as a tuple."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,)
+    if isinstance(value, str) or not hasattr(value, "__iter__"):
+        raise UserError(f"{name} must be integers separated by commas, not {value!r}")
+    return tuple(check_int(f"{name}[{i}]", v, 0) for i, v in enumerate(value))
+
+
+def band_times(report, spec, ranks, cycle_ns):
+    """Per band ``{"ag", "ffn", "rs"}: [first start, last end]`` in cycles over every rank.
+
+    From the MARK trace: the k-th event of a kind on a core is band k (gather
+    AIVs mark ``rs_done`` only for the tail bands, so their k-th is band
+    ``bands - tail + k``).
+    """
+    seen = {}
+    spans = [{role: [None, None] for role in ("ag", "ffn", "rs")} for _ in range(spec.bands)]
+    kinds = {v: k for k, v in MARKS.items()}
+    for ev in report.trace:
+        kind = kinds.get(ev["event"])
+        if kind is None:
+            continue
+        key = (ev["rank"], ev["core"], kind)
+        k = seen.get(key, 0)
+        seen[key] = k + 1
+        role, _ = role_of(spec, ev["core"])
+        if kind == "rs_done" and role == "gather":
+            k += spec.bands - spec.tail
+        if k >= spec.bands:
+            continue
+        which, edge = {"ag_post": ("ag", 0), "ag_done": ("ag", 1), "ffn_start": ("ffn", 0),
+                       "ffn_end": ("ffn", 1), "rs_post": ("rs", 0), "rs_done": ("rs", 1)}[kind]
+        span = spans[k][which]
+        t = ev["cycle"]
+        span[edge] = t if span[edge] is None else (min if edge == 0 else max)(span[edge], t)
+    return spans
+
+
+class MoeLayer(Kernel):
+    """The INC-MoE layer (module docstring)."""
+
+    name = "moe-layer"
+    description = ("INC-MoE's band-pipelined MoE layer (AG ‖ FFN ‖ RS on AIV roles, INC "
+                   "post/wait, cube unit) or the ring baseline, checked against numpy")
+    params = {"mode": "both", "ranks": 4, "tokens": 8, "counts": (), "bands": 3,
+              "roles": (1, 5, 2), "tail": 0, "experts": 64, "topk": 8, "seed": 1,
+              "tmax": 0, "slots": 0}
+    default_preset = "incmoe-testbed"
+    default_aivs = (8,)
+    default_max_cycles = 5_000_000
+
+    def resolve_params(self, params):
+        p = super().resolve_params(params)
+        if p["mode"] not in MODES:
+            raise UserError(f"mode must be one of {', '.join(MODES)}, not {p['mode']!r}")
+        check_int("ranks", p["ranks"], 2, 64)
+        check_int("tokens", p["tokens"], 0, 1 << 14)
+        counts = _ints("counts", p["counts"]) if p["counts"] not in ((), None, "") else ()
+        if counts and len(counts) != p["ranks"]:
+            raise UserError(f"counts must give {p['ranks']} token counts (one per rank), "
+                            f"not {counts!r}")
+        p["counts"] = counts or (p["tokens"],) * p["ranks"]
+        if max(p["counts"]) == 0:
+            raise UserError(f"counts/tokens must give at least one rank a token, not {p['counts']!r}")
+        p["roles"] = _ints("roles", p["roles"])
+        check_int("bands", p["bands"], 1, 1 << 12)
+        check_int("tail", p["tail"], 0, p["bands"])
+        check_int("experts", p["experts"], p["ranks"])
+        if p["experts"] % p["ranks"]:
+            raise UserError(f"experts must be a multiple of ranks ({p['ranks']}), not {p['experts']}")
+        check_int("topk", p["topk"], 1, p["experts"])
+        check_int("tmax", p["tmax"], 0, 1 << 14)
+        if p["tmax"] and p["tmax"] < max(p["counts"]):
+            raise UserError(f"tmax={p['tmax']} (rows per rank block) is below the largest token "
+                            f"count {max(p['counts'])}")
+        check_int("slots", p["slots"], 0, 1 << 12)
+        self.spec(p, "inc")        # roles, tail: checked here, before any machine
+        return p
+
+    @staticmethod
+    def spec(params, mode):
+        ring = mode == "ring"
+        return LayerSpec(mode=mode, bands=1 if ring else params["bands"], roles=params["roles"],
+                         tail=0 if ring else params["tail"],
+                         local_experts=params["experts"] // params["ranks"], topk=params["topk"])
+
+    @staticmethod
+    def beta(params, mode):
+        return band_rows(params["counts"], 1 if mode == "ring" else params["bands"])
+
+    def slots(self, params):
+        """Engine slots: ``slots`` or the smallest power of two >= ranks * beta (and >= 16)."""
+        need = params["ranks"] * self.beta(params, "inc")
+        if params["slots"]:
+            if params["slots"] < need:
+                raise UserError(f"slots={params['slots']} is below ranks * beta = {need}: two "
+                                f"chunks of one band would share an aggregator slot and the "
+                                f"reduction could deadlock (KERNELS.md §0.10)")
+            return params["slots"]
+        return max(16, pow2_at_least(need))
+
+    def configs(self, preset, topology=None, aivs=None, params=None):
+        params = self.resolve_params(params)
+        pr = get_preset(preset)
+        n = params["ranks"]
+        if topology is not None and tuple(topology) != ("star", n):
+            raise UserError(f"moe-layer runs on a star of --ranks {n} ranks, not {topology!r}")
+        spec = self.spec(params, "inc")
+        if aivs is not None and aivs != spec.aivs:
+            raise UserError(f"--aivs {aivs} does not match roles {params['roles']} "
+                            f"({spec.aivs} AIVs per die)")
+        tmax = params["tmax"] or max(params["counts"])
+        modes = ("inc", "ring") if params["mode"] == "both" else (params["mode"],)
+        out = []
+        for mode in modes:
+            base = dict(topology=("star", n), aivs_per_die=spec.aivs, data_bytes=pr.data_bytes,
+                        lanes=8, width=32, ubuf_rows=4, nic_mode=mode, nic_tmax=tmax,
+                        inc_slots=self.slots(params))
+            shape = MachineConfig(pr.name, **base, hbm_blocks=1 << 15)
+            lay = Layout(shape, spec.local_experts, spec.roles[1])
+            longest = max(len(program(shape, r, c, self.spec(params, mode), lay).assemble())
+                          for r in range(n) for c in range(spec.aivs))
+            marks = n * (spec.bands * (3 + 2 * spec.roles[1] + spec.roles[2])
+                         + spec.roles[0] * spec.tail)
+            out.append(MachineConfig(pr.name, **base, hbm_blocks=pow2_at_least(lay.end),
+                                     imem_depth=pow2_at_least(longest),
+                                     trace_depth=min(65535, max(1024, pow2_at_least(marks)))))
+        return out
+
+    def load(self, machine, params):
+        params = self.resolve_params(params)
+        cfg = machine.config
+        mode = cfg.nic_mode
+        spec = self.spec(params, mode)
+        n, words = cfg.ranks, cfg.words_per_block
+        if 2 * params["topk"] > words:
+            raise UserError(f"topk={params['topk']} routing words need data_bytes >= "
+                            f"{8 * params['topk']} (half of a block's modelled words are data)")
+        case = make_case(ranks=n, counts=params["counts"], experts=params["experts"],
+                         topk=params["topk"], words=words, seed=params["seed"])
+        lay = Layout(cfg, spec.local_experts, spec.roles[1])
+        beta = self.beta(params, mode)
+        for r in range(n):
+            for c in range(spec.aivs):
+                machine.load_program(r, c, program(cfg, r, c, spec, lay))
+            for t in range(case.counts[r]):
+                machine.write_mem(r, address(0, lay.X + t), case.x[r][t].tolist())
+            machine.write_mem(r, address(0, lay.META), list(case.counts) + [beta])
+            for el in range(spec.local_experts):
+                e = r * spec.local_experts + el
+                machine.write_mem(r, address(0, lay.WEIGHTS + el), [int(case.a[e]), int(case.b[e])])
+        machine.read_back([(0, cfg.nic_regions["end"])])
+        return {"params": params, "case": case, "layout": lay, "spec": spec, "beta": beta}
+
+    def check(self, machine, report, inputs):
+        cfg = machine.config
+        case, lay, spec = inputs["case"], inputs["layout"], inputs["spec"]
+        mode, n, words, tmax = cfg.nic_mode, cfg.ranks, cfg.words_per_block, lay.tmax
+        problems = []
+
+        def rows(rank, first, count):
+            out = [machine.read_mem(rank, address(0, first + i), words) for i in range(count)]
+            return np.array(out, dtype=np.uint32).reshape(count, words)
+
+        want = layer_output(case)
+        for r in range(n):
+            T = case.counts[r]
+            got = rows(r, lay.output(mode, r), T)
+            bad = np.flatnonzero((got != want[r]).any(axis=1))
+            if bad.size:
+                problems.append(f"rank {r}: {bad.size} of {T} output rows differ from numpy "
+                                f"(first: row {bad[0]})")
+            xg = rows(r, lay.XG, n * tmax)
+            z = rows(r, lay.Z, n * tmax)
+            part = partials(case, r)
+            for q in range(n):
+                blk = xg[q * tmax:(q + 1) * tmax]
+                Tq = case.counts[q]
+                if not np.array_equal(blk[:Tq], case.x[q]):
+                    problems.append(f"rank {r}: gathered rows of rank {q} differ from its tokens")
+                if blk[Tq:].any():
+                    problems.append(f"rank {r}: gathered block of rank {q} has data beyond its "
+                                    f"{Tq} rows")
+                if q != r and not np.array_equal(z[q * tmax:q * tmax + Tq], part[q]):
+                    problems.append(f"rank {r}: partials for rank {q}'s tokens differ from numpy")
+            if mode == "inc" and T:
+                others = sum(partials(case, q)[r].astype(np.uint64) for q in range(n) if q != r)
+                sums = (others & 0xFFFFFFFF).astype(np.uint32)
+                if not np.array_equal(rows(r, lay.RSIN, T), sums):
+                    problems.append(f"rank {r}: the switch's reduced rows differ from numpy")
+        c = report.counters
+        for r in range(n):
+            expect = {"inc_ag": sum(case.counts) - case.counts[r], "inc_rs": case.counts[r],
+                      "inc_bar": spec.bands}
+            for k, v in expect.items():
+                if c[k][r] != v:
+                    problems.append(f"rank {r}: {k} counter {c[k][r]}, expected {v}")
+        spans = band_times(report, spec, n, report.ns / max(1, report.cycles))
+        return {"correct": not problems, "problems": problems, "mode": mode,
+                "counts": list(case.counts), "bands": spec.bands, "beta": inputs["beta"],
+                "roles": list(spec.roles), "tail": spec.tail,
+                "layer_us": report.ns / 1000, "band_times": spans}
+
+    def combine_runs(self, runs):
+        """With both modes: ``cut`` = 1 − t_INC / t_ring on the same input."""
+        by = {r["mode"]: r for r in runs}
+        if set(by) != {"inc", "ring"}:
+            return {}
+        return {"cut": 1 - by["inc"]["cycles"] / by["ring"]["cycles"]}
+
+    def summary(self, result):
+        lines = []
+        for run in result["runs"]:
+            lines.append(f"moe-layer {run['mode']} on {result['preset']} [{result['backend']}]: "
+                         f"{len(run['counts'])} ranks, tokens {run['counts']}, "
+                         f"{run['bands']} band(s) of {run['beta']} rows, roles {run['roles']}, "
+                         f"tail {run['tail']}: {run['cycles']} cycles ({run['layer_us']:.2f} us), "
+                         f"{'correct' if run['correct'] else 'WRONG: ' + '; '.join(run['problems'][:3])}")
+        if "cut" in result:
+            lines.append(f"layer time cut INC vs ring: {100 * result['cut']:.1f} %")
+        return lines
+
+
+KERNEL = register(MoeLayer())
