@@ -48,11 +48,15 @@ class Report:
     def to_json(self, **kw):
         return json.dumps(self.to_dict(), **kw)
 
-    def chrome_trace(self, cycle_ns):
+    def chrome_trace(self, cycle_ns, spans=None):
         """MARK events in the Chrome/Perfetto trace-event format (``chrome://tracing``).
 
         One process per rank, one thread per AIV, an instant event per MARK;
-        timestamps in microseconds of simulated time.
+        timestamps in microseconds of simulated time. ``spans`` (``{start
+        event: (end event, name)}``, a kernel's ``trace_spans``) turns each
+        start MARK and the next end MARK of the same AIV into one slice
+        called ``name`` (a "complete" event), so phases that overlap on
+        different AIVs show side by side.
         """
         events = []
         for rank in sorted({t["rank"] for t in self.trace}):
@@ -61,9 +65,28 @@ class Report:
         for rank, core in sorted({(t["rank"], t["core"]) for t in self.trace}):
             events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": core,
                            "args": {"name": f"aiv {core}"}})
+        spans = spans or {}
+        ends = {end: (start, name) for start, (end, name) in spans.items()}
+        open_ = {}                        # (rank, core, start event) -> [MARK, ...]
         for t in self.trace:
-            events.append({"name": f"mark {t['event']}", "ph": "i", "s": "t",
-                           "pid": t["rank"], "tid": t["core"],
-                           "ts": t["cycle"] * cycle_ns / 1000.0,
-                           "args": {"cycle": t["cycle"], "event": t["event"]}})
+            key = (t["rank"], t["core"])
+            if t["event"] in spans:
+                open_.setdefault((*key, t["event"]), []).append(t)
+                continue
+            if t["event"] in ends and open_.get((*key, ends[t["event"]][0])):
+                first = open_[(*key, ends[t["event"]][0])].pop(0)
+                events.append({"name": ends[t["event"]][1], "ph": "X", "pid": t["rank"],
+                               "tid": t["core"], "ts": first["cycle"] * cycle_ns / 1000.0,
+                               "dur": (t["cycle"] - first["cycle"]) * cycle_ns / 1000.0,
+                               "args": {"start_cycle": first["cycle"], "end_cycle": t["cycle"]}})
+                continue
+            events.append(self._instant(t, cycle_ns))
+        for marks in open_.values():      # starts that never ended stay instants
+            events += [self._instant(t, cycle_ns) for t in marks]
         return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+    @staticmethod
+    def _instant(t, cycle_ns):
+        return {"name": f"mark {t['event']}", "ph": "i", "s": "t", "pid": t["rank"],
+                "tid": t["core"], "ts": t["cycle"] * cycle_ns / 1000.0,
+                "args": {"cycle": t["cycle"], "event": t["event"]}}

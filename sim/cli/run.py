@@ -117,7 +117,8 @@ def prepare(args):
             print("correct" if result["correct"] else
                   "INCORRECT: " + "; ".join(result["problems"]))
             if args.trace:
-                _write_trace(args.trace, reports, get_preset(preset).cycle_ns)
+                _write_trace(args.trace, reports, get_preset(preset).cycle_ns,
+                             getattr(kernel, "trace_spans", None))
             results.append(result)
             status |= 0 if result["correct"] else 1
         if sweep:
@@ -201,11 +202,11 @@ def _write_gtkw(waveform, scopes):
         print(f"wrote {run['path']} + {gtkw.name}{note}: gtkwave {gtkw}")
 
 
-def _write_trace(path, reports, cycle_ns):
+def _write_trace(path, reports, cycle_ns, spans=None):
     from ..output import write_atomic
     events = []
     for i, rep in enumerate(reports):
-        tr = rep.chrome_trace(cycle_ns)["traceEvents"]
+        tr = rep.chrome_trace(cycle_ns, spans)["traceEvents"]
         for ev in tr:  # one trace per run: separate them by pid range
             ev["pid"] = ev["pid"] + 1000 * i
         events += tr

@@ -46,8 +46,9 @@ ring's last hop already adds the root's own partial, so the output is
 ``RSIN`` and there is no local reduction.
 
 MARK events per band (the trace's k-th occurrence of an event on a core is
-band k; gather AIVs mark ``RS_DONE`` only for the tail bands):
-:data:`MARKS`.
+band k; gather AIVs mark ``rs_start``/``rs_done`` only for the tail bands):
+:data:`MARKS`; :data:`TRACE_SPANS` pairs them into the Perfetto trace's
+slices, so AG(j+1) ‖ FFN(j) ‖ RS(j−1) shows as overlapping slices.
 """
 
 from dataclasses import dataclass
@@ -56,11 +57,18 @@ from ...hw.validate import UserError, check_int
 from ..assembler import Program
 from ..isa import address
 
-__all__ = ["LayerSpec", "MARKS", "program", "role_of"]
+__all__ = ["LayerSpec", "MARKS", "TRACE_SPANS", "program", "role_of"]
 
 #: MARK event ids
 MARKS = {"ag_post": 1601, "ag_done": 1602, "ffn_start": 1603, "ffn_end": 1604,
-         "rs_post": 1605, "rs_done": 1606}
+         "rs_post": 1605, "rs_done": 1606, "rs_start": 1607}
+
+#: start MARK -> (end MARK, slice name) for the Perfetto trace (``Report.chrome_trace``):
+#: gather 0's AG of a band, each compute AIV's FFN of a band, each reducer's band (from its
+#: start, through the leader's barrier and post and the wait, to its local additions)
+TRACE_SPANS = {MARKS["ag_post"]: (MARKS["ag_done"], "AG"),
+               MARKS["ffn_start"]: (MARKS["ffn_end"], "FFN"),
+               MARKS["rs_start"]: (MARKS["rs_done"], "RS")}
 
 U0, U1, U2 = 0, 1 << 9, 2 << 9      # UBuf rows: token, accumulated partial, one expert's output
 
@@ -149,6 +157,7 @@ class _Emitter:
     def reduce_band(self, leader, index, stride):
         """One band's reduction by reducer ``index`` of ``stride`` (module docstring)."""
         p, lay, spec = self.p, self.lay, self.spec
+        p.mark(MARKS["rs_start"])
         if leader:
             p.addi(8, 2, 1)
             for f in range(spec.roles[1]):

@@ -20,7 +20,7 @@ import numpy as np
 from ...hw.validate import UserError, check_int
 from ..config import MachineConfig
 from ..incmoe.layout import Layout
-from ..incmoe.program import MARKS, LayerSpec, program, role_of
+from ..incmoe.program import MARKS, TRACE_SPANS, LayerSpec, program, role_of
 from ..incmoe.reference import layer_output, partials
 from ..incmoe.workload import band_rows, make_case
 from ..isa import address
@@ -59,9 +59,11 @@ def band_times(report, spec, ranks, cycle_ns):
         k = seen.get(key, 0)
         seen[key] = k + 1
         role, _ = role_of(spec, ev["core"])
-        if kind == "rs_done" and role == "gather":
+        if kind in ("rs_start", "rs_done") and role == "gather":
             k += spec.bands - spec.tail
         if k >= spec.bands:
+            continue
+        if kind == "rs_start":
             continue
         which, edge = {"ag_post": ("ag", 0), "ag_done": ("ag", 1), "ffn_start": ("ffn", 0),
                        "ffn_end": ("ffn", 1), "rs_post": ("rs", 0), "rs_done": ("rs", 1)}[kind]
@@ -83,6 +85,8 @@ class MoeLayer(Kernel):
     default_preset = "incmoe-testbed"
     default_aivs = (8,)
     default_max_cycles = 5_000_000
+    #: AG / FFN / RS slices in ``epfabric run --trace`` (:data:`~epfabric.sw.incmoe.program.TRACE_SPANS`)
+    trace_spans = TRACE_SPANS
 
     def resolve_params(self, params):
         p = super().resolve_params(params)
@@ -155,8 +159,8 @@ class MoeLayer(Kernel):
             lay = Layout(shape, spec.local_experts, spec.roles[1])
             longest = max(len(program(shape, r, c, self.spec(params, mode), lay).assemble())
                           for r in range(n) for c in range(spec.aivs))
-            marks = n * (spec.bands * (3 + 2 * spec.roles[1] + spec.roles[2])
-                         + spec.roles[0] * spec.tail)
+            marks = n * (spec.bands * (3 + 2 * spec.roles[1] + 2 * spec.roles[2])
+                         + 2 * spec.roles[0] * spec.tail)
             out.append(MachineConfig(pr.name, **base, hbm_blocks=pow2_at_least(lay.end),
                                      imem_depth=pow2_at_least(longest),
                                      trace_depth=min(65535, max(1024, pow2_at_least(marks)))))

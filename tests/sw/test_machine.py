@@ -61,6 +61,24 @@ def test_run_writes_reads_and_reports():
     assert inst[0]["ts"] == cycles[0] / 1000.0 and inst[0]["pid"] == 0 and inst[0]["tid"] == 0
 
 
+def test_chrome_trace_pairs_span_marks_into_slices():
+    """A kernel's trace_spans: start/end MARKs of one AIV become one slice, in order; a start
+    that never ends and other MARKs stay instants."""
+    from epfabric.sw.report import Report
+    trace = [{"rank": 0, "core": 1, "cycle": c, "event": e}
+             for c, e in [(10, 7), (12, 5), (20, 8), (30, 7), (45, 8), (50, 7)]]
+    trace.append({"rank": 1, "core": 1, "cycle": 40, "event": 8})   # an end without a start
+    report = Report(config={}, backend="pysim", cycles=60, ns=120.0, done=True, timeout=False,
+                    trace=trace)
+    events = report.chrome_trace(cycle_ns=2.0, spans={7: (8, "FFN")})["traceEvents"]
+    slices = [(e["ts"], e["dur"]) for e in events if e["ph"] == "X"]
+    assert slices == [(0.02, 0.02), (0.06, 0.03)]
+    assert all(e["name"] == "FFN" and e["pid"] == 0 and e["tid"] == 1
+               for e in events if e["ph"] == "X")
+    instants = sorted((e["pid"], e["args"]["cycle"]) for e in events if e["ph"] == "i")
+    assert instants == [(0, 12), (0, 50), (1, 40)]
+
+
 def test_watchdog_names_waiting_cores_and_addresses():
     m = machine()
     p = Program()

@@ -45,6 +45,22 @@ def test_small_case_is_correct_in_both_modes():
         for role in ("ag", "ffn", "rs"):
             start, end = band[role]
             assert start is not None and end is not None and start <= end
+    # the pipeline: band 1's AllGather is under way while band 0's FFN runs, and band 0's
+    # ReduceScatter starts before band 1's FFN has ended
+    b0, b1 = inc["band_times"]
+    assert b1["ag"][0] < b0["ffn"][1] and b0["rs"][0] < b1["ffn"][1]
+
+
+def test_trace_has_ag_ffn_and_rs_slices():
+    from epfabric.sw.report import Report
+    result, runs = outcome("pysim")
+    cycles, trace, counters = runs[0]
+    report = Report(config={}, backend="pysim", cycles=cycles, ns=float(cycles), done=True,
+                    timeout=False, trace=trace)
+    slices = [e for e in report.chrome_trace(1.0, K.trace_spans)["traceEvents"] if e["ph"] == "X"]
+    names = [e["name"] for e in slices]
+    # per rank: AG of 2 bands (gather 0), FFN of 2 bands (1 compute AIV), RS of 2 bands (1 reducer)
+    assert sorted(names) == sorted(["AG"] * 4 + ["FFN"] * 4 + ["RS"] * 4)
 
 
 @pytest.mark.parametrize("simulator", ["icarus", "verilator"])
