@@ -81,7 +81,12 @@ def prepare(args):
                                 f"parameters: {valid}")
             if name in params:
                 raise UserError(f"{option} and --param {name}=... both given")
-            values = [parse_params([f"{name}={v}"])[name] for v in value.split(",")]
+            if name in getattr(kernel, "sequence_params", ()):
+                # a sequence-valued parameter: "1,5,2" is one value, ";" separates values
+                values = [tuple(parse_params([f"{name}={x}"])[name] for x in v.split(","))
+                          for v in value.split(";")]
+            else:
+                values = [parse_params([f"{name}={v}"])[name] for v in value.split(",")]
             if len(values) > 1:
                 if sweep:
                     raise UserError(f"one option may list values, not {option} and "

@@ -53,6 +53,9 @@ class Kernel:
     default_aivs = (2,)
     #: watchdog limit when the user names none
     default_max_cycles = 200_000
+    #: parameters whose value is a sequence: on the command line ``--roles 1,5,2`` is one
+    #: value and ``;`` separates the values of a sweep
+    sequence_params = ()
 
     def default_topology(self, preset):
         """The machine shape when the user names none (default: the two dies of one NPU)."""

@@ -47,6 +47,23 @@ def test_syncall_json_and_trace(tmp_path, capsys):
     assert "correct" in capsys.readouterr().out
 
 
+def test_moe_layer_sequence_options_json_and_slices(tmp_path):
+    """--roles 1,1,1 and --counts 3,2 are one value each; JSON has the cut and the band times;
+    the Perfetto trace has AG, FFN and RS slices."""
+    out, trace = tmp_path / "out.json", tmp_path / "trace.json"
+    assert main(["run", "moe-layer", "--preset", "tiny", "--ranks", "2", "--counts", "3,2",
+                 "--experts", "4", "--topk", "2", "--roles", "1,1,1", "--bands", "2",
+                 "--json", str(out), "--trace", str(trace)]) == 0
+    result = json.loads(out.read_text())
+    assert result["correct"] and result["params"]["roles"] == [1, 1, 1]
+    assert result["params"]["counts"] == [3, 2]
+    inc, ring = result["runs"]
+    assert result["cut"] == 1 - inc["cycles"] / ring["cycles"]
+    assert len(inc["band_times"]) == 2 and len(ring["band_times"]) == 1
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["name"] for e in events if e["ph"] == "X"} == {"AG", "FFN", "RS"}
+
+
 def test_param_json_and_vcd(tmp_path):
     out, vcd = tmp_path / "a2a.json", tmp_path / "a2a.vcd"
     assert main(["run", "alltoall", *SMALL, "--param", "seed=7", "--max-cycles", "2000",
@@ -95,6 +112,12 @@ def test_param_json_and_vcd(tmp_path):
     (["run", "alltoall", "--seed", "-1"], "seed must be >= 0, not -1"),
     (["run", "agrs", "--param", "concurrent=yes"], "concurrent must be a bool, not 'yes'"),
     (["run", "agrs", "--param", "counts=[1,2]"], "counts must be 4 row counts in [0, 4], not [1, 2]"),
+    (["run", "moe-layer", "--roles", "1,5"],
+     "roles must be (gather, compute, reduce) AIV counts, not (1, 5)"),
+    (["run", "moe-layer", "--roles", "1,5,2;1,6", "--ranks", "4"],
+     "roles must be (gather, compute, reduce) AIV counts, not (1, 6)"),
+    (["run", "moe-layer", "--ranks", "2", "--counts", "3,2,1"],
+     "counts must give 2 token counts (one per rank), not (3, 2, 1)"),
     (["run", "pingpong", "--vcd", "."], "--vcd '.' is a folder, not a file"),
     (["run", "pingpong", "--trace", "."], "--trace '.' is a folder, not a file"),
 ])
@@ -164,7 +187,7 @@ def test_commands_and_experiments_are_registered():
                                                  "figures", "synth", "prove", "soak", "mutate"]
     assert set(EXPERIMENTS) == {"table2", "fig6", "eq5", "payload", "races", "speed",
                                 "fabric_speed", "quaternary", "fig3b", "fig7a", "fig7b", "fig7c",
-                                "fig8", "fig9", "fig10", "fig13", "fig14"}
+                                "fig8", "fig9", "fig10", "fig13", "fig14", "incmoe-layer"}
     assert all(e.name == name and e.title for name, e in EXPERIMENTS.items())
 
 
