@@ -17,7 +17,8 @@ Then the kernel's own data:
   ``ranks`` = the band size beta (chosen by the host runtime from the counts,
   INC-MoE §3.4);
 * ``FLAGS`` — word 0 = bands released by the gather role (``agReady``),
-  word 1 = gather AIVs' finished copies (when there are several);
+  word 1 = gather AIVs' finished copies (when there are several), word 2 =
+  bands whose ReduceScatter is posted (``RSPOST``);
 * ``PROG`` — word f = bands finished by compute AIV f (its progress counter);
 * ``WEIGHTS`` — block ``WEIGHTS + e_l`` holds ``a, b`` of local expert e_l.
 """

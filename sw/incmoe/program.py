@@ -21,21 +21,26 @@ never on the counts or the data, which they read at run time.
   ``a, b`` scaled by the gate weight, accumulated in the UBuf (``vadd``);
   store the row's partial into ``Z`` if any expert was local (Z starts zero);
   then ``fence`` and release its progress word ``PROG[f] = j + 1``.
-* **Reduce** i, per band j: the leader (i = 0) waits until every compute
-  progress word reaches j + 1, joins the cross-rank barrier (``incbar``,
-  ``incwait`` on the barrier counter), and posts ``incrs`` of the band. Every
-  reducer waits until the RS counter reaches this rank's cumulative own rows
-  and adds the switch's sums ``RSIN`` into its share of its own ``Z`` rows
-  (rows ``j*beta + i``, stride = reducers of the band) — the root's local
-  reduction (KERNELS.md §2.6).
+* **Reduce**: reduce AIV i owns bands i, i + B_RS, ... (so the
+  ReduceScatters of B_RS bands can be in flight at once). For band j its
+  owner waits until every compute progress word reaches j + 1 and band j−1's
+  ReduceScatter is posted (``RSPOST >= j``, a local flag), joins the
+  cross-rank barrier (``incbar``, ``incwait`` on the barrier counter), posts
+  ``incrs`` of the band and releases ``RSPOST = j + 1``; then it waits until
+  the RS counter reaches this rank's cumulative own rows and adds the
+  switch's sums ``RSIN`` into its own ``Z`` rows of the band — the root's
+  local reduction (KERNELS.md §2.6). In the last ``tail`` bands the gather
+  AIVs share those additions (the owner takes rows ``j*beta``, step
+  ``B_AG + 1``; gather g rows ``j*beta + 1 + g``).
 
 Order of completion counters. The AG counter of a band can be trusted
 cumulatively because a rank posts the AG of band j + 1 only after its own
 band j completed, and every AG row reaches a rank through the engine's one
 output in the order the engine took them; the RS counter because each rank's
-barrier flit of band j + 1 follows its RS flits of band j on its link, so the
-engine has reduced and sent every band-j sum before it releases barrier
-j + 1. The barrier also bounds the RS skew to one band, so the engine's slots
+barrier flit of band j + 1 follows its RS flits of band j on its link (the
+owner of band j + 1 posts its barrier after band j's ``incrs``, and the
+interface sends RS and barrier posts in order), so the engine has reduced
+and sent every band-j sum before it releases barrier j + 1. The barrier also bounds the RS skew to one band, so the engine's slots
 (>= ranks * beta) never hold two chunks that map to one slot.
 
 The ring baseline (``mode="ring"``, vLLM's default path, INC-MoE Fig. 2) is
@@ -139,57 +144,87 @@ class _Emitter:
         p.bgeu(rb, ra, 2)
         p.mv(rd, rb)
 
-    def band_loop(self, body, first, last):
-        """Run ``body()`` for bands ``first .. last - 1``: r2 = j, r1 = j * beta (r3 = beta)."""
+    def band_loop(self, body, first, last, step=1):
+        """Run ``body()`` for bands ``first, first + step, .. < last``: r2 = j, r1 = j * beta
+        (r3 = beta)."""
         if last <= first:
             return
         p = self.p
         p.li(2, first)
         p.mul(1, 2, 3)
+        if step > 1:
+            p.li(11, step)
+            p.mul(11, 11, 3)                    # r11 = step * beta (kept by the body)
         top = self.label()
         p.label(top)
         body()
-        p.addi(2, 2, 1)
-        p.add(1, 1, 3)
+        p.addi(2, 2, step)
+        p.add(1, 1, 11 if step > 1 else 3)
         p.li(8, last)
         p.bltu(2, 8, top)
 
-    def reduce_band(self, leader, index, stride):
-        """One band's reduction by reducer ``index`` of ``stride`` (module docstring)."""
+    def post_band(self):
+        """Band j's owner: wait for every compute AIV's band and for band j-1's post, join the
+        barrier, post the ReduceScatter, release ``RSPOST = j + 1`` (module docstring)."""
         p, lay, spec = self.p, self.lay, self.spec
-        p.mark(MARKS["rs_start"])
-        if leader:
-            p.addi(8, 2, 1)
-            for f in range(spec.roles[1]):
-                p.li(9, self.addr(lay.PROG, f))
-                p.poll(10, 9, 8, "ge")
-            p.incbar()
-            p.incwait(10, 2, 8)
-            p.mark(MARKS["rs_post"])
-            p.incrs(1, 3)
+        p.addi(8, 2, 1)
+        for f in range(spec.roles[1]):
+            p.li(9, self.addr(lay.PROG, f))
+            p.poll(10, 9, 8, "ge")
+        p.li(9, self.addr(lay.FLAGS, 2))
+        p.poll(10, 9, 2, "ge")                  # band j-1's ReduceScatter is posted
+        p.incbar()
+        p.incwait(10, 2, 8)
+        p.mark(MARKS["rs_post"])
+        p.incrs(1, 3)
+        p.sw(8, 9, 0)                           # RSPOST = j + 1
+
+    def add_rows(self, index, stride):
+        """Wait for band j's reduced rows, add them into own Z rows ``j*beta + index``, step
+        ``stride`` (the root's local reduction; none in the ring, whose RSIN is the output)."""
+        p, lay, spec = self.p, self.lay, self.spec
         p.add(5, 1, 3)
         self.meta(4, self.rank)
         self.min_into(6, 5, 4)                  # own rows up to this band's end
         p.incwait(10, 1, 6)
-        if spec.mode == "inc":
-            top, done = self.label(), self.label()
-            p.addi(7, 1, index)
-            p.label(top)
-            p.bgeu(7, 6, done)
-            p.slli(8, 7, 9)
-            p.li(9, self.addr(lay.RSIN))
-            p.add(9, 9, 8)
-            p.ldb(0, 9, 0)                      # the switch's sum of the other partials
-            p.li(9, self.addr(lay.Z + self.rank * lay.tmax))
-            p.add(9, 9, 8)
-            p.li(11, U1)
-            p.ldb(11, 9, 0)                     # own partial
-            p.li(12, self.words)
-            p.vadd(11, 11, 12, 0)
-            p.stb(11, 9, 0)
-            p.addi(7, 7, stride)
-            p.j(top)
+        if spec.mode != "inc":
+            return
+        top, done = self.label(), self.label()
+        p.addi(7, 1, index)
+        p.label(top)
+        p.bgeu(7, 6, done)
+        p.slli(8, 7, 9)
+        p.li(9, self.addr(lay.RSIN))
+        p.add(9, 9, 8)
+        p.ldb(0, 9, 0)                          # the switch's sum of the other partials
+        p.li(9, self.addr(lay.Z + self.rank * lay.tmax))
+        p.add(9, 9, 8)
+        p.li(12, U1)
+        p.ldb(12, 9, 0)                         # own partial
+        p.li(13, self.words)
+        p.vadd(12, 12, 13, 0)
+        p.stb(12, 9, 0)
+        p.addi(7, 7, stride)
+        p.j(top)
+        p.label(done)
+
+    def reduce_band(self, helpers):
+        """The band j of its owner: post it, then add its rows (with ``helpers`` gather AIVs in
+        the tail bands, which take rows 1.., step helpers + 1)."""
+        p, spec = self.p, self.spec
+        p.mark(MARKS["rs_start"])
+        self.post_band()
+        if helpers and spec.tail:
+            tail, done = self.label(), self.label()
+            p.li(8, spec.bands - spec.tail)
+            p.bgeu(2, 8, tail)
+            self.add_rows(0, 1)
+            p.j(done)
+            p.label(tail)
+            self.add_rows(0, 1 + helpers)
             p.label(done)
+        else:
+            self.add_rows(0, 1)
         p.mark(MARKS["rs_done"])
 
     def gather(self, g):
@@ -246,8 +281,12 @@ class _Emitter:
             p.sw(8, 9, 0)                       # release agReady = j + 1
 
         self.band_loop(body, 0, spec.bands)
-        self.band_loop(lambda: self.reduce_band(False, n_rs + g, n_rs + n_ag),
-                       spec.bands - spec.tail, spec.bands)
+
+        def helper():                           # tail assistance: rows 1 + g, step 1 + B_AG
+            p.mark(MARKS["rs_start"])
+            self.add_rows(1 + g, 1 + n_ag)
+            p.mark(MARKS["rs_done"])
+        self.band_loop(helper, spec.bands - spec.tail, spec.bands)
         p.halt()
 
     def compute(self, f):
@@ -325,11 +364,8 @@ class _Emitter:
 
     def reduce(self, i):
         spec = self.spec
-        n_ag, _, n_rs = spec.roles
         self.meta(3, self.n)
-        self.band_loop(lambda: self.reduce_band(i == 0, i, n_rs), 0, spec.bands - spec.tail)
-        self.band_loop(lambda: self.reduce_band(i == 0, i, n_rs + n_ag),
-                       spec.bands - spec.tail, spec.bands)
+        self.band_loop(lambda: self.reduce_band(spec.roles[0]), i, spec.bands, spec.roles[2])
         self.p.halt()
 
 

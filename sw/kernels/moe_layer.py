@@ -44,9 +44,10 @@ def _ints(name, value):
 def band_times(report, spec, ranks, cycle_ns):
     """Per band ``{"ag", "ffn", "rs"}: [first start, last end]`` in cycles over every rank.
 
-    From the MARK trace: the k-th event of a kind on a core is band k (gather
-    AIVs mark ``rs_done`` only for the tail bands, so their k-th is band
-    ``bands - tail + k``).
+    From the MARK trace: the k-th event of a kind on a core is band k, except
+    on a reduce AIV i, whose k-th is band ``i + k * B_RS`` (it owns every
+    B_RS-th band), and for the tail helpers' ``rs_start``/``rs_done`` on gather
+    AIVs (band ``bands - tail + k``).
     """
     seen = {}
     spans = [{role: [None, None] for role in ("ag", "ffn", "rs")} for _ in range(spec.bands)]
@@ -58,9 +59,11 @@ def band_times(report, spec, ranks, cycle_ns):
         key = (ev["rank"], ev["core"], kind)
         k = seen.get(key, 0)
         seen[key] = k + 1
-        role, _ = role_of(spec, ev["core"])
-        if kind in ("rs_start", "rs_done") and role == "gather":
+        role, index = role_of(spec, ev["core"])
+        if role == "gather" and kind in ("rs_start", "rs_done"):
             k += spec.bands - spec.tail
+        elif role == "reduce":              # reduce AIV i owns bands i, i + B_RS, ...
+            k = index + k * spec.roles[2]
         if k >= spec.bands:
             continue
         if kind == "rs_start":
@@ -160,8 +163,7 @@ class MoeLayer(Kernel):
             lay = Layout(shape, spec.local_experts, spec.roles[1])
             longest = max(len(program(shape, r, c, self.spec(params, mode), lay).assemble())
                           for r in range(n) for c in range(spec.aivs))
-            marks = n * (spec.bands * (3 + 2 * spec.roles[1] + 2 * spec.roles[2])
-                         + 2 * spec.roles[0] * spec.tail)
+            marks = n * (spec.bands * (2 + 2 * spec.roles[1] + 3) + 2 * spec.roles[0] * spec.tail)
             out.append(MachineConfig(pr.name, **base, hbm_blocks=pow2_at_least(lay.end),
                                      imem_depth=pow2_at_least(longest),
                                      trace_depth=min(65535, max(1024, pow2_at_least(marks)))))
