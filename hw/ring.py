@@ -23,12 +23,13 @@ def incr_wrap(ptr, depth):
     return Mux(ptr == depth - 1, 0, ptr + 1)
 
 
-def ring_storage(m, width, depth, w_addr, w_en, w_data, r_addrs):
+def ring_storage(m, width, depth, w_addr, w_en, w_data, r_addrs, name="ring"):
     """Storage of ``depth`` x ``width`` bits with one write port and asynchronous reads.
 
     Written on the clock edge when ``w_en``; returns the values at ``r_addrs``.
     Registers up to :data:`REGISTER_RING_MAX` entries, else an
-    ``amaranth.lib.memory.Memory``.
+    ``amaranth.lib.memory.Memory`` submodule called ``name`` (unique per module:
+    a switch has one ring per input).
     """
     if depth <= REGISTER_RING_MAX:
         regs = [Signal(width, name=f"ring{i}") for i in range(depth)]
@@ -47,7 +48,7 @@ def ring_storage(m, width, depth, w_addr, w_en, w_data, r_addrs):
             outs.append(out)
         return outs
     mem = Memory(shape=width, depth=depth, init=[])
-    m.submodules.ring = mem
+    m.submodules[name] = mem
     wp = mem.write_port()
     m.d.comb += [wp.addr.eq(w_addr), wp.data.eq(w_data), wp.en.eq(w_en)]
     outs = []

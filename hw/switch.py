@@ -130,7 +130,8 @@ class Switch(wiring.Component):
                 port.ready.eq(level != self.depth),
                 push.eq(port.valid & port.ready),
             ]
-            head_bits, = ring_storage(m, width, self.depth, produce, push, port.payload, [consume])
+            head_bits, = ring_storage(m, width, self.depth, produce, push, port.payload, [consume],
+                                      name=f"in{i}_ring")
             with m.If(push):
                 m.d.sync += produce.eq(incr_wrap(produce, self.depth))
             with m.If(pop):

@@ -140,6 +140,15 @@ def test_validation(params, exc, match):
         Switch(**params)
 
 
+def test_deep_input_buffers_are_memories_one_per_input():
+    """Above REGISTER_RING_MAX entries each input's ring is a Memory of its own (two inputs used
+    to clash on one submodule name)."""
+    from amaranth.back import rtlil
+    from epfabric.hw.ring import REGISTER_RING_MAX
+    text = rtlil.convert(Switch(ports=3, depth=2 * REGISTER_RING_MAX))
+    assert all(f"in{i}_ring" in text for i in range(3))
+
+
 def test_routes_must_fit_dst_field():
     from epfabric.hw.link import flit_layout
     with pytest.raises(ValueError, match=r"routes has 5 destinations but the payload's dst field has only 2 bits"):
