@@ -314,4 +314,33 @@ MUTATIONS = [
                     "control shows); the fence only costs time",
         "timeout": 180,
     },
+    {
+        "name": "moe_compute_no_acquire",
+        "file": "sw/incmoe/program.py",
+        "old": '            p.poll(10, 9, 8, "ge")              # acquire agReady >= j + 1\n',
+        "new": "            p.nop()\n",
+        "description": "INC-MoE's compute AIVs start a band without acquiring agReady (they read "
+                       "gathered rows before they arrive)",
+        "tests": ["tests/sw/test_moe_layer.py::test_small_case_is_correct_in_both_modes"],
+        "timeout": 180,
+    },
+    {
+        "name": "moe_no_local_reduction",
+        "file": "sw/incmoe/program.py",
+        "old": "        p.vadd(12, 12, 13, 0)\n",
+        "new": "        p.nop()\n",
+        "description": "INC-MoE's reducers store their own partial back without adding the "
+                       "switch's sum (the root's local reduction is lost)",
+        "tests": ["tests/sw/test_moe_layer.py::test_small_case_is_correct_in_both_modes"],
+        "timeout": 180,
+    },
+    {
+        "name": "cube_drops_b",
+        "file": "hw/aiv_core.py",
+        "old": '            words = [(k["a"] * ua.data.word_select(i, 32) + k["b"])[:32] for i in range(nwords)]\n',
+        "new": '            words = [(k["a"] * ua.data.word_select(i, 32))[:32] for i in range(nwords)]\n',
+        "description": "the cube unit computes a*x without the + b of the FFN surrogate",
+        "tests": ["tests/hw/test_aiv_core.py::test_inc_program_results"],
+        "timeout": 180,
+    },
 ]

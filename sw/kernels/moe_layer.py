@@ -154,9 +154,16 @@ class MoeLayer(Kernel):
                             f"({spec.aivs} AIVs per die)")
         tmax = params["tmax"] or max(params["counts"])
         modes = ("inc", "ring") if params["mode"] == "both" else (params["mode"],)
+        # modelled words: the preset's, or enough for META (counts + beta), PROG (a word per
+        # compute AIV) and a token's routing words plus as many data words
+        words = max(pr.data_bytes // 4, n + 1, spec.roles[1], 2 * params["topk"])
+        data_bytes = 32 * -(-4 * words // 32)
+        if data_bytes > 512:
+            raise UserError(f"ranks={n}, roles={params['roles']}, topk={params['topk']} need "
+                            f"{words} modelled words per block; a block has 128")
         out = []
         for mode in modes:
-            base = dict(topology=("star", n), aivs_per_die=spec.aivs, data_bytes=pr.data_bytes,
+            base = dict(topology=("star", n), aivs_per_die=spec.aivs, data_bytes=data_bytes,
                         lanes=8, width=32, ubuf_rows=4, nic_mode=mode, nic_tmax=tmax,
                         inc_slots=self.slots(params))
             shape = MachineConfig(pr.name, **base, hbm_blocks=1 << 15)
