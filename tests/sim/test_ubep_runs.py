@@ -51,8 +51,12 @@ def test_the_envelope_holds_what_the_kernel_would_size_for_a_quick_grid():
             assert getattr(want, field) <= p[field], (field, p["batch"])
 
 
+@pytest.mark.slow
 def test_the_envelope_changes_no_cycle():
-    """A machine sized by the kernel and one sized by the envelope run the same cycles and MARKs."""
+    """A machine sized by the kernel and one sized by the envelope run the same cycles and MARKs.
+
+    Slow: a second Verilator build only for this comparison (96 s of `make test` on CI's
+    2 cores, which the INC-MoE layer's tests needed)."""
     point = tiny_grid([CELL])[0]
     for system in ("cann", "ubep"):
         a = measure_dispatch(point, system)
