@@ -76,6 +76,8 @@ def verilog_of(spec, simulator="verilator"):
 
 def _convert(spec, reset_less):
     from amaranth.hdl import ClockDomain
+
+    from ...hw.instances import mark_used
     kw = {"missing_domain": lambda name: ClockDomain(name, reset_less=True)} if reset_less else {}
     # Icarus (the simulator with a reset) needs its always @* blocks kicked at time 0.
     kick = not reset_less
@@ -91,6 +93,7 @@ def _convert(spec, reset_less):
         path = _cache_path("module", f"{name}\0{_part_key(part)}\0{reset_less}")
         if path.exists():
             texts.append(path.read_text())
+            mark_used(part)         # converted before: its Verilog is on disk
             continue
         texts.append(_to_verilog(part, name, kw, kick))
         write_atomic(path, texts[-1])
