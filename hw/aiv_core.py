@@ -200,9 +200,10 @@ class AIVCore(wiring.Component):
     inc_counts : In(32).array(3) (``inc`` only)
         The interface's cumulative AG, RS and barrier counters (``incwait``).
     cube_req : Out(1), cube_done : In(1) (``inc`` only)
-        ``cube_req`` is high while the core waits for the die's cube unit;
-        the unit pulses ``cube_done`` in the last cycle of this core's row,
-        and the core writes the row's result then.
+        ``cube_req`` is high while the core is in a ``cube`` (up to and
+        including the ``cube_done`` cycle); the unit pulses ``cube_done`` in
+        the last cycle of this core's row, and the core writes the row's
+        result then.
 
     Raises
     ------
@@ -661,7 +662,10 @@ class AIVCore(wiring.Component):
     def _cube_finish(self, m, ua, uw, nwords, state, pc_next):
         """CUBE state: wait for the die's unit, then write ``a * x + b`` per word of the row."""
         k = self._cube
-        m.d.comb += [self.cube_req.eq(~self.cube_done), ua.addr.eq(k["src"])]
+        # the request is the state alone (not ~cube_done): the die's unit answers in the
+        # request's own cycle when a row costs one cycle, and a request that depended on
+        # the answer would be a combinational loop
+        m.d.comb += [self.cube_req.eq(1), ua.addr.eq(k["src"])]
         with m.If(self.cube_done):
             words = [(k["a"] * ua.data.word_select(i, 32) + k["b"])[:32] for i in range(nwords)]
             m.d.comb += [uw.addr.eq(k["dst"]), uw.data.eq(Cat(*words)), uw.en.eq((1 << nwords) - 1)]

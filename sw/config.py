@@ -120,6 +120,10 @@ class MachineConfig:
             if topo[0] != "star":
                 raise UserError(f"nic_mode={self.nic_mode!r} needs a star topology, not "
                                 f"{format_topology(topo)}")
+            if self.non_atomic_port:
+                raise UserError("nic_mode with non_atomic_port=True: the network interface "
+                                "signals a row when its write is accepted, which a port that "
+                                "commits beat by beat would tear")
             check_int("nic_tmax", self.nic_tmax, 1)
             check_pow2("inc_slots", self.inc_slots, 1, 1 << 12)
             regions = self.nic_regions

@@ -9,8 +9,11 @@ on the configuration only (ranks, roles, bands, tail, experts per rank, top-k),
 never on the counts or the data, which they read at run time.
 
 * **Gather** g, per band j: copy its share of its own band rows ``X`` → ``XG``
-  (rows ``j*beta + g``, stride ``B_AG``); gather 0 waits for the others'
-  copies (a fetch-add counter), posts ``incag`` of the band, waits until the AG
+  (rows ``j*beta + g``, stride ``B_AG``; gather g > 0 starts band j only once
+  ``agReady >= j``, so no gather runs a band ahead); gather 0 waits for the
+  others' copies (a fetch-add counter: with every gather at most one band
+  ahead of the release, ``(j + 1) * B_AG`` copies means every gather has copied
+  band j), posts ``incag`` of the band, waits until the AG
   counter reaches the band's cumulative rows from the other ranks, and
   releases ``agReady = j + 1``. Gather 0 first posts every rank's count
   (``inccnt``). With tail assistance a gather AIV then joins the local
@@ -239,6 +242,9 @@ class _Emitter:
         self.meta(4, me)
 
         def body():
+            if g:                               # band j only after band j-1 was released,
+                p.li(9, self.addr(lay.FLAGS, 0))    # so gather 0's count of copies is exact
+                p.poll(10, 9, 2, "ge")
             p.add(5, 1, 3)                      # band end (unclipped)
             self.min_into(6, 5, 4)
             top, copied = self.label(), self.label()

@@ -41,7 +41,7 @@ def _ints(name, value):
     return tuple(check_int(f"{name}[{i}]", v, 0) for i, v in enumerate(value))
 
 
-def band_times(report, spec, ranks, cycle_ns):
+def band_times(report, spec):
     """Per band ``{"ag", "ffn", "rs"}: [first start, last end]`` in cycles over every rank.
 
     From the MARK trace: the k-th event of a kind on a core is band k, except
@@ -163,14 +163,19 @@ class MoeLayer(Kernel):
                             f"{words} modelled words per block; a block has 128")
         out = []
         for mode in modes:
+            # the ring never uses the engine's aggregator slots
+            slots = self.slots(params) if mode == "inc" else (params["slots"] or 16)
             base = dict(topology=("star", n), aivs_per_die=spec.aivs, data_bytes=data_bytes,
                         lanes=8, width=32, ubuf_rows=4, nic_mode=mode, nic_tmax=tmax,
-                        inc_slots=self.slots(params))
+                        inc_slots=pow2_at_least(slots))
             shape = MachineConfig(pr.name, **base, hbm_blocks=1 << 15)
             lay = Layout(shape, spec.local_experts, spec.roles[1])
             longest = max(len(program(shape, r, c, self.spec(params, mode), lay).assemble())
                           for r in range(n) for c in range(spec.aivs))
             marks = n * (spec.bands * (2 + 2 * spec.roles[1] + 3) + 2 * spec.roles[0] * spec.tail)
+            if marks > 65535:
+                raise UserError(f"bands={spec.bands} on {n} ranks with roles {params['roles']} "
+                                f"need {marks} MARK trace entries; the trace holds at most 65535")
             out.append(MachineConfig(pr.name, **base, hbm_blocks=pow2_at_least(lay.end),
                                      imem_depth=pow2_at_least(longest),
                                      trace_depth=min(65535, max(1024, pow2_at_least(marks)))))
@@ -232,10 +237,15 @@ class MoeLayer(Kernel):
                                     f"{Tq} rows")
                 if q != r and not np.array_equal(z[q * tmax:q * tmax + Tq], part[q]):
                     problems.append(f"rank {r}: partials for rank {q}'s tokens differ from numpy")
+                if z[q * tmax + Tq:(q + 1) * tmax].any():
+                    problems.append(f"rank {r}: Z block of rank {q} has data beyond its {Tq} rows")
+            rsin = rows(r, lay.RSIN, tmax)
+            if rsin[T:].any():
+                problems.append(f"rank {r}: RSIN has data beyond its {T} rows")
             if mode == "inc" and T:
                 others = sum(partials(case, q)[r].astype(np.uint64) for q in range(n) if q != r)
                 sums = (others & 0xFFFFFFFF).astype(np.uint32)
-                if not np.array_equal(rows(r, lay.RSIN, T), sums):
+                if not np.array_equal(rsin[:T], sums):
                     problems.append(f"rank {r}: the switch's reduced rows differ from numpy")
         c = report.counters
         for r in range(n):
@@ -244,7 +254,9 @@ class MoeLayer(Kernel):
             for k, v in expect.items():
                 if c[k][r] != v:
                     problems.append(f"rank {r}: {k} counter {c[k][r]}, expected {v}")
-        spans = band_times(report, spec, n, report.ns / max(1, report.cycles))
+        if report.trace_dropped:
+            problems.append(f"{report.trace_dropped} MARK events dropped: band times incomplete")
+        spans = band_times(report, spec)
         return {"correct": not problems, "problems": problems, "mode": mode,
                 "counts": list(case.counts), "bands": spec.bands, "beta": inputs["beta"],
                 "roles": list(spec.roles), "tail": spec.tail,

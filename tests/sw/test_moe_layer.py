@@ -124,7 +124,46 @@ def test_a_hang_is_diagnosed():
     ({"experts": 5}, r"experts must be a multiple of ranks \(2\), not 5"),
     ({"tmax": 2}, r"tmax=2 \(rows per rank block\) is below the largest token count 3"),
     ({"slots": 2}, r"slots=2 is below ranks \* beta = 4"),
+    ({"ranks": 8, "counts": (), "experts": 8, "bands": 600, "roles": (1, 5, 2)},
+     r"bands=600 on 8 ranks with roles \(1, 5, 2\) need 72000 MARK trace entries"),
 ])
 def test_bad_parameters_are_named(params, match):
     with pytest.raises(ValueError, match=match):
         K.configs("tiny", params={**SMALL, **params})
+
+
+def test_gathers_stay_within_a_band_of_the_release(monkeypatch):
+    """Three gather AIVs, one of them slow: gather 0 posts a band's AllGather only after every
+    gather copied its rows (a gather may not run a band ahead and stand in for a slow one)."""
+    from epfabric.sw.incmoe import program as prog
+    original = prog._Emitter.gather
+
+    def slow_gather_1(self, g):
+        if g == 1:
+            for _ in range(150):
+                self.p.nop()
+        original(self, g)
+    monkeypatch.setattr(prog._Emitter, "gather", slow_gather_1)
+    result, _ = run_kernel(K, backend("pysim"), preset="tiny", max_cycles=50_000,
+                           params=dict(ranks=2, counts=(8, 8), experts=4, topk=2, roles=(3, 1, 1),
+                                       bands=4, mode="inc"))
+    assert result["correct"], result["problems"]
+
+
+def test_a_one_cycle_cube_row(monkeypatch):
+    """A preset whose cube takes one cycle per row: the die's unit answers in the request's own
+    cycle (no combinational loop through the request), and the layer is still correct."""
+    from epfabric.sw.presets import Preset
+    params = {**SMALL, "mode": "inc"}
+    slow = run_kernel(K, backend("pysim"), preset="tiny", params=params, max_cycles=50_000)[0]
+    monkeypatch.setattr(Preset, "cube_cycles", lambda self: 1)
+    fast = run_kernel(K, backend("pysim"), preset="tiny", params=params, max_cycles=50_000)[0]
+    assert fast["correct"], fast["problems"]
+    assert fast["runs"][0]["cycles"] < slow["runs"][0]["cycles"]
+
+
+def test_no_interface_on_a_tearing_port():
+    from epfabric.sw.config import MachineConfig
+    with pytest.raises(ValueError, match="nic_mode with non_atomic_port=True"):
+        MachineConfig("tiny", topology=("star", 2), nic_mode="inc", nic_tmax=4, inc_slots=16,
+                      hbm_blocks=64, non_atomic_port=True)
