@@ -327,8 +327,8 @@ MUTATIONS = [
     {
         "name": "moe_no_local_reduction",
         "file": "sw/incmoe/program.py",
-        "old": "        p.vadd(12, 12, 13, 0)\n",
-        "new": "        p.nop()\n",
+        "old": "            p.vadd(12, 12, 13, 0)\n",
+        "new": "            p.nop()\n",
         "description": "INC-MoE's reducers store their own partial back without adding the "
                        "switch's sum (the root's local reduction is lost)",
         "tests": ["tests/sw/test_moe_layer.py::test_small_case_is_correct_in_both_modes"],

@@ -166,6 +166,25 @@ class _Emitter:
         p.li(8, last)
         p.bltu(2, 8, top)
 
+    def row_loop(self, first, stride, body):
+        """For rows c = r1 + ``first``, step ``stride``, while c < r6: ``body()`` with r7 = c and
+        r8 = c << 9 (the row's block offset in an address)."""
+        p = self.p
+        top, done = self.label(), self.label()
+        p.addi(7, 1, first)
+        p.label(top)
+        p.bgeu(7, 6, done)
+        p.slli(8, 7, 9)
+        body()
+        p.addi(7, 7, stride)
+        p.j(top)
+        p.label(done)
+
+    def row_addr(self, rd, block):
+        """rd = the address of block ``block`` + r8 (a row offset from :meth:`row_loop`)."""
+        self.p.li(rd, self.addr(block))
+        self.p.add(rd, rd, 8)
+
     def post_band(self):
         """Band j's owner: wait for every compute AIV's band and for band j-1's post, join the
         barrier, post the ReduceScatter, release ``RSPOST = j + 1`` (module docstring)."""
@@ -192,24 +211,17 @@ class _Emitter:
         p.incwait(10, 1, 6)
         if spec.mode != "inc":
             return
-        top, done = self.label(), self.label()
-        p.addi(7, 1, index)
-        p.label(top)
-        p.bgeu(7, 6, done)
-        p.slli(8, 7, 9)
-        p.li(9, self.addr(lay.RSIN))
-        p.add(9, 9, 8)
-        p.ldb(0, 9, 0)                          # the switch's sum of the other partials
-        p.li(9, self.addr(lay.Z + self.rank * lay.tmax))
-        p.add(9, 9, 8)
-        p.li(12, U1)
-        p.ldb(12, 9, 0)                         # own partial
-        p.li(13, self.words)
-        p.vadd(12, 12, 13, 0)
-        p.stb(12, 9, 0)
-        p.addi(7, 7, stride)
-        p.j(top)
-        p.label(done)
+
+        def add():
+            self.row_addr(9, lay.RSIN)
+            p.ldb(0, 9, 0)                      # the switch's sum of the other partials
+            self.row_addr(9, lay.Z + self.rank * lay.tmax)
+            p.li(12, U1)
+            p.ldb(12, 9, 0)                     # own partial
+            p.li(13, self.words)
+            p.vadd(12, 12, 13, 0)
+            p.stb(12, 9, 0)
+        self.row_loop(index, stride, add)
 
     def reduce_band(self, helpers):
         """The band j of its owner: post it, then add its rows (with ``helpers`` gather AIVs in
@@ -247,20 +259,13 @@ class _Emitter:
                 p.poll(10, 9, 2, "ge")
             p.add(5, 1, 3)                      # band end (unclipped)
             self.min_into(6, 5, 4)
-            top, copied = self.label(), self.label()
-            p.addi(7, 1, g)
-            p.label(top)
-            p.bgeu(7, 6, copied)
-            p.slli(8, 7, 9)
-            p.li(9, self.addr(lay.X))
-            p.add(9, 9, 8)
-            p.ldb(0, 9, 0)
-            p.li(9, self.addr(lay.XG + me * lay.tmax))
-            p.add(9, 9, 8)
-            p.stb(0, 9, 0)
-            p.addi(7, 7, n_ag)
-            p.j(top)
-            p.label(copied)
+
+            def copy():
+                self.row_addr(9, lay.X)
+                p.ldb(0, 9, 0)
+                self.row_addr(9, lay.XG + me * lay.tmax)
+                p.stb(0, 9, 0)
+            self.row_loop(g, n_ag, copy)
             if n_ag > 1:
                 p.li(9, self.addr(lay.FLAGS, 1))
                 p.li(8, 1)

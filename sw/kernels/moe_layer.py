@@ -217,6 +217,7 @@ class MoeLayer(Kernel):
             return np.array(out, dtype=np.uint32).reshape(count, words)
 
         want = layer_output(case)
+        parts = [partials(case, r) for r in range(n)]
         for r in range(n):
             T = case.counts[r]
             got = rows(r, lay.output(mode, r), T)
@@ -226,7 +227,7 @@ class MoeLayer(Kernel):
                                 f"(first: row {bad[0]})")
             xg = rows(r, lay.XG, n * tmax)
             z = rows(r, lay.Z, n * tmax)
-            part = partials(case, r)
+            part = parts[r]
             for q in range(n):
                 blk = xg[q * tmax:(q + 1) * tmax]
                 Tq = case.counts[q]
@@ -243,7 +244,7 @@ class MoeLayer(Kernel):
             if rsin[T:].any():
                 problems.append(f"rank {r}: RSIN has data beyond its {T} rows")
             if mode == "inc" and T:
-                others = sum(partials(case, q)[r].astype(np.uint64) for q in range(n) if q != r)
+                others = sum(parts[q][r].astype(np.uint64) for q in range(n) if q != r)
                 sums = (others & 0xFFFFFFFF).astype(np.uint32)
                 if not np.array_equal(rsin[:T], sums):
                     problems.append(f"rank {r}: the switch's reduced rows differ from numpy")

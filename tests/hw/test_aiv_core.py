@@ -371,14 +371,17 @@ def test_every_instruction_runs_on_the_core():
     assert covered == set(BY_MNEMONIC), sorted(set(BY_MNEMONIC) ^ covered)
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if PROGRAMS[n][1]])
-def test_program_results(pysim_results, name):
-    res = pysim_results[name]
+def _check_words(name, res, expect):
     assert not res["timeout"] and not res["fault"]
     mem = _mem_of(res)
-    for addr, value in PROGRAMS[name][1].items():
+    for addr, value in expect.items():
         assert mem.get(addr, 0) == value, f"{name}: word {addr:#x} = {mem.get(addr, 0):#x}, " \
                                           f"expected {value:#x}"
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if PROGRAMS[n][1]])
+def test_program_results(pysim_results, name):
+    _check_words(name, pysim_results[name], PROGRAMS[name][1])
 
 
 def test_loop_cycles(pysim_results):
@@ -443,12 +446,7 @@ def test_unassigned_opcode_faults(pysim_results):
 
 @pytest.mark.parametrize("name", [n for n in INC_NAMES if INC_PROGRAMS[n][1]])
 def test_inc_program_results(inc_results, name):
-    res = inc_results[name]
-    assert not res["timeout"] and not res["fault"]
-    mem = _mem_of(res)
-    for addr, value in INC_PROGRAMS[name][1].items():
-        assert mem.get(addr, 0) == value, f"{name}: word {addr:#x} = {mem.get(addr, 0):#x}, " \
-                                          f"expected {value:#x}"
+    _check_words(name, inc_results[name], INC_PROGRAMS[name][1])
 
 
 def test_inc_posts_carry_their_registers(inc_results):
