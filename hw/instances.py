@@ -9,10 +9,37 @@ Amaranth's simulator always runs the flat design; the cross-simulator tests
 check that both give identical cycles and results.
 """
 
-from amaranth.hdl import ClockSignal, Elaboratable, Instance, ResetSignal
+import contextlib
+
+from amaranth.hdl import ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal, Value
 from amaranth.lib.wiring import In
 
-__all__ = ["instance_of", "mark_used"]
+__all__ = ["instance_of", "mark_used", "exposing"]
+
+#: the recorder of :func:`exposing`, or None
+_EXPOSED = None
+
+
+@contextlib.contextmanager
+def exposing():
+    """Record shared-module instances instead of instantiating them (the native backend).
+
+    Inside the block, :func:`instance_of` returns an empty module and appends
+    ``(module, ports, consts)`` to the list this yields: ``ports`` maps each
+    Verilog port name of the instance to ``(signal, is_input)`` -- an input of
+    the instance is a copy of what the parent drives into it, an output is a
+    signal nothing in the design drives. Converting the top with those
+    signals as its own ports (inputs of the instance become outputs of the
+    top, and the other way round) gives the *glue*: the top without the
+    instances, which a C++ top connects to one Verilated model per instance
+    (:mod:`epfabric.sim.verilog.native`).
+    """
+    global _EXPOSED
+    previous, _EXPOSED = _EXPOSED, []
+    try:
+        yield _EXPOSED
+    finally:
+        _EXPOSED = previous
 
 
 def instance_of(module, iface, has_reset, skip=(), **consts):
@@ -23,6 +50,8 @@ def instance_of(module, iface, has_reset, skip=(), **consts):
     ``consts`` drive further input ports with constants; ``skip`` names
     members driven that way. ``has_reset``: the module has a ``rst`` port.
     """
+    if _EXPOSED is not None:
+        return _expose(module, iface, has_reset, skip, consts)
     ports = {"i_clk": ClockSignal("sync")}
     if has_reset:
         ports["i_rst"] = ResetSignal("sync")
@@ -34,6 +63,27 @@ def instance_of(module, iface, has_reset, skip=(), **consts):
     for key, value in consts.items():
         ports["i_" + key] = value
     return Instance(module, **ports)
+
+
+def _expose(module, iface, has_reset, skip, consts):
+    if has_reset:
+        raise ValueError(f"cannot expose {module}: the native backend's modules are reset-less")
+    m = Module()
+    ports = {}
+    for path, member, value in iface.signature.flatten(iface):
+        key = "__".join(str(p) for p in path)
+        if key in skip:
+            continue
+        value = Value.cast(value)
+        if member.flow == In:
+            # driven by the parent; a copy so the glue's port is an output even if it drives nothing
+            copy = Signal(len(value), name=f"x_{key}")
+            m.d.comb += copy.eq(value)
+            ports[key] = (copy, True)
+        else:
+            ports[key] = (value, False)
+    _EXPOSED.append((module, ports, {k: (int(v.value), len(v)) for k, v in consts.items()}))
+    return m
 
 
 def mark_used(obj, seen=None):

@@ -2,8 +2,10 @@
 
 * ``simulator`` fixture: tests that take it run once per simulator (pysim,
   icarus, verilator); ``hdl_simulator``: once per Verilog simulator (icarus,
-  verilator), for tests that compare a run against Amaranth's simulator — a
-  ``[pysim]`` case of such a test would compare pysim with itself. A missing
+  verilator, native), for tests that compare a run against Amaranth's
+  simulator — a ``[pysim]`` case of such a test would compare pysim with
+  itself. ``native`` (Verilated modules stepped from a C++ top) is the same
+  Verilator model in pieces; the comparison tests are where it must agree. A missing
   simulator skips with its reason, or fails when
   ``EPFABRIC_REQUIRE_ALL_SIMULATORS=1`` (set by ``.ci/run``): both fixtures, and
   every test that needs a tool, go through :func:`utils.require_simulator`.
@@ -32,7 +34,7 @@ def pytest_configure(config):
     os.environ.setdefault("EPFABRIC_WAVEFORM_DIR", os.path.join(root, "waveforms"))
 
 
-@pytest.fixture(params=SIMULATORS)
+@pytest.fixture(params=[s for s in SIMULATORS if s != "native"])
 def simulator(request):
     require_simulator(request.param)
     return request.param
@@ -40,7 +42,7 @@ def simulator(request):
 
 @pytest.fixture(params=[s for s in SIMULATORS if s != "pysim"])
 def hdl_simulator(request):
-    """icarus or verilator: the run a test compares with Amaranth's simulator."""
+    """icarus, verilator or native: the run a test compares with Amaranth's simulator."""
     require_simulator(request.param)
     return request.param
 
@@ -61,3 +63,5 @@ def no_simulation(monkeypatch):
     monkeypatch.setattr("epfabric.sim.backends.pysim.run_pysim", forbidden)
     monkeypatch.setattr("epfabric.sim.backends.cocotb_runner.run_cocotb", forbidden)
     monkeypatch.setattr("epfabric.sim.backends.cocotb_runner.build", forbidden)
+    monkeypatch.setattr("epfabric.sim.backends.native.run_native", forbidden)
+    monkeypatch.setattr("epfabric.sim.backends.native.build_native", forbidden)

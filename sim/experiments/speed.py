@@ -48,6 +48,7 @@ from ...sw.machine import Machine
 from ..backends import SIMULATORS, missing_reason, run
 from ..backends.toolchain import OPT_LEVELS, parse_backends
 from ..backends.cocotb_runner import build, verilator_hier, verilator_opt
+from ..backends.native import build_native
 from ..backends.machine import SimulatorBackend, machine_spec, session_intent
 from . import Experiment, Param, register
 
@@ -93,7 +94,10 @@ class TimedBackend(SimulatorBackend):
             from amaranth.sim import Simulator
             Simulator(spec.build())          # elaboration, as a build-time figure
         else:
-            build(spec, self.name, False, self.opt)   # Verilog generation + build
+            if self.name == "native":
+                build_native(spec, self.opt)
+            else:
+                build(spec, self.name, False, self.opt)   # Verilog generation + build
             session = dict(session, min_run_s=self.min_run_s,
                            repeat_writes=self.restore + session["writes"])
         self.build_s = time.monotonic() - t0

@@ -268,7 +268,7 @@ def test_parse_topology_validates():
 ROWS = (True, False)
 
 
-@pytest.mark.parametrize("simulator", ["pysim", "icarus", "verilator"])
+@pytest.mark.parametrize("simulator", ["pysim", "icarus", "verilator", "native"])
 def test_row_writes_load_what_word_writes_load(simulator):
     """IMEM_ROW and HBM_BLOCK writes (one host cycle per instruction index / block) give the
     machine the same programs and memory as one word per cycle: same cycles, marks and memory;
@@ -350,7 +350,7 @@ def _remote_loads(simulator):
 _REMOTE_LOADS = {}
 
 
-@pytest.mark.parametrize("simulator", ["pysim", "icarus", "verilator"])
+@pytest.mark.parametrize("simulator", ["pysim", "icarus", "verilator", "native"])
 def test_remote_loads_agree_on_every_simulator(simulator):
     """Remote lw/ldb/poll/fadd from two cores of rank 0 to rank 1 complete with the right values
     in pysim's cycles on every simulator. Regression: on Icarus a remote load never completed

@@ -63,7 +63,7 @@ def test_trace_has_ag_ffn_and_rs_slices():
     assert sorted(names) == sorted(["AG"] * 4 + ["FFN"] * 4 + ["RS"] * 4)
 
 
-@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+@pytest.mark.parametrize("simulator", ["icarus", "verilator", "native"])
 def test_same_cycles_trace_and_counters_on_every_simulator(simulator):
     require_simulator(simulator)
     result, runs = outcome(simulator)

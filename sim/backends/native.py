@@ -1,0 +1,312 @@
+"""The native backend: one Verilated model per distinct module, stepped from a C++ top.
+
+A flat Verilator model compiles a module used N times as N copies of its
+code, so the build grows with dies and cores (README, "Simulation speed and
+scale"). Here (issue 13, step 3) every distinct module of
+:func:`~epfabric.sim.verilog.native.native_design` -- the glue (the top
+without its shared-module instances), the die with its cores, each link and
+switch kind -- is Verilated and compiled once into a static library cached by
+its Verilog text, whatever its instance count. A generated binding
+(``native_bind.cpp``: each model's port table, from its Verilated header) and
+the fixed C++ top (``native_top.cpp``: one object per instance, ports copied
+between the glue and the instances until they settle, then a rising edge of
+every model) are linked into one shared library per machine and driven from
+Python through :mod:`ctypes`: no VPI and no cocotb.
+
+Python runs only at the host port: each ``set``/``get``/``tick`` of a test
+intent is one ctypes call, and ``wait_high`` (the machine run) ticks inside
+C++ until the port rises, returning every :data:`PROGRESS_CYCLES` cycles to
+report progress. Cycles, memory, traces and counters are those of the flat
+model (tests/sim/test_native.py runs the cross-simulator tests here too).
+"""
+
+import ctypes
+import fcntl
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from ..output import PROGRESS_AFTER_S, build_cache_dir, progress
+from ..verilog.native import GLUE, decode_verilator_name, native_design
+from .cocotb_runner import OUTPUT_SPLIT, OUTPUT_SPLIT_CFUNCS, opt_makeflags, verilator_opt
+from .testbench import SimulationError, Testbench
+from .toolchain import verilator_env, verilator_root
+
+__all__ = ["build_native", "run_native", "NativeTestbench", "PROGRESS_CYCLES"]
+
+#: counters of the last native run in this process: model evaluations, cycles,
+#: settle rounds, the most rounds one settle took, instances
+LAST_STATS = {}
+
+#: cycles per C++ call while waiting for a port (progress is reported between calls)
+PROGRESS_CYCLES = 50_000
+
+_HERE = Path(__file__).resolve().parent
+_TOP_SOURCES = (_HERE / "native_top.cpp", _HERE / "native_bind.h")
+
+#: a port declaration in a Verilated model's header: VL_IN8(&name,msb,lsb) / VL_OUTW(&name,msb,lsb,words)
+_PORT = re.compile(r"^\s*VL_(IN|OUT)(8|16|64|W)?\(&(\w+),(\d+),(\d+)(?:,\d+)?\);", re.M)
+
+
+def _key(*parts):
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _locked(folder, make):
+    """Run ``make(folder)`` once per folder across processes (stamp ``built.ok``)."""
+    stamp = folder / "built.ok"
+    if stamp.exists():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not stamp.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            t0 = time.monotonic()
+            make(folder)
+            stamp.write_text(f"{time.monotonic() - t0:.2f}\n")
+    return folder
+
+
+def _run(cmd, folder, env, what):
+    log = folder / "build.log"
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(map(str, cmd)) + "\n")
+        f.flush()
+        done = subprocess.run([str(c) for c in cmd], cwd=folder, env=env, stdout=f,
+                              stderr=subprocess.STDOUT)
+    if done.returncode:
+        raise SimulationError(f"native build of {what} failed in {folder}:\n"
+                              f"{log.read_text()[-3000:]}")
+
+
+def _build_module(name, text, opt):
+    """Verilate and compile module ``name`` into ``V<name>__ALL.a`` (cached by text and flags)."""
+    folder = build_cache_dir() / f"native-{name}-{_key(text, opt, opt_makeflags(opt), 'fPIC-1')}"
+
+    def make(folder):
+        (folder / f"{name}.v").write_text(text)
+        env = verilator_env()
+        env["MAKEFLAGS"] += " " + opt_makeflags(opt)
+        t0 = time.monotonic()
+        _run(["verilator", "--cc", "--prefix", f"V{name}", "--top-module", name,
+              "-Wno-fatal", "-Wno-lint", "-Wno-style", "--output-split", OUTPUT_SPLIT,
+              "--output-split-cfuncs", OUTPUT_SPLIT_CFUNCS, "-CFLAGS", "-fPIC",
+              "-Mdir", ".", f"{name}.v"], folder, env, name)
+        _run(["make", f"-j{os.cpu_count() or 1}", "-f", f"V{name}.mk", f"V{name}__ALL.a",
+              "verilated.o", "verilated_threads.o"], folder, env, name)
+        dt = time.monotonic() - t0
+        if dt > PROGRESS_AFTER_S:
+            progress(f"native: {name} ({len(text) / 1e6:.2f} MB of Verilog) built in {dt:.0f} s")
+    return _locked(folder, make)
+
+
+def _ports(folder, name):
+    """``[(verilog name, C++ name, is_output)]`` of a Verilated model, from its header."""
+    header = (folder / f"V{name}.h").read_text()
+    return [(decode_verilator_name(cname), cname, d == "OUT")
+            for d, _w, cname, _msb, _lsb in _PORT.findall(header) if cname != "clk"]
+
+
+def _binding(kinds):
+    """C++ of ``native_bind.cpp`` for ``{module: build folder}``."""
+    lines = ['#include "native_bind.h"']
+    lines += [f'#include "V{name}.h"\n#include "V{name}___024root.h"' for name in kinds]
+    for name, folder in kinds.items():
+        root = (folder / f"V{name}___024root.h").read_text()
+        prev = re.findall(r"\b(__Vtrigprevexpr___TOP__clk__\d+);", root)
+        lines.append(f"static void clock_of(V{name}* m, Inst* i) {{")
+        if len(prev) == 1:
+            lines.append(f"    i->clk_prev = &m->rootp->{prev[0]};")
+        lines.append("}")
+        lines.append(f"static void ports_of(V{name}* m, std::vector<Port>& v) {{")
+        for vname, cname, out in _ports(folder, name):
+            lines.append(f'    v.push_back({{"{vname}", (void*)&m->{cname}, sizeof(m->{cname}), '
+                         f'{"true" if out else "false"}}});')
+        lines.append("}")
+    lines.append("template <class M> static void wrap(M* m, Inst* i) {\n"
+                 "    i->eval = [m] { m->eval(); };\n    i->clk = &m->clk;\n"
+                 "    i->destroy = [m] { delete m; };\n    ports_of(m, i->ports);\n"
+                 "    clock_of(m, i);\n}")
+    lines.append("bool make_inst(const std::string& kind, VerilatedContext* ctx, "
+                 "const std::string& name, Inst* i) {")
+    for name in kinds:
+        lines.append(f'    if (kind == "{name}") {{ wrap(new V{name}{{ctx, name.c_str()}}, i); return true; }}')
+    lines.append("    return false;\n}")
+    return "\n".join(lines) + "\n"
+
+
+def build_native(spec, opt=None):
+    """Build (or reuse) ``spec``'s native model; return ``(shared library, netlist text)``."""
+    opt = opt or verilator_opt()
+    t0 = time.monotonic()
+    design = native_design(spec)
+    kinds = {GLUE: _build_module(GLUE, design["glue"], opt)}
+    for name, text in design["modules"].items():
+        kinds[name] = _build_module(name, text, opt)
+    binding = _binding(kinds)
+    top_src = "".join(p.read_text() for p in _TOP_SOURCES)
+    folder = build_cache_dir() / f"native-top-{_key(binding, top_src, opt, *map(str, kinds.values()))}"
+
+    def make(folder):
+        (folder / "native_bind.cpp").write_text(binding)
+        root = verilator_root()
+        inc = [f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}", f"-I{_HERE}",
+               *(f"-I{d}" for d in kinds.values())]
+        env = verilator_env()
+        common = ["c++", "-std=c++17", "-fPIC", "-faligned-new", "-Wno-attributes", *inc]
+        _run([*common, "-O0", "-c", "native_bind.cpp", "-o", "native_bind.o"], folder, env, "binding")
+        _run([*common, opt, "-c", _HERE / "native_top.cpp", "-o", "native_top.o"], folder, env, "top")
+        glue_dir = kinds[GLUE]
+        libs = [d / f"V{n}__ALL.a" for n, d in kinds.items()]
+        _run(["c++", "-shared", "-Wl,-Bsymbolic", "-o", "libmachine.so", "native_top.o", "native_bind.o",
+              *libs, glue_dir / "verilated.o", glue_dir / "verilated_threads.o",
+              "-latomic", "-lpthread"], folder, env, "shared library")
+    _locked(folder, make)
+    dt = time.monotonic() - t0
+    if dt > PROGRESS_AFTER_S:
+        progress(f"native model of {len(design['instances'])} instances ready in {dt:.0f} s")
+    return folder / "libmachine.so", _netlist(design)
+
+
+def _netlist(design):
+    lines = [f"inst {GLUE} {GLUE}"]
+    for i, (module, _consts) in enumerate(design["instances"]):
+        lines.append(f"inst {module} i{i}")
+    for i, (_module, consts) in enumerate(design["instances"]):
+        for port, (value, width) in consts.items():
+            words = " ".join(str(value >> 32 * k & 0xFFFFFFFF) for k in range((width + 31) // 32))
+            lines.append(f"const {i + 1} {port} {words}")
+    for a, pa, b, pb in design["wires"]:
+        lines.append(f"wire {a + 1} {pa} {b + 1} {pb}")
+    for name, (a, pa) in design["aliases"].items():
+        lines.append(f"alias {name} {a + 1} {pa}")
+    return "\n".join(lines) + "\n"
+
+
+class _Lib:
+    """The C API of one loaded native model library."""
+
+    def __init__(self, path):
+        lib = ctypes.CDLL(str(path))
+        vp, i, u64, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_int64
+        for fn, args, res in [("epf_open", [ctypes.c_char_p], vp), ("epf_error", [vp], ctypes.c_char_p),
+                              ("epf_close", [vp], None), ("epf_port", [vp, ctypes.c_char_p], i),
+                              ("epf_port_bytes", [vp, i], i), ("epf_set", [vp, i, ctypes.c_char_p], i),
+                              ("epf_get", [vp, i, ctypes.c_char_p], i),
+                              ("epf_tick", [vp, u64, i], i64),
+                              ("epf_stats", [vp, ctypes.POINTER(u64)], None)]:
+            f = getattr(lib, fn)
+            f.argtypes, f.restype = args, res
+        self.lib = lib
+
+
+class NativeTestbench(Testbench):
+    """Testbench over a native model (:mod:`ctypes` calls; see the module docstring)."""
+
+    def __init__(self, component, library, netlist):
+        super().__init__(component)
+        self._c = _Lib(library).lib
+        with tempfile.NamedTemporaryFile("w", suffix=".netlist", delete=False) as f:
+            f.write(netlist)
+        try:
+            self._h = self._c.epf_open(f.name.encode())
+        finally:
+            os.unlink(f.name)
+        try:
+            self._check()
+        except SimulationError:
+            self.close()
+            raise
+        self._index = {}
+        self.stats = {}
+
+    def _check(self, status=0):
+        err = self._c.epf_error(self._h)
+        if err or status < 0:
+            raise SimulationError(f"native model: {(err or b'error').decode()}")
+
+    def _port(self, path):
+        found = self._index.get(path)
+        if found is None:
+            self._lookup(path)
+            index = self._c.epf_port(self._h, path.replace(".", "__").encode())
+            if index < 0:
+                raise SimulationError(f"native model has no port {path}")
+            found = self._index[path] = (index, self._c.epf_port_bytes(self._h, index))
+        return found
+
+    def close(self):
+        if self._h:
+            s = (ctypes.c_uint64 * 5)()
+            self._c.epf_stats(self._h, s)
+            self.stats = dict(zip(("evals", "cycles", "settle_rounds", "max_rounds", "instances"), s))
+            self._c.epf_close(self._h)
+            self._h = None
+
+    def set(self, path, value):
+        index, size = self._port(path)
+        self._check(self._c.epf_set(self._h, index, self.pack(path, value).to_bytes(size, "little")))
+
+    async def get(self, path):
+        index, size = self._port(path)
+        buf = ctypes.create_string_buffer(size)
+        self._check(self._c.epf_get(self._h, index, buf))
+        return self._unpack(path, int.from_bytes(buf.raw, "little"))
+
+    async def tick(self, n=1):
+        self._check(self._c.epf_tick(self._h, n, -1))
+        self.cycle += n
+
+    async def wait_high(self, path, *, timeout=None):
+        """Tick inside C++ until ``path`` is nonzero (progress every :data:`PROGRESS_CYCLES`)."""
+        if await self.get(path):
+            return
+        index, _size = self._port(path)
+        waited = 0
+        while True:
+            chunk = PROGRESS_CYCLES if timeout is None else min(PROGRESS_CYCLES, timeout - waited)
+            if chunk <= 0:
+                raise SimulationError(f"timeout: {path} still 0 after {timeout} cycles")
+            took = self._c.epf_tick(self._h, chunk, index)
+            self._check(took)
+            waited += took
+            self.cycle += took
+            if took < chunk or await self.get(path):
+                return
+            progress(f"native: waiting for {path}: {waited} cycles"
+                     + (f" of at most {timeout}" if timeout is not None else ""))
+
+
+def _drive(coro):
+    """Run an intent coroutine whose awaits never suspend (every bench call returns at once)."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise SimulationError("a test intent awaited something other than the testbench "
+                          "(the native backend runs intents without an event loop)")
+
+
+def run_native(spec, intent, args, waveform=None, opt=None):
+    """Run ``intent`` on ``spec``'s native model; return ``(result, cycles)``."""
+    if waveform:
+        raise SimulationError("the native backend writes no waveforms; use --backend verilator "
+                              "or icarus for a VCD")
+    from ...hw.instances import mark_used
+    library, netlist = build_native(spec, opt)
+    component = spec.build()
+    mark_used(component)        # built for its port shapes only
+    bench = NativeTestbench(component, library, netlist)
+    try:
+        result = _drive(intent(bench, **args))
+    finally:
+        bench.close()
+        LAST_STATS.clear()
+        LAST_STATS.update(bench.stats)
+    return result, bench.cycle

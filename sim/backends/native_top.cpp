@@ -1,0 +1,262 @@
+// The native backend's C++ top: one Verilated model per instance, stepped together.
+//
+// Every distinct Verilog module (the glue, the die with its cores, each link
+// and switch kind) is Verilated once; this file creates one object per
+// instance (netlist file: "inst KIND NAME" lines, instance 0 the glue, then
+// "const INDEX PORT WORDS..." lines) and copies ports between the glue and
+// the instances (glue port n<i>_<port> <-> port <port> of instance i+1).
+// A cycle is a rising edge of every model, then a settle: each model whose
+// inputs changed is evaluated and its changed outputs copied on, until
+// nothing changes (the fixed point the flat model computes in one eval).
+// The per-kind port tables and the factory come from the generated
+// native_bind.cpp (sim/backends/native.py). Driven from Python by ctypes.
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "native_bind.h"
+
+namespace {
+
+struct Conn {
+    const uint8_t* src;
+    uint8_t* dst;
+    uint32_t bytes;
+    uint32_t dst_inst;
+};
+
+struct Machine {
+    VerilatedContext ctx;
+    std::vector<Inst> inst;              // [0] is the glue
+    std::vector<std::vector<Conn>> out;  // connections by source instance
+    std::vector<uint8_t> dirty;
+    std::unordered_map<std::string, int> port_index;   // the machine's ports by name
+    std::vector<std::pair<const Port*, uint32_t>> ports;  // (port, owning instance)
+    std::string error;
+    uint64_t evals = 0, cycles = 0, settle_rounds = 0;
+    int max_rounds = 0;                  // most settle rounds one cycle needed
+
+    ~Machine() {
+        for (auto& i : inst) i.destroy();
+    }
+
+    bool settle() {
+        for (int round = 0;; round++) {
+            bool any = false;
+            for (size_t i = 0; i < inst.size(); i++) {
+                if (!dirty[i]) continue;
+                dirty[i] = 0;
+                inst[i].eval();
+                evals++;
+                for (const Conn& c : out[i]) {
+                    if (std::memcmp(c.dst, c.src, c.bytes)) {
+                        std::memcpy(c.dst, c.src, c.bytes);
+                        dirty[c.dst_inst] = 1;
+                        any = true;
+                    }
+                }
+            }
+            if (!any) {
+                settle_rounds += round + 1;
+                if (round + 1 > max_rounds) max_rounds = round + 1;
+                return true;
+            }
+            if (round > 10000) {
+                error = "ports between instances do not settle: a combinational loop through the glue";
+                return false;
+            }
+        }
+    }
+
+    bool tick() {
+        if (!settle()) return false;
+        for (auto& i : inst) { *i.clk = 1; i.eval(); }
+        evals += inst.size();
+        // The falling edge: a model whose edge record is known gets it set directly
+        // (nothing in the design acts on it), and only its changed outputs move on.
+        for (size_t i = 0; i < inst.size(); i++) {
+            *inst[i].clk = 0;
+            if (!inst[i].clk_prev) { dirty[i] = 1; continue; }
+            *inst[i].clk_prev = 0;
+            for (const Conn& c : out[i]) {
+                if (std::memcmp(c.dst, c.src, c.bytes)) {
+                    std::memcpy(c.dst, c.src, c.bytes);
+                    dirty[c.dst_inst] = 1;
+                }
+            }
+        }
+        cycles++;
+        return settle();
+    }
+};
+
+const Port* find_port(const Inst& inst, const std::string& name) {
+    for (const Port& p : inst.ports)
+        if (name == p.name) return &p;
+    return nullptr;
+}
+
+bool build(Machine* m, const char* path) {
+    std::ifstream f(path);
+    if (!f) { m->error = std::string("cannot read netlist ") + path; return false; }
+    std::string line;
+    while (std::getline(f, line)) {
+        std::istringstream in(line);
+        std::string what;
+        in >> what;
+        if (what == "inst") {
+            std::string kind, name;
+            in >> kind >> name;
+            Inst i;
+            if (!make_inst(kind, &m->ctx, name, &i)) { m->error = "unknown module " + kind; return false; }
+            m->inst.push_back(std::move(i));
+        } else if (what == "const") {
+            size_t idx;
+            std::string port;
+            in >> idx >> port;
+            if (idx >= m->inst.size()) { m->error = "const for a missing instance: " + line; return false; }
+            const Port* p = find_port(m->inst[idx], port);
+            if (!p || p->out) { m->error = "no input " + port + " on instance " + std::to_string(idx); return false; }
+            std::vector<uint32_t> words((p->bytes + 3) / 4 + 1, 0);
+            uint32_t w;
+            for (size_t k = 0; in >> w && k < words.size(); k++) words[k] = w;
+            std::memcpy(p->p, words.data(), p->bytes);
+        } else if (what == "wire" || what == "alias") {
+            continue;       // after every instance exists
+        } else if (!what.empty()) {
+            m->error = "bad netlist line: " + line;
+            return false;
+        }
+    }
+    if (m->inst.empty()) { m->error = "netlist has no glue"; return false; }
+    m->out.resize(m->inst.size());
+    m->dirty.assign(m->inst.size(), 1);
+    const Inst& glue = m->inst[0];
+    std::unordered_map<std::string, int> glue_ports;
+    for (size_t k = 0; k < glue.ports.size(); k++) {
+        glue_ports[glue.ports[k].name] = (int)k;
+        m->port_index[glue.ports[k].name] = (int)m->ports.size();
+        m->ports.push_back({&glue.ports[k], 0});
+    }
+    // wires between instances and top ports that alias an instance's output
+    f.clear();
+    f.seekg(0);
+    while (std::getline(f, line)) {
+        std::istringstream in(line);
+        std::string what;
+        in >> what;
+        if (what == "wire") {
+            size_t a, b;
+            std::string pa, pb;
+            in >> a >> pa >> b >> pb;
+            const Port* src = a < m->inst.size() ? find_port(m->inst[a], pa) : nullptr;
+            const Port* dst = b < m->inst.size() ? find_port(m->inst[b], pb) : nullptr;
+            if (!src || !dst || !src->out || dst->out || src->bytes != dst->bytes) {
+                m->error = "bad wire: " + line;
+                return false;
+            }
+            m->out[a].push_back({(const uint8_t*)src->p, (uint8_t*)dst->p, src->bytes, (uint32_t)b});
+        } else if (what == "alias") {
+            std::string name, pa;
+            size_t a;
+            in >> name >> a >> pa;
+            const Port* src = a < m->inst.size() ? find_port(m->inst[a], pa) : nullptr;
+            if (!src || !src->out) { m->error = "bad alias: " + line; return false; }
+            m->port_index[name] = (int)m->ports.size();
+            m->ports.push_back({src, (uint32_t)a});
+        }
+    }
+    for (size_t i = 1; i < m->inst.size(); i++) {
+        std::string prefix = "n" + std::to_string(i - 1) + "_";
+        for (const Port& p : m->inst[i].ports) {
+            auto it = glue_ports.find(prefix + p.name);
+            if (it == glue_ports.end()) continue;    // clk, constants, wires
+            const Port& g = glue.ports[it->second];
+            if (g.bytes != p.bytes || g.out == p.out) {
+                m->error = "glue port " + g.name + " does not match " + p.name;
+                return false;
+            }
+            if (p.out) m->out[i].push_back({(const uint8_t*)p.p, (uint8_t*)g.p, p.bytes, 0});
+            else m->out[0].push_back({(const uint8_t*)g.p, (uint8_t*)p.p, p.bytes, (uint32_t)i});
+        }
+    }
+    for (auto& i : m->inst) *i.clk = 0;
+    return m->settle();
+}
+
+}  // namespace
+
+extern "C" {
+
+void* epf_open(const char* netlist) {
+    Machine* m = new Machine();
+    m->ctx.debug(0);
+    build(m, netlist);
+    return m;
+}
+
+const char* epf_error(void* h) { return static_cast<Machine*>(h)->error.c_str(); }
+
+void epf_close(void* h) { delete static_cast<Machine*>(h); }
+
+int epf_port(void* h, const char* name) {
+    Machine* m = static_cast<Machine*>(h);
+    auto it = m->port_index.find(name);
+    return it == m->port_index.end() ? -1 : it->second;
+}
+
+int epf_port_bytes(void* h, int port) { return (int)static_cast<Machine*>(h)->ports[port].first->bytes; }
+
+int epf_set(void* h, int port, const uint8_t* bytes) {
+    Machine* m = static_cast<Machine*>(h);
+    const Port& p = *m->ports[port].first;
+    if (p.out) {
+        m->error = "cannot set output " + p.name;
+        return -1;
+    }
+    if (std::memcmp(p.p, bytes, p.bytes)) {
+        std::memcpy(p.p, bytes, p.bytes);
+        m->dirty[m->ports[port].second] = 1;
+    }
+    return 0;
+}
+
+int epf_get(void* h, int port, uint8_t* bytes) {
+    Machine* m = static_cast<Machine*>(h);
+    if (!m->settle()) return -1;
+    const Port& p = *m->ports[port].first;
+    std::memcpy(bytes, p.p, p.bytes);
+    return 0;
+}
+
+// Tick n cycles; with port >= 0, stop after the first tick that leaves it nonzero.
+// Returns the ticks taken, or -1 on an error (epf_error).
+int64_t epf_tick(void* h, uint64_t n, int port) {
+    Machine* m = static_cast<Machine*>(h);
+    const Port* p = port >= 0 ? m->ports[port].first : nullptr;
+    for (uint64_t k = 0; k < n; k++) {
+        if (!m->tick()) return -1;
+        if (p) {
+            for (uint32_t b = 0; b < p->bytes; b++)
+                if (static_cast<const uint8_t*>(p->p)[b]) return (int64_t)k + 1;
+        }
+    }
+    return (int64_t)n;
+}
+
+// evals, cycles, settle rounds, most rounds in one settle, instances
+void epf_stats(void* h, uint64_t* out) {
+    Machine* m = static_cast<Machine*>(h);
+    out[0] = m->evals;
+    out[1] = m->cycles;
+    out[2] = m->settle_rounds;
+    out[3] = (uint64_t)m->max_rounds;
+    out[4] = m->inst.size();
+}
+
+}  // extern "C"

@@ -1,0 +1,96 @@
+"""The native backend: shared modules Verilated once, stepped from a C++ top (sim/backends/native.py).
+
+Its cycle-for-cycle agreement with Amaranth's simulator is checked where every
+Verilog simulator is: the ``hdl_simulator`` tests (kernels on the machine,
+cores, switches) and the explicit cross-simulator tests of test_machine and
+test_moe_layer. Here: how the design is split, the build cache, errors.
+"""
+
+import re
+from collections import Counter
+
+import pytest
+
+from epfabric.sim.backends import SimulationError
+from epfabric.sim.backends.native import NativeTestbench, build_native, run_native
+from epfabric.sim.backends.machine import machine_spec
+from epfabric.sim.verilog.native import GLUE, decode_verilator_name, native_design
+from utils import VECTOR_SPEC, machine, require_simulator
+
+
+def _spec():
+    return machine_spec(machine("native", topology=("superpod", 2, 2, 1), aivs_per_die=2).config)
+
+
+def test_a_machine_is_glue_and_one_module_per_distinct_block():
+    design = native_design(_spec())
+    kinds = Counter(module for module, _consts in design["instances"])
+    assert kinds["epf_die"] == 4
+    assert sum(n for k, n in kinds.items() if k.startswith("epf_link")) == 8 + 4 * 3
+    assert sum(n for k, n in kinds.items() if k.startswith("epf_switch")) == 5
+    # every die module is the same Verilog; its rank is a constant input of each instance
+    ranks = [consts["rank_in"][0] for module, consts in design["instances"] if module == "epf_die"]
+    assert ranks == [0, 1, 2, 3]
+    assert "module epf_die(" in design["modules"]["epf_die"]
+    assert "module epf_aiv(" in design["modules"]["epf_die"]     # the die's cores go with it
+    assert "epf_die " not in design["glue"] and f"module {GLUE}(" in design["glue"]
+    # flits pass die -> link -> switch directly (no glue port), and the
+    # cores' status ports are the die's own outputs
+    assert any(pa == "tx__payload" for _a, pa, _b, _pb in design["wires"])
+    assert design["aliases"]["core_pc__3"] == [1, "core_pc__1"]
+    glue_ports = re.search(rf"^module {GLUE}\((.*?)\);", design["glue"], re.M | re.S)[1]
+    assert "host__wrow" in glue_ports and "tx__payload" not in glue_ports and "rx__payload" not in glue_ports
+
+
+def test_verilator_names_decode():
+    assert decode_verilator_name("host___05Fwe") == "host__we"
+    assert decode_verilator_name("a___05Fb___05Fc") == "a__b__c"
+    assert decode_verilator_name("plain_name") == "plain_name"
+
+
+def test_the_build_is_cached_and_shared():
+    require_simulator("native")
+    library, netlist = build_native(_spec())
+    stamp = (library.parent / "built.ok").stat().st_mtime_ns
+    again, netlist2 = build_native(_spec())
+    assert again == library and netlist2 == netlist
+    assert (library.parent / "built.ok").stat().st_mtime_ns == stamp
+    assert netlist.splitlines()[0] == f"inst {GLUE} {GLUE}"
+    assert sum(line.startswith("inst epf_die ") for line in netlist.splitlines()) == 4
+
+
+async def _long_wait(bench):
+    await bench.wait_high("o_stream.valid", timeout=60_000)
+
+
+def test_a_long_wait_reports_progress_and_times_out(capfd):
+    require_simulator("native")
+    with pytest.raises(SimulationError, match="timeout: o_stream.valid still 0 after 60000 cycles"):
+        run_native(VECTOR_SPEC, _long_wait, {})
+    err = capfd.readouterr().err
+    assert "[epfabric] native: waiting for o_stream.valid: 50000 cycles of at most 60000" in err
+    assert "100000 cycles" not in err
+
+
+async def _count(bench, n):
+    start = bench.cycle
+    await bench.tick(n)
+    return bench.cycle - start
+
+
+def test_no_waveforms_and_clear_errors():
+    require_simulator("native")
+    with pytest.raises(SimulationError, match="native backend writes no waveforms"):
+        run_native(VECTOR_SPEC, _count, {"n": 3}, waveform="x")
+    assert run_native(VECTOR_SPEC, _count, {"n": 3}) == (3, 3)
+    library, _netlist = build_native(VECTOR_SPEC)
+    with pytest.raises(SimulationError, match="unknown module epf_nothing"):
+        NativeTestbench(VECTOR_SPEC.build(), library, "inst glue glue\ninst epf_nothing x\n")
+    with pytest.raises(SimulationError, match="bad netlist line"):
+        NativeTestbench(VECTOR_SPEC.build(), library, "inst glue glue\nfrobnicate\n")
+    bench = NativeTestbench(VECTOR_SPEC.build(), library, "inst glue glue\n")
+    try:
+        with pytest.raises(SimulationError, match="cannot set output o_stream__valid"):
+            bench.set("o_stream.valid", 1)
+    finally:
+        bench.close()
