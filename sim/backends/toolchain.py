@@ -104,6 +104,6 @@ def parse_backends(option, text):
 def check_opt(option, opt, backends):
     """``opt`` if it is a gcc level (:data:`OPT_LEVELS`) and ``backends`` include Verilator."""
     check_choice(option, opt, OPT_LEVELS)
-    if "verilator" not in backends:
-        raise UserError(f"{option}={opt} applies to verilator only, not to {','.join(backends)}")
+    if "verilator" not in backends and "native" not in backends:
+        raise UserError(f"{option}={opt} applies to verilator and native only, not to {','.join(backends)}")
     return opt

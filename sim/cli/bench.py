@@ -9,8 +9,8 @@ from ...hw.validate import UserError, check_choice
 from ..backends import SIMULATORS, missing_reason
 from ..backends.toolchain import OPT_LEVELS, check_opt, parse_backends
 from ..experiments import EXPERIMENTS
-from ..experiments.speed import (BENCH_OPT, SCALE_LADDER, SCALE_OPT, SHAPES, parse_shapes, ratios,
-                                 scale)
+from ..experiments.speed import (BENCH_OPT, SCALE_BACKEND, SCALE_LADDER, SCALE_OPT, SHAPES,
+                                 parse_shapes, ratios, scale)
 from .common import check_output, usable_backends, write_json
 
 __all__ = ["add_arguments", "prepare"]
@@ -19,8 +19,9 @@ EXPERIMENT = EXPERIMENTS["speed"]
 
 
 def add_arguments(parser):
-    parser.add_argument("--backends", default=",".join(SIMULATORS),
-                        help="comma-separated backends (default: all three)")
+    parser.add_argument("--backends", default=None,
+                        help="comma-separated backends (default: all four; with --scale one of "
+                             f"verilator, native, default {SCALE_BACKEND})")
     parser.add_argument("--dies", default="4,16",
                         help=f"comma-separated die counts ({', '.join(map(str, SHAPES))})")
     parser.add_argument("--aivs", type=int, default=1, help="AIVs per die")
@@ -31,9 +32,10 @@ def add_arguments(parser):
                         help="Verilate these shared modules as --hierarchical blocks: comma-separated "
                              "(epf_aiv,epf_die,...) or 'all' (sets EPFABRIC_VERILATOR_HIER; default: "
                              "one flat model)")
-    parser.add_argument("--json", metavar="FILE", help="write {runs, verilator_over_pysim} as JSON")
+    parser.add_argument("--json", metavar="FILE", help="write {runs, over_pysim} as JSON")
     parser.add_argument("--scale", action="store_true",
-                        help="scale probe: largest Verilator system that builds and runs in --budget")
+                        help="scale probe: largest system that builds and runs in --budget, each shape in a "
+                             "fresh process and build cache (native backend unless --backends verilator)")
     parser.add_argument("--budget", type=float, default=600.0,
                         help="scale probe: seconds per shape, generation + build + run (default 600)")
     parser.add_argument("--shapes", default=",".join(f"{d}x{a}" for d, a in SCALE_LADDER),
@@ -52,12 +54,14 @@ def prepare(args):
             check_choice("--opt", args.opt, OPT_LEVELS)
         if args.budget <= 0:
             raise UserError(f"--budget must be positive, not {args.budget}")
-        if missing_reason("verilator"):
-            raise UserError(f"--scale needs Verilator: {missing_reason('verilator')}")
+        backend = SCALE_BACKEND if args.backends is None else args.backends
+        check_choice("--backends (with --scale)", backend, ("verilator", "native"))
+        if missing_reason(backend):
+            raise UserError(f"--scale needs Verilator: {missing_reason(backend)}")
         shapes = parse_shapes(args.shapes)
 
         def probe():
-            result = scale(shapes, args.budget, args.opt or SCALE_OPT)
+            result = scale(shapes, args.budget, args.opt or SCALE_OPT, backend)
             print(f"{'dies':>5} {'AIVs':>5} {'status':>12} {'wall s':>7} {'build s':>8} {'run s':>7} "
                   f"{'cycles':>7} {'peak MB':>8}")
             for r in result["runs"]:
@@ -72,6 +76,8 @@ def prepare(args):
             return 0 if result["largest"] else 1
         return probe
 
+    if args.backends is None:
+        args.backends = ",".join(SIMULATORS)
     backends = parse_backends("--backends", args.backends)
     if args.opt is not None:
         check_opt("--opt", args.opt, backends)
@@ -83,6 +89,6 @@ def prepare(args):
         rows = EXPERIMENT.run(**params)
         print(EXPERIMENT.format(rows))
         if args.json:
-            write_json(args.json, {"runs": rows, "verilator_over_pysim": ratios(rows)})
+            write_json(args.json, {"runs": rows, "over_pysim": ratios(rows)})
         return 0 if all(r["correct"] for r in rows) else 1
     return job

@@ -53,10 +53,10 @@ from ..backends.machine import SimulatorBackend, machine_spec, session_intent
 from . import Experiment, Param, register
 
 __all__ = ["bench_one", "probe_one", "scale", "parse_shapes", "SHAPES", "SCALE_LADDER", "BENCH_OPT",
-           "SCALE_OPT", "Speed", "EXPERIMENT"]
+           "SCALE_OPT", "SCALE_BACKEND", "Speed", "EXPERIMENT", "native_stats"]
 
 SHAPES = {4: ("superpod", 2, 2, 1), 16: ("superpod", 2, 4, 2), 32: ("superpod", 2, 8, 2),
-          64: ("superpod", 2, 8, 4), 128: ("superpod", 2, 8, 8)}
+          64: ("superpod", 2, 8, 4), 128: ("superpod", 2, 8, 8), 256: ("superpod", 2, 8, 16)}
 #: Hot-code level of the bench's Verilator models: with the output split
 #: (:data:`~epfabric.sim.backends.cocotb_runner.OUTPUT_SPLIT_CFUNCS`) gcc
 #: builds ``-O2`` about as fast as ``-O1`` here, and the 16-die model ran
@@ -67,8 +67,9 @@ SCALE_OPT = "-O1"
 #: Seconds of machine run time the bench measures on Icarus/Verilator (repeating the session).
 MIN_RUN_S = 1.0
 #: Shapes the scale probe tries, smallest first: (dies, AIVs per die).
-SCALE_LADDER = [(16, 1), (16, 2), (32, 1), (32, 2), (16, 4), (32, 4), (64, 1), (16, 8),
-                (64, 2), (128, 1)]
+SCALE_LADDER = [(16, 8), (32, 8), (64, 8), (128, 1), (256, 1), (128, 8)]
+#: Backend of the scale probe (``native``: its build does not grow with instances).
+SCALE_BACKEND = "native"
 
 
 class TimedBackend(SimulatorBackend):
@@ -141,11 +142,21 @@ def bench_one(simulator, dies, aivs=1, opt=BENCH_OPT, max_cycles=1_000_000, min_
             "core_cycles_per_s": round(cycles * config.cores / run_s) if run_s else None,
             "correct": verdict["correct"] and not differ, "problems": problems,
             **({"opt": opt or verilator_opt(), "hier": ",".join(verilator_hier())}
-               if simulator == "verilator" else {})}
+               if simulator == "verilator" else {}),
+            **({"opt": opt or verilator_opt(), **native_stats()} if simulator == "native" else {})}
 
 
-def probe_one(dies, aivs, budget_s, opt=SCALE_OPT, log=print):
-    """One scale-probe point: ``bench_one`` on Verilator in a subprocess, fresh build, time budget.
+def native_stats():
+    """Per-cycle figures of the last native run: model evaluations and settle rounds."""
+    from ..backends.native import LAST_STATS as s
+    if not s.get("cycles"):
+        return {}
+    return {"instances": s["instances"], "evals_per_cycle": round(s["evals"] / s["cycles"], 1),
+            "settle_rounds_per_cycle": round(s["settle_rounds"] / s["cycles"], 2)}
+
+
+def probe_one(dies, aivs, budget_s, opt=SCALE_OPT, log=print, backend=SCALE_BACKEND):
+    """One scale-probe point: ``bench_one`` on ``backend`` in a subprocess, fresh build, time budget.
 
     Returns {``dies``, ``aivs_per_die``, ``status`` (``ok``, ``over_budget``,
     ``failed``), ``wall_s``, ``build_s``, ``run_s``, ``cycles``,
@@ -154,7 +165,7 @@ def probe_one(dies, aivs, budget_s, opt=SCALE_OPT, log=print):
     """
     with tempfile.TemporaryDirectory(prefix="epf-scale-") as tdir:
         out = Path(tdir) / "row.json"
-        cmd = [sys.executable, "-m", "epfabric.sim.cli", "bench", "--backends", "verilator",
+        cmd = [sys.executable, "-m", "epfabric.sim.cli", "bench", "--backends", backend,
                "--dies", str(dies), "--aivs", str(aivs), f"--opt={opt}", "--json", str(out)]
         env = dict(os.environ, EPFABRIC_BUILD_DIR=str(Path(tdir) / "build"))
         t0 = time.monotonic()
@@ -193,6 +204,7 @@ def probe_one(dies, aivs, budget_s, opt=SCALE_OPT, log=print):
         else:
             got = json.loads(out.read_text())["runs"][0]
             row.update({k: got[k] for k in ("cycles", "build_s", "run_s", "cycles_per_s", "correct")})
+            row["core_cycles_per_s"] = got.get("core_cycles_per_s")
             row["status"] = "ok" if got["correct"] and wall <= budget_s else "failed"
             if not got["correct"]:
                 row["error"] = "\n".join(tail[-8:])
@@ -212,7 +224,7 @@ def parse_shapes(text):
     return shapes
 
 
-def scale(shapes, budget_s, opt=SCALE_OPT):
+def scale(shapes, budget_s, opt=SCALE_OPT, backend=SCALE_BACKEND):
     """Run the scale probe over ``shapes``; return ``{"budget_s", "runs", "largest"}``."""
     runs, failed = [], []
     for d, a in shapes:
@@ -220,7 +232,7 @@ def scale(shapes, budget_s, opt=SCALE_OPT):
             print(f"scale: {d} dies x {a} AIVs skipped (a smaller shape did not fit)", flush=True)
             continue
         print(f"scale: {d} dies x {a} AIVs, budget {budget_s:.0f} s ...", flush=True)
-        row = probe_one(d, a, budget_s, opt)
+        row = probe_one(d, a, budget_s, opt, backend=backend)
         print(f"scale: {d}x{a}: {row['status']}, wall {row['wall_s']:.0f} s, "
               f"build {row.get('build_s', float('nan')):.0f} s, run {row.get('run_s', float('nan')):.1f} s, "
               f"peak RSS {row['peak_rss_mb']} MB", flush=True)
@@ -229,7 +241,8 @@ def scale(shapes, budget_s, opt=SCALE_OPT):
             failed.append((d, a))
     ok = [r for r in runs if r["status"] == "ok"]
     largest = max(ok, key=lambda r: (r["dies"] * r["aivs_per_die"], r["dies"]), default=None)
-    return {"budget_s": budget_s, "opt": opt, "hier": ",".join(verilator_hier()), "runs": runs,
+    return {"budget_s": budget_s, "opt": opt, "backend": backend,
+            "hier": ",".join(verilator_hier()) if backend == "verilator" else "", "runs": runs,
             "largest": None if largest is None else [largest["dies"], largest["aivs_per_die"]]}
 
 
@@ -274,7 +287,7 @@ class Speed(Experiment):
 
     def verdict(self, rows):
         ratio = ratios(rows)
-        text = "; ".join(f"{d} dies: Verilator {x}x Amaranth's simulator" for d, x in ratio.items())
+        text = "; ".join(f"{key}: {x}x Amaranth's simulator" for key, x in ratio.items())
         return None, (text or "cycles/s per backend") + " (the papers give no simulator speed)"
 
     def plot(self, rows, path):
@@ -304,8 +317,9 @@ class Speed(Experiment):
             lines.append(f"{r['backend']:>10} {r['dies']:>5} {r['cycles']:>8} {r['build_s']:>8.1f} "
                          f"{r.get('runs', 1):>5} {r['run_s']:>8.2f} {r['cycles_per_s']:>10.0f} "
                          f"{r.get('core_cycles_per_s') or 0:>14.0f}")
-        for d, x in ratios(rows).items():
-            lines.append(f"verilator / pysim at {d} dies: {x}x (cycles per second, same invocation)")
+        for key, x in ratios(rows).items():
+            lines.append(f"{key.replace(' at ', ' / pysim at ')} dies: {x}x (cycles per second, "
+                         f"same invocation)")
         return "\n".join(lines)
 
 
@@ -325,12 +339,13 @@ def parse_dies(text):
 
 
 def ratios(rows):
-    """``{dies: verilator cycles/s / pysim cycles/s}`` where both ran (same invocation)."""
+    """``{"BACKEND at D": its cycles/s / pysim's}`` for Verilator and native where both ran (same invocation)."""
     out = {}
     for d in sorted({r["dies"] for r in rows}):
         by = {r["backend"]: r for r in rows if r["dies"] == d}
-        if "verilator" in by and "pysim" in by:
-            out[str(d)] = round(by["verilator"]["cycles_per_s"] / by["pysim"]["cycles_per_s"], 1)
+        for b in ("verilator", "native"):
+            if b in by and "pysim" in by:
+                out[f"{b} at {d}"] = round(by[b]["cycles_per_s"] / by["pysim"]["cycles_per_s"], 1)
     return out
 
 

@@ -55,7 +55,7 @@ def test_timeout_and_bad_port_messages():
 
 
 def test_unknown_simulator():
-    with pytest.raises(ValueError, match="simulator must be one of pysim, icarus, verilator, not 'ghdl'"):
+    with pytest.raises(ValueError, match="simulator must be one of pysim, icarus, verilator, native, not 'ghdl'"):
         run(SPEC, put_get_intent, {"a": [1]}, simulator="ghdl")
 
 

@@ -32,14 +32,14 @@ def test_traffic_spec_checks_the_shape_against_the_preset():
     (["--preset", "nope"], "preset must be one of"),
     (["--json", "/missing-folder/f.json"], "--json '/missing-folder/f.json'"),
     # checked by the experiment's run(); must be found before anything is built
-    (["--backends", "xcelium"], "backends must be one of pysim, icarus, verilator, not 'xcelium'"),
+    (["--backends", "xcelium"], "backends must be one of pysim, icarus, verilator, native, not 'xcelium'"),
     (["--shape", "2,x"], "shape must be three integers a,b,c, not '2,x'"),
     (["--shape", "3,8,2"], "dies_per_npu must be in [1, 2], not 3"),
     (["--cycles", "0"], "cycles must be >= 1, not 0"),
-    (["--backends", ""], "--backends must name at least one of pysim, icarus, verilator, not ''"),
+    (["--backends", ""], "--backends must name at least one of pysim, icarus, verilator, native, not ''"),
     (["--backends", "pysim", "--opt=banana"], "--opt must be one of -O0, -O1, -O2, -O3, -Os, -Og, "
                                               "not 'banana'"),
-    (["--backends", "pysim", "--opt=-O1"], "--opt=-O1 applies to verilator only, not to pysim"),
+    (["--backends", "pysim", "--opt=-O1"], "--opt=-O1 applies to verilator and native only, not to pysim"),
     (["--json", "."], "--json '.' is a folder, not a file"),
 ])
 def test_bad_input_one_line_before_any_simulation(argv, message, capsys, monkeypatch):

@@ -20,29 +20,29 @@ def test_pysim_row(tmp_path, capsys, monkeypatch):
     assert row["backend"] == "pysim" and row["dies"] == 4 and row["correct"]
     assert row["cycles"] > 1000                       # cm384 latencies: a real run
     assert row["cycles_per_s"] == pytest.approx(row["cycles"] / row["run_s"], rel=0.01)
-    assert data["verilator_over_pysim"] == {}          # no Verilator run, no ratio
+    assert data["over_pysim"] == {}          # no Verilator run, no ratio
     assert "cycles/s" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, message", [
     (["bench", "--backends", "xcelium"],
-     "backends must be one of pysim, icarus, verilator, not 'xcelium'"),
-    (["bench", "--dies", "5"], "dies must be one of 4, 16, 32, 64, 128, not 5"),
+     "backends must be one of pysim, icarus, verilator, native, not 'xcelium'"),
+    (["bench", "--dies", "5"], "dies must be one of 4, 16, 32, 64, 128, 256, not 5"),
     (["bench", "--dies", "4,x"], "dies must be comma-separated integers, not '4,x'"),
     (["bench", "--aivs", "0"], "aivs must be >= 1, not 0"),
     (["bench", "--json", "/missing-folder/b.json"], "--json '/missing-folder/b.json'"),
     (["bench", "--scale", "--shapes", "16by2"], "--shapes: '16by2' is not DIESxAIVS"),
-    (["bench", "--scale", "--shapes", "12x1"], "--shapes dies must be one of 4, 16, 32, 64, 128, not 12"),
+    (["bench", "--scale", "--shapes", "12x1"], "--shapes dies must be one of 4, 16, 32, 64, 128, 256, not 12"),
     (["bench", "--scale", "--shapes", "16x0"], "--shapes AIVs per die must be in [1, 256], not 0"),
     (["bench", "--scale", "--budget", "0"], "--budget must be positive"),
     (["bench", "--hier", "die"], "--hier must name shared modules (epf_...) or 'all', not 'die'"),
-    (["bench", "--backends", ""], "--backends must name at least one of pysim, icarus, verilator, not ''"),
-    (["bench", "--backends", ","], "--backends must name at least one of pysim, icarus, verilator, not ','"),
+    (["bench", "--backends", ""], "--backends must name at least one of pysim, icarus, verilator, native, not ''"),
+    (["bench", "--backends", ","], "--backends must name at least one of pysim, icarus, verilator, native, not ','"),
     (["bench", "--backends", "pysim,pysim"], "--backends names a backend twice: 'pysim,pysim'"),
     (["bench", "--backends", "pysim", "--opt=banana"],
      "--opt must be one of -O0, -O1, -O2, -O3, -Os, -Og, not 'banana'"),
     (["bench", "--backends", "pysim,verilator", "--opt=banana"], "--opt must be one of -O0"),
-    (["bench", "--backends", "pysim", "--opt=-O2"], "--opt=-O2 applies to verilator only, not to pysim"),
+    (["bench", "--backends", "pysim", "--opt=-O2"], "--opt=-O2 applies to verilator and native only, not to pysim"),
     (["bench", "--scale", "--opt=fast"], "--opt must be one of -O0, -O1, -O2, -O3, -Os, -Og, not 'fast'"),
     (["bench", "--json", "."], "--json '.' is a folder, not a file"),
     (["bench", "--dies", ""], "dies must name at least one die count, not ''"),
@@ -66,7 +66,7 @@ def test_scale_skips_shapes_that_dominate_a_failure(monkeypatch):
                (64, 1): "failed", (16, 4): "ok"}
     tried = []
 
-    def fake(d, a, budget_s, opt):
+    def fake(d, a, budget_s, opt, backend):
         tried.append((d, a))
         return {"dies": d, "aivs_per_die": a, "status": outcome[(d, a)], "wall_s": 1.0,
                 "peak_rss_mb": 1}
@@ -87,7 +87,7 @@ def test_scale_probe_one_shape():
 
 def test_experiment_parameters_are_typed():
     exp = speed.EXPERIMENT
-    assert exp.resolve() == {"backends": "pysim,icarus,verilator", "dies": "4,16", "aivs": 1,
+    assert exp.resolve() == {"backends": "pysim,icarus,verilator,native", "dies": "4,16", "aivs": 1,
                              "opt": "-O2"}
     with pytest.raises(TypeError, match="aivs must be an integer, not '2'"):
         exp.resolve(aivs="2")
@@ -97,4 +97,6 @@ def test_experiment_parameters_are_typed():
         exp.resolve(die="4")
     assert speed.parse_shapes("16x2,4X1") == [(16, 2), (4, 1)]
     assert speed.ratios([{"backend": "pysim", "dies": 4, "cycles_per_s": 10.0},
-                         {"backend": "verilator", "dies": 4, "cycles_per_s": 250.0}]) == {"4": 25.0}
+                         {"backend": "verilator", "dies": 4, "cycles_per_s": 250.0},
+                         {"backend": "native", "dies": 4, "cycles_per_s": 50.0}]) == {
+        "verilator at 4": 25.0, "native at 4": 5.0}

@@ -132,7 +132,7 @@ def test_bad_calls_are_rejected_early():
         m.run()
     with pytest.raises(TypeError, match="backend must be a Backend"):
         Machine("tiny", backend="pysim")
-    with pytest.raises(ValueError, match="backend must be one of pysim, icarus, verilator, not 'modelsim'"):
+    with pytest.raises(ValueError, match="backend must be one of pysim, icarus, verilator, native, not 'modelsim'"):
         backend("modelsim")
     with pytest.raises(TypeError, match="the AIV machine has no control registers"):
         m.write_control(0, 1)
