@@ -36,7 +36,7 @@ from .cocotb_runner import OUTPUT_SPLIT, OUTPUT_SPLIT_CFUNCS, opt_makeflags, ver
 from .testbench import SimulationError, Testbench
 from .toolchain import verilator_env, verilator_root
 
-__all__ = ["build_native", "run_native", "NativeTestbench", "PROGRESS_CYCLES"]
+__all__ = ["build_native", "run_native", "netlist_of", "NativeTestbench", "PROGRESS_CYCLES"]
 
 #: counters of the last native run in this process: model evaluations, cycles,
 #: settle rounds, the most rounds one settle took, instances
@@ -97,8 +97,9 @@ def _build_module(name, text, opt):
               "-Wno-fatal", "-Wno-lint", "-Wno-style", "--output-split", OUTPUT_SPLIT,
               "--output-split-cfuncs", OUTPUT_SPLIT_CFUNCS, "-CFLAGS", "-fPIC",
               "-Mdir", ".", f"{name}.v"], folder, env, name)
-        _run(["make", f"-j{os.cpu_count() or 1}", "-f", f"V{name}.mk", f"V{name}__ALL.a",
-              "verilated.o", "verilated_threads.o"], folder, env, name)
+        runtime = ["verilated.o", "verilated_threads.o"] if name == GLUE else []
+        _run(["make", f"-j{os.cpu_count() or 1}", "-f", f"V{name}.mk", f"V{name}__ALL.a", *runtime],
+             folder, env, name)
         dt = time.monotonic() - t0
         if dt > PROGRESS_AFTER_S:
             progress(f"native: {name} ({len(text) / 1e6:.2f} MB of Verilog) built in {dt:.0f} s")
@@ -140,6 +141,22 @@ def _binding(kinds):
     return "\n".join(lines) + "\n"
 
 
+def _cxx(folders=()):
+    root = verilator_root()
+    return ["c++", "-std=c++17", "-fPIC", "-faligned-new", "-Wno-attributes",
+            f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}", f"-I{_HERE}",
+            *(f"-I{d}" for d in folders)]
+
+
+def _build_top(opt):
+    """The C++ top's object, the same for every machine: built once per level and source."""
+    source = "".join(p.read_text() for p in _TOP_SOURCES)
+    folder = build_cache_dir() / f"native-top-{_key(source, opt, str(verilator_root()))}"
+    return _locked(folder, lambda folder: _run(
+        [*_cxx(), opt, "-c", _HERE / "native_top.cpp", "-o", "native_top.o"], folder,
+        verilator_env(), "the C++ top"))
+
+
 def build_native(spec, opt=None):
     """Build (or reuse) ``spec``'s native model; return ``(shared library, netlist text)``."""
     opt = opt or verilator_opt()
@@ -149,31 +166,28 @@ def build_native(spec, opt=None):
     for name, text in design["modules"].items():
         kinds[name] = _build_module(name, text, opt)
     binding = _binding(kinds)
-    top_src = "".join(p.read_text() for p in _TOP_SOURCES)
-    folder = build_cache_dir() / f"native-top-{_key(binding, top_src, opt, *map(str, kinds.values()))}"
+    top = _build_top(opt)
+    folder = build_cache_dir() / f"native-machine-{_key(binding, str(top), opt, *map(str, kinds.values()))}"
 
     def make(folder):
         (folder / "native_bind.cpp").write_text(binding)
-        root = verilator_root()
-        inc = [f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}", f"-I{_HERE}",
-               *(f"-I{d}" for d in kinds.values())]
         env = verilator_env()
-        common = ["c++", "-std=c++17", "-fPIC", "-faligned-new", "-Wno-attributes", *inc]
-        _run([*common, "-O0", "-c", "native_bind.cpp", "-o", "native_bind.o"], folder, env, "binding")
-        _run([*common, opt, "-c", _HERE / "native_top.cpp", "-o", "native_top.o"], folder, env, "top")
+        _run([*_cxx(kinds.values()), "-O0", "-c", "native_bind.cpp", "-o", "native_bind.o"], folder,
+             env, "binding")
         glue_dir = kinds[GLUE]
         libs = [d / f"V{n}__ALL.a" for n, d in kinds.items()]
-        _run(["c++", "-shared", "-Wl,-Bsymbolic", "-o", "libmachine.so", "native_top.o", "native_bind.o",
-              *libs, glue_dir / "verilated.o", glue_dir / "verilated_threads.o",
+        _run(["c++", "-shared", "-Wl,-Bsymbolic", "-o", "libmachine.so", top / "native_top.o",
+              "native_bind.o", *libs, glue_dir / "verilated.o", glue_dir / "verilated_threads.o",
               "-latomic", "-lpthread"], folder, env, "shared library")
     _locked(folder, make)
     dt = time.monotonic() - t0
     if dt > PROGRESS_AFTER_S:
         progress(f"native model of {len(design['instances'])} instances ready in {dt:.0f} s")
-    return folder / "libmachine.so", _netlist(design)
+    return folder / "libmachine.so", netlist_of(design)
 
 
-def _netlist(design):
+def netlist_of(design):
+    """The netlist file the C++ top reads: instances, their constants, wires and aliases."""
     lines = [f"inst {GLUE} {GLUE}"]
     for i, (module, _consts) in enumerate(design["instances"]):
         lines.append(f"inst {module} i{i}")

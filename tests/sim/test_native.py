@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from epfabric.sim.backends import SimulationError
-from epfabric.sim.backends.native import NativeTestbench, build_native, run_native
+from epfabric.sim.backends.native import NativeTestbench, build_native, netlist_of, run_native
 from epfabric.sim.backends.machine import machine_spec
 from epfabric.sim.verilog.native import GLUE, decode_verilator_name, native_design
 from utils import VECTOR_SPEC, machine, require_simulator
@@ -50,13 +50,16 @@ def test_verilator_names_decode():
 
 def test_the_build_is_cached_and_shared():
     require_simulator("native")
-    library, netlist = build_native(_spec())
+    library, netlist = build_native(VECTOR_SPEC)
     stamp = (library.parent / "built.ok").stat().st_mtime_ns
-    again, netlist2 = build_native(_spec())
-    assert again == library and netlist2 == netlist
+    again, netlist2 = build_native(VECTOR_SPEC)
+    assert again == library and netlist2 == netlist == f"inst {GLUE} {GLUE}\n"
     assert (library.parent / "built.ok").stat().st_mtime_ns == stamp
-    assert netlist.splitlines()[0] == f"inst {GLUE} {GLUE}"
-    assert sum(line.startswith("inst epf_die ") for line in netlist.splitlines()) == 4
+    # the machine's netlist: one object per instance, each die its rank
+    lines = netlist_of(native_design(_spec())).splitlines()
+    assert lines[0] == f"inst {GLUE} {GLUE}"
+    assert sum(line.startswith("inst epf_die ") for line in lines) == 4
+    assert "const 4 rank_in 3" in lines
 
 
 async def _long_wait(bench):
