@@ -101,6 +101,12 @@ class Link(wiring.Component):
         Flits entering the link (``ready`` low: link full or out of credit).
     o_stream : Out(stream.Signature(payload))
         Flits leaving the link.
+    idle : Out(1)
+        The next clock edge leaves every register and the ring unchanged:
+        nothing is in flight, the arrival counter and the credit are
+        saturated, and no flit is offered (``i_stream.valid`` low). A
+        simulator may skip the link's clock edge then (the native backend
+        does); nothing in the hardware reads it.
 
     Raises
     ------
@@ -145,7 +151,10 @@ class Link(wiring.Component):
         super().__init__({
             "i_stream": In(stream.Signature(payload)),
             "o_stream": Out(stream.Signature(payload)),
+            "idle": Out(1),
         })
+        #: the registers ``idle`` promises to keep (set by ``elaborate``, for tests)
+        self.state = []
 
     def elaborate(self, platform):
         m = Module()
@@ -164,8 +173,14 @@ class Link(wiring.Component):
             nxt = Signal.like(credit)
             m.d.comb += nxt.eq(credit + self.rate_num - Mux(fire, cost, 0))
             m.d.sync += credit.eq(Mux(nxt > cap, cap, nxt))
+            credit_full = credit == cap
+            self.state = [credit]
+        else:
+            credit_full = 1
+            self.state = []
 
         if self.latency == 0:
+            m.d.comb += self.idle.eq(credit_full & ~self.i_stream.valid)
             m.d.comb += [
                 self.o_stream.payload.eq(self.i_stream.payload),
                 self.o_stream.valid.eq(self.i_stream.valid & credit_ok),
@@ -205,7 +220,11 @@ class Link(wiring.Component):
         m.d.comb += [
             self.o_stream.payload.eq(head_data[:width]),
             due.eq((level != released) & (held == due_data[width:])),
+            # level == 0 implies released == 0: nothing due, sent or counted
+            self.idle.eq((level == 0) & (since == self.latency - 1) & credit_full
+                         & ~self.i_stream.valid),
         ]
+        self.state += [produce, head, due_ptr, level, released, since, held]
 
         with m.If(accept):
             m.d.sync += [produce.eq(incr_wrap(produce, depth)), since.eq(1)]

@@ -120,12 +120,15 @@ def _binding(kinds):
     for name, folder in kinds.items():
         root = (folder / f"V{name}___024root.h").read_text()
         prev = re.findall(r"\b(__Vtrigprevexpr___TOP__clk__\d+);", root)
+        ports = _ports(folder, name)
         lines.append(f"static void clock_of(V{name}* m, Inst* i) {{")
         if len(prev) == 1:
             lines.append(f"    i->clk_prev = &m->rootp->{prev[0]};")
+        if any(vname == "idle" and out for vname, _c, out in ports) and name != GLUE:
+            lines.append("    i->idle = &m->idle;")
         lines.append("}")
         lines.append(f"static void ports_of(V{name}* m, std::vector<Port>& v) {{")
-        for vname, cname, out in _ports(folder, name):
+        for vname, cname, out in ports:
             lines.append(f'    v.push_back({{"{vname}", (void*)&m->{cname}, sizeof(m->{cname}), '
                          f'{"true" if out else "false"}}});')
         lines.append("}")
@@ -256,9 +259,10 @@ class NativeTestbench(Testbench):
 
     def close(self):
         if self._h:
-            s = (ctypes.c_uint64 * 5)()
+            s = (ctypes.c_uint64 * 6)()
             self._c.epf_stats(self._h, s)
-            self.stats = dict(zip(("evals", "cycles", "settle_rounds", "max_rounds", "instances"), s))
+            self.stats = dict(zip(("evals", "cycles", "settle_rounds", "max_rounds", "instances",
+                                   "skipped_edges"), s))
             self._c.epf_close(self._h)
             self._h = None
 
@@ -307,6 +311,17 @@ def _drive(coro):
                           "(the native backend runs intents without an event loop)")
 
 
+def skip_idle():
+    """Whether native models skip the clock edges of idle instances (``$EPFABRIC_NATIVE_SKIP``, default 1).
+
+    An instance whose module has an ``idle`` output (:class:`~epfabric.hw.link.Link`)
+    and shows 1 after the settle keeps its state over the edge, so the edge
+    is skipped; ``EPFABRIC_NATIVE_SKIP=0`` evaluates every edge (the
+    equality tests run both ways).
+    """
+    return os.environ.get("EPFABRIC_NATIVE_SKIP", "1") != "0"
+
+
 def run_native(spec, intent, args, waveform=None, opt=None):
     """Run ``intent`` on ``spec``'s native model; return ``(result, cycles)``."""
     if waveform:
@@ -316,7 +331,7 @@ def run_native(spec, intent, args, waveform=None, opt=None):
     library, netlist = build_native(spec, opt)
     component = spec.build()
     mark_used(component)        # built for its port shapes only
-    bench = NativeTestbench(component, library, netlist)
+    bench = NativeTestbench(component, library, netlist + f"skip_idle {int(skip_idle())}\n")
     try:
         result = _drive(intent(bench, **args))
     finally:

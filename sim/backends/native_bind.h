@@ -23,6 +23,9 @@ struct Inst {
     // Verilator's record of the clock's last value (its edge trigger), when found:
     // a falling edge is then recorded without an evaluation.
     uint8_t* clk_prev = nullptr;
+    // The model's `idle` output, if it has one: 1 promises that the next clock
+    // edge changes none of its state (e.g. hw/link.py), so the edge may be skipped.
+    const uint8_t* idle = nullptr;
     std::vector<Port> ports;
     std::function<void()> destroy = [] {};
 };

@@ -35,10 +35,12 @@ struct Machine {
     std::vector<Inst> inst;              // [0] is the glue
     std::vector<std::vector<Conn>> out;  // connections by source instance
     std::vector<uint8_t> dirty;
+    std::vector<uint8_t> skipped;        // this cycle's skipped edges
+    bool skip_idle = true;               // netlist "skip_idle 0" turns skipping off
     std::unordered_map<std::string, int> port_index;   // the machine's ports by name
     std::vector<std::pair<const Port*, uint32_t>> ports;  // (port, owning instance)
     std::string error;
-    uint64_t evals = 0, cycles = 0, settle_rounds = 0;
+    uint64_t evals = 0, cycles = 0, settle_rounds = 0, skips = 0;
     int max_rounds = 0;                  // most settle rounds one cycle needed
 
     ~Machine() {
@@ -75,11 +77,20 @@ struct Machine {
 
     bool tick() {
         if (!settle()) return false;
-        for (auto& i : inst) { *i.clk = 1; i.eval(); }
-        evals += inst.size();
+        // The rising edge. A model whose settled `idle` output is 1 keeps its state
+        // over this edge (its inputs are settled too), so its edge is skipped.
+        for (size_t k = 0; k < inst.size(); k++) {
+            Inst& i = inst[k];
+            skipped[k] = skip_idle && i.idle && *i.idle;
+            if (skipped[k]) { skips++; continue; }
+            *i.clk = 1;
+            i.eval();
+            evals++;
+        }
         // The falling edge: a model whose edge record is known gets it set directly
         // (nothing in the design acts on it), and only its changed outputs move on.
         for (size_t i = 0; i < inst.size(); i++) {
+            if (skipped[i]) continue;
             *inst[i].clk = 0;
             if (!inst[i].clk_prev) { dirty[i] = 1; continue; }
             *inst[i].clk_prev = 0;
@@ -126,6 +137,10 @@ bool build(Machine* m, const char* path) {
             uint32_t w;
             for (size_t k = 0; in >> w && k < words.size(); k++) words[k] = w;
             std::memcpy(p->p, words.data(), p->bytes);
+        } else if (what == "skip_idle") {
+            int on = 1;
+            in >> on;
+            m->skip_idle = on != 0;
         } else if (what == "wire" || what == "alias") {
             continue;       // after every instance exists
         } else if (!what.empty()) {
@@ -136,6 +151,7 @@ bool build(Machine* m, const char* path) {
     if (m->inst.empty()) { m->error = "netlist has no glue"; return false; }
     m->out.resize(m->inst.size());
     m->dirty.assign(m->inst.size(), 1);
+    m->skipped.assign(m->inst.size(), 0);
     const Inst& glue = m->inst[0];
     std::unordered_map<std::string, int> glue_ports;
     for (size_t k = 0; k < glue.ports.size(); k++) {
@@ -249,7 +265,7 @@ int64_t epf_tick(void* h, uint64_t n, int port) {
     return (int64_t)n;
 }
 
-// evals, cycles, settle rounds, most rounds in one settle, instances
+// evals, cycles, settle rounds, most rounds in one settle, instances, skipped edges
 void epf_stats(void* h, uint64_t* out) {
     Machine* m = static_cast<Machine*>(h);
     out[0] = m->evals;
@@ -257,6 +273,7 @@ void epf_stats(void* h, uint64_t* out) {
     out[2] = m->settle_rounds;
     out[3] = (uint64_t)m->max_rounds;
     out[4] = m->inst.size();
+    out[5] = m->skips;
 }
 
 }  // extern "C"
