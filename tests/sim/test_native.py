@@ -104,7 +104,7 @@ def _alltoall(seed, skip, monkeypatch):
     from epfabric.sw.kernels import KERNELS
     monkeypatch.setenv("EPFABRIC_NATIVE_SKIP", "1" if skip else "0")
     k = KERNELS["alltoall"]
-    m = machine("native", topology=("superpod", 2, 2, 1), aivs_per_die=2, hbm_blocks=32)
+    m = machine("native")           # the machine of test_machine_backend's native cases
     inputs = k.load(m, k.resolve_params({"seed": seed}))
     report = m.run(5_000)
     assert k.check(m, report, inputs)["correct"]

@@ -12,16 +12,18 @@ from epfabric.sw.kernels import run_kernel
 from utils import require_simulator
 
 UBEP_FIGURES = ("fig3b", "fig7a", "fig7b", "fig7c", "fig8", "fig13", "fig14")
-TINY = {"preset": "tiny", "backend": "verilator", "aivs": 4}
-#: one machine for every run below (one Verilator build): big enough for every cell
+#: the native backend (Verilator models of the die, links and switches, stepped from C++):
+#: the same cycles as the flat model (cross-simulator tests), a cheaper build
+TINY = {"preset": "tiny", "backend": "native", "aivs": 4}
+#: one machine for every run below (one build): big enough for every cell
 ENVELOPE_TINY = {"hbm_blocks": 256, "ubuf_rows": 16, "imem_depth": 1024, "trace_depth": 128}
 CELL = {"ranks": 2, "topology": "superpod:2,1,1", "experts": 8, "batch": 8, "topk": 2,
         "hidden_blocks": 1, "seed": 3}
 
 
 def tiny_grid(cells, **kw):
-    """Points on the tiny preset's two dies of 4 AIVs, all on one machine (Verilator)."""
-    require_simulator("verilator")
+    """Points on the tiny preset's two dies of 4 AIVs, all on one machine (native)."""
+    require_simulator("native")
     points = grid(cells, **{**TINY, **kw}, envelope=ENVELOPE_TINY)
     assert all({k: p[k] for k in ENVELOPE_TINY} == ENVELOPE_TINY for p in points)
     return points
@@ -60,7 +62,7 @@ def test_the_envelope_changes_no_cycle():
     point = tiny_grid([CELL])[0]
     for system in ("cann", "ubep"):
         a = measure_dispatch(point, system)
-        result, reports = run_kernel("dispatch", backend("verilator"), preset="tiny",
+        result, reports = run_kernel("dispatch", backend("native"), preset="tiny",
                                      topology=("superpod", 2, 1, 1), aivs=4,
                                      params={**{k: CELL[k] for k in ("experts", "batch", "topk",
                                                                      "hidden_blocks", "seed")},
