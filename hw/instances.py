@@ -14,10 +14,38 @@ import contextlib
 from amaranth.hdl import ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal, Value
 from amaranth.lib.wiring import In
 
-__all__ = ["instance_of", "mark_used", "exposing"]
+__all__ = ["instance_of", "mark_used", "exposing", "shared_modules", "shared_modules_active"]
 
 #: the recorder of :func:`exposing`, or None
 _EXPOSED = None
+#: set by :func:`shared_modules`
+_SHARED = False
+
+
+@contextlib.contextmanager
+def shared_modules():
+    """Inside the block, tops with shared modules skip building their flat children.
+
+    A :class:`~epfabric.hw.system.System` built here has its dies as
+    interface objects of the shared die module, as in
+    ``hierarchical_verilog``: the same ports, none of the 8 x ranks core
+    objects. For the Verilog simulators, whose Verilog comes from
+    ``hierarchical_verilog`` anyway, and for testbenches that only need the
+    top's port shapes (measured: 29 s of a 64-die x 8-AIV machine's Verilog
+    generation went into building the flat system first). Amaranth's
+    simulator never builds inside it.
+    """
+    global _SHARED
+    previous, _SHARED = _SHARED, True
+    try:
+        yield
+    finally:
+        _SHARED = previous
+
+
+def shared_modules_active():
+    """Whether :func:`shared_modules` is active."""
+    return _SHARED
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from .aiv_core import AIVCore
 from .die import Die, flit_layout
 from .inc_engine import IncEngine, inc_flit_layout
 from .host import HostSignature, HostTarget, register_inputs, run_control
-from .instances import instance_of, mark_used
+from .instances import instance_of, mark_used, shared_modules_active
 from .topology import check_topology, star, superpod, topology_ranks
 from .validate import UserError, check_int
 
@@ -159,6 +159,8 @@ class System(wiring.Component):
             self._params.update(nic=nic, inc_slots=inc_slots, cube_cycles=cube_cycles)
             check_int("inc_slots", inc_slots, 1, 1 << 12)
         self.nic, self.inc_slots = nic, inc_slots
+        if die_module is None and shared_modules_active():
+            die_module = ("epf_die", False)     # ports only (see hw.instances.shared_modules)
         if die_module is not None and not (isinstance(die_module, tuple) and len(die_module) == 2
                                            and isinstance(die_module[0], str)):
             raise TypeError(f"die_module must be (verilog module name, has_reset), not {die_module!r}")

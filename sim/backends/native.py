@@ -327,9 +327,10 @@ def run_native(spec, intent, args, waveform=None, opt=None):
     if waveform:
         raise SimulationError("the native backend writes no waveforms; use --backend verilator "
                               "or icarus for a VCD")
-    from ...hw.instances import mark_used
+    from ...hw.instances import mark_used, shared_modules
     library, netlist = build_native(spec, opt)
-    component = spec.build()
+    with shared_modules():
+        component = spec.build()
     mark_used(component)        # built for its port shapes only
     bench = NativeTestbench(component, library, netlist + f"skip_idle {int(skip_idle())}\n")
     try:

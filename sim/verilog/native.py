@@ -79,9 +79,10 @@ def _convert(spec):
     from amaranth.hdl._ir import PortDirection
     from amaranth.lib import wiring
 
-    from ...hw.instances import exposing, mark_used
+    from ...hw.instances import exposing, mark_used, shared_modules
     kw = {"missing_domain": lambda name: ClockDomain(name, reset_less=True)}
-    top, parts = spec.build(), {}
+    with shared_modules():
+        top, parts = spec.build(), {}
     if hasattr(top, "hierarchical_verilog"):
         top, parts = top.hierarchical_verilog(reset=False)
     ports = {}

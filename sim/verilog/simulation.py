@@ -77,11 +77,12 @@ def verilog_of(spec, simulator="verilator"):
 def _convert(spec, reset_less):
     from amaranth.hdl import ClockDomain
 
-    from ...hw.instances import mark_used
+    from ...hw.instances import mark_used, shared_modules
     kw = {"missing_domain": lambda name: ClockDomain(name, reset_less=True)} if reset_less else {}
     # Icarus (the simulator with a reset) needs its always @* blocks kicked at time 0.
     kick = not reset_less
-    top, parts = spec.build(), {}
+    with shared_modules():
+        top, parts = spec.build(), {}
     if hasattr(top, "hierarchical_verilog"):
         # Repeated blocks as one shared module (e.g. System's dies, cores,
         # links and switches): converted once each, whatever the instance count.

@@ -359,3 +359,21 @@ def test_host_read_latency_is_exact_and_reads_pipeline():
     latency = System(timing=tiny_timing(), topology=("superpod", 2, 1, 1)).host_read_latency
     assert out["latency"] == [latency] * len(words)
     assert out["words"] == [w for _r, _a, w in words]
+
+
+def test_a_system_built_for_its_ports_has_the_flat_systems_ports():
+    """Under ``shared_modules()`` (Verilog generation, testbenches) no flat die is built; the
+    top's ports are the same, so a testbench sees the same component."""
+    from epfabric.hw.die import Die
+    from epfabric.hw.instances import mark_used, shared_modules
+    sp = spec(("superpod", 2, 2, 1), aivs=2)
+    flat = sp.build()
+    with shared_modules():
+        light = sp.build()
+    mark_used(flat)
+    mark_used(light)
+    assert all(isinstance(d, Die) for d in flat.dies)
+    assert not any(isinstance(d, Die) for d in light.dies)
+    def ports(top):
+        return [(path, member.flow, repr(member.shape)) for path, member, _v in top.signature.flatten(top)]
+    assert ports(light) == ports(flat) and len(ports(flat)) > 50

@@ -18,8 +18,8 @@ TINY = dict(preset="tiny", topology="superpod:2,1,1", aivs=2, experts=4, topk=2,
 
 @pytest.fixture(scope="module")
 def tiny_rows():
-    require_simulator("native")
-    return FIG9.run(**TINY, backend="native")     # same cycles as Verilator's flat model, cheaper build
+    require_simulator("verilator")
+    return FIG9.run(**TINY, backend="verilator")
 
 
 def test_the_four_variants_run_on_one_build_and_are_bit_exact(tiny_rows):
