@@ -28,6 +28,7 @@ import re
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..output import PROGRESS_AFTER_S, build_cache_dir, progress
@@ -164,10 +165,15 @@ def build_native(spec, opt=None):
     """Build (or reuse) ``spec``'s native model; return ``(shared library, netlist text)``."""
     opt = opt or verilator_opt()
     t0 = time.monotonic()
-    design = native_design(spec)
-    kinds = {GLUE: _build_module(GLUE, design["glue"], opt)}
-    for name, text in design["modules"].items():
-        kinds[name] = _build_module(name, text, opt)
+    # Each module is built on a worker thread as soon as its Verilog exists,
+    # while this thread converts the glue (Amaranth, one core) and then builds it.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        futures = {}
+        design = native_design(spec, lambda name, text: futures.setdefault(
+            name, pool.submit(_build_module, name, text, opt)))
+        kinds = {GLUE: _build_module(GLUE, design["glue"], opt)}
+        for name in design["modules"]:
+            kinds[name] = futures[name].result()
     binding = _binding(kinds)
     top = _build_top(opt)
     folder = build_cache_dir() / f"native-machine-{_key(binding, str(top), opt, *map(str, kinds.values()))}"
