@@ -22,6 +22,9 @@ from .validate import UserError, check_int
 
 __all__ = ["System", "trace_entry_layout", "MAX_AIVS_PER_DIE"]
 
+#: Verilog name of the shared die module (``hierarchical_verilog``).
+DIE_MODULE = "epf_die"
+
 #: Largest number of AIV cores per die (a flit names its core in 8 bits).
 MAX_AIVS_PER_DIE = 256
 
@@ -160,7 +163,7 @@ class System(wiring.Component):
             check_int("inc_slots", inc_slots, 1, 1 << 12)
         self.nic, self.inc_slots = nic, inc_slots
         if die_module is None and shared_modules_active():
-            die_module = ("epf_die", False)     # ports only (see hw.instances.shared_modules)
+            die_module = (DIE_MODULE, False)    # ports only (see hw.instances.shared_modules)
         if die_module is not None and not (isinstance(die_module, tuple) and len(die_module) == 2
                                            and isinstance(die_module[0], str)):
             raise TypeError(f"die_module must be (verilog module name, has_reset), not {die_module!r}")
@@ -247,7 +250,7 @@ class System(wiring.Component):
         modules have a ``rst`` port). Same hardware; the cross-simulator tests
         compare it with the flat system on Amaranth's simulator.
         """
-        name, core = "epf_die", "epf_aiv"
+        name, core = DIE_MODULE, "epf_aiv"
         top = System(**self._params, die_module=(name, bool(reset)))
         mark_used(self)    # this flat system is replaced, not forgotten
         die = Die(rank=None, core_module=(core, bool(reset)), **self._die_params)

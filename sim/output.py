@@ -7,18 +7,22 @@
 * :func:`progress` — one line on stderr for steps longer than
   :data:`PROGRESS_AFTER_S` (``EPFABRIC_QUIET=1`` silences it);
 * :func:`check_output` / :func:`write_atomic` — result files: checked
-  before a simulation starts, written whole or not at all.
+  before a simulation starts, written whole or not at all;
+* :func:`build_once` — a cached build folder, made by one process while
+  parallel workers that need it wait.
 """
 
+import fcntl
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from ..hw.validate import UserError
 
 __all__ = ["build_cache_dir", "waveform_dir", "progress", "PROGRESS_AFTER_S", "check_output",
-           "check_output_dir", "write_atomic"]
+           "check_output_dir", "write_atomic", "build_once"]
 
 #: Steps longer than this many seconds report their time on stderr.
 PROGRESS_AFTER_S = 10.0
@@ -32,6 +36,28 @@ def build_cache_dir():
 def waveform_dir():
     """Folder waveforms are written to."""
     return Path(os.environ.get("EPFABRIC_WAVEFORM_DIR", Path.cwd() / "waveforms"))
+
+
+def build_once(folder, make):
+    """``folder`` after ``make(folder)`` has filled it once, across processes; stamp ``built.ok``.
+
+    Parallel test workers asking for the same build: one runs ``make``
+    under a file lock, the others wait and reuse the folder. The stamp
+    (the build's seconds) is written only when ``make`` returns.
+    """
+    folder = Path(folder)
+    stamp = folder / "built.ok"
+    if stamp.exists():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not stamp.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            t0 = time.monotonic()
+            make(folder)
+            stamp.write_text(f"{time.monotonic() - t0:.2f}\n")
+    return folder
 
 
 def progress(msg):

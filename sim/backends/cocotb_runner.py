@@ -9,7 +9,6 @@ ask for the same model wait on a file lock while one builds.
 (:mod:`epfabric.sim.backends.cocotb_entry`) and returns its result.
 """
 
-import fcntl
 import hashlib
 import json
 import os
@@ -20,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..output import PROGRESS_AFTER_S, build_cache_dir, progress, waveform_dir
+from ..output import PROGRESS_AFTER_S, build_cache_dir, build_once, progress, waveform_dir
 from ..verilog.simulation import TOPLEVEL, has_reset, verilog_of
 from ..waveforms import Waveform, sanitize_vcd
 from .testbench import SimulationError, intent_ref
@@ -145,17 +144,8 @@ def build(spec, simulator, waves=False, opt=None):
     if simulator == "verilator":
         text = mark_hier_blocks(text, verilator_hier())
     opt = opt or verilator_opt()
-    bdir = build_dir_for(text, simulator, waves, opt)
-    stamp = bdir / "built.ok"
-    if stamp.exists():
-        return bdir
-    bdir.parent.mkdir(parents=True, exist_ok=True)
-    # Parallel test workers may ask for the same model: one builds, the others wait.
-    with open(bdir.parent / f"{bdir.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if stamp.exists():
-            return bdir
-        return _build_locked(bdir, stamp, text, simulator, waves, opt)
+    return build_once(build_dir_for(text, simulator, waves, opt),
+                      lambda bdir: _build_locked(bdir, text, simulator, waves, opt))
 
 
 def _verilator_runner_class():
@@ -222,7 +212,7 @@ def _public_ports_vlt(text):
     return "\n".join(lines) + "\n"
 
 
-def _build_locked(bdir, stamp, text, simulator, waves, opt):
+def _build_locked(bdir, text, simulator, waves, opt):
     from cocotb_tools.runner import get_runner
 
     bdir.mkdir(parents=True, exist_ok=True)
@@ -269,8 +259,6 @@ def _build_locked(bdir, stamp, text, simulator, waves, opt):
     dt = time.monotonic() - t0
     if dt > PROGRESS_AFTER_S:
         progress(f"{simulator} model built in {dt:.0f} s")
-    stamp.write_text(f"{dt:.2f}\n")
-    return bdir
 
 
 def run_cocotb(spec, intent, args, simulator, waveform=None, opt=None):

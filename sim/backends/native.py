@@ -17,11 +17,12 @@ Python runs only at the host port: each ``set``/``get``/``tick`` of a test
 intent is one ctypes call, and ``wait_high`` (the machine run) ticks inside
 C++ until the port rises, returning every :data:`PROGRESS_CYCLES` cycles to
 report progress. Cycles, memory, traces and counters are those of the flat
-model (tests/sim/test_native.py runs the cross-simulator tests here too).
+model: every cross-simulator test (the ``hdl_simulator`` fixture and the
+explicit ones) has a ``native`` case. Instances with an ``idle`` output
+(:class:`~epfabric.hw.link.Link`) are not clocked while it is 1 (:func:`skip_idle`).
 """
 
 import ctypes
-import fcntl
 import hashlib
 import os
 import re
@@ -31,7 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..output import PROGRESS_AFTER_S, build_cache_dir, progress
+from ..output import PROGRESS_AFTER_S, build_cache_dir, build_once, progress
 from ..verilog.native import GLUE, decode_verilator_name, native_design
 from .cocotb_runner import OUTPUT_SPLIT, OUTPUT_SPLIT_CFUNCS, opt_makeflags, verilator_opt
 from .testbench import SimulationError, Testbench
@@ -40,7 +41,7 @@ from .toolchain import verilator_env, verilator_root
 __all__ = ["build_native", "run_native", "netlist_of", "NativeTestbench", "PROGRESS_CYCLES"]
 
 #: counters of the last native run in this process: model evaluations, cycles,
-#: settle rounds, the most rounds one settle took, instances
+#: settle rounds, the most rounds one settle took, instances, skipped edges
 LAST_STATS = {}
 
 #: cycles per C++ call while waiting for a port (progress is reported between calls)
@@ -55,22 +56,6 @@ _PORT = re.compile(r"^\s*VL_(IN|OUT)(8|16|64|W)?\(&(\w+),(\d+),(\d+)(?:,\d+)?\);
 
 def _key(*parts):
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
-
-
-def _locked(folder, make):
-    """Run ``make(folder)`` once per folder across processes (stamp ``built.ok``)."""
-    stamp = folder / "built.ok"
-    if stamp.exists():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not stamp.exists():
-            folder.mkdir(parents=True, exist_ok=True)
-            t0 = time.monotonic()
-            make(folder)
-            stamp.write_text(f"{time.monotonic() - t0:.2f}\n")
-    return folder
 
 
 def _run(cmd, folder, env, what):
@@ -104,7 +89,7 @@ def _build_module(name, text, opt):
         dt = time.monotonic() - t0
         if dt > PROGRESS_AFTER_S:
             progress(f"native: {name} ({len(text) / 1e6:.2f} MB of Verilog) built in {dt:.0f} s")
-    return _locked(folder, make)
+    return build_once(folder, make)
 
 
 def _ports(folder, name):
@@ -156,7 +141,7 @@ def _build_top(opt):
     """The C++ top's object, the same for every machine: built once per level and source."""
     source = "".join(p.read_text() for p in _TOP_SOURCES)
     folder = build_cache_dir() / f"native-top-{_key(source, opt, str(verilator_root()))}"
-    return _locked(folder, lambda folder: _run(
+    return build_once(folder, lambda folder: _run(
         [*_cxx(), opt, "-c", _HERE / "native_top.cpp", "-o", "native_top.o"], folder,
         verilator_env(), "the C++ top"))
 
@@ -188,7 +173,7 @@ def build_native(spec, opt=None):
         _run(["c++", "-shared", "-Wl,-Bsymbolic", "-o", "libmachine.so", top / "native_top.o",
               "native_bind.o", *libs, glue_dir / "verilated.o", glue_dir / "verilated_threads.o",
               "-latomic", "-lpthread"], folder, env, "shared library")
-    _locked(folder, make)
+    build_once(folder, make)
     dt = time.monotonic() - t0
     if dt > PROGRESS_AFTER_S:
         progress(f"native model of {len(design['instances'])} instances ready in {dt:.0f} s")

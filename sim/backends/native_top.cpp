@@ -2,12 +2,17 @@
 //
 // Every distinct Verilog module (the glue, the die with its cores, each link
 // and switch kind) is Verilated once; this file creates one object per
-// instance (netlist file: "inst KIND NAME" lines, instance 0 the glue, then
-// "const INDEX PORT WORDS..." lines) and copies ports between the glue and
-// the instances (glue port n<i>_<port> <-> port <port> of instance i+1).
-// A cycle is a rising edge of every model, then a settle: each model whose
-// inputs changed is evaluated and its changed outputs copied on, until
-// nothing changes (the fixed point the flat model computes in one eval).
+// instance and copies ports between them. The netlist file (written by
+// sim/backends/native.py) has the lines
+//   inst KIND NAME              one object each, instance 0 the glue
+//   const INDEX PORT WORDS...   a constant input (a die's rank, a route table)
+//   wire A PORT B PORT          output of instance A drives input of B directly
+//   alias NAME A PORT           machine port NAME is instance A's output
+//   skip_idle 0|1               skip the edges of instances whose `idle` is 1
+// and every other instance port meets glue port n<i-1>_<port>.
+// A cycle is a rising edge of every model not idle, then a settle: each
+// model whose inputs changed is evaluated and its changed outputs copied on,
+// until nothing changes (the fixed point the flat model computes in one eval).
 // The per-kind port tables and the factory come from the generated
 // native_bind.cpp (sim/backends/native.py). Driven from Python by ctypes.
 
@@ -47,6 +52,19 @@ struct Machine {
         for (auto& i : inst) i.destroy();
     }
 
+    // Copy instance i's changed outputs on, marking their destinations dirty.
+    bool propagate(size_t i) {
+        bool any = false;
+        for (const Conn& c : out[i]) {
+            if (std::memcmp(c.dst, c.src, c.bytes)) {
+                std::memcpy(c.dst, c.src, c.bytes);
+                dirty[c.dst_inst] = 1;
+                any = true;
+            }
+        }
+        return any;
+    }
+
     bool settle() {
         for (int round = 0;; round++) {
             bool any = false;
@@ -55,13 +73,7 @@ struct Machine {
                 dirty[i] = 0;
                 inst[i].eval();
                 evals++;
-                for (const Conn& c : out[i]) {
-                    if (std::memcmp(c.dst, c.src, c.bytes)) {
-                        std::memcpy(c.dst, c.src, c.bytes);
-                        dirty[c.dst_inst] = 1;
-                        any = true;
-                    }
-                }
+                any |= propagate(i);
             }
             if (!any) {
                 settle_rounds += round + 1;
@@ -94,12 +106,7 @@ struct Machine {
             *inst[i].clk = 0;
             if (!inst[i].clk_prev) { dirty[i] = 1; continue; }
             *inst[i].clk_prev = 0;
-            for (const Conn& c : out[i]) {
-                if (std::memcmp(c.dst, c.src, c.bytes)) {
-                    std::memcpy(c.dst, c.src, c.bytes);
-                    dirty[c.dst_inst] = 1;
-                }
-            }
+            propagate(i);
         }
         cycles++;
         return settle();
@@ -116,6 +123,7 @@ bool build(Machine* m, const char* path) {
     std::ifstream f(path);
     if (!f) { m->error = std::string("cannot read netlist ") + path; return false; }
     std::string line;
+    std::vector<std::string> later;     // wires and aliases, once every instance exists
     while (std::getline(f, line)) {
         std::istringstream in(line);
         std::string what;
@@ -142,7 +150,7 @@ bool build(Machine* m, const char* path) {
             in >> on;
             m->skip_idle = on != 0;
         } else if (what == "wire" || what == "alias") {
-            continue;       // after every instance exists
+            later.push_back(line);
         } else if (!what.empty()) {
             m->error = "bad netlist line: " + line;
             return false;
@@ -153,17 +161,26 @@ bool build(Machine* m, const char* path) {
     m->dirty.assign(m->inst.size(), 1);
     m->skipped.assign(m->inst.size(), 0);
     const Inst& glue = m->inst[0];
-    std::unordered_map<std::string, int> glue_ports;
     for (size_t k = 0; k < glue.ports.size(); k++) {
-        glue_ports[glue.ports[k].name] = (int)k;
-        m->port_index[glue.ports[k].name] = (int)m->ports.size();
+        m->port_index[glue.ports[k].name] = (int)k;
         m->ports.push_back({&glue.ports[k], 0});
     }
-    // wires between instances and top ports that alias an instance's output
-    f.clear();
-    f.seekg(0);
-    while (std::getline(f, line)) {
-        std::istringstream in(line);
+    for (size_t i = 1; i < m->inst.size(); i++) {
+        std::string prefix = "n" + std::to_string(i - 1) + "_";
+        for (const Port& p : m->inst[i].ports) {
+            auto it = m->port_index.find(prefix + p.name);
+            if (it == m->port_index.end()) continue;    // clk, constants, wires
+            const Port& g = glue.ports[it->second];
+            if (g.bytes != p.bytes || g.out == p.out) {
+                m->error = "glue port " + g.name + " does not match " + p.name;
+                return false;
+            }
+            if (p.out) m->out[i].push_back({(const uint8_t*)p.p, (uint8_t*)g.p, p.bytes, 0});
+            else m->out[0].push_back({(const uint8_t*)g.p, (uint8_t*)p.p, p.bytes, (uint32_t)i});
+        }
+    }
+    for (const std::string& l : later) {
+        std::istringstream in(l);
         std::string what;
         in >> what;
         if (what == "wire") {
@@ -173,32 +190,18 @@ bool build(Machine* m, const char* path) {
             const Port* src = a < m->inst.size() ? find_port(m->inst[a], pa) : nullptr;
             const Port* dst = b < m->inst.size() ? find_port(m->inst[b], pb) : nullptr;
             if (!src || !dst || !src->out || dst->out || src->bytes != dst->bytes) {
-                m->error = "bad wire: " + line;
+                m->error = "bad wire: " + l;
                 return false;
             }
             m->out[a].push_back({(const uint8_t*)src->p, (uint8_t*)dst->p, src->bytes, (uint32_t)b});
-        } else if (what == "alias") {
+        } else {
             std::string name, pa;
             size_t a;
             in >> name >> a >> pa;
             const Port* src = a < m->inst.size() ? find_port(m->inst[a], pa) : nullptr;
-            if (!src || !src->out) { m->error = "bad alias: " + line; return false; }
+            if (!src || !src->out) { m->error = "bad alias: " + l; return false; }
             m->port_index[name] = (int)m->ports.size();
             m->ports.push_back({src, (uint32_t)a});
-        }
-    }
-    for (size_t i = 1; i < m->inst.size(); i++) {
-        std::string prefix = "n" + std::to_string(i - 1) + "_";
-        for (const Port& p : m->inst[i].ports) {
-            auto it = glue_ports.find(prefix + p.name);
-            if (it == glue_ports.end()) continue;    // clk, constants, wires
-            const Port& g = glue.ports[it->second];
-            if (g.bytes != p.bytes || g.out == p.out) {
-                m->error = "glue port " + g.name + " does not match " + p.name;
-                return false;
-            }
-            if (p.out) m->out[i].push_back({(const uint8_t*)p.p, (uint8_t*)g.p, p.bytes, 0});
-            else m->out[0].push_back({(const uint8_t*)g.p, (uint8_t*)p.p, p.bytes, (uint32_t)i});
         }
     }
     for (auto& i : m->inst) *i.clk = 0;

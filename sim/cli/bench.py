@@ -47,8 +47,12 @@ def prepare(args):
     if args.hier is not None:
         if not all(name == "all" or name.startswith("epf_") for name in args.hier.split(",") if name):
             raise UserError(f"--hier must name shared modules (epf_...) or 'all', not {args.hier!r}")
-        # read by the Verilator build here and in the scale probe's subprocesses
-        os.environ["EPFABRIC_VERILATOR_HIER"] = args.hier
+
+    def use_hier():
+        # read by the Verilator build here and in the scale probe's subprocesses; set only
+        # once every option is checked (a refused command changes nothing)
+        if args.hier is not None:
+            os.environ["EPFABRIC_VERILATOR_HIER"] = args.hier
     if args.scale:
         if args.opt is not None:
             check_choice("--opt", args.opt, OPT_LEVELS)
@@ -56,11 +60,14 @@ def prepare(args):
             raise UserError(f"--budget must be positive, not {args.budget}")
         backend = SCALE_BACKEND if args.backends is None else args.backends
         check_choice("--backends (with --scale)", backend, ("verilator", "native"))
+        if args.hier is not None and backend != "verilator":
+            raise UserError("--hier applies to the verilator backend only; add --backends verilator")
         if missing_reason(backend):
             raise UserError(f"--scale needs Verilator: {missing_reason(backend)}")
         shapes = parse_shapes(args.shapes)
 
         def probe():
+            use_hier()
             result = scale(shapes, args.budget, args.opt or SCALE_OPT, backend)
             print(f"{'dies':>5} {'AIVs':>5} {'status':>12} {'wall s':>7} {'build s':>8} {'run s':>7} "
                   f"{'cycles':>7} {'peak MB':>8}")
@@ -81,11 +88,14 @@ def prepare(args):
     backends = parse_backends("--backends", args.backends)
     if args.opt is not None:
         check_opt("--opt", args.opt, backends)
+    if args.hier is not None and "verilator" not in backends:
+        raise UserError(f"--hier applies to the verilator backend only, not to {args.backends}")
     params = EXPERIMENT.resolve(backends=args.backends, dies=args.dies, aivs=args.aivs,
                                 opt=args.opt or BENCH_OPT)
     usable_backends("--backends", backends)
 
     def job():
+        use_hier()
         rows = EXPERIMENT.run(**params)
         print(EXPERIMENT.format(rows))
         if args.json:

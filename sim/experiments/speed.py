@@ -288,7 +288,8 @@ class Speed(Experiment):
 
     def verdict(self, rows):
         ratio = ratios(rows)
-        text = "; ".join(f"{key}: {x}x Amaranth's simulator" for key, x in ratio.items())
+        text = "; ".join(f"{b} at {d} dies: {x}x Amaranth's simulator"
+                         for b, by_dies in ratio.items() for d, x in by_dies.items())
         return None, (text or "cycles/s per backend") + " (the papers give no simulator speed)"
 
     def plot(self, rows, path):
@@ -318,9 +319,9 @@ class Speed(Experiment):
             lines.append(f"{r['backend']:>10} {r['dies']:>5} {r['cycles']:>8} {r['build_s']:>8.1f} "
                          f"{r.get('runs', 1):>5} {r['run_s']:>8.2f} {r['cycles_per_s']:>10.0f} "
                          f"{r.get('core_cycles_per_s') or 0:>14.0f}")
-        for key, x in ratios(rows).items():
-            lines.append(f"{key.replace(' at ', ' / pysim at ')} dies: {x}x (cycles per second, "
-                         f"same invocation)")
+        for b, by_dies in ratios(rows).items():
+            for d, x in by_dies.items():
+                lines.append(f"{b} / pysim at {d} dies: {x}x (cycles per second, same invocation)")
         return "\n".join(lines)
 
 
@@ -340,13 +341,13 @@ def parse_dies(text):
 
 
 def ratios(rows):
-    """``{"BACKEND at D": its cycles/s / pysim's}`` for Verilator and native where both ran (same invocation)."""
+    """``{backend: {dies: its cycles/s / pysim's}}`` for Verilator and native where both ran (same invocation)."""
     out = {}
     for d in sorted({r["dies"] for r in rows}):
         by = {r["backend"]: r for r in rows if r["dies"] == d}
         for b in ("verilator", "native"):
             if b in by and "pysim" in by:
-                out[f"{b} at {d}"] = round(by[b]["cycles_per_s"] / by["pysim"]["cycles_per_s"], 1)
+                out.setdefault(b, {})[str(d)] = round(by[b]["cycles_per_s"] / by["pysim"]["cycles_per_s"], 1)
     return out
 
 

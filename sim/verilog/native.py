@@ -14,10 +14,15 @@ one C++ object per instance from a small C++ top. What it needs from here:
 * ``modules``: ``{name: Verilog}`` for each distinct module, with the
   modules it instantiates (the die's cores);
 * ``instances``: ``[[module, {port: [value, width]}]]`` in glue order, the
-  constant inputs of each instance (a die's rank, a switch's route table).
+  constant inputs of each instance (a die's rank, a switch's route table);
+* ``wires``: ``[[instance, port, instance, port]]``, outputs that drive
+  another instance's input through pure wiring (they bypass the glue);
+* ``aliases``: ``{top port: [instance, port]}``, top outputs that are an
+  instance's output.
 
-A top without ``hierarchical_verilog`` is all glue, with no instances.
-Same reset-less Verilog as Verilator's (:func:`~.simulation.verilog_of`).
+A top without ``hierarchical_verilog`` is all glue, with no instances. The
+modules are the same reset-less Verilog as Verilator's
+(:func:`~.simulation.verilog_of`); the glue is cleaned by :func:`_glue_verilog`.
 """
 
 import fcntl
@@ -27,7 +32,7 @@ import time
 from pathlib import Path
 
 from ..output import PROGRESS_AFTER_S, progress, write_atomic
-from .simulation import _cache_path, _factory_source, _part_key, _to_verilog
+from .simulation import _add_zero_loops, _cache_path, _factory_source, _zero_by_loop, part_verilog
 
 __all__ = ["native_design", "GLUE", "glue_port", "decode_verilator_name"]
 
@@ -58,9 +63,7 @@ def native_design(spec, on_module=None):
     can build the modules while the glue is generated.
     """
     key = spec.to_json()
-    if key in _DESIGNS and on_module is not None:
-        for name, text in _DESIGNS[key]["modules"].items():
-            on_module(name, text)
+    announced = False
     if key not in _DESIGNS:
         t0 = time.monotonic()
         path = _cache_path("native", f"{key}\0{_factory_source(spec)}\0{_SOURCE}").with_suffix(".json")
@@ -68,16 +71,17 @@ def native_design(spec, on_module=None):
             fcntl.flock(lock, fcntl.LOCK_EX)
             if path.exists():
                 _DESIGNS[key] = json.loads(path.read_text())
-                for name, text in _DESIGNS[key]["modules"].items():
-                    if on_module is not None:
-                        on_module(name, text)
-                return _DESIGNS[key]
-            _DESIGNS[key] = _convert(spec, on_module)
-            write_atomic(path, json.dumps(_DESIGNS[key]))
+            else:
+                _DESIGNS[key] = _convert(spec, on_module)
+                announced = True
+                write_atomic(path, json.dumps(_DESIGNS[key]))
         dt = time.monotonic() - t0
         if dt > PROGRESS_AFTER_S:
             progress(f"native Verilog of {spec.factory.rpartition(':')[2]}: "
                      f"{len(_DESIGNS[key]['instances'])} instances in {dt:.0f} s")
+    if on_module is not None and not announced:
+        for name, text in _DESIGNS[key]["modules"].items():
+            on_module(name, text)
     return _DESIGNS[key]
 
 
@@ -87,22 +91,16 @@ def _convert(spec, on_module=None):
     from amaranth.hdl._ir import PortDirection
     from amaranth.lib import wiring
 
-    from ...hw.instances import exposing, mark_used, shared_modules
+    from amaranth.back import rtlil
+
+    from ...hw.instances import exposing, shared_modules
     kw = {"missing_domain": lambda name: ClockDomain(name, reset_less=True)}
     with shared_modules():
         top, parts = spec.build(), {}
     if hasattr(top, "hierarchical_verilog"):
         top, parts = top.hierarchical_verilog(reset=False)
     # The shared modules first: each instantiated one goes to on_module while the glue converts.
-    texts = {}
-    for name, part in parts.items():
-        path = _cache_path("module", f"{name}\0{_part_key(part)}\0True")
-        if path.exists():
-            texts[name] = path.read_text()
-            mark_used(part)
-        else:
-            texts[name] = _to_verilog(part, name, kw)
-            write_atomic(path, texts[name])
+    texts = {name: part_verilog(name, part, True, kw) for name, part in parts.items()}
     inner = {d for name in texts for d in _with_dependencies(name, texts, names=True)[1:]}
     modules = {name: _with_dependencies(name, texts) for name in sorted(texts) if name not in inner}
     for name, text in modules.items():
@@ -164,9 +162,6 @@ def _convert(spec, on_module=None):
     for i, port, signal in inputs:
         if signal in live:
             ports[glue_port(i, port)] = (signal, PortDirection.Input)
-    from amaranth.back import rtlil
-
-    from .simulation import _add_zero_loops, _zero_by_loop
     with _zero_by_loop():
         text, _names = rtlil.convert_fragment(fragment, ports, GLUE, emit_src=False, **kw)
     glue = _add_zero_loops(_glue_verilog(text))

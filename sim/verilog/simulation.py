@@ -77,7 +77,7 @@ def verilog_of(spec, simulator="verilator"):
 def _convert(spec, reset_less):
     from amaranth.hdl import ClockDomain
 
-    from ...hw.instances import mark_used, shared_modules
+    from ...hw.instances import shared_modules
     kw = {"missing_domain": lambda name: ClockDomain(name, reset_less=True)} if reset_less else {}
     # Icarus (the simulator with a reset) needs its always @* blocks kicked at time 0.
     kick = not reset_less
@@ -88,17 +88,24 @@ def _convert(spec, reset_less):
         # links and switches): converted once each, whatever the instance count.
         top, parts = top.hierarchical_verilog(reset=not reset_less)
     texts = [_to_verilog(top, TOPLEVEL, kw, kick)]
-    for name, part in parts.items():
-        # A shared module is cached on disk by what defines it, so another
-        # shape with the same die (or core, link, switch) does not convert it again.
-        path = _cache_path("module", f"{name}\0{_part_key(part)}\0{reset_less}")
-        if path.exists():
-            texts.append(path.read_text())
-            mark_used(part)         # converted before: its Verilog is on disk
-            continue
-        texts.append(_to_verilog(part, name, kw, kick))
-        write_atomic(path, texts[-1])
+    texts += [part_verilog(name, part, reset_less, kw, kick) for name, part in parts.items()]
     return "\n".join(texts)
+
+
+def part_verilog(name, part, reset_less, kw, kick=False):
+    """Verilog of shared module ``name`` (a ``hierarchical_verilog`` part).
+
+    Cached on disk by what defines it, so another shape with the same die
+    (or core, link, switch) does not convert it again.
+    """
+    from ...hw.instances import mark_used
+    path = _cache_path("module", f"{name}\0{_part_key(part)}\0{reset_less}")
+    if path.exists():
+        mark_used(part)         # converted before: its Verilog is on disk
+        return path.read_text()
+    text = _to_verilog(part, name, kw, kick)
+    write_atomic(path, text)
+    return text
 
 
 #: Memories of at least this many bits with all-zero initial contents are

@@ -36,6 +36,9 @@ def test_pysim_row(tmp_path, capsys, monkeypatch):
     (["bench", "--scale", "--shapes", "16x0"], "--shapes AIVs per die must be in [1, 256], not 0"),
     (["bench", "--scale", "--budget", "0"], "--budget must be positive"),
     (["bench", "--hier", "die"], "--hier must name shared modules (epf_...) or 'all', not 'die'"),
+    (["bench", "--hier", "epf_die", "--backends", "pysim,native"],
+     "--hier applies to the verilator backend only, not to pysim,native"),
+    (["bench", "--scale", "--hier", "epf_die"], "--hier applies to the verilator backend only"),
     (["bench", "--backends", ""], "--backends must name at least one of pysim, icarus, verilator, native, not ''"),
     (["bench", "--backends", ","], "--backends must name at least one of pysim, icarus, verilator, native, not ','"),
     (["bench", "--backends", "pysim,pysim"], "--backends names a backend twice: 'pysim,pysim'"),
@@ -99,4 +102,4 @@ def test_experiment_parameters_are_typed():
     assert speed.ratios([{"backend": "pysim", "dies": 4, "cycles_per_s": 10.0},
                          {"backend": "verilator", "dies": 4, "cycles_per_s": 250.0},
                          {"backend": "native", "dies": 4, "cycles_per_s": 50.0}]) == {
-        "verilator at 4": 25.0, "native at 4": 5.0}
+        "verilator": {"4": 25.0}, "native": {"4": 5.0}}
