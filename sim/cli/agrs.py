@@ -1,6 +1,6 @@
 """``epfabric agrs``: one AllGather + one ReduceScatter, in-network (INC) or ring; ``--sweep`` for Fig. 6.
 
-Front end of :mod:`epfabric.sim.experiments.agrs` (the ``agrs`` kernel on an
+Front end of :mod:`epfabric.sim.lab.experiments.agrs` (the ``agrs`` kernel on an
 AG/RS machine).
 """
 
@@ -12,7 +12,7 @@ from ...sw.config import AgrsConfig
 from ...sw.machine import WatchdogTimeout
 from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS
-from ..experiments.agrs import SWEEP_ROWS, format_report, format_sweep, run_point, sweep
+from ..lab.experiments.agrs import SWEEP_ROWS, format_report, format_sweep, run_point, sweep
 from .common import check_output, max_cycles, positive, write_json
 
 __all__ = ["add_arguments", "prepare"]

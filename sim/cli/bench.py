@@ -1,6 +1,6 @@
 """``epfabric bench``: simulated cycles/s of the whole machine per backend; ``--scale`` for the scale probe.
 
-Front end of the ``speed`` experiment (:mod:`epfabric.sim.experiments.speed`).
+Front end of the ``speed`` experiment (:mod:`epfabric.sim.lab.experiments.speed`).
 """
 
 import os
@@ -8,9 +8,9 @@ import os
 from ...hw.validate import UserError, check_choice
 from ..backends import SIMULATORS, missing_reason
 from ..backends.toolchain import OPT_LEVELS, check_opt, parse_backends
-from ..experiments import EXPERIMENTS
-from ..experiments.speed import (BENCH_OPT, SCALE_BACKEND, SCALE_LADDER, SCALE_OPT, SHAPES,
-                                 parse_shapes, ratios, scale)
+from ..lab.experiments import EXPERIMENTS
+from ..lab.experiments.speed import (BENCH_OPT, SCALE_BACKEND, SCALE_LADDER, SCALE_OPT, SHAPES,
+                                     parse_shapes, ratios, scale)
 from .common import check_output, usable_backends, write_json
 
 __all__ = ["add_arguments", "prepare"]

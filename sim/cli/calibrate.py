@@ -1,13 +1,13 @@
 """``epfabric calibrate --preset NAME``: latency and bandwidth per distance class next to the preset's.
 
-Front end of the ``calibrate`` experiment (:mod:`epfabric.sim.experiments.calibrate`).
+Front end of the ``calibrate`` experiment (:mod:`epfabric.sim.lab.experiments.calibrate`).
 """
 
 import sys
 
 from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS
-from ..experiments.calibrate import format_report, calibrate
+from ..lab.experiments.calibrate import format_report, calibrate
 from .common import check_output, positive, write_json
 
 __all__ = ["add_arguments", "prepare"]

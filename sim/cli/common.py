@@ -5,6 +5,7 @@ import json
 
 from ...hw.validate import UserError, check_int
 from ..backends import missing_reason
+from .. import __version__
 from ..output import check_output, write_atomic
 
 __all__ = ["positive", "max_cycles", "write_json", "check_output", "parse_params", "usable_backends"]
@@ -25,7 +26,12 @@ def max_cycles(option, value):
 
 
 def write_json(path, obj):
-    """Write ``obj`` as indented JSON to ``path`` atomically and say so."""
+    """Write ``obj`` as indented JSON to ``path`` atomically and say so.
+
+    A dict gets an ``"epfabric"`` key with the version that wrote it.
+    """
+    if isinstance(obj, dict):
+        obj = {"epfabric": __version__, **obj}
     write_atomic(path, json.dumps(obj, indent=2) + "\n")
     print(f"wrote {path}")
 

@@ -1,9 +1,9 @@
 """``epfabric demo``: UBEP Algorithm 1 (quaternary search) on the simulated vector unit.
 
-Front end of the ``quaternary`` experiment (:mod:`epfabric.sim.experiments.quaternary`).
+Front end of the ``quaternary`` experiment (:mod:`epfabric.sim.lab.experiments.quaternary`).
 """
 
-from ..experiments import EXPERIMENTS
+from ..lab.experiments import EXPERIMENTS
 
 __all__ = ["add_arguments", "prepare"]
 

@@ -1,13 +1,13 @@
 """``epfabric fabric-speed``: cycles/s of a superpod fabric under saturating uniform traffic.
 
-Front end of the ``fabric_speed`` experiment (:mod:`epfabric.sim.experiments.fabric_speed`).
+Front end of the ``fabric_speed`` experiment (:mod:`epfabric.sim.lab.experiments.fabric_speed`).
 """
 
 import os
 
 from ..backends.toolchain import check_opt, parse_backends
-from ..experiments import EXPERIMENTS
-from ..experiments.fabric_speed import DEFAULT_CYCLES
+from ..lab.experiments import EXPERIMENTS
+from ..lab.experiments.fabric_speed import DEFAULT_CYCLES
 from .common import check_output, usable_backends, write_json
 
 __all__ = ["add_arguments", "prepare"]

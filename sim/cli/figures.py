@@ -3,8 +3,8 @@
 from pathlib import Path
 
 from ...hw.validate import UserError
-from ..experiments import EXPERIMENTS
-from ..results.reproduce import redraw, write_summary
+from ..lab.experiments import EXPERIMENTS
+from ..lab.reproduce import redraw, write_summary
 
 __all__ = ["add_arguments", "prepare"]
 

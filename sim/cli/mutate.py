@@ -1,7 +1,7 @@
 """``epfabric mutate [--only NAME[,NAME]] [--list] [--json FILE] [-j N]``: the curated mutation suite.
 
-Each mutation (``sim/mutations.py``) breaks one thing on purpose in a copy of
-the tracked tree and runs the tests that should notice (:mod:`epfabric.sim.mutate`);
+Each mutation (``sim/verify/mutations.py``) breaks one thing on purpose in a copy of
+the tracked tree and runs the tests that should notice (:mod:`epfabric.sim.verify.mutate`);
 the result is ``build/mutations.json`` and one summary line. Exit 1 if a
 mutation not documented as harmless is not caught, or cannot be applied.
 """
@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ...hw.validate import UserError
-from .. import mutate
+from ..verify import mutate
 from .common import check_output, positive, write_json
 
 __all__ = ["add_arguments", "prepare"]

@@ -1,6 +1,6 @@
 """``epfabric prove [NAME ...|--all] [--depth N] [--json FILE]``: formal properties of the blocks.
 
-Front end of :mod:`epfabric.sim.formal`: prints proved / counterexample (with
+Front end of :mod:`epfabric.sim.flows.formal`: prints proved / counterexample (with
 the VCD path) / unknown per property. A property expected to fail (the
 non-atomic port's torn read) counts as passing only when its counterexample
 is found. Exit status 1 when a property that should hold is not proved or an
@@ -8,7 +8,8 @@ expected counterexample is not found, 2 on bad input.
 """
 
 from ...hw.validate import UserError
-from ..formal import DEFAULT_TIMEOUT, SOLVERS, format_table, missing_tool, registry, run_property
+from ..flows.formal import (DEFAULT_TIMEOUT, SOLVERS, format_table, missing_tool, registry,
+                            run_property)
 from ..output import progress
 from .common import check_output, positive, write_json
 

@@ -1,10 +1,10 @@
 """``epfabric races [--scenario NAME ...] [--json FILE]``: the synchronization-race catalog.
 
-Front end of the ``races`` experiment (:mod:`epfabric.sim.experiments.races`).
+Front end of the ``races`` experiment (:mod:`epfabric.sim.lab.experiments.races`).
 """
 
-from ..experiments import EXPERIMENTS
-from ..experiments.races import SCENARIOS
+from ..lab.experiments import EXPERIMENTS
+from ..lab.experiments.races import SCENARIOS
 from .common import check_output, write_json
 
 __all__ = ["add_arguments", "prepare"]

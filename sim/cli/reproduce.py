@@ -1,16 +1,16 @@
 """``epfabric reproduce [NAME ...|all] -o DIR``: every paper figure as CSV + JSON + PNG, and a summary.
 
-Front end of :mod:`epfabric.sim.results`. Experiments come from
-:data:`epfabric.sim.experiments.EXPERIMENTS`; points are cached
+Front end of :mod:`epfabric.sim.lab.results`. Experiments come from
+:data:`epfabric.sim.lab.experiments.EXPERIMENTS`; points are cached
 (``build/results``), so a rerun reads what it has and a killed sweep resumes.
 """
 
 from ...hw.validate import UserError
-from ..experiments import EXPERIMENTS
+from ..lab.experiments import EXPERIMENTS
 from ..backends import SIMULATORS
 from ..output import check_output_dir
-from ..results.reproduce import reproduce
-from ..results.sweep import SCHEDULERS, have_dask, open_scheduler
+from ..lab.reproduce import reproduce
+from ..lab.sweep import SCHEDULERS, have_dask, open_scheduler
 from .common import positive
 
 __all__ = ["add_arguments", "prepare"]

@@ -7,7 +7,7 @@ here: the kernel chooses its default preset, shape and sizes, runs through
 ``--vcd FILE`` dumps the run on any backend (Amaranth's simulator: VCD;
 Icarus and Verilator: their own tracing, VCD or — for a ``.fst`` name — FST;
 Verilator builds a separate, tracing model only then) and writes
-``FILE.gtkw`` (:func:`~epfabric.sim.waveforms.machine_view`): zoomed on the
+``FILE.gtkw`` (:func:`~epfabric.sim.backends.waveforms.machine_view`): zoomed on the
 run (markers A/B on its start and end), per ``--vcd-scope`` die/core the
 core's state, pc, wait address and MARK events, the die's UB port commits
 and its links' occupancy. A kernel that runs several machines (``syncall``)
@@ -25,7 +25,7 @@ from ...sw.machine import WatchdogTimeout
 from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS
 from ..backends.machine import backend as make_backend
-from ..waveforms import Waveform, parse_scopes
+from ..backends.waveforms import Waveform, parse_scopes
 from .common import check_output, max_cycles, parse_params, positive, write_json
 
 __all__ = ["add_arguments", "prepare"]
@@ -186,7 +186,7 @@ def _write_gtkw(waveform, scopes):
     """Write the .gtkw of every dump ``waveform`` collected and say where they are."""
     from ...hw.instances import mark_used
     from ...hw.ub_port import UBOp
-    from ..waveforms import generic_view, machine_view, read_dump, write_gtkw
+    from ..backends.waveforms import generic_view, machine_view, read_dump, write_gtkw
     if waveform is None:
         return
     for run in waveform.runs:

@@ -1,6 +1,6 @@
 """``epfabric soak [--blocks N] [--pattern P ...] [--seed S ...] [--json FILE]``: long soaks.
 
-Front end of :mod:`epfabric.sim.soak`: runs the scoreboarded superpod fabric
+Front end of :mod:`epfabric.sim.verify.soak`: runs the scoreboarded superpod fabric
 (32-rank ``cm384`` by default, Verilator) for every (pattern, seed) and
 prints blocks moved, simulated cycles, wall time and the scoreboard (lost,
 misrouted, out of order). Exit status 1 when a soak fails its scoreboard
@@ -10,11 +10,11 @@ misrouted, out of order). Exit status 1 when a soak fails its scoreboard
 random data seeds and machine shapes, each run checked against numpy.
 """
 
-from ...hw.soak import PATTERNS
+from ..tb.soak import PATTERNS
 from ...hw.validate import UserError, check_int
 from ..backends import SIMULATORS, missing_reason
 from ..output import progress
-from ..soak import DEFAULT_SHAPE, ok, run_soak
+from ..verify.soak import DEFAULT_SHAPE, ok, run_soak
 from .common import check_output, positive, write_json
 
 __all__ = ["add_arguments", "prepare"]
@@ -69,7 +69,7 @@ def prepare(args):
             raise UserError(f"--kernel takes one --seed (it draws every run's seed), not "
                             f"{len(args.seed)}: {args.seed}")
         return _kernel_job(args)
-    from ..soak import soak_fabric
+    from ..verify.soak import soak_fabric
     probe = soak_fabric(shape=shape)
     probe._MustUse__silence = True
     ranks = probe.ranks
@@ -107,7 +107,7 @@ def _kernel_job(args):
                         f"not {args.kernel!r}")
     if "seed" not in KERNELS[args.kernel].params:
         raise UserError(f"--kernel {args.kernel} has no seed parameter to vary")
-    from ..soak import kernel_soak
+    from ..verify.soak import kernel_soak
 
     def show(row):
         print(f"{row['kernel']} run {row['run']}: {row['topology']} x {row['aivs']} AIVs, seed "

@@ -1,7 +1,7 @@
 """``epfabric synth NAME [--param k=v ...] [--target T] [--device D] [--pnr] [--json FILE]``.
 
 Synthesis (Yosys) and place-and-route (nextpnr) report of a registered
-component for an FPGA, from the YoWASP wheels (:mod:`epfabric.sim.verilog.synth`).
+component for an FPGA, from the YoWASP wheels (:mod:`epfabric.sim.flows.synth`).
 ``--all`` reports every registered component at its defaults and the FPGA
 top at a few AIV counts, as a CSV and a Markdown table with what fits.
 """
@@ -11,11 +11,10 @@ import sys
 
 from ...hw.instances import mark_used
 from ...hw.validate import UserError
-from ..verilog.registry import build_component, registered
-from ..verilog.synth import (DEFAULT_AIVS, FPGA_TOP, TARGETS, SynthError, check_device,
-                             check_target,
-                             csv_text, markdown_table, missing_tool, scaling, synth_dir,
-                             synthesize, synthesize_all)
+from ..flows.registry import build_component, registered
+from ..flows.synth import (DEFAULT_AIVS, FPGA_TOP, TARGETS, SynthError, check_device, check_target,
+                           csv_text, markdown_table, missing_tool, scaling, synth_dir, synthesize,
+                           synthesize_all)
 from .common import check_output, parse_params, positive, write_json
 
 __all__ = ["add_arguments", "prepare"]

@@ -3,8 +3,8 @@
 from ...hw.instances import mark_used
 from ...hw.validate import UserError
 from ..output import check_output_dir
-from ..verilog.export import write_verilog
-from ..verilog.registry import build_component, registered
+from ..flows.export import write_verilog
+from ..flows.registry import build_component, registered
 from .common import parse_params
 
 __all__ = ["add_arguments", "prepare"]

@@ -9,13 +9,9 @@
 * :mod:`.layout` — where everything lives in HBM;
 * :mod:`.cann`, :mod:`.ubep` — the dispatch programs (CANN's BSP baseline,
   UBEP's decomposed kernel); :mod:`.combine` — both combines;
-* :mod:`.buffer` — :class:`Buffer`, the DeepEP-like API
-  (``get_dispatch_layout``, ``dispatch``, ``combine``).
 
 The ``dispatch``/``combine`` kernels (``epfabric run dispatch|combine``) are
-in :mod:`epfabric.sw.kernels`.
+in :mod:`epfabric.sw.kernels`; the DeepEP-like API on top of them
+(:class:`~epfabric.sw.buffer.Buffer`: ``get_dispatch_layout``, ``dispatch``,
+``combine``) is :mod:`epfabric.sw.buffer`.
 """
-
-from .buffer import Buffer, DispatchError
-
-__all__ = ["Buffer", "DispatchError"]

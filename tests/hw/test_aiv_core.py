@@ -1,7 +1,7 @@
 """AIV core (hw/aiv_core.py): every instruction run on the core, cycle costs, three simulators.
 
 All programs of this file run in ONE testbench run per simulator (a module
-fixture), against the Python memory model of :mod:`epfabric.sim.models.core_memory`.
+fixture), against the Python memory model of :mod:`epfabric.sim.tb.core_memory`.
 """
 
 import random
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from epfabric.hw.aiv_core import AIVCore
-from epfabric.sim.models.core_memory import MEM_LATENCY as L
-from epfabric.sim.models.core_memory import run_programs
+from epfabric.sim.tb.core_memory import MEM_LATENCY as L
+from epfabric.sim.tb.core_memory import run_programs
 from epfabric.sw.assembler import Program, assemble
 from epfabric.hw.isa import BY_MNEMONIC, address
 

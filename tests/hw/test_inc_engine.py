@@ -160,8 +160,8 @@ def test_flit_layout_has_message_header():
 
 def test_verilog_export_lints_clean(tmp_path):
     require_simulator("verilator")
-    from epfabric.sim.verilog.lint import lint_file
-    from epfabric.sim.verilog.registry import build_component
+    from epfabric.sim.flows.lint import lint_file
+    from epfabric.sim.flows.registry import build_component
     path = tmp_path / "inc_engine.v"
     path.write_text(verilog.convert(build_component("inc_engine"), name="inc_engine",
                                     emit_src=False))

@@ -1,4 +1,4 @@
-"""Race tops (hw/race.py): parameters, interface, and signal names a waveform can show as they are.
+"""Race tops (sim/tb/race.py): parameters, interface, and signal names a waveform can show as they are.
 
 The scenarios' outcomes are the catalog's (tests/sim/test_races.py); these
 tests pin what the hardware promises a waveform: every displayed signal has
@@ -11,8 +11,8 @@ import pytest
 from amaranth.hdl import Fragment, Value
 from amaranth.lib.wiring import In
 
-from epfabric.hw.race import (BLOCKS, NEW_FLAG, NO_CYCLE, OUTPUTS, Case, RaceCase, RaceTop, Step,
-                              marker, row)
+from epfabric.sim.tb.race import (BLOCKS, NEW_FLAG, NO_CYCLE, OUTPUTS, Case, RaceCase, RaceTop,
+                                  Step, marker, row)
 from epfabric.hw.ub_port import UBOp
 from epfabric.sw import dataflag
 from utils import ComponentSpec, run

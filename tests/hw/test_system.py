@@ -224,7 +224,7 @@ def test_preset_shape_maxima_are_checked_by_the_factory():
 def test_verilog_has_one_die_module_shared_by_every_rank():
     """The simulation Verilog defines the die once; every rank instantiates it with its rank."""
     import re
-    from epfabric.sim.verilog.simulation import verilog_of
+    from epfabric.sim.backends.verilog import verilog_of
     text = verilog_of(spec(("superpod", 2, 2, 1)), "verilator")
     modules = re.findall(r"^module \\?(\S+?)[ (]", text, re.M)
     assert modules.count("epf_die") == 1
@@ -252,7 +252,7 @@ def test_shared_core_module_gets_each_core_its_id(simulator):
     """
     require_simulator(simulator)
     import re
-    from epfabric.sim.verilog.simulation import verilog_of
+    from epfabric.sim.backends.verilog import verilog_of
     sp = spec(("superpod", 2, 1, 1), aivs=3)
     if simulator != "pysim":
         text = verilog_of(sp, simulator)
@@ -282,7 +282,7 @@ def test_shared_switch_modules_route_as_the_constant_switches(simulator):
     """
     require_simulator(simulator)
     import re
-    from epfabric.sim.verilog.simulation import verilog_of
+    from epfabric.sim.backends.verilog import verilog_of
     sp = spec(("superpod", 2, 2, 2))
     if simulator != "pysim":
         text = verilog_of(sp, simulator)

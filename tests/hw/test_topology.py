@@ -19,7 +19,7 @@ RANKS = 8   # the calibration fabric of `tiny`: 2 dies/NPU, 2 NPUs/board, 2 boar
 
 
 def spec(data_bytes=2):
-    return ComponentSpec("epfabric.sim.experiments.calibrate:calibration_fabric",
+    return ComponentSpec("epfabric.sim.lab.experiments.calibrate:calibration_fabric",
                          {"preset": "tiny", "data_bytes": data_bytes})
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from epfabric.hw.traffic import TrafficFabric, traffic_seed, xorshift32
-from epfabric.sim.experiments.fabric_speed import speed_intent, traffic_spec
+from epfabric.sim.tb.traffic import TrafficFabric, traffic_seed, xorshift32
+from epfabric.sim.lab.experiments.fabric_speed import speed_intent, traffic_spec
 from epfabric.sw.presets import get_preset
 from utils import run, tiny_timing
 

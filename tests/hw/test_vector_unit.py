@@ -5,7 +5,7 @@ import random
 import pytest
 
 from epfabric.hw.vector_unit import Cond, VecOp, VectorUnit
-from epfabric.sim.models.vector_commands import command, reference, run_commands
+from epfabric.sim.tb.vector_commands import command, reference, run_commands
 
 from utils import VECTOR_SPEC as SPEC
 from utils import run

@@ -1,4 +1,4 @@
-"""``epfabric agrs`` (sim/experiments/agrs.py, sim/cli/agrs.py): three simulators, CLI, and the INC-MoE §3.2 bandwidth claims.
+"""``epfabric agrs`` (sim/lab/experiments/agrs.py, sim/cli/agrs.py): three simulators, CLI, and the INC-MoE §3.2 bandwidth claims.
 
 * One small N=4 INC machine (uneven counts, two operations) on pysim, Icarus
   and Verilator through the machine backends: identical results, counters,
@@ -21,8 +21,8 @@ import pytest
 from epfabric.sim.backends import run
 from epfabric.sim.backends.machine import backend, machine_spec, session_intent
 from epfabric.sim.cli import main
-from epfabric.sim.experiments import EXPERIMENTS
-from epfabric.sim.experiments import agrs as experiment
+from epfabric.sim.lab.experiments import EXPERIMENTS
+from epfabric.sim.lab.experiments import agrs as experiment
 from epfabric.sw.config import AgrsConfig
 from epfabric.sw.kernels.agrs import KERNEL
 from epfabric.sw.machine import Backend, Machine

@@ -7,8 +7,8 @@ import pytest
 from epfabric.sim import backends
 from epfabric.sim.backends import SimulationError, stream_get, stream_put, wait_until
 from epfabric.sim.backends.cocotb_runner import _public_ports_vlt, build, build_dir_for
-from epfabric.sim.verilog.simulation import TOPLEVEL, has_reset, verilog_of
-from epfabric.sim.models.vector_commands import command, run_commands
+from epfabric.sim.backends.verilog import TOPLEVEL, has_reset, verilog_of
+from epfabric.sim.tb.vector_commands import command, run_commands
 
 from utils import VECTOR_SPEC as SPEC
 from utils import ComponentSpec, require_simulator, run

@@ -1,11 +1,11 @@
-"""``epfabric calibrate`` (sim/experiments/calibrate.py): measured latency and bandwidth per class against the preset."""
+"""``epfabric calibrate`` (sim/lab/experiments/calibrate.py): measured latency and bandwidth per class against the preset."""
 
 import json
 
 import pytest
 
-from epfabric.sim.experiments import EXPERIMENTS
-from epfabric.sim.experiments.calibrate import calibration_fabric, format_report, calibrate
+from epfabric.sim.lab.experiments import EXPERIMENTS
+from epfabric.sim.lab.experiments.calibrate import calibration_fabric, format_report, calibrate
 from epfabric.sim.cli import main as cli
 
 
@@ -60,7 +60,7 @@ def test_experiment_rows_and_report(monkeypatch):
         return {"preset": preset, "backend": kw["backend"], "latency_ns": {"one_hop": 1000.0},
                 "target_latency_ns": {"one_hop": 1000.0}, "bandwidth_gbps": {"one_hop": 12.4},
                 "target_bandwidth_gbps": {"one_hop": 12.5}, "latency_cycles": {"one_hop": 1000}}
-    monkeypatch.setattr("epfabric.sim.experiments.calibrate.calibrate", fake_measure)
+    monkeypatch.setattr("epfabric.sim.lab.experiments.calibrate.calibrate", fake_measure)
     rows = exp.run(preset="incmoe-testbed", blocks=24)
     assert calls == [("incmoe-testbed", {"backend": "pysim", "blocks": 24, "data_bytes": 4,
                                          "verbose": False})]

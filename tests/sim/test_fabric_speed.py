@@ -1,12 +1,12 @@
-"""``epfabric fabric-speed`` (sim/experiments/fabric_speed.py): cycles/s of a loaded superpod fabric."""
+"""``epfabric fabric-speed`` (sim/lab/experiments/fabric_speed.py): cycles/s of a loaded superpod fabric."""
 
 import json
 
 import pytest
 
 from epfabric.sim.cli import main
-from epfabric.sim.experiments import EXPERIMENTS
-from epfabric.sim.experiments.fabric_speed import traffic_spec
+from epfabric.sim.lab.experiments import EXPERIMENTS
+from epfabric.sim.lab.experiments.fabric_speed import traffic_spec
 
 
 def test_small_pysim_run(tmp_path, capsys):
@@ -45,7 +45,7 @@ def test_traffic_spec_checks_the_shape_against_the_preset():
 def test_bad_input_one_line_before_any_simulation(argv, message, capsys, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("a simulation was started")
-    monkeypatch.setattr("epfabric.sim.experiments.fabric_speed.run_backend", forbidden)
+    monkeypatch.setattr("epfabric.sim.lab.experiments.fabric_speed.run_backend", forbidden)
     assert main(["fabric-speed", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("epfabric fabric-speed: error: ") and "\n" not in err

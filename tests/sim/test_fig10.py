@@ -1,9 +1,9 @@
-"""The ``fig10`` experiment (sim/experiments/fig10.py): Data-as-Flag vs stop-and-wait latency."""
+"""The ``fig10`` experiment (sim/lab/experiments/fig10.py): Data-as-Flag vs stop-and-wait latency."""
 
 import pytest
 
-from epfabric.sim.experiments import EXPERIMENTS
-from epfabric.sim.experiments.fig10 import DAF, PAPER, QUICK_SIZES, TOPOLOGIES, machine_config
+from epfabric.sim.lab.experiments import EXPERIMENTS
+from epfabric.sim.lab.experiments.fig10 import DAF, PAPER, QUICK_SIZES, TOPOLOGIES, machine_config
 from epfabric.sw.kernels.daf import PROTOCOLS
 
 from utils import require_simulator

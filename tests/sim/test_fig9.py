@@ -1,11 +1,11 @@
-"""The ``fig9`` experiment (sim/experiments/fig9.py): per-AIV Token-Sending time, four variants."""
+"""The ``fig9`` experiment (sim/lab/experiments/fig9.py): per-AIV Token-Sending time, four variants."""
 
 import statistics
 
 import pytest
 
-from epfabric.sim.experiments import EXPERIMENTS
-from epfabric.sim.experiments.fig9 import PAPER, VARIANTS
+from epfabric.sim.lab.experiments import EXPERIMENTS
+from epfabric.sim.lab.experiments.fig9 import PAPER, VARIANTS
 from epfabric.sw.ubep.workload import Workload
 
 from utils import require_simulator

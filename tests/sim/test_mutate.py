@@ -1,4 +1,4 @@
-"""``epfabric mutate`` (sim/mutate.py, sim/mutations.py): the harness, not the suite.
+"""``epfabric mutate`` (sim/verify/mutate.py, sim/verify/mutations.py): the harness, not the suite.
 
 Copies, exact-once edits, stale mutations, imports pinned to the copy, the
 cache key, per-test outcomes, the JSON and the summary line. Only two tiny
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from epfabric.sim import mutate
+from epfabric.sim.verify import mutate
 from epfabric.sim.cli import main
-from epfabric.sim.verilog.simulation import source_hash
+from epfabric.sim.backends.verilog import source_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 MUTATIONS = mutate.load_mutations()
@@ -122,7 +122,7 @@ def test_outcomes_of_a_caught_and_an_uncaught_run():
 
 def test_a_test_file_that_no_longer_imports_counts_as_failing():
     """A mutation that removes a name a test file imports fails that file's tests."""
-    gone = mutate.Mutation(name="gone", file="hw/race.py",
+    gone = mutate.Mutation(name="gone", file="sim/tb/race.py",
                            edits=(("def marker(block_row):", "def markers(block_row):"),),
                            description="", tests=("tests/hw/test_race.py::test_bad_case",))
     outcome = mutate.run_mutation(gone)

@@ -14,7 +14,7 @@ import pytest
 from epfabric.sim.backends import SimulationError
 from epfabric.sim.backends.native import NativeTestbench, build_native, netlist_of, run_native
 from epfabric.sim.backends.machine import machine_spec
-from epfabric.sim.verilog.native import GLUE, decode_verilator_name, native_design
+from epfabric.sim.backends.native_build import GLUE, decode_verilator_name, native_design
 from utils import VECTOR_SPEC, machine, require_simulator
 
 

@@ -1,4 +1,4 @@
-"""``epfabric prove`` (sim/formal.py, hw/formal/): formal properties really checked by SymbiYosys.
+"""``epfabric prove`` (sim/flows/formal.py, sim/tb/formal/): formal properties really checked by SymbiYosys.
 
 Every property CI runs (not marked ``slow``) is checked and must come out as
 expected; the slow ones run under ``make test-slow``. Each block has a
@@ -13,8 +13,8 @@ import os
 import pytest
 
 from epfabric.sim.cli import main
-from epfabric.sim.formal import missing_tool, registry, run_covers, run_property
-from epfabric.sim.waveforms import read_dump, read_gtkw
+from epfabric.sim.flows.formal import missing_tool, registry, run_covers, run_property
+from epfabric.sim.backends.waveforms import read_dump, read_gtkw
 
 from utils import require
 

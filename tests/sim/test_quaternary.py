@@ -1,11 +1,11 @@
-"""``epfabric demo`` (sim/experiments/quaternary.py): the quaternary search on the simulated vector unit."""
+"""``epfabric demo`` (sim/lab/experiments/quaternary.py): the quaternary search on the simulated vector unit."""
 
 import re
 
 import pytest
 
 from epfabric.sim.cli import main
-from epfabric.sim.experiments import EXPERIMENTS
+from epfabric.sim.lab.experiments import EXPERIMENTS
 
 
 @pytest.mark.parametrize("argv, entries", [

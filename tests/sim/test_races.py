@@ -1,4 +1,4 @@
-"""Race catalog (sim/experiments/races.py, hw/race.py): every scenario misbehaves unsafe and never safe,
+"""Race catalog (sim/lab/experiments/races.py, sim/tb/race.py): every scenario misbehaves unsafe and never safe,
 and its .gtkw opens on the moment that matters."""
 
 import json
@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from epfabric.hw.race import NEW_FLAG, ReaderState
+from epfabric.sim.tb.race import NEW_FLAG, ReaderState
 from epfabric.sim import cli
-from epfabric.sim.experiments import EXPERIMENTS, races
-from epfabric.sim.waveforms import read_gtkw
+from epfabric.sim.lab.experiments import EXPERIMENTS, races
+from epfabric.sim.backends.waveforms import read_gtkw
 
 
 def parse_vcd(path):
@@ -213,7 +213,7 @@ def test_bad_scenario():
 def test_cli_json_folder_missing(capsys, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("a simulation was started")
-    monkeypatch.setattr("epfabric.sim.experiments.races.run_catalog", forbidden)
+    monkeypatch.setattr("epfabric.sim.lab.experiments.races.run_catalog", forbidden)
     assert cli.main(["races", "--json", "/missing-folder/r.json"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("epfabric races: error: --json '/missing-folder/r.json'") and "\n" not in err

@@ -1,4 +1,4 @@
-"""``epfabric reproduce`` / ``epfabric figures`` (sim/results/): grids, cache, Dask, faults, files."""
+"""``epfabric reproduce`` / ``epfabric figures`` (sim/lab/results/): grids, cache, Dask, faults, files."""
 
 import importlib.util
 import json
@@ -11,9 +11,9 @@ import time
 import pytest
 
 from epfabric.sim.cli import main
-from epfabric.sim.experiments import EXPERIMENTS, Experiment, Param, register
-from epfabric.sim.results import cache, files
-from epfabric.sim.results.reproduce import reproduce
+from epfabric.sim.lab.experiments import EXPERIMENTS, Experiment, Param, register
+from epfabric.sim.lab.results import cache, files
+from epfabric.sim.lab.reproduce import reproduce
 
 from utils import require
 
@@ -189,7 +189,7 @@ def test_every_experiments_points_are_submitted_before_the_first_is_collected(
         tmp_path, result_cache, monkeypatch):
     """On Dask, one experiment's build overlaps another's runs: ``reproduce`` submits every
     parallel experiment's points before it waits on any; timing experiments run first, alone."""
-    from epfabric.sim.results import sweep
+    from epfabric.sim.lab import sweep
 
     events = []
 

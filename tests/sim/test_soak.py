@@ -1,4 +1,4 @@
-"""``epfabric soak`` (sim/soak.py, hw/soak.py): the scoreboarded random-traffic fabric soak.
+"""``epfabric soak`` (sim/verify/soak.py, sim/tb/soak.py): the scoreboarded random-traffic fabric soak.
 
 CI runs a small fabric on Amaranth's simulator, checks that the hardware
 scoreboard catches a duplicated block (negative control) and that the CLI
@@ -11,7 +11,7 @@ import json
 import pytest
 
 from epfabric.sim.cli import main
-from epfabric.sim.soak import kernel_soak, ok, run_soak
+from epfabric.sim.verify.soak import kernel_soak, ok, run_soak
 
 from utils import require_simulator
 

@@ -1,4 +1,4 @@
-"""``epfabric bench`` (sim/experiments/speed.py): cycles per second per backend, measured not assumed."""
+"""``epfabric bench`` (sim/lab/experiments/speed.py): cycles per second per backend, measured not assumed."""
 
 import functools
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from epfabric.sim.cli import main
-from epfabric.sim.experiments import speed
+from epfabric.sim.lab.experiments import speed
 
 
 def test_pysim_row(tmp_path, capsys, monkeypatch):

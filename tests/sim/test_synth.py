@@ -1,4 +1,4 @@
-"""``epfabric synth`` (sim/verilog/synth.py): synthesis and place-and-route reports from YoWASP tools.
+"""``epfabric synth`` (sim/flows/synth.py): synthesis and place-and-route reports from YoWASP tools.
 
 One small component is really synthesised, placed and routed (seconds once
 YoWASP has compiled its WebAssembly); the report parsing, the scaling fit and
@@ -13,9 +13,9 @@ import json
 import pytest
 
 from epfabric.sim.cli import main
-from epfabric.sim.verilog import synth
-from epfabric.sim.verilog.synth import (SynthError, csv_text, markdown_table, missing_tool,
-                                        scaling, synthesize)
+from epfabric.sim.flows import synth
+from epfabric.sim.flows.synth import (SynthError, csv_text, markdown_table, missing_tool, scaling,
+                                      synthesize)
 
 from utils import require
 

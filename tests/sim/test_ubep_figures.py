@@ -8,8 +8,8 @@ the smoke versions in ``test_ubep_runs.py``.
 
 import pytest
 
-from epfabric.sim.experiments import EXPERIMENTS
-from epfabric.sim.results.reproduce import reproduce_one
+from epfabric.sim.lab.experiments import EXPERIMENTS
+from epfabric.sim.lab.reproduce import reproduce_one
 from utils import require_simulator
 
 pytestmark = pytest.mark.slow
@@ -85,7 +85,7 @@ def test_fig14_one_counting_aiv_wins_even_where_app_a_fits_five(tmp_path):
     """Counting is cheap on this vector unit (3 experts per vcount), so each AIV moved from
     sending to counting lengthens Token-Sending more than it shortens counting."""
     doc = quick("fig14", tmp_path)
-    from epfabric.sim.experiments.ubep_cumsum import best_groups
+    from epfabric.sim.lab.experiments.ubep_cumsum import best_groups
     assert set(best_groups(doc["rows"]).values()) == {1}
     assert any(r["fit_c"] > 4 for r in doc["rows"])
     for batch in {r["batch"] for r in doc["rows"]}:

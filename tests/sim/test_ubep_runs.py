@@ -1,13 +1,13 @@
-"""The shared CANN-vs-UBEP dispatch runs of the UBEP experiments (sim/experiments/ubep_runs.py)."""
+"""The shared CANN-vs-UBEP dispatch runs of the UBEP experiments (sim/lab/experiments/ubep_runs.py)."""
 
 import pytest
 
 from epfabric.hw.validate import UserError
 from epfabric.sim.backends.machine import backend
-from epfabric.sim.experiments import EXPERIMENTS
-from epfabric.sim.experiments.ubep_runs import (ENVELOPE, STAGES, cap_for, compare_systems,
-                                                config_of, grid, measure_dispatch, phase_stack,
-                                                shape_of)
+from epfabric.sim.lab.experiments import EXPERIMENTS
+from epfabric.sim.lab.experiments.ubep_runs import (ENVELOPE, STAGES, cap_for, compare_systems,
+                                                    config_of, grid, measure_dispatch, phase_stack,
+                                                    shape_of)
 from epfabric.sw.kernels import run_kernel
 from utils import require_simulator
 
@@ -143,7 +143,7 @@ def test_an_experiment_measures_judges_and_draws_a_small_grid(name, cells, aivs,
         for r in rows:
             assert sum(r[s] for s in STAGES) <= r["run_cycles"]
     elif name == "fig14":
-        from epfabric.sim.experiments.ubep_cumsum import best_groups
+        from epfabric.sim.lab.experiments.ubep_cumsum import best_groups
         for (ranks, batch), c in best_groups(rows).items():
             cell = [r for r in rows if r["batch"] == batch]
             assert min(cell, key=lambda r: r["cycles"])["cycles"] == \

@@ -1,12 +1,12 @@
-"""``epfabric verilog`` (sim/verilog/export.py) and the component registry: every component converts and lints."""
+"""``epfabric verilog`` (sim/flows/export.py) and the component registry: every component converts and lints."""
 
 import pytest
 
 from epfabric.sim.cli import main
 from epfabric.sim.cli.common import parse_params
-from epfabric.sim.verilog.export import write_verilog
-from epfabric.sim.verilog.lint import WAIVERS, lint_file
-from epfabric.sim.verilog.registry import build_component, registered
+from epfabric.sim.flows.export import write_verilog
+from epfabric.sim.flows.lint import WAIVERS, lint_file
+from epfabric.sim.flows.registry import build_component, registered
 
 from utils import require_simulator
 
@@ -92,7 +92,7 @@ def test_param_with_all_is_refused(capsys, tmp_path):
 def test_simulation_verilog_is_cached_on_disk_per_design_and_per_module(tmp_path, monkeypatch):
     """A fresh process reads the design's Verilog from disk; another shape reuses the shared modules."""
     from epfabric.sim.backends import ComponentSpec
-    from epfabric.sim.verilog import simulation
+    from epfabric.sim.backends import verilog as simulation
     from utils import system_spec
     monkeypatch.setenv("EPFABRIC_BUILD_DIR", str(tmp_path))
     monkeypatch.setattr(simulation, "_VERILOG", {})

@@ -1,4 +1,4 @@
-"""Waveforms a person can read (sim/waveforms.py): dump headers, .gtkw files, ``epfabric run --vcd``.
+"""Waveforms a person can read (sim/backends/waveforms.py): dump headers, .gtkw files, ``epfabric run --vcd``.
 
 The save files are checked the way GTKWave reads them: every trace names a
 variable of the dump, the window GTKWave computes from ``[timestart]``, the
@@ -18,9 +18,9 @@ from enum import Enum
 import pytest
 
 from epfabric.sim.cli import main
-from epfabric.sim.waveforms import (Comment, Group, Marker, Trace, Waveform, _lz4_block,
-                                    fit_gtkw, parse_scopes, read_dump, read_gtkw, sanitize_vcd,
-                                    write_gtkw, zoom_for)
+from epfabric.sim.backends.waveforms import (Comment, Group, Marker, Trace, Waveform, _lz4_block,
+                                             fit_gtkw, parse_scopes, read_dump, read_gtkw,
+                                             sanitize_vcd, write_gtkw, zoom_for)
 
 from utils import require
 
@@ -266,8 +266,8 @@ def test_run_vcd_on_every_backend(simulator, tmp_path, capsys):
 def test_race_waveform_on_every_simulator(simulator, tmp_path):
     """A race top traced by each simulator: same measured cycles, a .gtkw whose markers sit on them."""
     from epfabric.sim.backends import ComponentSpec, run
-    from epfabric.sim.experiments import races
-    spec = ComponentSpec("epfabric.sim.experiments.races:race_top", {"scenario": "torn_read"})
+    from epfabric.sim.lab.experiments import races
+    spec = ComponentSpec("epfabric.sim.lab.experiments.races:race_top", {"scenario": "torn_read"})
     wave = Waveform(tmp_path / f"torn-{simulator}.vcd", watch=("unsafe.done",))
     result, _cycles = run(spec, races._race_intent, simulator=simulator, waveform=wave)
     if simulator != "pysim":      # the same hardware: the same measured outputs
@@ -295,9 +295,9 @@ def test_race_waveform_on_every_simulator(simulator, tmp_path):
 def test_one_dump_per_run(tmp_path):
     """A kernel that runs several machines (syncall) gets FILE, FILE-2, ...: each run its own dump."""
     from epfabric.sim.backends import ComponentSpec, run
-    from epfabric.sim.experiments import races
+    from epfabric.sim.lab.experiments import races
     wave = Waveform(tmp_path / "r.vcd", watch=("unsafe.done",))
-    spec = ComponentSpec("epfabric.sim.experiments.races:race_top", {"scenario": "torn_read"})
+    spec = ComponentSpec("epfabric.sim.lab.experiments.races:race_top", {"scenario": "torn_read"})
     for _ in range(2):
         result, _cycles = run(spec, races._race_intent, waveform=wave)
     assert [r["path"].name for r in wave.runs] == ["r.vcd", "r-2.vcd"]
@@ -335,7 +335,7 @@ gtkwave::/File/Quit
 def test_gtkwave_displays_every_trace(tmp_path, monkeypatch):
     require("GTKWave", None if shutil.which("gtkwave") and shutil.which("xvfb-run")
             else "gtkwave and xvfb-run not on PATH (optional, not installed by CI)", optional=True)
-    from epfabric.sim.experiments import races
+    from epfabric.sim.lab.experiments import races
     monkeypatch.setenv("EPFABRIC_WAVEFORM_DIR", str(tmp_path))
     row = races.run_scenario("checksum_stale_blocks")
     out, script = tmp_path / "shown.txt", tmp_path / "list.tcl"

@@ -1,10 +1,10 @@
-"""``epfabric.sw.ubep.Buffer``: the DeepEP-like dispatch/combine API over the machine."""
+"""``epfabric.sw.buffer.Buffer``: the DeepEP-like dispatch/combine API over the machine."""
 
 import numpy as np
 import pytest
 
 from epfabric.sim.backends.machine import backend
-from epfabric.sw.ubep import Buffer, DispatchError
+from epfabric.sw.buffer import Buffer, DispatchError
 from epfabric.sw.ubep.reference import combine_out, dispatch_out
 from epfabric.sw.ubep.workload import Workload
 from utils import require_simulator

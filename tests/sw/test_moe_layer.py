@@ -7,7 +7,7 @@ counters. So a correct run at several band counts, role splits and tail
 settings, and in both modes, is the statement that the result does not
 depend on them and that INC and the ring give the same bits. The ``tiny``
 preset keeps these on Amaranth's simulator short; the timing figures use
-``incmoe-testbed`` (sim/experiments/incmoe_layer.py).
+``incmoe-testbed`` (sim/lab/experiments/incmoe_layer.py).
 """
 
 import functools

@@ -1,0 +1,109 @@
+"""Formal harnesses: properties of the blocks, as Amaranth ``Assert``/``Assume``/``Cover``.
+
+Each module here wraps one block of :mod:`epfabric.hw` in a harness — an
+``Elaboratable`` that drives the block's inputs with free values
+(``AnySeq``/``AnyConst``), constrains them with ``Assume`` where the block's
+contract says so, keeps a small scoreboard of what went in, and ``Assert``\\ s
+what must come out. The harnesses are verification code only: nothing in the
+synthesised design (Verilog exports, FPGA tops) instantiates them.
+
+Every module declares ``PROPERTIES``: a dict of name → :class:`FormalProperty`.
+:mod:`epfabric.sim.flows.formal` turns one into RTLIL, runs SymbiYosys on it and
+reports proved / counterexample / unknown (``epfabric prove``).
+"""
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from amaranth.hdl import ClockDomain, Const, Elaboratable, Module
+
+__all__ = ["FormalProperty", "Harness", "all_equal", "MODULES"]
+
+#: harness modules of this package, in the order ``epfabric prove --all`` runs them
+MODULES = ("ub_port", "switch", "link", "inc_engine", "decoder")
+
+
+@dataclass(frozen=True)
+class FormalProperty:
+    """One property to check: a harness and how to check it.
+
+    Attributes
+    ----------
+    harness : callable
+        ``harness(**params)`` returns the ``Elaboratable`` whose ``Assert``\\ s
+        are the property.
+    mode : str
+        ``"prove"`` (k-induction: unbounded, depth = induction length) or
+        ``"bmc"`` (bounded: no counterexample within ``depth`` cycles).
+    depth : int
+        Default depth (``epfabric prove --depth`` overrides it).
+    expect : str
+        ``"pass"``: the assertions must hold. ``"fail"``: the property
+        exists to show a bug the model has on purpose; it passes only when
+        the solver finds a counterexample.
+    doc : str
+        One line: what is claimed.
+    params : dict
+        Keyword arguments of ``harness``.
+    slow : bool
+        Not run in CI (``make test``).
+    gtkw : tuple of str
+        Signals (hierarchical names below the top) a counterexample's
+        ``.gtkw`` shows first.
+    solver : str
+        SMT solver that does this property fastest (``yices`` or
+        ``boolector``; Boolector wins on the INC engine's 32-bit sums).
+    """
+    harness: Callable
+    mode: str
+    depth: int
+    expect: str
+    doc: str
+    params: dict = field(default_factory=dict)
+    slow: bool = False
+    gtkw: tuple = ()
+    solver: str = "yices"
+
+    def __post_init__(self):
+        if self.mode not in ("prove", "bmc"):
+            raise ValueError(f"mode must be 'prove' or 'bmc', not {self.mode!r}")
+        if self.expect not in ("pass", "fail"):
+            raise ValueError(f"expect must be 'pass' or 'fail', not {self.expect!r}")
+
+    def build(self, **overrides):
+        """The harness with ``params`` updated by ``overrides``."""
+        return self.harness(**{**self.params, **overrides})
+
+
+class Harness(Elaboratable):
+    """Base of the harnesses: one reset-less ``sync`` domain whose clock is the only port.
+
+    The solver starts from the ``init`` values of every signal (no reset
+    input to toggle); ``top_ports`` is what :mod:`epfabric.sim.flows.formal` exposes.
+    Subclasses implement :meth:`check`, adding the block and the properties
+    to ``m``.
+    """
+
+    def __init__(self):
+        self.domain = ClockDomain("sync", reset_less=True)
+
+    @property
+    def top_ports(self):
+        return [self.domain.clk]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = self.domain
+        self.check(m)
+        return m
+
+    def check(self, m):
+        raise NotImplementedError
+
+
+def all_equal(values):
+    """1 when every value of ``values`` equals the first."""
+    out = Const(1, 1)
+    for v in values[1:]:
+        out = out & (v == values[0])
+    return out

@@ -1,0 +1,346 @@
+"""The curated mutations of ``epfabric mutate`` (``make mutate``), as plain data.
+
+Each entry breaks one behaviour on purpose:
+
+``name``
+    a short identifier (``--only NAME``);
+``file``
+    the source file, relative to the repository root;
+``old`` / ``new``, or ``edits`` = ``[(old, new), ...]``
+    exact text replacements in ``file``; each ``old`` must occur exactly
+    once, or the mutation is stale and ``epfabric mutate`` says so;
+``description``
+    what the mutation breaks, in one line;
+``tests``
+    pytest node ids that should fail under it (a parametrised id without its
+    ``[case]`` stands for every case); chosen to fail fast;
+``harmless`` (optional)
+    why no test can catch it, measured — the mutation is still applied and
+    its tests run, but it is not expected to be caught;
+``timeout`` (optional)
+    seconds for all of its tests together (default 300).
+
+A new kernel or block adds its mutations here (issue 20).
+"""
+
+MUTATIONS = [
+    {
+        "name": "ub_flag_word_early",
+        "file": "hw/ub_port.py",
+        "edits": [
+            ("        self.beats = BLOCK_BYTES // self.beat_bytes\n",
+             "        self.beats = BLOCK_BYTES // self.beat_bytes if non_atomic else 2\n"),
+            ("        return (((1 << per) - 1) << (beat * per)) & full\n",
+             "        if not self.non_atomic:\n"
+             "            return 1 if beat == 0 else full & ~1\n"
+             "        return (((1 << per) - 1) << (beat * per)) & full\n"),
+        ],
+        "description": "the atomic UB port commits a block's flag word one cycle before the rest "
+                       "of the block",
+        "tests": [
+            "tests/hw/test_race.py::test_tff_reader_polling_every_cycle_never_sees_a_torn_block",
+            "tests/hw/test_ub_port.py::test_property_atomic_never_mixed[pysim]",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "switch_drops_loser",
+        "file": "hw/switch.py",
+        "old": "            m.d.comb += g.eq(Mux(load, grant, 0))\n",
+        "new": "            m.d.comb += g.eq(Mux(load, req, 0))\n",
+        "description": "the switch pops every input that asked for an output, so the loser of an "
+                       "arbitration is dropped",
+        "tests": [
+            "tests/hw/test_switch.py::test_round_robin_shares_an_output_equally_and_backpressures",
+            "tests/hw/test_switch.py::test_random_traffic_with_stalling_receivers_loses_nothing",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "switch_fixed_priority",
+        "file": "hw/switch.py",
+        "old": "                m.d.sync += [data_reg.eq(sel), valid.eq(1), last.eq(grant)]\n",
+        "new": "                m.d.sync += [data_reg.eq(sel), valid.eq(1)]\n",
+        "description": "the switch forgets its last grant: fixed priority instead of round robin, "
+                       "so a busy input starves the others",
+        "tests": [
+            "tests/hw/test_switch.py::test_round_robin_shares_an_output_equally_and_backpressures",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "link_latency_short",
+        "file": "hw/link.py",
+        "old": "        self.latency = latency\n",
+        "new": "        self.latency = max(LINK_MIN_LATENCY, latency - 1) if latency else 0\n",
+        "description": "a link delivers one cycle early (latency - 1, never below the minimum)",
+        "tests": [
+            "tests/hw/test_link.py::test_lone_flit_latency_is_exact",
+            "tests/hw/test_topology.py::test_every_pair_has_its_class_latency",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "link_reorders_flits",
+        "file": "hw/link.py",
+        "old": "        head_data, due_data = ring_storage(m, width + wait_bits, depth, produce, accept, "
+               "entry,\n                                    [head, due_ptr])\n",
+        "new": "        head_data, due_data = ring_storage(m, width + wait_bits, depth, produce, accept, "
+               "entry,\n                                    [head ^ 1, due_ptr])\n",
+        "description": "a link sends the flit of the neighbouring ring slot (head ^ 1): flits leave "
+                       "in swapped pairs, a later flit overtaking an earlier one",
+        "tests": [
+            "tests/hw/test_link.py::test_backpressure_never_drops_and_keeps_order",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "inc_reduce_after_n_minus_2",
+        "file": "hw/inc_engine.py",
+        "old": "        m.d.comb += last.eq(Mux(hit, slot.count, 0) == n - 2)\n",
+        "new": "        m.d.comb += last.eq(Mux(hit, slot.count, 0) == n - 3)\n",
+        "description": "the INC engine forwards a reduced chunk to its root after N-2 of its N-1 "
+                       "contributions",
+        "tests": [
+            "tests/hw/test_inc_engine.py::test_rs_reduces_interleaved_chunks_exactly",
+            "tests/hw/test_inc_endpoint.py::test_barrier_costs_a_round_trip",
+        ],
+        "timeout": 180,
+    },
+    {
+        "name": "inc_ag_copy_to_root",
+        "file": "hw/inc_engine.py",
+        "old": "                        m.d.sync += mc_dst.eq(nxt(nxt(mc_dst)))\n",
+        "new": "                        m.d.sync += mc_dst.eq(nxt(mc_dst))\n",
+        "description": "the INC engine's AllGather multicast does not skip the root: the root gets "
+                       "its own block back and another rank none",
+        "tests": [
+            "tests/hw/test_inc_engine.py::test_ag_multicast_to_all_but_root",
+        ],
+        "harmless": "the skip is dead logic: the multicast starts at root + 1 and stops after "
+                    "N - 1 copies, in the cycle its next destination would be the root (ranks "
+                    "root+1 .. root+N-1 are every rank but the root); the test sees the same "
+                    "N - 1 destinations with or without it",
+        "timeout": 120,
+    },
+    {
+        "name": "inc_barrier_releases_early",
+        "file": "hw/inc_engine.py",
+        "old": "                    with m.If(arrivals == n - 1):\n",
+        "new": "                    with m.If(arrivals == n - 2):\n",
+        "description": "the INC engine releases a barrier on the (N-1)-th arrival, not the N-th",
+        "tests": [
+            "tests/hw/test_inc_engine.py::test_barrier_releases_every_nth_arrival",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "vector_count_partial_beat",
+        "file": "hw/vector_unit.py",
+        "old": "                m.d.sync += [s1_count[k].eq(popcount(hits[k])) for k in range(3)]\n",
+        "new": "                m.d.sync += [s1_count[k].eq(popcount(hits[k]) + (last & (req.length - pos "
+               "< lanes))) for k in range(3)]\n",
+        "description": "VectorCount counts one element too many on a partial last beat",
+        "tests": [
+            "tests/sim/test_quaternary.py::test_demo_matches_numpy",
+            "tests/sim/test_quaternary.py::test_experiment_rows_match_numpy",
+        ],
+        "timeout": 180,
+    },
+    {
+        "name": "fence_one_cycle_early",
+        "file": "hw/aiv_core.py",
+        "old": "                    with m.Case(Opcode.FENCE):\n"
+               "                        with m.If(outstanding != 0):\n",
+        "new": "                    with m.Case(Opcode.FENCE):\n"
+               "                        with m.If((outstanding != 0) & (outstanding != acked)):\n",
+        "description": "fence releases in the cycle the last acknowledgement arrives, one cycle "
+                       "before the store window is counted empty",
+        "tests": [
+            "tests/hw/test_die.py::test_fence_waits_for_the_store_acknowledgement",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "poll_ge_is_gt",
+        "file": "hw/aiv_core.py",
+        "old": "                   Mux(op == Cond.GT, x > y, x >= y)))))\n",
+        "new": "                   Mux(op == Cond.GT, x > y, x > y)))))\n",
+        "description": "the core's 'ge' condition (poll, vcmp) tests x > y: a poll for a count "
+                       "that has just been reached waits for one more",
+        "tests": [
+            "tests/sw/test_syncall.py::test_barrier_holds_every_core_until_the_last_arrives",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "alltoall_checks_flag_only",
+        "file": "sw/kernels/alltoall.py",
+        "old": "                    if not np.array_equal(got[s], want):\n",
+        "new": "                    if got[s][0] != want[0]:\n",
+        "description": "the alltoall checker compares only the flag word of each received block",
+        "tests": [
+            "tests/sw/test_alltoall.py::test_checker_sees_a_wrong_block",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "alltoall_duplicate_delivery",
+        "file": "sw/kernels/alltoall.py",
+        "old": "        p.stb(10, 2, 0)                                  # one atomic 512 B store\n",
+        "new": "        p.stb(10, 2, 0)                                  # one atomic 512 B store\n"
+               "        p.stb(10, 2, 0)\n",
+        "description": "every alltoall sender delivers each block twice",
+        "tests": [
+            "tests/sw/test_alltoall.py::test_every_block_arrives_once_in_place",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "syncall_missing_arrival",
+        "file": "sw/kernels/syncall.py",
+        "old": "            p.li(4, e * aivs)\n",
+        "new": "            p.li(4, e * aivs - 1)\n",
+        "description": "a die's SyncAll leader waits for one arrival fewer than its cores: the last "
+                       "core's arrival is missing from the barrier",
+        "tests": [
+            "tests/sw/test_syncall.py::test_barrier_waits_for_a_late_core",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "syncall_epoch_off_by_one",
+        "file": "sw/kernels/syncall.py",
+        "old": "        else:\n            p.li(9, e)\n",
+        "new": "        else:\n            p.li(9, e - 1)\n",
+        "description": "SyncAll's non-leader cores compare the release word with the previous "
+                       "epoch (e - 1), so they leave before the barrier is released",
+        "tests": [
+            "tests/sw/test_syncall.py::test_barrier_waits_for_a_late_core",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "race_flag_before_payload",
+        "file": "sim/lab/experiments/races.py",
+        "old": "                       Step(5, 0, UBOp.WORD_WRITE, 0, 0, NEW_FLAG, fence=safe)),\n",
+        "new": "                       Step(5, 0, UBOp.WORD_WRITE, 0, 0, NEW_FLAG, fence=False)),\n",
+        "description": "the race catalog's stop-and-wait writer sends its Data-as-Flag word without "
+                       "waiting for the payload's acknowledgement: the flag (short lane) lands "
+                       "before its payload (long lane) in the safe variant too",
+        "tests": [
+            "tests/sim/test_races.py::test_flag_overtakes_data_only_without_fence",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "dc_marker_seven_words",
+        "file": "sw/dataflag.py",
+        "old": "    return int(leading_words(block).astype(np.uint64).sum() & _MASK32)\n",
+        "new": "    return int(leading_words(block)[:7].astype(np.uint64).sum() & _MASK32)\n",
+        "description": "the Data-for-Checksum marker sums seven of the eight leading words: a "
+                       "stale last word of the flag field goes unnoticed",
+        "tests": [
+            "tests/hw/test_race.py::test_marker_is_dataflag_dc_marker",
+            "tests/sw/test_dataflag.py",
+        ],
+        "timeout": 120,
+    },
+    {
+        "name": "ubep_cumsum_offset",
+        "file": "sw/ubep/ubep.py",
+        "old": "        p.mv(1, 0)                                 # the prefix: tokens before (l0, 0)\n",
+        "new": "        p.li(1, 1)                                 # the prefix: tokens before (l0, 0)\n",
+        "description": "UBEP's CalCumSum starts its prefix at 1: every published offset is one "
+                       "token late",
+        "tests": [
+            "tests/sw/test_dispatch.py::test_ubep_delivers_what_cann_delivers",
+        ],
+        "timeout": 240,
+    },
+    {
+        "name": "combine_first_weight_skipped",
+        "file": "sw/ubep/combine.py",
+        "old": "            p.vmuls(10, 10, 11, 8)\n",
+        "new": "            if i:\n                p.vmuls(10, 10, 11, 8)\n",
+        "description": "the combine adds each token's first expert answer unweighted (w = 1 for "
+                       "slot 0)",
+        "tests": [
+            "tests/sw/test_combine.py::test_combine_is_bit_exact_with_every_phase_marked[ubep]",
+        ],
+        "timeout": 300,
+    },
+    {
+        "name": "mapper_pivots_unclamped",
+        "file": "sw/mapper.py",
+        "old": "        pivots = [min(lo + i * gap, hi) for i in (1, 2, 3)]\n",
+        "new": "        pivots = [lo + i * gap for i in (1, 2, 3)]\n",
+        "description": "the quaternary search does not clamp its pivots to R",
+        "tests": [
+            "tests/sw/test_mapper.py::test_every_target_matches_numpy",
+            "tests/sim/test_quaternary.py::test_demo_matches_numpy",
+        ],
+        "harmless": "measured: without the clamp 59,669 lookups (1-300 experts, random and "
+                    "skewed routings, every target) terminate in <= 6 steps and match numpy; a "
+                    "pivot past R counts count(E < R) > target, so the search never leaves the "
+                    "window, which still shrinks to ceil(w/4) < w",
+        "timeout": 180,
+    },
+    {
+        "name": "ubep_sp_no_rearm",
+        "file": "sw/ubep/ubep.py",
+        "old": "                p.stb(9, 15, 0)                    # re-arm the slot (local, atomic)\n",
+        "new": "                pass\n",
+        "description": "UBEP's Sentinel Polling reader copies a block but leaves its slot "
+                       "un-armed (the next dispatch would see stale data as arrived)",
+        "tests": [
+            "tests/sw/test_dispatch.py::test_a_sync_variant_delivers_the_raw_tokens_tff_delivers",
+        ],
+        "timeout": 180,
+    },
+    {
+        "name": "ubep_sw_no_fence",
+        "file": "sw/ubep/ubep.py",
+        "old": "        p.fence()                                  # then this T-AIV's flag on every rank\n",
+        "new": "",
+        "description": "UBEP's stop-and-wait sender writes its flags without fencing its token "
+                       "stores first",
+        "tests": [
+            "tests/sw/test_dispatch.py::test_a_sync_variant_delivers_the_raw_tokens_tff_delivers",
+        ],
+        "harmless": "measured: still correct; a T-AIV's flag to a rank follows its token stores "
+                    "to that rank on the same path, and links and switches keep a path's order, "
+                    "so the flag cannot overtake the data on this fabric (as daf's nofence "
+                    "control shows); the fence only costs time",
+        "timeout": 180,
+    },
+    {
+        "name": "moe_compute_no_acquire",
+        "file": "sw/incmoe/program.py",
+        "old": '            p.poll(10, 9, 8, "ge")              # acquire agReady >= j + 1\n',
+        "new": "            p.nop()\n",
+        "description": "INC-MoE's compute AIVs start a band without acquiring agReady (they read "
+                       "gathered rows before they arrive)",
+        "tests": ["tests/sw/test_moe_layer.py::test_small_case_is_correct_in_both_modes"],
+        "timeout": 180,
+    },
+    {
+        "name": "moe_no_local_reduction",
+        "file": "sw/incmoe/program.py",
+        "old": "            p.vadd(12, 12, 13, 0)\n",
+        "new": "            p.nop()\n",
+        "description": "INC-MoE's reducers store their own partial back without adding the "
+                       "switch's sum (the root's local reduction is lost)",
+        "tests": ["tests/sw/test_moe_layer.py::test_small_case_is_correct_in_both_modes"],
+        "timeout": 180,
+    },
+    {
+        "name": "cube_drops_b",
+        "file": "hw/aiv_core.py",
+        "old": '            words = [(k["a"] * ua.data.word_select(i, 32) + k["b"])[:32] for i in range(nwords)]\n',
+        "new": '            words = [(k["a"] * ua.data.word_select(i, 32))[:32] for i in range(nwords)]\n',
+        "description": "the cube unit computes a*x without the + b of the FFN surrogate",
+        "tests": ["tests/hw/test_aiv_core.py::test_inc_program_results"],
+        "timeout": 180,
+    },
+]

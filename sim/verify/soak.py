@@ -1,0 +1,156 @@
+"""Long constrained-random soaks of the superpod fabric, scoreboarded in hardware (``epfabric soak``).
+
+Builds :class:`~epfabric.sim.tb.soak.SoakFabric` (by default the 32-rank
+``cm384`` superpod: 2 boards x 8 NPUs x 2 dies), runs it on a simulator
+(Verilator by default) until every rank has sent its blocks and the fabric
+has drained, and reads the hardware scoreboard: blocks sent and received,
+misrouted, out of order (lost, duplicated or reordered per flow). A fabric
+that deadlocks hits the timeout and the soak fails with that message.
+
+One row per run: pattern, seed, blocks moved, simulated cycles, wall time
+(the whole process: Verilog, the model build if not cached, the run), the
+run alone (``run_s``), and ``lost = sent - received`` (0 when the soak
+passes).
+
+:func:`kernel_soak` is the other soak: a registered kernel (``alltoall``)
+run many times with random data seeds and random machine shapes, every run
+checked against numpy.
+"""
+
+import time
+
+from ..tb.soak import PATTERNS, SoakFabric
+from ...hw.validate import UserError, check_choice, check_int
+from ...sw.presets import get_preset
+from ..backends import ComponentSpec, run
+
+__all__ = ["soak_fabric", "soak_spec", "soak_intent", "run_soak", "ok", "DEFAULT_SHAPE",
+           "KERNEL_SHAPES", "kernel_soak"]
+
+DEFAULT_SHAPE = (2, 8, 2)       # dies/NPU, NPUs/board, boards: 32 ranks
+
+
+def soak_fabric(*, preset="cm384", shape=DEFAULT_SHAPE, hot=0, duplicate_first=False):
+    """JSON-facing factory of a :class:`SoakFabric` (a ComponentSpec target)."""
+    p = get_preset(preset)
+    dpn, npb, nb = shape
+    p.check_shape(dpn, npb, nb)
+    return SoakFabric(p.fabric_timing("superpod"), dpn, npb, nb, hot=hot,
+                      duplicate_first=duplicate_first)
+
+
+def soak_spec(**params):
+    return ComponentSpec("epfabric.sim.verify.soak:soak_fabric", dict(params))
+
+
+async def soak_intent(bench, blocks, offer, stall, hotspot, seed, timeout):
+    """Start the soak; wait (no Python per cycle on cocotb) until it has drained; read the scoreboard."""
+    bench.set("hotspot", hotspot)
+    bench.set("seed", seed)
+    bench.set("blocks", blocks)
+    bench.set("offer", offer)
+    bench.set("stall", stall)
+    bench.set("start", 1)
+    await bench.tick()
+    bench.set("start", 0)
+    t0 = time.monotonic()
+    await bench.wait_high("done", timeout=timeout)
+    run_s = time.monotonic() - t0
+    out = {"run_s": run_s}
+    for name in ("cycle", "sent_total", "received_total", "misrouted", "out_of_order"):
+        out[name] = await bench.get(name)
+    await bench.tick(64)     # nothing may arrive after the drain: every block exactly once
+    out["received_after"] = await bench.get("received_total")
+    out["misrouted_after"] = await bench.get("misrouted")
+    out["out_of_order_after"] = await bench.get("out_of_order")
+    return out
+
+
+def run_soak(*, blocks_per_rank, pattern="uniform", seed=1, hot=0, offer=0.7, stall=0.3,
+             backend="verilator", preset="cm384", shape=DEFAULT_SHAPE, timeout=None,
+             duplicate_first=False):
+    """One soak run; its row (see the module docstring)."""
+    check_choice("pattern", pattern, PATTERNS)
+    check_int("blocks_per_rank", blocks_per_rank, 1)
+    for name, value in (("offer", offer), ("stall", stall)):
+        if not 0 <= value < 1:
+            raise UserError(f"{name} must be a probability in [0, 1), not {value!r}")
+    if offer == 0:
+        raise UserError("offer must be > 0, not 0")
+    check_int("seed", seed, 0, 2**32 - 1)
+    params = {"preset": preset, "shape": list(shape), "hot": hot}
+    if duplicate_first:
+        params["duplicate_first"] = True
+    spec = soak_spec(**params)
+    probe = spec.build()
+    probe._MustUse__silence = True
+    ranks = probe.ranks
+    total = ranks * blocks_per_rank
+    if timeout is None:
+        # generous: every block through the hot rank one at a time, stalled, plus the
+        # slowest preset's round trips; a deadlock of a small soak fails in seconds
+        timeout = 64 * total + 10_000
+    t0 = time.monotonic()
+    res, _ = run(spec, soak_intent, {"blocks": blocks_per_rank, "offer": round(offer * 65536),
+                                     "stall": round(stall * 65536),
+                                     "hotspot": int(pattern == "hotspot"), "seed": seed,
+                                     "timeout": timeout},
+                 simulator=backend)
+    wall = time.monotonic() - t0
+    return {"backend": backend, "ranks": ranks, "pattern": pattern, "hot": hot, "seed": seed,
+            "offer": offer, "stall": stall, "blocks": total,
+            "sent": res["sent_total"], "received": res["received_total"],
+            "lost": res["sent_total"] - res["received_total"],
+            "extra_after_drain": res["received_after"] - res["received_total"],
+            "misrouted": res["misrouted_after"], "out_of_order": res["out_of_order_after"],
+            "cycles": res["cycle"], "run_s": round(res["run_s"], 2), "wall_s": round(wall, 2)}
+
+
+def ok(row):
+    """The soak passed: every block delivered exactly once, in order, to its rank."""
+    return (row["sent"] == row["blocks"] == row["received"] and row["lost"] == 0
+            and row["extra_after_drain"] == 0 and row["misrouted"] == 0
+            and row["out_of_order"] == 0)
+
+
+#: machine shapes a kernel soak draws from: (topology, AIVs per die) on the ``tiny`` preset
+KERNEL_SHAPES = ((("superpod", 2, 1, 1), 1), (("superpod", 2, 1, 1), 2),
+                 (("superpod", 2, 2, 1), 1), (("superpod", 2, 2, 1), 2))
+
+
+def kernel_soak(kernel="alltoall", *, runs=100, seed=0, backend="verilator", preset="tiny",
+                shapes=KERNEL_SHAPES, params=None, progress=None):
+    """``runs`` runs of a registered kernel, each with a random data seed and a random shape.
+
+    ``params`` are fixed kernel parameters (``seed`` is drawn per run). Every
+    run is checked against the kernel's numpy reference
+    (:func:`~epfabric.sw.kernels.run_kernel`). Returns one row per run:
+    shape, data seed, cycles, correct, problems, wall time.
+    """
+    import random
+
+    from ...sw.kernels import KERNELS, run_kernel
+    from ..backends.machine import backend as make_backend
+
+    if kernel not in KERNELS:
+        raise UserError(f"unknown kernel {kernel!r}; registered: {', '.join(sorted(KERNELS))}")
+    if "seed" not in KERNELS[kernel].params:
+        raise UserError(f"kernel {kernel!r} has no seed parameter to vary")
+    check_int("runs", runs, 1)
+    rng = random.Random(seed)
+    be = make_backend(backend)
+    rows = []
+    for k in range(runs):
+        topology, aivs = rng.choice(shapes)
+        data_seed = rng.randrange(2**31)
+        t0 = time.monotonic()
+        result, _ = run_kernel(kernel, be, preset=preset, topology=topology, aivs=aivs,
+                               params={**(params or {}), "seed": data_seed})
+        row = {"kernel": kernel, "run": k, "topology": list(topology), "aivs": aivs,
+               "seed": data_seed, "cycles": [r["cycles"] for r in result["runs"]],
+               "correct": result["correct"], "problems": result["problems"][:5],
+               "wall_s": round(time.monotonic() - t0, 2)}
+        rows.append(row)
+        if progress:
+            progress(row)
+    return rows
