@@ -1,1 +1,1 @@
-"""Hardware blocks (Amaranth components). See DESIGN.md "Blocks"."""
+"""Hardware blocks (Amaranth components). See docs/spec/design.md "Blocks"."""

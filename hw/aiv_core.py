@@ -1,4 +1,4 @@
-"""AIV core: an in-order core running a kernel program (DESIGN.md block 5).
+"""AIV core: an in-order core running a kernel program (docs/spec/design.md block 5).
 
 UBEP's dispatch and combine kernels run on the AIV vector cores of each die
 (UBEP §3.3 Algorithm 1, §4): scalar bookkeeping, VectorCount-based mapping,

@@ -1,6 +1,6 @@
 """A die: AIV cores, one UB memory (HBM slice + 512 B atomic UB port) and one fabric port.
 
-DESIGN.md block 6. UBEP §3.3–3.4: the AIV cores of a die issue word stores,
+docs/spec/design.md block 6. UBEP §3.3–3.4: the AIV cores of a die issue word stores,
 DataBlock stores, fetch-adds, loads and polls against a global address space
 ``rank[31:24] block[23:9] word[8:2]`` (:data:`epfabric.hw.isa.address_layout`).
 A :class:`Die` is its cores (:class:`~epfabric.hw.aiv_core.AIVCore`), their
@@ -66,7 +66,7 @@ __all__ = ["FlitKind", "flit_layout", "Die"]
 
 
 class Die(wiring.Component):
-    """AIV cores + UB memory + one fabric port (DESIGN.md block 6; UBEP §3.3–3.4).
+    """AIV cores + UB memory + one fabric port (docs/spec/design.md block 6; UBEP §3.3–3.4).
 
     See the module docstring for cycle costs and the host port, and
     :class:`~epfabric.hw.router.DieRouter` for routing, arbitration and
@@ -109,7 +109,7 @@ class Die(wiring.Component):
         negative control that lets a reader see a torn block (UBEP §3.4).
         Default ``False``: the atomic port, and the Verilog is unchanged.
     nic : dict or None
-        The INC-MoE machine's die (KERNELS.md §2.6): ``None`` (default) builds
+        The INC-MoE machine's die (docs/spec/kernels.md §2.6): ``None`` (default) builds
         none of what follows. A dict of :class:`~epfabric.hw.inc_nic.IncNic`
         parameters (``mode``, ``tmax``, ``xg_base``, ``z_base``, ``rsin_base``)
         adds the die's network interface — one more requester on the router

@@ -1,6 +1,6 @@
 """An FPGA-ready top: one die, its HBM slice in block RAM, a host port a prototype can drive.
 
-DESIGN.md block 6 on one FPGA (UBEP §3.3–3.4): :class:`FpgaDie` is a
+docs/spec/design.md block 6 on one FPGA (UBEP §3.3–3.4): :class:`FpgaDie` is a
 :class:`~epfabric.hw.die.Die` — a few AIV cores, the atomic 512 B UB port and
 the HBM slice — with everything a board needs and nothing a simulator adds:
 

@@ -7,7 +7,7 @@ stores one memory row per DataBlock, so a full-row write is indivisible by
 construction; whether writes *are* full-row is the UB port's business
 (:mod:`epfabric.hw.ub_port`).
 
-Only the leading ``data_bytes`` of each 512 B block are stored (DESIGN.md "Time
+Only the leading ``data_bytes`` of each 512 B block are stored (docs/spec/design.md "Time
 and size model"): they trade data fidelity for simulation speed and never
 change a cycle count. The leading 32 B — the Data-as-Flag field — are always
 stored.
@@ -98,7 +98,7 @@ class WritePortSignature(wiring.Signature):
 
 
 class HBMSlice(wiring.Component):
-    """Per-die HBM slice holding DataBlocks (UBEP §3.4, DESIGN.md block 2).
+    """Per-die HBM slice holding DataBlocks (UBEP §3.4, docs/spec/design.md block 2).
 
     One memory row per 512 B DataBlock, of which the leading ``data_bytes``
     are stored. Writes are committed at the clock edge that samples them; a
@@ -130,7 +130,7 @@ class HBMSlice(wiring.Component):
     Attributes
     ----------
     w : In(WritePortSignature)
-        The single write port (the UB port drives it; DESIGN.md routes local
+        The single write port (the UB port drives it; docs/spec/design.md routes local
         stores through the UB port too).
     read : In(ReadPortSignature) array of ``read_ports``
         Load/poll ports; a response carries the whole modelled block and the

@@ -11,7 +11,7 @@ the switch like any rank.
 Every flit is one 512 B DataBlock of a message and carries the message header
 (:func:`inc_flit_layout`): operation, root, epoch, byte range (block offset
 and length in the padded buffer), chunk index and completion address, plus a
-few int32 lanes of payload (DESIGN.md ``data_bytes``: cycle counts never
+few int32 lanes of payload (docs/spec/design.md ``data_bytes``: cycle counts never
 depend on how many lanes are simulated).
 """
 
@@ -93,7 +93,7 @@ def reduce_lanes(a, b, *, lanes, dtype="int32"):
 
     This is the seam for other data types: ``int32`` is exact two's-complement
     (wrapping) addition, bit-identical to numpy ``int32`` sums. fp16 with
-    round-to-nearest-even (DESIGN.md Blocks 4) is a later goal.
+    round-to-nearest-even (docs/spec/design.md Blocks 4) is a later goal.
 
     Parameters
     ----------

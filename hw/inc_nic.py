@@ -1,4 +1,4 @@
-"""Network interface of one die for INC-MoE posts: AG, RS, barrier (INC-MoE §3.1, KERNELS.md §2.2–2.6).
+"""Network interface of one die for INC-MoE posts: AG, RS, barrier (INC-MoE §3.1, docs/spec/kernels.md §2.2–2.6).
 
 The die's AIV cores *post* collective operations on registered regions of the
 die's HBM and wait on cumulative completion counters; the NIC reads and
@@ -11,7 +11,7 @@ with a ``star(..., attach=1)`` switch carrying the
 
 Unlike :class:`~epfabric.hw.inc_endpoint.IncEndpoint` it has no memories of
 its own and no host-started operations: work arrives as posts, one band at a
-time (KERNELS.md §2.4), and AG and RS posts are issued by two independent
+time (docs/spec/kernels.md §2.4), and AG and RS posts are issued by two independent
 engines so that AG(j+1) and RS(j) share the link.
 """
 
@@ -98,7 +98,7 @@ class IncNic(wiring.Component):
     Epochs: AG flits carry the number of AG posts issued so far, RS flits the
     number of RS posts (mod 256). The engine tags its aggregator slots with
     (epoch, root, chunk), so **every rank must post the same sequence of RS
-    posts** (the same bands, also ranks with no rows in them: KERNELS.md
+    posts** (the same bands, also ranks with no rows in them: docs/spec/kernels.md
     §2.4 "Empty bands"), and ranks must not drift more than the engine's
     ``slots`` chunk positions apart (the per-band barrier before RS does that).
 
@@ -109,7 +109,7 @@ class IncNic(wiring.Component):
       an RS flit (the switch's sum, for root me) is written to RSIN block
       ``chunk`` and ``rs_count`` += 1; a BARRIER release bumps ``bar_count``.
       **RSIN holds the sum over the other ranks only**: the root's own
-      partial (Z row ``me*tmax + c``) is added by the AIV cores (KERNELS.md
+      partial (Z row ``me*tmax + c``) is added by the AIV cores (docs/spec/kernels.md
       §2.6), not here.
     * Ring: a RING_AG flit is written to XG block ``offset`` (``ag_count`` +=
       1) and forwarded to ``next`` unless ``next`` is its root. A RING_RS flit

@@ -1,4 +1,4 @@
-"""The AIV kernel ISA, defined once, as data (DESIGN.md "Kernel programs").
+"""The AIV kernel ISA, defined once, as data (docs/spec/design.md "Kernel programs").
 
 :data:`INSTRUCTIONS` is the single definition of the instruction set: each
 :class:`Instruction` names its mnemonic, opcode, operand fields and a one-line
@@ -57,7 +57,7 @@ elsewhere they fault like an unassigned opcode.
   completion counters (``ctr`` 0 = AG rows received, 1 = RS rows reduced, 2 =
   barriers released) against an increasing threshold (wrap-safe ``>=``).
 * ``unit="cube"`` (opcode 56): one row of the expert FFN on the die's cube
-  (matrix) unit. Functionally the surrogate of KERNELS.md §4, ``y = a*x + b``
+  (matrix) unit. Functionally the surrogate of docs/spec/kernels.md §4, ``y = a*x + b``
   on every 32-bit word of the row (mod 2**32); its time is the die's
   ``cube_cycles`` per row, and the die's cores share the unit.
 

@@ -28,7 +28,7 @@ def flit_layout(*, ranks, data_bits):
     """The fabric's default flit: ``dst`` and ``src`` rank and ``data_bits`` of payload.
 
     One flit stands for one 512 B DataBlock; ``data_bits`` is how much of it is
-    simulated (DESIGN.md: cycle counts never depend on it).
+    simulated (docs/spec/design.md: cycle counts never depend on it).
 
     Raises
     ------
@@ -61,7 +61,7 @@ class Link(wiring.Component):
     No deep shift register: the cost grows with the flits in flight, not
     with the latency, and an idle link does not change state.
 
-    Bandwidth is an integer credit scheme (DESIGN.md time model): every cycle
+    Bandwidth is an integer credit scheme (docs/spec/design.md time model): every cycle
     the credit grows by ``rate_num``; a flit may enter when the credit is at
     least its cost — ``block_bytes * rate_den``, or ``small_bytes * rate_den``
     for a flit whose payload has a ``small`` field set (no DataBlock on

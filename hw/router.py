@@ -1,6 +1,6 @@
 """A die's request/response router: cores, UB memory, fabric port and host memory access.
 
-DESIGN.md block 6, UBEP §3.3–3.4. The AIV cores of a die issue word stores,
+docs/spec/design.md block 6, UBEP §3.3–3.4. The AIV cores of a die issue word stores,
 DataBlock stores, fetch-adds, loads and polls against a global address space
 ``rank[31:24] block[23:9] word[8:2]`` (:data:`epfabric.hw.isa.address_layout`).
 :class:`DieRouter` sits between the cores' ``mem_req``/``mem_rsp`` streams,

@@ -1,6 +1,6 @@
 """System top: dies on a fabric, a host port, a cycle counter, ``done``, a watchdog, a MARK trace.
 
-DESIGN.md block 6 (UBEP §2.3 Insight 3, §3.3–3.4): ``ranks`` dies
+docs/spec/design.md block 6 (UBEP §2.3 Insight 3, §3.3–3.4): ``ranks`` dies
 (:class:`~epfabric.hw.die.Die`) on a ``superpod`` or ``star`` fabric
 (:mod:`epfabric.hw.topology`), with everything a driver needs readable
 through ports after a run, so a fast simulator runs without Python per cycle.
@@ -127,7 +127,7 @@ class System(wiring.Component):
         Every die's UB port commits blocks beat by beat (a negative control;
         see :class:`~epfabric.hw.die.Die`). Default ``False``.
     nic : dict or None
-        The INC-MoE machine (KERNELS.md §2.6): every die gets a network
+        The INC-MoE machine (docs/spec/kernels.md §2.6): every die gets a network
         interface with these :class:`~epfabric.hw.inc_nic.IncNic` parameters
         and a cube unit (:class:`~epfabric.hw.die.Die` ``nic``), on a second
         ``star`` of the same timing whose switch holds the INC engine

@@ -101,7 +101,7 @@ def _check_port_params(blocks, data_bytes, non_atomic, beat_bytes):
 
 
 class UBPort(wiring.Component):
-    """512 B atomic UB write port (UBEP §3.4; DESIGN.md block 2).
+    """512 B atomic UB write port (UBEP §3.4; docs/spec/design.md block 2).
 
     Accepts requests from the fabric on ``i_req`` and commits them into an
     HBM slice through ``mem_w`` (and ``mem_r`` for fetch-add). See the module

@@ -1,6 +1,6 @@
 """Parameter validation shared by every block, the driver and the CLI.
 
-One rule everywhere (DESIGN.md "Bad input"): a value of the wrong *type*
+One rule everywhere (docs/spec/design.md "Bad input"): a value of the wrong *type*
 raises :class:`UserTypeError` (a ``TypeError``), a value of the right type
 outside its range raises :class:`UserError` (a ``ValueError``), and the
 message names the parameter and the value::

@@ -33,7 +33,7 @@ class VecOp(enum.Enum, shape=3):
     #: ``sum = a[0] + ... + a[L-1]``, exact (``sum`` is wide enough for max_len).
     REDUCE_SUM = 4
     #: Element-wise ``vec[j] = (a[j] * s[0]) mod 2**width`` per beat (Ascend's Muls):
-    #: the combine's weighting (UBEP §1.8 of KERNELS.md).
+    #: the combine's weighting (UBEP §1.8 of docs/spec/kernels.md).
     MULS = 5
 
 

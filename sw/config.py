@@ -85,7 +85,7 @@ class MachineConfig:
     #: every die's UB port commits a block in 64 B beats instead of atomically: a
     #: negative control only (UBEP §3.4: Token-Flag Fusion tears without atomicity)
     non_atomic_port: bool = False
-    #: the INC-MoE machine (KERNELS.md §2.6): ``"inc"`` or ``"ring"`` gives every die a network
+    #: the INC-MoE machine (docs/spec/kernels.md §2.6): ``"inc"`` or ``"ring"`` gives every die a network
     #: interface on an INC star and a cube unit (:class:`~epfabric.hw.system.System` ``nic``);
     #: ``""`` (default) builds none
     nic_mode: str = ""

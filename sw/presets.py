@@ -7,7 +7,7 @@ link latencies, the rate limiter's bytes-per-cycle fraction — asks the preset
 :meth:`Preset.fabric_timing`), so no
 other module converts units.
 
-Latency assumption (DESIGN.md): a class latency of UBEP Table 2 is the one-way
+Latency assumption (docs/spec/design.md): a class latency of UBEP Table 2 is the one-way
 time from a 512 B store's issue to its visibility at the destination, so the
 per-hop latencies are derived such that a lone block crossing the fabric takes
 exactly the class latency; a remote load costs the round trip.
@@ -80,7 +80,7 @@ class Preset:
     cube_macs_per_ns: float = field(default=786432.0, metadata=_help(
         "the die's cube unit rate in multiply-accumulates per ns; the default makes one row "
         "8 ns, so that at one 512 B block per token the layer's FFN is ~0.25 of the ring's "
-        "AG+RS time at N = 4, k = 8, E/N = 16 (KERNELS.md §3 incmoe-fig1, derived from the "
+        "AG+RS time at N = 4, k = 8, E/N = 16 (docs/spec/kernels.md §3 incmoe-fig1, derived from the "
         "paper's ~73 % communication share)"))
     description: str = field(default="", metadata=_help("what the preset models"))
 

@@ -1,13 +1,13 @@
 """Routing generator: which experts each token goes to (seeded, host-side data).
 
-MoE routing is *data* for every kernel (DESIGN.md): a generator draws it on
+MoE routing is *data* for every kernel (docs/spec/design.md): a generator draws it on
 the host with a seeded numpy RNG and the simulated hardware computes
-everything that depends on it. Conventions of ``../shared/KERNELS.md`` §4:
+everything that depends on it. Conventions of ``docs/spec/kernels.md`` §4:
 
 * every token picks ``topk`` **distinct** experts, drawn without
   replacement; by default uniformly;
 * optionally ``hot`` experts are favoured with weight ``w_hot`` (the others
-  weight 1), spread over the ranks at ids ``m * experts // hot`` (KERNELS.md
+  weight 1), spread over the ranks at ids ``m * experts // hot`` (docs/spec/kernels.md
   §1.6 "Hot experts": with ``w_hot = 0.3 * (E - hot) / (hot * 0.7)`` the hot
   experts take about 30 % of the slots);
 * routing weights are small integers 1..7 (so reductions stay exact).

@@ -1,6 +1,6 @@
 """The INC-MoE layer's persistent kernel on the AIV cores (INC-MoE §3.3–3.5, Algorithm 1).
 
-One program per AIV; its role follows from its index on the die (KERNELS.md
+One program per AIV; its role follows from its index on the die (docs/spec/kernels.md
 §2.4): cores ``0 .. B_AG-1`` gather, the next ``B_FFN`` compute, the last
 ``B_RS`` reduce. Bands: ``beta`` rows (META word ``ranks``, set by the host
 from the token counts); band j is rows ``[j*beta, (j+1)*beta)`` of every
@@ -32,7 +32,7 @@ never on the counts or the data, which they read at run time.
   ``incrs`` of the band and releases ``RSPOST = j + 1``; then it waits until
   the RS counter reaches this rank's cumulative own rows and adds the
   switch's sums ``RSIN`` into its own ``Z`` rows of the band — the root's
-  local reduction (KERNELS.md §2.6). In the last ``tail`` bands the gather
+  local reduction (docs/spec/kernels.md §2.6). In the last ``tail`` bands the gather
   AIVs share those additions (the owner takes rows ``j*beta``, step
   ``B_AG + 1``; gather g rows ``j*beta + 1 + g``).
 

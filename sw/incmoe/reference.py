@@ -1,4 +1,4 @@
-"""numpy reference of the INC-MoE layer (KERNELS.md §4, INC-MoE Eq. 1–2), bit-exact int32."""
+"""numpy reference of the INC-MoE layer (docs/spec/kernels.md §4, INC-MoE Eq. 1–2), bit-exact int32."""
 
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""A MoE layer's inputs for the INC-MoE layer (KERNELS.md §2.1, §3 ``incmoe-fig1``, §4).
+"""A MoE layer's inputs for the INC-MoE layer (docs/spec/kernels.md §2.1, §3 ``incmoe-fig1``, §4).
 
 One token is one 512 B DataBlock row of ``words`` modelled int32 words. Words
 ``0 .. k-1`` carry the token's routing, ``expert | weight << 16`` for its k
@@ -6,7 +6,7 @@ distinct experts (gate weights are small ints 1..7), as vLLM's AllGather
 path gathers the router's top-k with the hidden states; the other words are
 random data. The expert FFN's surrogate is ``FFN_e(x) = a_e * x + b_e`` on
 every word (mod 2**32), with small-int weights ``a_e, b_e`` placed in HBM as
-data (KERNELS.md §4), so the routing words go through the FFN like any other
+data (docs/spec/kernels.md §4), so the routing words go through the FFN like any other
 word and the numpy reference treats the whole row alike.
 """
 

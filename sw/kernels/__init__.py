@@ -21,7 +21,7 @@ CLI. The protocol (STYLE.md 7, PyMTL3's ``gen_mem_image`` + ``verify``):
   plus the kernel's figures;
 * ``summary(result)`` — the lines ``epfabric run`` prints.
 
-Programs depend on the configuration only, never on data (DESIGN.md).
+Programs depend on the configuration only, never on data (docs/spec/design.md).
 """
 
 from ...hw.validate import UserError, check_int

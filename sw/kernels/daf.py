@@ -2,7 +2,7 @@
 
 Every rank sends ``bytes`` (g) to every other rank and every receiver
 detects and consumes all of it, with one of four synchronisation protocols
-(``../shared/KERNELS.md`` §1.7, formats in :mod:`epfabric.sw.dataflag`):
+(``docs/spec/kernels.md`` §1.7, formats in :mod:`epfabric.sw.dataflag`):
 
 ======== ====================================================================
 ``sw``   stop-and-wait (CANN EP's): ⌈g/512⌉ raw blocks to every destination,
@@ -95,7 +95,7 @@ BROKEN = ("none", "tear", "sentinel", "nofence")
 #: the protocol each negative control belongs to
 BROKEN_PROTOCOL = {"tear": "tff", "sentinel": "sp", "nofence": "sw"}
 EPOCH = 1
-#: TFF word 0 (UBEP Fig. 6a's 0x0d0d tag and the epoch, KERNELS.md §1.7)
+#: TFF word 0 (UBEP Fig. 6a's 0x0d0d tag and the epoch, docs/spec/kernels.md §1.7)
 TFF_FLAG = 0x0D0D0000 | EPOCH
 SENTINEL_WORD = int(RESERVED_SENTINEL[0])
 #: what the host writes where the run must not write (and where data has not arrived yet)

@@ -3,14 +3,14 @@
 Each rank sends every token to the ranks of its k experts; each rank ends
 with the tokens it received in CANN's order (local expert, source rank, slot
 j) in ``OUT`` and the per-(expert, source) counts in ``COUNTS``
-(KERNELS.md §1.2). The programs are :mod:`epfabric.sw.ubep.cann`
+(docs/spec/kernels.md §1.2). The programs are :mod:`epfabric.sw.ubep.cann`
 (``system="cann"``: raw blocks, stop-and-wait, SyncAll) and
 :mod:`epfabric.sw.ubep.ubep` (``system="ubep"``: T-AIVs and a CalCumSum
 group of ``cumsum_aivs``, topology-aware mapping, Token-Flag Fusion, no
 SyncAll); both give the same ``OUT`` — with TFF the first four words of
 every block are its header instead of payload.
 
-Variants for UBEP's mapping ablation (§5.4, Fig. 9; KERNELS.md §1.6), each
+Variants for UBEP's mapping ablation (§5.4, Fig. 9; docs/spec/kernels.md §1.6), each
 with the same ``OUT``, ``COUNTS`` and ``EXPAND``:
 
 * ``mapping`` (UBEP only): ``"transpose"`` (default, π = the expert
@@ -20,7 +20,7 @@ with the same ``OUT``, ``COUNTS`` and ``EXPAND``:
   contiguous slot ranges) or ``"expert"`` (AIV ``a`` sends every slot of the
   experts ``e ≡ a mod A``) — :data:`~epfabric.sw.ubep.cann.SEND_SPLITS`.
 
-``sync`` (UBEP only; KERNELS.md §1.7) is how a receiver sees a token block
+``sync`` (UBEP only; docs/spec/kernels.md §1.7) is how a receiver sees a token block
 arrive: ``"tff"`` (the default, UBEP's Token-Flag Fusion: the flag in every
 block), ``"sp"`` (Sentinel Polling: raw blocks into receive slots the host
 arms with the reserved sentinel, polled ``ne`` and re-armed by their reader

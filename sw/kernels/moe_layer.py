@@ -138,7 +138,7 @@ class MoeLayer(Kernel):
             if params["slots"] < need:
                 raise UserError(f"slots={params['slots']} is below ranks * beta = {need}: two "
                                 f"chunks of one band would share an aggregator slot and the "
-                                f"reduction could deadlock (KERNELS.md §0.10)")
+                                f"reduction could deadlock (docs/spec/kernels.md §0.10)")
             return params["slots"]
         return max(16, pow2_at_least(need))
 

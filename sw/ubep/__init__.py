@@ -1,4 +1,4 @@
-"""UBEP's dispatch and combine (UBEP §2–4; ``../shared/KERNELS.md`` §1, §4).
+"""UBEP's dispatch and combine (UBEP §2–4; ``docs/spec/kernels.md`` §1, §4).
 
 * :mod:`.workload` — the inputs: seeded routing (k distinct experts per
   token, optional hot experts, weights 1–7), random tokens, and the models'

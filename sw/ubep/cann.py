@@ -1,4 +1,4 @@
-"""CANN EP's dispatch (the BSP baseline): program generator (KERNELS.md §1.3, UBEP §2.3).
+"""CANN EP's dispatch (the BSP baseline): program generator (docs/spec/kernels.md §1.3, UBEP §2.3).
 
 Every one of the A AIVs of a die runs every phase, separated by die-local
 barriers (CANN's ``SyncAll`` is a barrier over one die's AIVs; flags order
@@ -8,7 +8,7 @@ the end of each, and at the entry and exit of each SyncAll, :data:`PHASES`):
 1. **Init** — load the routing (BS·k 16-bit expert ids) into UBuf rows
    ``0 ..`` (one ``ldb`` per 256 ids).
 2. **Token-Sending** — which slots AIV ``a`` sends is ``send_split``
-   (:data:`SEND_SPLITS`, KERNELS.md §1.6 "Variants for the ablation"):
+   (:data:`SEND_SPLITS`, docs/spec/kernels.md §1.6 "Variants for the ablation"):
 
    * ``"slot"`` (default; the open kernel's ``SplitToCore(BS·k, A)``): its
      contiguous range of token slots ``n = t·k + i``. Per slot: the expert

@@ -1,4 +1,4 @@
-"""The combine: expert outputs back to their sources, weighted and summed (KERNELS.md §1.4, §1.8).
+"""The combine: expert outputs back to their sources, weighted and summed (docs/spec/kernels.md §1.4, §1.8).
 
 Before the combine, rank ``d``'s ``OUT`` holds the expert outputs in the
 dispatch's order (local expert ``e_l``, source ``s``, slot ``j``) and its
@@ -6,7 +6,7 @@ dispatch's order (local expert ``e_l``, source ``s``, slot ``j``) and its
 ``j`` of each of its token slots in ``EXPAND`` (written by either dispatch).
 Rank ``s`` ends with ``y[t] = Σ_{i<k} w[t,i] · o(t,i)`` in ``YOUT``: 16-bit
 lanes, ``vmuls`` then ``vadd`` in order ``i = 0 … k−1`` (mod 2^16), the
-integer stand-in for CANN's fp32 accumulation (KERNELS.md §4).
+integer stand-in for CANN's fp32 accumulation (docs/spec/kernels.md §4).
 
 Both systems send expert output row ``(e_l, s, j)`` to source ``s``'s
 combine window ``CWIN[e][j]`` (``e = d·epr + e_l``), so the source finds the

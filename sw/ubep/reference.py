@@ -1,6 +1,6 @@
-"""numpy references of dispatch and combine (KERNELS.md §1.2, §1.4, §4), bit-exact.
+"""numpy references of dispatch and combine (docs/spec/kernels.md §1.2, §1.4, §4), bit-exact.
 
-The output order is CANN's (KERNELS.md §0.5): on rank ``d`` the dispatched
+The output order is CANN's (docs/spec/kernels.md §0.5): on rank ``d`` the dispatched
 tokens are grouped by local expert ``e_l``, then by source rank ``s``, then
 by slot ``j`` — the number of earlier token slots (token-major index
 ``t*k + i``) of the same source routed to the same expert. Both CANN's
@@ -84,7 +84,7 @@ def expert_outputs(w, out, scale=None):
 
 
 def combine_out(w, expert_out):
-    """``y[s][t]`` = Σ_i w[s,t,i] · o(t, i) in 16-bit lanes mod 2^16, i ascending (KERNELS.md §4).
+    """``y[s][t]`` = Σ_i w[s,t,i] · o(t, i) in 16-bit lanes mod 2^16, i ascending (docs/spec/kernels.md §4).
 
     ``o(t, i)`` is the expert output row of slot (t, i) on the expert's rank.
     """

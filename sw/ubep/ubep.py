@@ -1,4 +1,4 @@
-"""UBEP's dispatch: the decomposed kernel (KERNELS.md §1.5–1.7; UBEP §3.2–3.4, Algorithm 1).
+"""UBEP's dispatch: the decomposed kernel (docs/spec/kernels.md §1.5–1.7; UBEP §3.2–3.4, Algorithm 1).
 
 The A AIVs of a die split into ``n_token = A − C`` token-sending AIVs
 (T-AIVs) and a CalCumSum group of ``C`` (C-AIVs); no SyncAll, no fence, no
@@ -19,13 +19,13 @@ status flags: every dependency is point to point.
    and boards and every contiguous slice mixes one-hop and two-hop
    destinations (topology-aware mapping). ``vlut`` is not needed: the
    counts go to their remapped positions at generation time (the fallback
-   of KERNELS.md §1.6). ``mapping="identity"`` (:data:`MAPPINGS`) makes
+   of docs/spec/kernels.md §1.6). ``mapping="identity"`` (:data:`MAPPINGS`) makes
    ``π`` the identity — UBEP §5.4's "w/o mapping" ablation: the slices still
    hold ``⌈BS·k/n_token⌉`` slots each (balanced counts) but cut the slot
    sequence in expert order, so a slice's destinations are a few
    consecutive experts, i.e. one or two ranks of one board (topology-blind).
 
-   Sharing the count [do better than KERNELS.md]: counting all ``E`` experts
+   Sharing the count [do better than docs/spec/kernels.md]: counting all ``E`` experts
    on every T-AIV costs ``E/3`` passes over the ``BS·k`` routing elements
    (at E = 256, BS·k = 1024: 86 × 67 = ~5.8 K cycles, measured 7.8 K for the
    whole init on 16 dies × 8 AIVs), while the paper's mapper takes 4–5
@@ -44,7 +44,7 @@ status flags: every dependency is point to point.
    expert, from 0 for the next), so ``j`` needs no prefix compare (and is
    kept in the local ``EXPAND`` word of the slot for the combine).
 
-   KERNELS.md §1.6's walk [choice] — ``vfind eq`` for the next slot of ``x``
+   docs/spec/kernels.md §1.6's walk [choice] — ``vfind eq`` for the next slot of ``x``
    over all ``BS·k`` slots of a working copy of the routing, then clear it —
    costs ``⌈BS·k/lanes⌉ + 3`` cycles plus a ten-instruction clear *per slot*.
    We do better: ``vcomp`` costs that once *per expert* (plus one cycle per
@@ -84,7 +84,7 @@ __all__ = ["dispatch_program", "transposition", "remapping", "default_cumsum_aiv
 
 #: the remapping ``π`` of the experts before the slot sequence is cut (module docstring, step 1)
 MAPPINGS = ("transpose", "identity")
-#: how a receiver learns a token block has arrived (KERNELS.md §1.7): Token-Flag Fusion (the
+#: how a receiver learns a token block has arrived (docs/spec/kernels.md §1.7): Token-Flag Fusion (the
 #: flag in every block), Sentinel Polling (raw blocks into sentinel-armed slots, re-armed after
 #: use) or stop-and-wait (raw blocks, ``fence``, then a flag word per (source, T-AIV))
 SYNCS = ("tff", "sp", "sw")
@@ -124,7 +124,7 @@ def remapping(experts, n_token, mapping="transpose"):
 
 
 def default_cumsum_aivs(aivs, experts, topk, batch):
-    """UBEP App. A's fit ``C ≈ A·E / (3·k·BS)``, clamped to ``[1, max(1, A // 2)]`` (KERNELS.md §1.5)."""
+    """UBEP App. A's fit ``C ≈ A·E / (3·k·BS)``, clamped to ``[1, max(1, A // 2)]`` (docs/spec/kernels.md §1.5)."""
     c = round(aivs * experts / (3 * topk * batch))
     return max(1, min(max(1, aivs // 2), c))
 

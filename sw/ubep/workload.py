@@ -1,4 +1,4 @@
-"""Dispatch/combine inputs: routing, weights and tokens per rank (KERNELS.md §1.2, §4).
+"""Dispatch/combine inputs: routing, weights and tokens per rank (docs/spec/kernels.md §1.2, §4).
 
 Everything here is *data*: the host places it in HBM and the kernels never
 see it while being generated. A :class:`Workload` holds, per source rank
@@ -64,7 +64,7 @@ class Workload:
     hot_share : float
         The share of slots the hot experts are meant to take, in ``(0, 1)``:
         their weight is :func:`~epfabric.sw.routing.hot_weight` ``(E, hot,
-        hot_share)`` (KERNELS.md §1.6's ``w_hot``). The formula ignores that a
+        hot_share)`` (docs/spec/kernels.md §1.6's ``w_hot``). The formula ignores that a
         token's ``k`` experts are distinct, so the measured share falls a
         little short when ``k`` is not small against ``E``
         (:meth:`hot_slot_share` measures it).

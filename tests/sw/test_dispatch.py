@@ -161,7 +161,7 @@ def test_a_layout_beyond_the_address_space_is_named_before_running(params, block
         KERNELS["dispatch"].configs("cm384", params=params)
 
 
-# --- the mapping ablation's variants (UBEP §5.4, Fig. 9; KERNELS.md §1.6) -----------------------
+# --- the mapping ablation's variants (UBEP §5.4, Fig. 9; docs/spec/kernels.md §1.6) -----------------------
 
 VARIANTS = [{"system": "cann", "send_split": "expert"}, {"system": "ubep", "mapping": "identity"}]
 ALL_VARIANTS = [{"system": "cann"}, {"system": "ubep"}] + VARIANTS
@@ -256,7 +256,7 @@ def test_remapping_and_the_hot_share():
     shape = dict(ranks=8, batch=64, topk=8, experts=128, hot=8)
     base = Workload(**shape)
     assert base.hot_experts() == [0, 16, 32, 48, 64, 80, 96, 112]
-    assert 0.25 < base.hot_slot_share() < 0.3         # KERNELS.md §1.6's w_hot: about 30 %
+    assert 0.25 < base.hot_slot_share() < 0.3         # docs/spec/kernels.md §1.6's w_hot: about 30 %
     assert Workload(**shape, hot_share=0.5).hot_slot_share() > 0.4
     assert Workload(**shape, hot_share=0.3).topk_idx.tolist() == base.topk_idx.tolist()
 
@@ -270,7 +270,7 @@ def test_the_combine_after_a_variant_is_bit_exact(variant):
     assert result["runs"][0]["dispatch"]["correct"]
 
 
-# --- UBEP's synchronisation variants (Data-as-Flag in the dispatch; KERNELS.md §1.7) -------------
+# --- UBEP's synchronisation variants (Data-as-Flag in the dispatch; docs/spec/kernels.md §1.7) -------------
 
 SYNCS = [{"system": "ubep", "sync": "sp"}, {"system": "ubep", "sync": "sw"}]
 

@@ -1,6 +1,6 @@
 """The INC-MoE layer kernel (sw/kernels/moe_layer.py, sw/incmoe/): bit-exact, every simulator.
 
-Every run is checked by the kernel against numpy (KERNELS.md §4): each rank's
+Every run is checked by the kernel against numpy (docs/spec/kernels.md §4): each rank's
 output rows, every gathered row (and nothing beyond a rank's count), every
 partial, every reduced row the switch delivered and the completion
 counters. So a correct run at several band counts, role splits and tail

@@ -30,7 +30,7 @@ def test_hot_experts_take_about_the_intended_share():
     experts, hot = 256, 8
     idx, _ = route(20_000, experts, 8, seed=1, hot=hot)
     share = np.isin(idx, [m * experts // hot for m in range(hot)]).mean()
-    assert 0.22 < share < 0.35                 # KERNELS.md 1.6: "about 30 %"
+    assert 0.22 < share < 0.35                 # docs/spec/kernels.md 1.6: "about 30 %"
     assert hot_weight(256, 8) == pytest.approx(0.3 * 248 / (8 * 0.7))
 
 

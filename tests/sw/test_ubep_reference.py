@@ -76,7 +76,7 @@ def test_model_shapes_and_blocks():
     assert blocks_per_token(MODELS["qwen3"].hidden_bytes, tff=False) == 8
     assert blocks_per_token(MODELS["qwen3"].hidden_bytes) == 9
     assert blocks_per_token(MODELS["glm"].hidden_bytes) == 22
-    assert blocks_per_token(MODELS["deepseek"].hidden_bytes) == 16      # KERNELS.md §1.7
+    assert blocks_per_token(MODELS["deepseek"].hidden_bytes) == 16      # docs/spec/kernels.md §1.7
 
 
 @pytest.mark.parametrize("kw, exc, match", [

@@ -10,7 +10,7 @@ the worst Data-as-Flag variant at small g or few ranks, SP the best in most
 settings.
 
 Each point is one (ranks, g) on the ``cm384`` preset (unchanged latencies,
-so µs are comparable) at the reduced scale of ``../shared/KERNELS.md`` §3
+so µs are comparable) at the reduced scale of ``docs/spec/kernels.md`` §3
 (8 = ``superpod:2,4,1``, 16 = ``2,8,1``, 32 = ``2,8,2``; 4 = ``2,2,1`` for
 smoke tests), running the ``daf`` kernel (:mod:`epfabric.sw.kernels.daf`)
 once per protocol, each run checked against numpy. Every point of one rank
@@ -30,7 +30,7 @@ from . import Experiment, Param, register
 
 __all__ = ["TOPOLOGIES", "SIZES", "QUICK_SIZES", "PAPER", "measure_point", "Fig10", "EXPERIMENT"]
 
-#: ranks -> superpod shape (KERNELS.md §3; 4 ranks only for smoke tests)
+#: ranks -> superpod shape (docs/spec/kernels.md §3; 4 ranks only for smoke tests)
 TOPOLOGIES = {4: (2, 2, 1), 8: (2, 4, 1), 16: (2, 8, 1), 32: (2, 8, 2)}
 SIZES = (16, 64, 256, 1024, 4096, 10240)
 QUICK_SIZES = (16, 1024, 10240)

@@ -30,11 +30,11 @@ times, their max, mean, max/mean and standard deviation; over every die the
 slowest AIV; the max as a ratio of each CANN split's. Every run is checked
 bit-exact against numpy, and the four ``OUT`` payloads must be identical.
 
-Hot experts (KERNELS.md §1.6) sit at ids ``m·E/hot`` with the weight that
+Hot experts (docs/spec/kernels.md §1.6) sit at ids ``m·E/hot`` with the weight that
 gives them about ``hot_share`` of the slots; the rows carry the share
 measured on the routing drawn.
 
-Scale: the paper's machine has 64 NPUs × 48 AIVs; KERNELS.md §3 asks for
+Scale: the paper's machine has 64 NPUs × 48 AIVs; docs/spec/kernels.md §3 asks for
 ``superpod:2,4,4`` (32 dies) × 8 AIVs, E = 128, BS = 64. That model takes tens
 of minutes to build here, so the default topology is ``superpod:2,2,4`` (16
 dies over the same four boards) and ``--quick`` runs ``superpod:1,2,4`` (8

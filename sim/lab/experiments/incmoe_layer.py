@@ -7,7 +7,7 @@ bands), against vLLM's ring AG → FFN → ring RS; more bands shrink the
 non-overlapped fill and drain.
 
 Each point is one token count T per rank at the reduced scale of
-KERNELS.md §3 (``incmoe-fig1``: T = paper/256, N = 4 ranks, E = 64 experts
+docs/spec/kernels.md §3 (``incmoe-fig1``: T = paper/256, N = 4 ranks, E = 64 experts
 (16 per rank), top-8, one 512 B block per token, 8 AIVs per die as 1 gather
 + 5 compute + 2 reduce, the paper's band counts 3 → 10, tail assistance
 on for T ≥ 256 with 2 bands), on ``incmoe-testbed`` (100 Gb/s per direction
@@ -19,7 +19,7 @@ engine slots), so the grid costs one Verilator build per mode.
 
 The comparison: the paper's TTFT cut includes non-MoE time and emulator
 losses, so its shape is what to hold against; the bound derived from Eq. 5
-with fill and drain (KERNELS.md §3: INC ≈ (n_b + 0.5) + one band's FFN, ring
+with fill and drain (docs/spec/kernels.md §3: INC ≈ (n_b + 0.5) + one band's FFN, ring
 1.875·n_b, in units of one band's S/BW) is ≈ 31 % at 3 bands and ≈ 42 % at 10.
 """
 
@@ -30,22 +30,22 @@ from . import Experiment, Param, register
 
 __all__ = ["GRID", "QUICK", "PAPER_TTFT_CUT", "bound", "measure_point", "IncMoeLayer", "EXPERIMENT"]
 
-#: tokens per rank -> bands (the paper's 24K..126K per accelerator / 256; n_b per KERNELS.md §2.4)
+#: tokens per rank -> bands (the paper's 24K..126K per accelerator / 256; n_b per docs/spec/kernels.md §2.4)
 GRID = {96: 3, 128: 3, 192: 4, 208: 5, 256: 6, 392: 8, 504: 10}
 QUICK = (96, 256, 504)
 #: INC-MoE Fig. 1: TTFT cut at the same token counts (x 256)
 PAPER_TTFT_CUT = {96: 0.2016, 128: 0.2367, 192: 0.2719, 208: 0.2762, 256: 0.2898, 392: 0.2707,
                   504: 0.3311}
-TAIL_FROM = 256         # tail assistance on at and above (KERNELS.md §3)
-TAIL_BANDS = 2          # n_tail (KERNELS.md §2.6)
-ROLES = (1, 5, 2)       # B_AG, B_FFN, B_RS at 8 AIVs (KERNELS.md §2.6)
+TAIL_FROM = 256         # tail assistance on at and above (docs/spec/kernels.md §3)
+TAIL_BANDS = 2          # n_tail (docs/spec/kernels.md §2.6)
+ROLES = (1, 5, 2)       # B_AG, B_FFN, B_RS at 8 AIVs (docs/spec/kernels.md §2.6)
 TMAX, SLOTS = 512, 256  # one machine for the whole grid (>= 504 rows; >= 4 * largest band)
 FFN_SHARE = 0.25        # t_FFN / t_ring(AG+RS) the preset's cube rate was set for
 MORE_BANDS = 2          # the band-count probe: INC again at the same T with this many more bands
 
 
 def bound(bands, ranks=4, ffn=FFN_SHARE):
-    """1 − t_INC / t_ring with a line-rate switch and the FFN hidden (KERNELS.md §3).
+    """1 − t_INC / t_ring with a line-rate switch and the FFN hidden (docs/spec/kernels.md §3).
 
     Per band of S_band: ring AG + RS = 2(N−1)/N, FFN = ``ffn`` of that, all serial;
     INC = 1 per band (Eq. 4) + half a band of fill/drain + the last band's FFN.

@@ -110,7 +110,7 @@ def _token(tid, epoch, tagged):
 
 def _checksum(safe):
     # Epoch 1 left token A in block 1 and token B in block 2, with its checksum
-    # in block 0 (word 0 = epoch, word 1 = sum of markers: KERNELS.md §1.7 DC).
+    # in block 0 (word 0 = epoch, word 1 = sum of markers: docs/spec/kernels.md §1.7 DC).
     # Epoch 2 sends B to block 1 and A to block 2: the same markers, swapped.
     a1, b1 = _token(0xA, 1, safe), _token(0xB, 1, safe)
     b2, a2 = _token(0xB, 2, safe), _token(0xA, 2, safe)

@@ -12,7 +12,7 @@ per (ranks, BS) cell, each C's time against the cell's best and the fit.
 
 Reduced scale: 8 and 16 dies of 8 AIVs. At one expert per die the count is
 too small for C to matter (the fit is below 1 everywhere), so E = 16·R
-stands in for the paper's 64–256 ranks (KERNELS.md §3: keep the
+stands in for the paper's 64–256 ranks (docs/spec/kernels.md §3: keep the
 E-dependence by putting several experts on a die); ``cap``
 (:func:`cap_for`) keeps the receive regions inside one HBM address space.
 """

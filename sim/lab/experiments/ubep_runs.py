@@ -6,7 +6,7 @@ Every UBEP figure of this package (``fig3b``, ``fig7a``, ``fig7b``, ``fig7c``,
 decomposed one on the same routing — and reads the per-AIV phase MARKs. This
 module holds what they share:
 
-* :data:`SHAPES` — the reduced-scale machines of KERNELS.md §3 by rank count;
+* :data:`SHAPES` — the reduced-scale machines of docs/spec/kernels.md §3 by rank count;
 * :func:`sizes_for` — the memory sizes one machine needs for a whole list of
   runs, rounded up to :data:`ENVELOPE`. A Verilator build is minutes at 8
   dies and its cache key includes every size, so sizing per point would build
@@ -20,7 +20,7 @@ module holds what they share:
 * :func:`compare_systems` — CANN and UBEP on the same point: the improvement
   ``(T_CANN − T_UBEP) / T_CANN`` and the A2A / BSP-cost split of Fig. 7.
 
-Measures (KERNELS.md §1.9, §3):
+Measures (docs/spec/kernels.md §1.9, §3):
 
 * **A2A** (the paper's communication stack) — the longest per-AIV
   Token-Sending time (Init MARK → Send MARK) over every die's sending AIVs:
@@ -49,7 +49,7 @@ __all__ = ["SHAPES", "ENVELOPE", "shape_of", "sizes_for", "config_of", "measure_
            "compare_systems", "DISPATCH_KEYS", "phase_stack", "STAGES", "cap_for", "grid",
            "format_point", "common_params"]
 
-#: ranks → topology (KERNELS.md §3: one board up to 16 dies, two boards at 32)
+#: ranks → topology (docs/spec/kernels.md §3: one board up to 16 dies, two boards at 32)
 SHAPES = {4: "superpod:2,2,1", 8: "superpod:2,4,1", 16: "superpod:2,8,1", 32: "superpod:2,8,2"}
 
 #: the least sizes of an experiment machine: every grid of the UBEP experiments fits in them

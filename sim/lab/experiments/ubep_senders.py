@@ -6,7 +6,7 @@ sender to 31.1 % at 48 (100 / 76.7 / 57.6 / 45.6 / 31.1 % at 8 / 16 / 24 /
 32 / 48 of 48 AIVs). Here ``Tₙ`` is the longest Token-Sending time of UBEP's
 ``n`` T-AIVs (the dispatch's C-group is ``A − n``), with the paper's token
 size (B_tok 16, DeepSeek's 7296 B per token as TFF blocks), BS 32, top-8,
-16 experts (KERNELS.md §3 ``ubep-fig3b``); ``n`` ∈ {1, 2, 3, 4, 6}, the
+16 experts (docs/spec/kernels.md §3 ``ubep-fig3b``); ``n`` ∈ {1, 2, 3, 4, 6}, the
 paper's sender counts over 8 AIVs per die instead of 48.
 """
 

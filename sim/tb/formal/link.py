@@ -1,4 +1,4 @@
-"""Formal harness of a link: the credit limiter's rate bound and the exact latency (DESIGN.md time model).
+"""Formal harness of a link: the credit limiter's rate bound and the exact latency (docs/spec/design.md time model).
 
 :class:`LinkRate` offers flits to a :class:`~epfabric.hw.link.Link` in
 arbitrary cycles, with arbitrary back-pressure on its output, and measures
