@@ -74,6 +74,7 @@ from dataclasses import dataclass
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data, enum
 
+from .hbm import BLOCK_BYTES, WORDS_PER_BLOCK
 from .validate import UserError, UserTypeError, check_int, check_word
 from .vector_unit import Cond, VecOp
 
@@ -89,8 +90,6 @@ REG_BITS = 4
 COND_BITS = 3
 RANK_BITS = 8
 BLOCK_BITS = 15
-BLOCK_BYTES = 512
-WORDS_PER_BLOCK = BLOCK_BYTES // 4
 
 
 class Csr(enum.Enum, shape=4):

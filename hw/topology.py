@@ -32,6 +32,7 @@ from amaranth.hdl import Const, Module, Shape
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .hbm import BLOCK_BYTES
 from .instances import instance_of
 from .link import Link, check_payload, flit_layout
 from .switch import Switch
@@ -88,7 +89,7 @@ class FabricTiming:
     hops: dict = field(default_factory=dict)
     rate_num: int = 1
     rate_den: int = 1
-    block_bytes: int = 512
+    block_bytes: int = BLOCK_BYTES
     small_bytes: int = None
 
     def __post_init__(self):

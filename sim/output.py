@@ -12,8 +12,10 @@
   parallel workers that need it wait.
 """
 
+import contextlib
 import fcntl
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -104,16 +106,35 @@ def _umask():
     return mask
 
 
-def write_atomic(path, text):
-    """Write ``text`` to ``path`` through a temporary file and a rename: never a half-written file."""
+@contextlib.contextmanager
+def atomic_path(path, suffix=""):
+    """A temporary file next to ``path`` to write; renamed onto ``path`` when the block succeeds.
+
+    Readers never see a half-written file; on an exception the temporary file is removed.
+    """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.resolve().parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.resolve().parent)
+    os.close(fd)
+    tmp = Path(tmp)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        yield tmp
         os.chmod(tmp, 0o666 & ~_umask())        # as open() would have made it, not mkstemp's 0600
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_atomic(path, text):
+    """Write ``text`` to ``path`` through a temporary file and a rename: never a half-written file."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "w") as f:
+            f.write(text)
+    return Path(path)
+
+
+def kill_group(proc):
+    """Stop a child started with ``start_new_session=True`` and everything it started (SIGKILL)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:      # already gone
+        pass

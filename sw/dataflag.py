@@ -24,20 +24,25 @@ hardware's :class:`~epfabric.hw.hbm.HBMSlice` rows use (word *k* = bytes
 
 import numpy as np
 
+from ..hw.hbm import BLOCK_BYTES, FLAG_BYTES
 from ..hw.validate import UserError
 
-__all__ = ["BLOCK_BYTES", "FLAG_BYTES", "TFF_PAYLOAD_BYTES", "RESERVED_SENTINEL",
+__all__ = ["BLOCK_BYTES", "FLAG_BYTES", "TFF_PAYLOAD_BYTES", "TFF_TAG", "SENTINEL_WORD",
+           "RESERVED_SENTINEL",
            "ZERO_SENTINEL", "tff_pack", "tff_unpack", "tff_arrived", "dc_marker",
            "dc_checksum", "dc_verify", "sp_fill", "sp_arrived", "sp_check_payload",
            "block_to_int", "int_to_block", "leading_words"]
 
-BLOCK_BYTES = 512
-FLAG_BYTES = 32
 TFF_PAYLOAD_BYTES = BLOCK_BYTES - FLAG_BYTES
-#: Sentinel words that normal FP16/BF16 data never produce: every half-word is
+#: The TFF flag word's tag: word 0 of a Token-Flag-Fused block is ``TFF_TAG | epoch``
+#: (UBEP Fig. 6a "F == 0x0d0d", plus an epoch; docs/spec/kernels.md §1.7).
+TFF_TAG = 0x0D0D0000
+#: A word that normal FP16/BF16 data never produce: every half-word is
 #: 0x7E5A, a signalling-free NaN payload outside what arithmetic generates
 #: (the canonical NaN is 0x7E00), UBEP §3.4 "reserve a sentinel encoding".
-RESERVED_SENTINEL = np.full(FLAG_BYTES // 4, 0x7E5A7E5A, dtype=np.uint32)
+SENTINEL_WORD = 0x7E5A7E5A
+#: The reserved sentinel: the flag field's words all :data:`SENTINEL_WORD`.
+RESERVED_SENTINEL = np.full(FLAG_BYTES // 4, SENTINEL_WORD, dtype=np.uint32)
 #: The naive sentinel (all zeros) that real payloads hit.
 ZERO_SENTINEL = np.zeros(FLAG_BYTES // 4, dtype=np.uint32)
 _MASK32 = 0xFFFFFFFF

@@ -35,7 +35,6 @@ units, at least one unit per frame).
 """
 
 import math
-import os
 import re
 import shutil
 import struct
@@ -44,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...hw.validate import UserError
+from ..output import atomic_path
 
 __all__ = ["Var", "Dump", "read_dump", "sanitize_vcd", "Trace", "Comment", "Group", "Marker",
            "write_gtkw", "fit_gtkw", "read_gtkw", "SaveFile", "zoom_for", "Waveform", "vcd_edges",
@@ -260,11 +260,9 @@ def sanitize_vcd(path):
                  for line in header]
         if fixed == header:
             return path
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "wb") as dst:
+        with atomic_path(path) as tmp, open(tmp, "wb") as dst:
             dst.writelines(fixed)
             shutil.copyfileobj(src, dst, 1 << 20)
-    os.replace(tmp, path)
     return path
 
 

@@ -10,7 +10,7 @@ from ..lab.experiments import EXPERIMENTS
 from ..backends import SIMULATORS
 from ..output import check_output_dir
 from ..lab.reproduce import reproduce
-from ..lab.sweep import SCHEDULERS, have_dask, open_scheduler
+from ..lab.sweep import have_dask, open_scheduler
 from .common import positive
 
 __all__ = ["add_arguments", "prepare"]

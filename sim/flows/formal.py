@@ -26,7 +26,6 @@ counterexample is found; every other property is ok only when proved.
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -38,7 +37,7 @@ from amaranth.back import rtlil
 
 from ..tb.formal import MODULES
 from ...hw.validate import UserError
-from ..output import waveform_dir
+from ..output import kill_group, waveform_dir
 from ..backends.waveforms import Comment, Marker, Trace, read_dump, write_gtkw
 
 __all__ = ["SOLVERS", "DEFAULT_TIMEOUT", "formal_dir", "registry", "Outcome", "run_property", "run_covers", "missing_tool", "format_table"]
@@ -135,11 +134,11 @@ def _run_sby(workdir, timeout):
     try:
         log, _ = proc.communicate(timeout=timeout + 60)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc)
         log, _ = proc.communicate()
         log = f"sby still running after {timeout + 60} s: stopped\n{log}"
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc)
         proc.wait()
         raise
     (workdir / "sby.log").write_text(log)

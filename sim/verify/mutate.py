@@ -35,7 +35,6 @@ to be caught.
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...hw.validate import UserError
+from ..output import kill_group
 
 __all__ = ["Mutation", "Outcome", "StaleMutation", "load_mutations", "select", "copy_tree",
            "apply", "make_shim", "test_env", "sanity_check", "run_tests", "run_mutation",
@@ -266,8 +266,9 @@ def run_tests(tests, root, env, timeout):
     log = Path(root) / ".mutate-log.jsonl"
     log.unlink(missing_ok=True)
     env = dict(env, **{LOG_ENV: str(log)})
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "epfabric.sim.verify.mutate",
-           "-o", "addopts=", "-p", "no:xdist", "--no-header", "-rN", *tests]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+           "-p", "epfabric.sim.verify.mutate", "-o", "addopts=", "-p", "no:xdist", "--no-header",
+           "-rN", *tests]
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     timed_out = False
@@ -275,7 +276,7 @@ def run_tests(tests, root, env, timeout):
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc)
         output, _ = proc.communicate()
     seen = _outcomes(log)
     outcomes = {}

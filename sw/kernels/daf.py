@@ -81,7 +81,8 @@ import numpy as np
 from ...hw.validate import UserError, check_int
 from ..assembler import Program
 from ..config import MachineConfig
-from ..dataflag import BLOCK_BYTES, FLAG_BYTES, RESERVED_SENTINEL, TFF_PAYLOAD_BYTES, dc_checksum
+from ..dataflag import (BLOCK_BYTES, FLAG_BYTES, RESERVED_SENTINEL, SENTINEL_WORD, TFF_PAYLOAD_BYTES,
+                        TFF_TAG, dc_checksum)
 from ..isa import address
 from ..presets import get_preset
 from . import Kernel, pow2_at_least, register
@@ -95,9 +96,8 @@ BROKEN = ("none", "tear", "sentinel", "nofence")
 #: the protocol each negative control belongs to
 BROKEN_PROTOCOL = {"tear": "tff", "sentinel": "sp", "nofence": "sw"}
 EPOCH = 1
-#: TFF word 0 (UBEP Fig. 6a's 0x0d0d tag and the epoch, docs/spec/kernels.md §1.7)
-TFF_FLAG = 0x0D0D0000 | EPOCH
-SENTINEL_WORD = int(RESERVED_SENTINEL[0])
+#: TFF word 0: the tag and the epoch (docs/spec/kernels.md §1.7)
+TFF_FLAG = TFF_TAG | EPOCH
 #: what the host writes where the run must not write (and where data has not arrived yet)
 CANARY = 0xC3A5C3A5
 START_MARK, DONE_MARK, REARM_MARK = 400, 402, 403

@@ -76,6 +76,7 @@ on the configuration only.
 
 from ...hw.validate import check_choice, check_int, check_pow2
 from ..assembler import Program
+from ..dataflag import SENTINEL_WORD, TFF_TAG
 from ..isa import address
 from .cann import count_experts, split
 
@@ -88,15 +89,11 @@ MAPPINGS = ("transpose", "identity")
 #: flag in every block), Sentinel Polling (raw blocks into sentinel-armed slots, re-armed after
 #: use) or stop-and-wait (raw blocks, ``fence``, then a flag word per (source, T-AIV))
 SYNCS = ("tff", "sp", "sw")
-#: SP's reserved word: the host arms every RECV block's words 0..7 with it (``RESERVED_SENTINEL``)
-SENTINEL_WORD = 0x7E5A7E5A
 
 #: MARK events (shared ids: init 10, send 11, reorder 15; count 16, cumsum 14)
 EVENTS = {"init": 10, "send": 11, "count": 16, "cumsum": 14, "reorder": 15}
 PHASES_T = ("init", "send", "reorder")
 PHASES_C = ("init", "count", "cumsum", "reorder")
-#: the TFF flag word: 0x0D0D << 16 | epoch (UBEP Fig. 6a "F == 0x0d0d", plus an epoch)
-TFF_TAG = 0x0D0D0000
 
 
 def transposition(experts, n_token):

@@ -12,7 +12,7 @@ import pytest
 from epfabric.hw.aiv_core import MemOp
 from epfabric.hw.router import DieRouter, FlitKind, rsp_depth_bound
 from epfabric.hw.ub_port import UBOp
-from epfabric.sim.backends import ComponentSpec, run, stream_get, stream_put, wait_until
+from epfabric.sim.backends import ComponentSpec, run, stream_get
 
 RANK = 1
 PARAMS = {"ranks": 4, "aivs": 2, "hbm_blocks": 8, "data_bytes": 32, "hbm_latency": 2, "rsp_depth": 4}

@@ -16,7 +16,6 @@ and prints them next to the preset's targets. Cycles become ns and GB/s only
 through the preset (:mod:`epfabric.sw.presets`).
 """
 
-import json
 import sys
 import time
 

@@ -31,7 +31,6 @@ single process involved (Python/Amaranth, Verilator, gcc, the simulator).
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -46,6 +45,7 @@ from ....sw.kernels import KERNELS
 from ....sw.kernels.alltoall import layout as alltoall_layout
 from ....sw.machine import Machine
 from ...backends import SIMULATORS, missing_reason, run
+from ...output import kill_group
 from ...backends.toolchain import OPT_LEVELS, parse_backends
 from ...backends.cocotb_runner import build, verilator_hier, verilator_opt
 from ...backends.native import build_native
@@ -188,7 +188,7 @@ def probe_one(dies, aivs, budget_s, opt=SCALE_OPT, log=print, backend=SCALE_BACK
                 break
             if time.monotonic() - t0 > budget_s:
                 over = True
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_group(proc)
                 pid, status, usage = os.wait4(proc.pid, 0)
                 break
             time.sleep(0.5)

@@ -1,8 +1,6 @@
 """Matplotlib helpers for experiment figures: headless, titled with the paper's figure, saved atomically."""
 
-import os
-import tempfile
-from pathlib import Path
+from ...output import atomic_path
 
 __all__ = ["subplots", "save", "table_figure"]
 
@@ -23,17 +21,10 @@ def save(fig, path, title):
     import matplotlib.pyplot as plt
     fig.suptitle(textwrap.fill(title, width=int(fig.get_figwidth() * 12)), fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.resolve().parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
+        with atomic_path(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=110)
     finally:
-        Path(tmp).unlink(missing_ok=True)
         plt.close(fig)
     return path
 
