@@ -5,6 +5,8 @@ Front end of the ``speed`` experiment (:mod:`epfabric.sim.lab.experiments.speed`
 
 import os
 
+from tabulate import tabulate
+
 from ...hw.validate import UserError, check_choice
 from ..backends import SIMULATORS, missing_reason
 from ..backends.toolchain import OPT_LEVELS, check_opt, parse_backends
@@ -69,12 +71,12 @@ def prepare(args):
         def probe():
             use_hier()
             result = scale(shapes, args.budget, args.opt or SCALE_OPT, backend)
-            print(f"{'dies':>5} {'AIVs':>5} {'status':>12} {'wall s':>7} {'build s':>8} {'run s':>7} "
-                  f"{'cycles':>7} {'peak MB':>8}")
-            for r in result["runs"]:
-                print(f"{r['dies']:>5} {r['aivs_per_die']:>5} {r['status']:>12} {r['wall_s']:>7.0f} "
-                      f"{r.get('build_s', float('nan')):>8.0f} {r.get('run_s', float('nan')):>7.1f} "
-                      f"{r.get('cycles', 0):>7} {r['peak_rss_mb']:>8}")
+            print(tabulate(
+                [(r["dies"], r["aivs_per_die"], r["status"], f"{r['wall_s']:.0f}",
+                  f"{r.get('build_s', float('nan')):.0f}", f"{r.get('run_s', float('nan')):.1f}",
+                  r.get("cycles", 0), r["peak_rss_mb"]) for r in result["runs"]],
+                headers=("dies", "AIVs", "status", "wall s", "build s", "run s", "cycles", "peak MB"),
+                disable_numparse=True, colalign=("right",) * 8))
             print(f"largest within {args.budget:.0f} s: "
                   + (f"{result['largest'][0]} dies x {result['largest'][1]} AIVs"
                      if result["largest"] else "none"))

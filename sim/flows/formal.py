@@ -34,6 +34,7 @@ from importlib import import_module
 from pathlib import Path
 
 from amaranth.back import rtlil
+from tabulate import tabulate
 
 from ..tb.formal import MODULES
 from ...hw.validate import UserError
@@ -243,10 +244,9 @@ def _keep_trace(outcome, trace, prop, waveforms):
 
 def format_table(outcomes):
     """A plain-text table of outcomes (one row per property)."""
-    rows = [("property", "method", "result", "expected", "ok", "time (s)", "counterexample")]
-    for o in outcomes:
-        rows.append((o.name, o.method, o.result + (f" ({o.detail})" if o.detail else ""),
-                     "proved" if o.expect == "pass" else "counterexample",
-                     "ok" if o.ok else "FAIL", f"{o.seconds:.1f}", o.vcd or ""))
-    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return tabulate([(o.name, o.method, o.result + (f" ({o.detail})" if o.detail else ""),
+                      "proved" if o.expect == "pass" else "counterexample",
+                      "ok" if o.ok else "FAIL", f"{o.seconds:.1f}", o.vcd or "")
+                     for o in outcomes],
+                    headers=("property", "method", "result", "expected", "ok", "time (s)",
+                             "counterexample"), disable_numparse=True)

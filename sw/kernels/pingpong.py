@@ -12,6 +12,8 @@ rank 0, whose round trip never leaves the die and so measures the cores' own
 overhead (store issue, UB commit, poll detection) on both ends.
 """
 
+from tabulate import tabulate
+
 from ..assembler import Program
 from ..isa import address
 from . import Kernel, register
@@ -141,13 +143,15 @@ class PingPong(Kernel):
             lines.append(f"pingpong on {result['preset']} [{result['backend']}]: " + (
                 f"core overhead {overhead:.1f} ns one-way" if overhead is not None else
                 "core overhead not measured (it needs 2 AIVs per die)"))
-            lines.append(f"{'class':>8} {'one-way ns':>11} {'fabric ns':>10} {'fabric+overhead':>16} "
-                         f"{'error':>7}")
+            table = []
             for c in run["latency_ns"]:
                 expected = run["expected_latency_ns"].get(c)
-                lines.append(f"{c:>8} {run['latency_ns'][c]:>11.1f} {run['fabric_latency_ns'][c]:>10.1f} "
-                             + (f"{expected:>16.1f} {run['error_pct'][c]:>+6.2f}%" if expected
-                                else f"{'—':>16} {'—':>7}"))
+                table.append((c, f"{run['latency_ns'][c]:.1f}", f"{run['fabric_latency_ns'][c]:.1f}",
+                              f"{expected:.1f}" if expected else "—",
+                              f"{run['error_pct'][c]:+.2f}%" if expected else "—"))
+            lines.append(tabulate(table, headers=("class", "one-way ns", "fabric ns",
+                                                  "fabric+overhead", "error"),
+                                  disable_numparse=True, colalign=("right",) * 5))
         return lines
 
 

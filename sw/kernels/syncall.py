@@ -18,6 +18,8 @@ barrier ``e``.
 
 from dataclasses import replace
 
+from tabulate import tabulate
+
 from ...hw.validate import UserError, check_int
 from ..assembler import Program
 from ..isa import address
@@ -148,10 +150,10 @@ class SyncAll(Kernel):
         lines = [f"syncall on {result['preset']} [{result['backend']}], topology "
                  f"{tuple(first['config']['topology'])}, {result['params']['epochs']} barriers "
                  f"back to back:",
-                 f"{'cores':>6} {'AIVs/die':>9} {'barrier cycles':>15} {'ns':>9}"]
-        for r in result["runs"]:
-            lines.append(f"{r['cores']:>6} {r['aivs_per_die']:>9} {r['cycles_per_barrier']!s:>15} "
-                         f"{(r['ns_per_barrier'] or 0):>9.1f}")
+                 tabulate([(r["cores"], r["aivs_per_die"], str(r["cycles_per_barrier"]),
+                            f"{r['ns_per_barrier'] or 0:.1f}") for r in result["runs"]],
+                          headers=("cores", "AIVs/die", "barrier cycles", "ns"),
+                          disable_numparse=True, colalign=("right",) * 4)]
         return lines
 
 

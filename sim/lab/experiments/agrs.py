@@ -41,6 +41,8 @@ their bounds (``make fig6`` prints how close), and larger ``S`` only adds
 simulation time.
 """
 
+from tabulate import tabulate
+
 from ....hw.validate import UserError, check_choice, check_int
 from ....sw.kernels import run_kernel
 from ....sw.kernels.agrs import bound_gbps
@@ -126,16 +128,14 @@ def sweep(*, preset="incmoe-testbed", ranks=4, sizes=None, backend="verilator", 
 
 
 def format_sweep(rows, ranks):
+    table = [(_size(row["bytes"]), f"{row['ring']['equiv_bw_gbps']:.1f}",
+              f"{100 * row['ring']['fraction_of_bound']:.1f}%", f"{row['inc']['equiv_bw_gbps']:.1f}",
+              f"{100 * row['inc']['fraction_of_bound']:.1f}%", f"{100 * row['gain']:+.1f}%",
+              f"{100 * row['reduction']:.1f}%",
+              "yes" if row["ring"]["correct"] and row["inc"]["correct"] else "NO") for row in rows]
     lines = [f"concurrent AG+RS, N={ranks}: equivalent bandwidth 2S/time (Gb/s)",
-             f"{'S':>10} {'ring':>8} {'%bound':>7} {'INC':>8} {'%bound':>7} {'gain':>7} "
-             f"{'t cut':>7} {'ok':>3}"]
-    for row in rows:
-        ring, inc = row["ring"], row["inc"]
-        lines.append(f"{_size(row['bytes']):>10} {ring['equiv_bw_gbps']:>8.1f} "
-                     f"{100 * ring['fraction_of_bound']:>6.1f}% {inc['equiv_bw_gbps']:>8.1f} "
-                     f"{100 * inc['fraction_of_bound']:>6.1f}% {100 * row['gain']:>+6.1f}% "
-                     f"{100 * row['reduction']:>6.1f}% "
-                     f"{'yes' if ring['correct'] and inc['correct'] else 'NO':>3}")
+             tabulate(table, headers=("S", "ring", "%bound", "INC", "%bound", "gain", "t cut", "ok"),
+                      disable_numparse=True, colalign=("right",) * 8)]
     lines.append(f"(t cut: 1 - t_INC/t_ring; Eq. 5 bound (N-2)/(2(N-1)) = "
                  f"{100 * (ranks - 2) / (2 * (ranks - 1)):.1f}%)")
     return "\n".join(lines)

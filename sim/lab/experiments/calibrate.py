@@ -19,6 +19,8 @@ through the preset (:mod:`epfabric.sw.presets`).
 import sys
 import time
 
+from tabulate import tabulate
+
 from ....hw.topology import star, superpod, superpod_distance
 from ....hw.validate import UserError, check_choice, check_int
 from ....sw.presets import CLASSES, get_preset, preset_names
@@ -275,13 +277,12 @@ def rows_of(report):
 
 
 def format_rows(rows):
-    lines = [f"{'class':<9} {'latency ns':>11} {'target':>8} {'err':>7}   "
-             f"{'GB/s':>8} {'target':>8} {'err':>7}"]
-    for r in rows:
-        lines.append(f"{r['class']:<9} {r['latency_ns']:>11.1f} {r['target_latency_ns']:>8.1f} "
-                     f"{r['latency_error_pct']:>+6.2f}%   {r['bandwidth_gbytes_s']:>8.2f} "
-                     f"{r['target_bandwidth_gbytes_s']:>8.2f} {r['bandwidth_error_pct']:>+6.2f}%")
-    return "\n".join(lines)
+    return tabulate([(r["class"], f"{r['latency_ns']:.1f}", f"{r['target_latency_ns']:.1f}",
+                      f"{r['latency_error_pct']:+.2f}%", f"{r['bandwidth_gbytes_s']:.2f}",
+                      f"{r['target_bandwidth_gbytes_s']:.2f}", f"{r['bandwidth_error_pct']:+.2f}%")
+                     for r in rows],
+                    headers=("class", "latency ns", "target", "err", "GB/s", "target", "err"),
+                    disable_numparse=True, colalign=("left",) + ("right",) * 6)
 
 
 def format_report(report):

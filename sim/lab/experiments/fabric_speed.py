@@ -22,6 +22,8 @@ not into this docstring.
 import sys
 import time
 
+from tabulate import tabulate
+
 from ...tb.traffic import TrafficFabric
 from ....hw.validate import UserError, check_choice, check_int
 from ....sw.presets import get_preset, preset_names
@@ -199,15 +201,16 @@ class FabricSpeed(Experiment):
                         f"under uniform saturating traffic (no paper figure)")
 
     def format(self, rows):
-        lines = [f"{'backend':>10} {'elab/gen s':>10} {'build s':>8} {'cycles':>8} {'run s':>8} "
-                 f"{'cycles/s':>10} {'blk/cyc/rank':>12}"]
+        table = []
         for r in rows:
             gen = r.get("elaborate_s", r.get("verilog_s", 0.0))
             build_s = r.get("build_s_original", r.get("build_s")) if r["backend"] != "pysim" else None
             build_txt = "-" if build_s is None else f"{build_s:.1f}" + ("*" if r.get("build_cached") else "")
-            lines.append(f"{r['backend']:>10} {gen:>10.1f} {build_txt:>8} {r['cycles']:>8} "
-                         f"{r['run_s']:>8.2f} {r['cycles_per_s']:>10.0f} "
-                         f"{r['blocks_per_cycle_per_rank']:>12.3f}")
+            table.append((r["backend"], f"{gen:.1f}", build_txt, r["cycles"], f"{r['run_s']:.2f}",
+                          f"{r['cycles_per_s']:.0f}", f"{r['blocks_per_cycle_per_rank']:.3f}"))
+        lines = [tabulate(table, headers=("backend", "elab/gen s", "build s", "cycles", "run s",
+                                          "cycles/s", "blk/cyc/rank"),
+                          disable_numparse=True, colalign=("right",) * 7)]
         if any(r.get("build_cached") for r in rows):
             lines.append("  * build time of the cached model (this invocation reused it)")
         by = {r["backend"]: r for r in rows}

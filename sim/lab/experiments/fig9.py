@@ -47,6 +47,8 @@ import hashlib
 import json
 import statistics
 
+from tabulate import tabulate
+
 from ....hw.validate import UserError
 from ....sw.config import format_topology, parse_topology
 from ...backends import SIMULATORS
@@ -283,16 +285,15 @@ class Fig9(Experiment):
                         f"A={first['aivs']} (paper: 64 NPUs, 62.2 / 48.1 / 43.5 us)")
 
     def format(self, rows):
-        lines = [f"{'variant':<20} {'max us':>8} {'mean us':>8} {'max/mean':>8} {'stdev':>7} "
-                 f"{'vs CANN-e':>9} {'paper':>6}  per-AIV us (die {rows[0]['node']})"]
-        for r in rows:
-            lines.append(f"{r['name']:<20} {r['max_us']:>8.3f} {r['mean_us']:>8.3f} "
-                         f"{r['max_over_mean']:>8.3f} {r['stdev_us']:>7.3f} "
-                         f"{r['ratio_vs_cann-expert']:>9.3f} "
-                         f"{_paper_ratio(r['variant'], 'cann-expert'):>6.3f}  "
-                         + " ".join(f"{t:.2f}" for t in r["per_aiv_us"])
-                         + ("" if r["correct"] else "  INCORRECT"))
-        return "\n".join(lines)
+        return tabulate(
+            [(r["name"], f"{r['max_us']:.3f}", f"{r['mean_us']:.3f}", f"{r['max_over_mean']:.3f}",
+              f"{r['stdev_us']:.3f}", f"{r['ratio_vs_cann-expert']:.3f}",
+              f"{_paper_ratio(r['variant'], 'cann-expert'):.3f}",
+              " ".join(f"{t:.2f}" for t in r["per_aiv_us"]) + ("" if r["correct"] else "  INCORRECT"))
+             for r in rows],
+            headers=("variant", "max us", "mean us", "max/mean", "stdev", "vs CANN-e", "paper",
+                     f"per-AIV us (die {rows[0]['node']})"),
+            disable_numparse=True, colalign=("left",) + ("right",) * 6 + ("left",))
 
 
 def _check(point):

@@ -9,6 +9,7 @@ command), and the result is printed next to the numpy reference.
 import time
 
 import numpy as np
+from tabulate import tabulate
 
 from ....hw.instances import mark_used
 from ....hw.validate import UserError
@@ -110,13 +111,12 @@ class Quaternary(Experiment):
                         f"entries, {rows[0]['lanes']} lanes (red: mismatch with numpy)")
 
     def format(self, rows):
-        lines = [f"{'target':>7} {'expert':>7} {'offset':>7} {'counts':>6} {'cycles':>7}   "
-                 f"numpy (expert, offset)"]
-        for r in rows:
-            lines.append(f"{r['target']:>7} {r['expert']:>7} {r['offset']:>7} {r['steps']:>6} "
-                         f"{r['cycles']:>7}   ({r['numpy_expert']}, {r['numpy_offset']})  "
-                         f"{'ok' if r['match'] else 'MISMATCH'}")
-        return "\n".join(lines)
+        return tabulate([(r["target"], r["expert"], r["offset"], r["steps"], r["cycles"],
+                          f"({r['numpy_expert']}, {r['numpy_offset']})",
+                          "ok" if r["match"] else "MISMATCH") for r in rows],
+                        headers=("target", "expert", "offset", "counts", "cycles",
+                                 "numpy (expert, offset)", ""),
+                        disable_numparse=True, colalign=("right",) * 5 + ("left", "left"))
 
 
 EXPERIMENT = register(Quaternary())

@@ -38,6 +38,8 @@ import threading
 import time
 from pathlib import Path
 
+from tabulate import tabulate
+
 from ....hw.host import HostTarget
 from ....hw.validate import UserError, check_choice, check_int
 from ....sw.isa import address
@@ -313,12 +315,13 @@ class Speed(Experiment):
         save(fig, path, "Simulator speed: alltoall on cm384 per backend (no paper figure)")
 
     def format(self, rows):
-        lines = [f"{'backend':>10} {'dies':>5} {'cycles':>8} {'build s':>8} {'runs':>5} {'run s':>8} "
-                 f"{'cycles/s':>10} {'core-cycles/s':>14}"]
-        for r in rows:
-            lines.append(f"{r['backend']:>10} {r['dies']:>5} {r['cycles']:>8} {r['build_s']:>8.1f} "
-                         f"{r.get('runs', 1):>5} {r['run_s']:>8.2f} {r['cycles_per_s']:>10.0f} "
-                         f"{r.get('core_cycles_per_s') or 0:>14.0f}")
+        lines = [tabulate(
+            [(r["backend"], r["dies"], r["cycles"], f"{r['build_s']:.1f}", r.get("runs", 1),
+              f"{r['run_s']:.2f}", f"{r['cycles_per_s']:.0f}", f"{r.get('core_cycles_per_s') or 0:.0f}")
+             for r in rows],
+            headers=("backend", "dies", "cycles", "build s", "runs", "run s", "cycles/s",
+                     "core-cycles/s"),
+            disable_numparse=True, colalign=("right",) * 8)]
         for b, by_dies in ratios(rows).items():
             for d, x in by_dies.items():
                 lines.append(f"{b} / pysim at {d} dies: {x}x (cycles per second, same invocation)")
