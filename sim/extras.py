@@ -40,7 +40,7 @@ def missing(extra, modules=None):
     names, purpose = EXTRAS[extra]
     for name in modules or names:
         if importlib.util.find_spec(name) is None:
-            return (f"{purpose} needs the Python package {name!r}: "
+            return (f"the Python package {name!r} is not installed, needed for {purpose}: "
                     f"pip install 'epfabric[{extra}]'")
     return None
 
