@@ -35,7 +35,7 @@ OUTSIDE = re.compile("|".join([
     r"\bpapers" + r"/[\w.-]+\.txt",
     r"\b(?:KERNELS|DESIGN|NUMBERS)" + r"\.md\b",
 ]))
-DOC_PATH = re.compile(r"\bdocs/[\w./-]+?\.md\b")
+DOC_PATH = re.compile(r"\bdocs/[\w-][\w./-]*?\.md\b")
 #: repository paths written in a page: hw/..., sw/..., sim/... (files or folders)
 REPO_PATH = re.compile(r"(?<![\w./-])((?:hw|sw|sim)/(?:[\w-]+/)*[\w-]*(?:\.\w+)?)")
 
