@@ -1,6 +1,6 @@
 """The driver: load programs and memory onto a machine, run it, read results.
 
-The Glasgow split (STYLE.md 1): a :class:`Machine` is built from a
+The Glasgow split (docs/contributing.md "Style"): a :class:`Machine` is built from a
 configuration (:class:`~epfabric.sw.config.MachineConfig` for the AIV
 machine, :class:`~epfabric.sw.config.AgrsConfig` for the AG/RS endpoints) and
 a :class:`Backend`; driver code (kernels, experiments) talks only to the

@@ -1,4 +1,4 @@
-"""Shared test helpers (one place; see STYLE.md 6)."""
+"""Shared test helpers (one place; see docs/contributing.md "Style")."""
 
 from epfabric.sim.backends import ComponentSpec, run
 
@@ -17,7 +17,7 @@ def require(what, reason, *, optional=False):
 
     Under ``EPFABRIC_REQUIRE_ALL_SIMULATORS=1`` (CI) the test fails instead,
     so a missing simulator or tool is never a silent pass — except for a tool
-    the README declares ``optional`` (GTKWave): CI does not install it. Every
+    docs/getting-started.md declares ``optional`` (GTKWave): CI does not install it. Every
     test that needs a tool goes through here; none calls ``pytest.skip`` itself.
     """
     import os

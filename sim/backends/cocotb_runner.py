@@ -41,7 +41,7 @@ def verilator_opt():
     Verilator manual advises. ``-O1`` on the hot code made models 8–10× faster
     than all-``-O0`` for ~25 % more build time; gcc at ``-O2`` stalls on
     single huge generated functions (bounded here by ``--output-split-cfuncs``
-    but still slow to build). Figures: README, "Simulation speed and scale".
+    but still slow to build). Figures: docs/results.md, "Simulation speed and scale".
     """
     return os.environ.get("EPFABRIC_VERILATOR_OPT", "-O1")
 
@@ -63,7 +63,7 @@ def verilator_hier():
     into N copies of its code (measured: 15 MB of C++ for 16 one-core dies),
     so the C++ build grows with instances. A hierarchical block is Verilated
     and compiled once, whatever its instance count, at a run-time cost per
-    instance crossing (README, "Simulation speed and scale").
+    instance crossing (docs/results.md, "Simulation speed and scale").
     """
     text = os.environ.get("EPFABRIC_VERILATOR_HIER", "")
     return tuple(name for name in text.split(",") if name)

@@ -1,7 +1,7 @@
 """The native backend: one Verilated model per distinct module, stepped from a C++ top.
 
 A flat Verilator model compiles a module used N times as N copies of its
-code, so the build grows with dies and cores (README, "Simulation speed and
+code, so the build grows with dies and cores (docs/results.md, "Simulation speed and
 scale"). Here (issue 13, step 3) every distinct module of
 :func:`~epfabric.sim.backends.native_build.native_design` -- the glue (the top
 without its shared-module instances), the die with its cores, each link and

@@ -680,7 +680,7 @@ def memory_lines(reports):
 
 
 def markdown_table(reports, summary=None, device=""):
-    """The README table: one row per report, then the fits sentence."""
+    """The results table (docs/results.md): one row per report, then the fits sentence."""
     pnr = any("fmax_mhz" in r for r in reports)
     head = ["component", "parameters", "LUT", "FF", "BRAM", "DSP", "carry", "LUT RAM"]
     if pnr:

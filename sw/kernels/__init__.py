@@ -3,7 +3,7 @@
 Every kernel is a :class:`Kernel` registered in :data:`KERNELS` (name →
 kernel); ``epfabric run NAME`` and the experiments find kernels there and
 run them through :func:`run_kernel`, so adding a kernel never touches the
-CLI. The protocol (STYLE.md 7, PyMTL3's ``gen_mem_image`` + ``verify``):
+CLI. The protocol (docs/contributing.md "Style", PyMTL3's ``gen_mem_image`` + ``verify``):
 
 * ``name``, ``description`` — the registry key and one line for ``--help``;
 * ``params`` — ``{name: default}`` of the kernel's own parameters (a seed,

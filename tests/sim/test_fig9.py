@@ -76,7 +76,7 @@ def test_the_quick_grid_keeps_the_papers_spread_trend():
     """8 dies over four boards, 4 AIVs, 4 hot experts (all on AIV 0 under the expert split):
     the expert split loads its hot AIV most and is the least uniform; UBEP's senders are
     near-uniform. (The paper's ordering of the maxima does not hold in the model: see the
-    README, "Mapping ablation"; the verdict says so, this test does not pin it.)"""
+    docs/results.md, "Mapping ablation"; the verdict says so, this test does not pin it.)"""
     require_simulator("verilator")
     params = FIG9.resolve()
     point, = FIG9.points(params, quick=True)

@@ -1,8 +1,8 @@
 """The UBEP figures' trends on their quick grids (slow: 8-die Verilator runs, minutes each).
 
-Each test runs an experiment's ``--quick`` grid and checks what the README's
+Each test runs an experiment's ``--quick`` grid and checks what docs/results.md's
 table reports for it: where the paper's trend holds in the model, the
-trend; where it does not, the measured reason the README gives. CI runs
+trend; where it does not, the measured reason docs/results.md gives. CI runs
 the smoke versions in ``test_ubep_runs.py``.
 """
 

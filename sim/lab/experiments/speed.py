@@ -62,7 +62,7 @@ SHAPES = {4: ("superpod", 2, 2, 1), 16: ("superpod", 2, 4, 2), 32: ("superpod", 
 #: Hot-code level of the bench's Verilator models: with the output split
 #: (:data:`~epfabric.sim.backends.cocotb_runner.OUTPUT_SPLIT_CFUNCS`) gcc
 #: builds ``-O2`` about as fast as ``-O1`` here, and the 16-die model ran
-#: 39.5 k cycles/s at ``-O2`` against 29.3 k at ``-O1`` (README).
+#: 39.5 k cycles/s at ``-O2`` against 29.3 k at ``-O1`` (docs/results.md).
 BENCH_OPT = "-O2"
 #: Hot-code level of the scale probe (build-bound; the library default).
 SCALE_OPT = "-O1"
