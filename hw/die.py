@@ -49,13 +49,13 @@ die's cores are row window 0) or a core's enable bit (ENABLE). ``host.re`` reads
 ``host.rvalid``/``host.rdata`` are valid ``hbm_latency`` cycles later.
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
 from .aiv_core import MAX_WINDOW, AIVCore, trace_layout
-from .arbiter import round_robin
+from .arbiter import RoundRobin
 from .host import HostSignature, HostTarget
 from .instances import instance_of, mark_used
 from .router import DieRouter, FlitKind, flit_layout, rsp_depth_bound
@@ -301,25 +301,29 @@ class Die(wiring.Component):
         for k, value in enumerate(counts):
             m.d.comb += self.inc_counts[k].eq(value)
         # posts: round-robin over the cores, one per cycle
-        grant, any_, advance = round_robin(m, [c.inc_post.valid for c in cores], "inc_post")
-        m.d.comb += nic.post.valid.eq(any_)
+        post_arb = m.submodules.inc_post_arb = RoundRobin(count=n)
+        grant = post_arb.grant
+        m.d.comb += [post_arb.requests.eq(Cat(c.inc_post.valid for c in cores)),
+                     post_arb.ready.eq(nic.post.ready),
+                     nic.post.valid.eq(post_arb.valid)]
         for i, core in enumerate(cores):
             m.d.comb += [core.inc_counts[k].eq(v) for k, v in enumerate(counts)]
             with m.If(grant == i):
                 m.d.comb += [nic.post.payload.as_value().eq(core.inc_post.payload.as_value()),
                              core.inc_post.ready.eq(nic.post.ready)]
-        advance(any_ & nic.post.ready)
         # cube unit: one row at a time, cube_cycles each, round-robin over the requests
         left = Signal(range(self.cube_cycles + 1), name="cube_left")
         owner = Signal(range(max(2, n)), name="cube_owner")
-        cgrant, cany, cadvance = round_robin(m, [c.cube_req for c in cores], "cube")
+        cube_arb = m.submodules.cube_arb = RoundRobin(count=n)
+        cgrant = cube_arb.grant
         busy = left != 0
-        start = ~busy & cany
+        start = ~busy & cube_arb.valid
+        m.d.comb += [cube_arb.requests.eq(Cat(c.cube_req for c in cores)),
+                     cube_arb.ready.eq(~busy)]
         cur = Mux(busy, owner, cgrant)
         remaining = Mux(busy, left, self.cube_cycles)
         with m.If(start):
             m.d.sync += owner.eq(cgrant)
-        cadvance(start)
         with m.If(busy | start):
             m.d.sync += left.eq(remaining - 1)
         for i, core in enumerate(cores):

@@ -21,7 +21,7 @@ from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .aiv_core import ACK_COUNT_BITS, MemOp, mem_req_layout, mem_rsp_layout
-from .arbiter import lowest_set
+from .arbiter import RoundRobin
 from .inc_endpoint import MODES
 from .inc_engine import EPOCH_BITS, Completion, IncOp, inc_flit_layout, reduce_lanes
 from .isa import BLOCK_BITS, RANK_BITS
@@ -321,26 +321,13 @@ class IncNic(wiring.Component):
         # requesters: 0 receive write, 1 AG read, 2 RS read, 3 ring receive read
         reqs = [Signal(name=f"mreq{i}") for i in range(4)]
         blocks = [Signal(BLOCK_BITS, name=f"mblock{i}") for i in range(4)]
-        # round-robin (hw/arbiter.py's rule), with the grant held while not ready
-        ptr = Signal(2)
-        req = Signal(4)
-        high = Signal(4)
-        # ptr <= 3 always holds: a constant, not a comparison (Verilator CMPCONST)
-        m.d.comb += [req.eq(Cat(*reqs)),
-                     high.eq(req & Cat(*(ptr <= i for i in range(3)), Const(1, 1)))]
-        lo_high = lowest_set(m, high, "mem_lo_high")
-        lo_all = lowest_set(m, req, "mem_lo_all")
-        grant_rr = Signal(2)
-        m.d.comb += grant_rr.eq(Mux(high.any(), lo_high, lo_all))
-        locked = Signal()
-        lock_idx = Signal(2)
-        grant = Signal(2)
-        m.d.comb += grant.eq(Mux(locked, lock_idx, grant_rr))
-        req_any = Signal()
-        m.d.comb += req_any.eq(Array(reqs)[grant])
+        # round robin, the grant held while not ready (a request stays until accepted)
+        mem_arb = m.submodules.mem_arb = RoundRobin(count=4, hold=True)
+        grant = mem_arb.grant
+        m.d.comb += [mem_arb.requests.eq(Cat(*reqs)), mem_arb.ready.eq(self.mem_req.ready)]
         wr_data = Signal(8 * self.data_bytes)
         mq = self.mem_req.payload
-        m.d.comb += [self.mem_req.valid.eq(req_any),
+        m.d.comb += [self.mem_req.valid.eq(mem_arb.valid),
                      mq.op.eq(Mux(grant == 0, MemOp.WRITE_BLOCK, MemOp.READ_BLOCK)),
                      mq.addr.rank.eq(me), mq.addr.block.eq(Array(blocks)[grant]),
                      mq.addr.word.eq(0), mq.addr.byte.eq(0),
@@ -348,10 +335,6 @@ class IncNic(wiring.Component):
         fire = self.mem_req.valid & self.mem_req.ready
         granted = [Signal(name=f"mgrant{i}") for i in range(4)]
         m.d.comb += [g.eq(fire & (grant == i)) for i, g in enumerate(granted)]
-        m.d.sync += locked.eq(self.mem_req.valid & ~self.mem_req.ready)
-        m.d.sync += lock_idx.eq(grant)
-        with m.If(fire):
-            m.d.sync += ptr.eq(grant + 1)
         for i in (1, 2, 3):
             with m.If(granted[i]):
                 m.d.sync += [rd_busy.eq(1), rd_owner.eq(i)]
@@ -459,16 +442,15 @@ class IncNic(wiring.Component):
         else:
             inject = Const(1)
             fwd_rdy = Const(0)
-        last_rs = Signal()        # the last own flit sent came from the RS engine
-        c_ag = ag["valid"] & inject
-        c_rs = rs["valid"] & inject
-        pick_rs = c_rs & (~c_ag | ~last_rs)
-        choice = Signal(2)
-        m.d.comb += choice.eq(Mux(fwd_rdy, _FWD, Mux(pick_rs, _RS, Mux(c_ag, _AG, _NONE))))
-        tx_lock = Signal(2)
+        # own flits: 0 RS, 1 AG (RS first after reset), held until taken. A forward is
+        # never ready while an own flit is eligible (inject needs an empty forward queue),
+        # so the own flit's precedence here only keeps a held one presented.
+        tx_arb = m.submodules.tx_arb = RoundRobin(count=2, hold=True)
+        m.d.comb += [tx_arb.requests.eq(Cat(rs["valid"] & inject, ag["valid"] & inject)),
+                     tx_arb.ready.eq(self.tx.ready)]
         sel = Signal(2)
-        m.d.comb += sel.eq(Mux(tx_lock != _NONE, tx_lock, choice))
-        m.d.sync += tx_lock.eq(Mux(self.tx.valid & ~self.tx.ready, sel, _NONE))
+        m.d.comb += sel.eq(Mux(tx_arb.valid, Mux(tx_arb.grant == 0, _RS, _AG),
+                               Mux(fwd_rdy, _FWD, _NONE)))
         fwd_bits = fwd.r_data if ring else Const(0, len(Cat(rx)))
         m.d.comb += [self.tx.valid.eq(sel != _NONE),
                      self.tx.payload.eq(Mux(sel == _FWD, fwd_bits,
@@ -478,10 +460,6 @@ class IncNic(wiring.Component):
         if ring:
             m.d.comb += fwd.r_en.eq(sent & (sel == _FWD))
         m.d.comb += [ag["taken"].eq(sent & (sel == _AG)), rs["taken"].eq(sent & (sel == _RS))]
-        with m.If(sent & (sel == _AG)):
-            m.d.sync += last_rs.eq(0)
-        with m.If(sent & (sel == _RS)):
-            m.d.sync += last_rs.eq(1)
 
         busy_parts += [ag["busy"], rs["busy"], ag["valid"], rs["valid"], rd_busy]
         m.d.comb += self.idle.eq(~Cat(*busy_parts).any())

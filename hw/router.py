@@ -90,14 +90,14 @@ drains: no cycle of full buffers can form. (Below the bound the design is
 still correct but a heavy all-to-all could deadlock.)
 """
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from .aiv_core import ACK_COUNT_BITS, MAX_WINDOW, MemOp, mem_req_layout, mem_rsp_layout
-from .arbiter import round_robin
+from .arbiter import RoundRobin
 from .hbm import ReadPortSignature, check_blocks, check_data_bytes
 from .host import HostMemorySignature
 from .ub_port import UBOp, request_layout, response_layout
@@ -305,7 +305,10 @@ class DieRouter(wiring.Component):
 
         # --- UB port: round robin over cores and rx REQs; the host wins ----------------------------
         ub = self.ub_req
-        ub_grant, ub_any, ub_advance = round_robin(m, want_ub + [rx_req & ~rx_is_read], "ub_arb")
+        ub_arb = m.submodules.ub_arb = RoundRobin(count=n + 1)    # the cores, then rx
+        ub_grant, ub_any = ub_arb.grant, ub_arb.valid
+        m.d.comb += [ub_arb.requests.eq(Cat(*want_ub, rx_req & ~rx_is_read)),
+                     ub_arb.ready.eq(~host_hbm & ub.ready)]
         tag_local = Signal()        # the answer on ub_rsp belongs to a local core ...
         tag_host = Signal()         # ... or to the host (discarded) ...
         tag_core = Signal(range(max(2, n)))
@@ -338,7 +341,6 @@ class DieRouter(wiring.Component):
                     _ub_op(m, r.payload.op, ub.payload.op)
                     with m.If(ub.ready):
                         m.d.sync += [tag_host.eq(0), tag_local.eq(1), tag_core.eq(i)]
-            ub_advance(ub.ready)
 
         # --- local loads: read port i of core i ------------------------------------------------------
         rd_block = [Signal(name=f"c{i}_rd_block") for i in range(n)]
@@ -464,7 +466,10 @@ class DieRouter(wiring.Component):
 
         # --- tx: round robin over the RSP queue and every core's remote requests ------------------
         tx = self.tx.payload
-        tx_grant, tx_any, tx_advance = round_robin(m, [rspq.r_rdy, pend.r_rdy] + want_tx, "tx_arb")
+        tx_arb = m.submodules.tx_arb = RoundRobin(count=2 + n)    # RSP queue, acks, the cores
+        tx_grant, tx_any = tx_arb.grant, tx_arb.valid
+        m.d.comb += [tx_arb.requests.eq(Cat(rspq.r_rdy, pend.r_rdy, *want_tx)),
+                     tx_arb.ready.eq(self.tx.ready)]
         m.d.comb += self.tx.valid.eq(tx_any)
         rq = Signal(rsp_layout)
         m.d.comb += rq.eq(rspq.r_data)
@@ -486,7 +491,6 @@ class DieRouter(wiring.Component):
                              tx.addr.word.eq(r.payload.addr.word), tx.data.eq(r.payload.data),
                              tx.small.eq(r.payload.op != MemOp.WRITE_BLOCK),
                              r.ready.eq(self.tx.ready)]
-        tx_advance(self.tx.valid & self.tx.ready)
         return m
 
 

@@ -9,6 +9,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .arbiter import RoundRobin
 from .link import check_payload, flit_layout
 from .ring import incr_wrap, ring_storage
 from .validate import UserError, check_int
@@ -157,20 +158,17 @@ class Switch(wiring.Component):
             out = self.o_stream[o]
             req = Signal(n, name=f"req{o}")
             m.d.comb += req.eq(Cat(wants[i][o] for i in range(n)))
-            # Round robin: the first requester after the last grant.
-            last = Signal(n, name=f"last{o}", init=1 << (n - 1))
-            after = Signal(n, name=f"after{o}")
-            m.d.comb += after.eq(req & ~((last << 1) - 1)[:n])
-            pick = Signal(n, name=f"pick{o}")
-            m.d.comb += pick.eq(Mux(after.any(), after, req))
-            grant = Signal(n, name=f"grant{o}")
-            m.d.comb += grant.eq(pick & (~pick + 1)[:n])
+            arb = m.submodules[f"arb{o}"] = RoundRobin(count=n)
+            grant = Signal(n, name=f"grant{o}")     # one-hot
+            m.d.comb += grant.eq((Const(1, n) << arb.grant)[:n])
 
             data_reg = Signal(width, name=f"odata{o}")
             valid = Signal(name=f"ovalid{o}")
             load = Signal(name=f"load{o}")
             m.d.comb += [
-                load.eq((~valid | out.ready) & req.any()),
+                arb.requests.eq(req),
+                arb.ready.eq(~valid | out.ready),
+                load.eq(arb.valid & arb.ready),
                 out.valid.eq(valid),
                 out.payload.eq(data_reg),
             ]
@@ -178,7 +176,7 @@ class Switch(wiring.Component):
             for i in range(n):
                 sel = sel | Mux(grant[i], heads[i], 0)
             with m.If(load):
-                m.d.sync += [data_reg.eq(sel), valid.eq(1), last.eq(grant)]
+                m.d.sync += [data_reg.eq(sel), valid.eq(1)]
             with m.Elif(out.ready):
                 m.d.sync += valid.eq(0)
             with m.If(valid & out.ready):

@@ -11,7 +11,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .arbiter import round_robin
+from .arbiter import RoundRobin
 from .aiv_core import AIVCore
 from .die import Die, flit_layout
 from .inc_engine import IncEngine, inc_flit_layout
@@ -351,13 +351,14 @@ class System(wiring.Component):
         tw = tmem.write_port()
         trd = tmem.read_port(transparent_for=())
         m.d.comb += [trd.addr.eq(self.trace_raddr), self.trace_rdata.eq(trd.data)]
-        grant, any_, advance = round_robin(m, [t.valid for t in traces], "trace")
+        trace_arb = m.submodules.trace_arb = RoundRobin(count=len(traces))
+        grant, any_ = trace_arb.grant, trace_arb.valid
+        m.d.comb += [trace_arb.requests.eq(Cat(t.valid for t in traces)), trace_arb.ready.eq(1)]
         entry = Signal(trace_entry_layout)
         m.d.comb += [entry.core.eq(grant), entry.cycle.eq(self.host.cycle)]
         for g, t in enumerate(traces):
             with m.If(grant == g):
                 m.d.comb += [entry.event.eq(t.payload.event), t.ready.eq(1)]
-        advance(any_)
         full = self.trace_count >= depth
         m.d.comb += [tw.addr.eq(self.trace_count[:max(1, ceil_log2(depth))] if depth > 1 else 0),
                      tw.data.eq(entry), tw.en.eq(any_ & ~full & ~start)]

@@ -58,11 +58,11 @@ MUTATIONS = [
     },
     {
         "name": "switch_fixed_priority",
-        "file": "hw/switch.py",
-        "old": "                m.d.sync += [data_reg.eq(sel), valid.eq(1), last.eq(grant)]\n",
-        "new": "                m.d.sync += [data_reg.eq(sel), valid.eq(1)]\n",
-        "description": "the switch forgets its last grant: fixed priority instead of round robin, "
-                       "so a busy input starves the others",
+        "file": "hw/arbiter.py",
+        "old": "                m.d.sync += ptr.eq(Mux(self.grant == n - 1, 0, self.grant + 1))\n",
+        "new": "                pass\n",
+        "description": "the round-robin arbiter forgets its last grant: fixed priority instead of "
+                       "round robin, so a busy input of a switch output starves the others",
         "tests": [
             "tests/hw/test_switch.py::test_round_robin_shares_an_output_equally_and_backpressures",
         ],
