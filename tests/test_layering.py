@@ -125,3 +125,21 @@ def test_the_checker_sees_relative_lazy_and_upward_imports():
     assert up and "(sim.cli)" in up[0]
     assert violations(ROOT / "sim" / "cli" / "probe.py", "from ..lab import reproduce\n") == []
     assert room_of("sim.attic.probe") == "sim" and room_of("attic.probe") is None
+
+
+def room_graph():
+    """``{room: {rooms it imports}}`` over every module (the picture of the house)."""
+    graph = {name: set() for name, _job in ROOMS}
+    for path in all_modules():
+        own = room_of(module_name(path))
+        for target, _line in imported_modules(module_name(path), path.name == "__init__.py",
+                                              path.read_text()):
+            if room_of(target) not in (None, own):
+                graph[own].add(room_of(target))
+    return graph
+
+
+if __name__ == "__main__":     # python tests/test_layering.py: the rooms and their arrows
+    for name, job in ROOMS:
+        arrows = sorted(room_graph()[name], key=ORDER.get)
+        print(f"{name:<20} {job}\n{'':<20} -> {', '.join(arrows) or '(nothing)'}")
