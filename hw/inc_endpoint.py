@@ -32,7 +32,7 @@ from amaranth.utils import bits_for
 from .host import HostSignature, HostTarget, register_inputs, run_control
 from .inc_engine import Completion, IncEngine, IncOp, inc_flit_layout, reduce_lanes
 from .topology import check_timing, star
-from .validate import check_choice, check_int
+from .validate import check_choice, check_int, check_pow2
 
 __all__ = ["Buffer", "IncEndpoint", "RingEndpoint", "AgrsSystem", "MODES", "agrs_memory_map",
            "agrs_control_map"]
@@ -527,7 +527,7 @@ class AgrsSystem(wiring.Component):
         self.memory_map = agrs_memory_map(ranks, tmax)
         self.control_map = agrs_control_map(ranks)
         self.host_read_latency = 1
-        IncEngine(ranks=ranks, tmax=tmax, lanes=lanes, slots=slots)._MustUse__silence = True
+        check_pow2("slots", slots)      # the engine's check, before it is built in elaborate
         super().__init__({
             "host": In(HostSignature(ranks=ranks, all_ranks=True, run=True)),
             "ag_count": Out(COUNTER_BITS).array(ranks), "rs_count": Out(COUNTER_BITS).array(ranks),

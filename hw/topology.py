@@ -39,7 +39,8 @@ from .switch import Switch
 from .validate import UserError, UserTypeError, check_choice, check_int
 
 __all__ = ["FabricTiming", "Fabric", "superpod", "star", "superpod_distance", "SUPERPOD_HOPS",
-           "STAR_HOPS", "TOPOLOGIES", "MAX_RANKS", "check_topology", "topology_ranks", "check_timing"]
+           "STAR_HOPS", "TOPOLOGIES", "MAX_RANKS", "check_topology", "topology_ranks", "superpod_ranks",
+           "check_timing"]
 
 #: Topology kinds: ``("superpod", dies_per_npu, npus_per_board, boards)``, ``("star", n)``.
 TOPOLOGIES = ("superpod", "star")
@@ -351,6 +352,25 @@ def topology_ranks(topology):
     return ranks
 
 
+def superpod_ranks(dies_per_npu, npus_per_board, boards):
+    """Ranks of a :func:`superpod` of this shape, checked as :func:`superpod` checks it.
+
+    Raises
+    ------
+    ValueError, TypeError
+        On an invalid shape (the parameter is named): sizes must be positive
+        integers, at least 2 dies in all.
+    """
+    dpn = check_int("dies_per_npu", dies_per_npu, 1)
+    npb = check_int("npus_per_board", npus_per_board, 1)
+    nb = check_int("boards", boards, 1)
+    ranks = dpn * npb * nb
+    if ranks < 2:
+        raise UserError(f"a superpod needs at least 2 dies, not dies_per_npu={dpn}, "
+                        f"npus_per_board={npb}, boards={nb}")
+    return ranks
+
+
 def superpod_distance(dies_per_npu, npus_per_board):
     """``distance(src, dst)`` → ``"intra"``, ``"one_hop"`` or ``"two_hop"`` for a superpod shape."""
     def distance(src, dst):
@@ -394,14 +414,9 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
         On an invalid shape (the parameter is named).
     """
     check_timing(timing)
-    dpn = check_int("dies_per_npu", dies_per_npu, 1)
-    npb = check_int("npus_per_board", npus_per_board, 1)
-    nb = check_int("boards", boards, 1)
+    ranks = superpod_ranks(dies_per_npu, npus_per_board, boards)
+    dpn, npb, nb = dies_per_npu, npus_per_board, boards
     dpb = dpn * npb
-    ranks = dpb * nb
-    if ranks < 2:
-        raise UserError(f"a superpod needs at least 2 dies, not dies_per_npu={dpn}, "
-                        f"npus_per_board={npb}, boards={nb}")
     hops = timing.need(SUPERPOD_HOPS)
     payload = _payload(payload, ranks, data_bytes)
 

@@ -11,7 +11,9 @@ random data seeds and machine shapes, each run checked against numpy.
 """
 
 from ..tb.soak import PATTERNS
+from ...hw.topology import superpod_ranks
 from ...hw.validate import UserError, check_int
+from ...sw.presets import get_preset
 from ..backends import SIMULATORS, missing_reason
 from ..output import progress
 from ..verify.soak import DEFAULT_SHAPE, ok, run_soak
@@ -69,10 +71,8 @@ def prepare(args):
             raise UserError(f"--kernel takes one --seed (it draws every run's seed), not "
                             f"{len(args.seed)}: {args.seed}")
         return _kernel_job(args)
-    from ..verify.soak import soak_fabric
-    probe = soak_fabric(shape=shape)
-    probe._MustUse__silence = True
-    ranks = probe.ranks
+    get_preset("cm384").check_shape(*shape)       # what the soak fabric checks, without building it
+    ranks = superpod_ranks(*shape)
     per_rank = -(-args.blocks // ranks)
     patterns = args.pattern or list(PATTERNS)
     seeds = args.seed or [1]

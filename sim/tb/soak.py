@@ -85,7 +85,6 @@ class SoakFabric(wiring.Component):
                  duplicate_first=False):
         self.fabric = superpod(timing, dies_per_npu, npus_per_board, boards,
                                data_bytes=SEQ_BITS // 8, switch_depth=switch_depth)
-        self.fabric._MustUse__silence = True
         self.ranks = self.fabric.ranks
         check_int("hot", hot, 0, self.ranks - 1)
         self.hot = hot

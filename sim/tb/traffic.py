@@ -117,7 +117,6 @@ class TrafficFabric(wiring.Component):
         self.fabric = superpod(timing, dies_per_npu, npus_per_board, boards,
                                data_bytes=data_bytes, switch_depth=switch_depth,
                                counter_width=counter_width)
-        self.fabric._MustUse__silence = True
         self.ranks = self.fabric.ranks
         self.shape = dict(self.fabric.shape)
         super().__init__({

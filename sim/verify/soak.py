@@ -20,6 +20,7 @@ checked against numpy.
 import time
 
 from ..tb.soak import PATTERNS, SoakFabric
+from ...hw.topology import superpod_ranks
 from ...hw.validate import UserError, check_choice, check_int
 from ...sw.presets import get_preset
 from ..backends import ComponentSpec, run
@@ -82,9 +83,7 @@ def run_soak(*, blocks_per_rank, pattern="uniform", seed=1, hot=0, offer=0.7, st
     if duplicate_first:
         params["duplicate_first"] = True
     spec = soak_spec(**params)
-    probe = spec.build()
-    probe._MustUse__silence = True
-    ranks = probe.ranks
+    ranks = superpod_ranks(*shape)
     total = ranks * blocks_per_rank
     if timeout is None:
         # generous: every block through the hot rank one at a time, stalled, plus the
