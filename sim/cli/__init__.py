@@ -8,9 +8,12 @@ Each subcommand is a thin module of this package with two functions:
 
 Bad input is found in ``prepare``, before anything is simulated, and raised
 as :class:`~epfabric.hw.validate.UserError`: the CLI prints one line naming the
-option and the value and exits with status 2. Any other exception — a plain
-``ValueError`` or ``TypeError`` included — is a bug and shows its traceback, as
-does anything raised while the work runs.
+option and the value and exits with status 2. A ``UserError`` that only the
+work itself can find (a kernel refusing a shape when it generates its
+programs) is reported the same way. Any other exception — a plain
+``ValueError`` or ``TypeError`` included — is a bug and shows its traceback.
+Ctrl-C prints ``interrupted`` and exits with status 130; what finished is kept
+(``reproduce`` caches every finished point).
 """
 
 import argparse
@@ -72,7 +75,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         job = args._prepare(args)
+        return job() or 0
     except UserError as exc:
         print(f"epfabric {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    return job() or 0
+    except KeyboardInterrupt:
+        print(f"epfabric {args.command}: interrupted", file=sys.stderr)
+        return 130

@@ -23,7 +23,7 @@ from ...sw.config import parse_topology
 from ...sw.kernels import KERNELS, run_kernel
 from ...sw.machine import WatchdogTimeout
 from ...sw.presets import get_preset, preset_names
-from ..backends import SIMULATORS
+from ..backends import SIMULATORS, missing_reason
 from ..backends.machine import backend as make_backend
 from ..backends.waveforms import Waveform, parse_scopes
 from .common import check_output, max_cycles, parse_params, positive, write_json
@@ -102,6 +102,9 @@ def prepare(args):
     for option in ("json", "trace", "vcd"):
         check_output(getattr(args, option), f"--{option}")
     scopes = _check_waveform(args, configs)
+    reason = missing_reason(args.backend)
+    if reason:
+        raise UserError(f"--backend {args.backend}: {reason}")
 
     def job():
         waveform = Waveform(Path(args.vcd).resolve(), watch=("host.running",)) if args.vcd else None
@@ -164,6 +167,9 @@ def _check_waveform(args, configs):
         raise UserError("--vcd-scope needs --vcd")
     if not args.vcd:
         return None
+    if args.backend == "native":
+        raise UserError(f"--vcd {args.vcd!r}: the native backend writes no waveforms; "
+                        "use --backend verilator, icarus or pysim")
     if Path(args.vcd).suffix == ".fst":
         from ..backends.cocotb_runner import fst_missing
         reason = fst_missing(args.backend)

@@ -120,6 +120,8 @@ def test_param_json_and_vcd(tmp_path):
      "counts must give 2 token counts (one per rank), not (3, 2, 1)"),
     (["run", "pingpong", "--vcd", "."], "--vcd '.' is a folder, not a file"),
     (["run", "pingpong", "--trace", "."], "--trace '.' is a folder, not a file"),
+    (["run", "alltoall", "--backend", "native", "--vcd", "x.vcd"],
+     "--vcd 'x.vcd': the native backend writes no waveforms"),
 ])
 def test_bad_input_one_line_before_any_simulation(argv, message, capsys, no_simulation):
     assert main(argv) == 2
@@ -128,6 +130,33 @@ def test_bad_input_one_line_before_any_simulation(argv, message, capsys, no_simu
     assert err.startswith("epfabric run: error: ")
     assert message in err and "\n" not in err
     assert captured.out == ""
+
+
+def test_a_missing_simulator_is_one_line(monkeypatch, capsys, no_simulation):
+    """A backend that cannot run here (Icarus not installed) is bad input, not a traceback."""
+    monkeypatch.setattr("epfabric.sim.cli.run.missing_reason",
+                        lambda b: "Icarus Verilog not found (iverilog/vvp not on PATH)"
+                        if b == "icarus" else None)
+    assert main(["run", "alltoall", "--backend", "icarus"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("epfabric run: error: --backend icarus: Icarus Verilog not found "
+                   "(iverilog/vvp not on PATH)")
+
+
+def test_a_shape_refused_while_programs_are_made_is_one_line(capsys):
+    """UBEP needs a CalCumSum AIV and a sender: --aivs 1 is refused in one line (exit 2)."""
+    assert main(["run", "dispatch", "--preset", "tiny", "--system", "ubep", "--aivs", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("epfabric run: error: ") and "aivs must be >= 2, not 1" in err
+    assert "\n" not in err
+
+
+def test_ctrl_c_is_interrupted_and_exit_130(monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr("epfabric.sim.cli.run.run_kernel", interrupted)
+    assert main(["run", "alltoall"]) == 130
+    assert capsys.readouterr().err.strip() == "epfabric run: interrupted"
 
 
 def test_json_folder_is_an_error_not_a_file(tmp_path, capsys, no_simulation):
@@ -149,7 +178,9 @@ def test_json_is_written_atomically(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("epfabric.sim.cli.run.run_kernel", lambda *a, **k: _canned())
     assert main(["run", "alltoall", *SMALL, "--json", str(out)]) == 0
     first = out.read_text()
-    assert json.loads(first) == _canned()[0] and first.endswith("\n")
+    from epfabric.sim import __version__
+    # the result as the kernel gave it, with the version that wrote it first
+    assert json.loads(first) == {"epfabric": __version__, **_canned()[0]} and first.endswith("\n")
     assert f"wrote {out}" in capsys.readouterr().out
 
     def broken_replace(src, dst):
