@@ -57,7 +57,7 @@ from amaranth.utils import bits_for
 from .aiv_core import MAX_WINDOW, AIVCore, trace_layout
 from .arbiter import RoundRobin
 from .host import HostSignature, HostTarget
-from .instances import instance_of, mark_used
+from .instances import SharedModule, mark_used
 from .router import DieRouter, FlitKind, flit_layout, rsp_depth_bound
 from .ub_port import UBMemory
 from .validate import check_bool, check_int, check_pow2
@@ -95,11 +95,11 @@ class Die(wiring.Component):
         fetch-adds; store acks are counted, not queued). ``None``: the
         deadlock-free bound ``(ranks - 1) * aivs`` (at least 2;
         :func:`~epfabric.hw.router.rsp_depth_bound`).
-    core_module : (str, bool) or None
+    core_module : SharedModule or None
         Internal, set by :meth:`epfabric.hw.system.System.hierarchical_verilog`:
-        instantiate every core as Verilog module ``core_module[0]`` (an
-        ``AIVCore(core_id=None)``, with a ``rst`` port if ``core_module[1]``)
-        with ``core_id_in`` driven by the constant ``i``, instead of
+        instantiate every core as an instance of the shared Verilog module
+        ``core_module`` (:class:`~epfabric.hw.instances.SharedModule`, an
+        ``AIVCore(core_id=None)``) with ``core_id_in`` driven by the constant ``i``, instead of
         elaborating ``AIVCore(core_id=i)``: one core module per die instead of
         one per core id. ``None`` (the default, and what Amaranth's simulator
         runs): real :class:`~epfabric.hw.aiv_core.AIVCore` submodules.
@@ -154,9 +154,8 @@ class Die(wiring.Component):
     def __init__(self, *, rank=0, ranks=1, aivs=1, imem_depth=64, ubuf_rows=2, hbm_blocks=16,
                  data_bytes=32, lanes=4, width=16, max_outstanding=4, hbm_latency=2,
                  rsp_depth=None, core_module=None, non_atomic_port=False, nic=None, cube_cycles=1):
-        if core_module is not None and not (isinstance(core_module, tuple) and len(core_module) == 2
-                                            and isinstance(core_module[0], str)):
-            raise TypeError(f"core_module must be (verilog module name, has_reset), not {core_module!r}")
+        if core_module is not None and not isinstance(core_module, SharedModule):
+            raise TypeError(f"core_module must be a SharedModule or None, not {core_module!r}")
         self.core_module = core_module
         check_int("ranks", ranks, 1, 256)
         if rank is not None:
@@ -231,9 +230,8 @@ class Die(wiring.Component):
             if self.core_module is None:
                 m.submodules[f"core{i}"] = core
             else:
-                name, has_reset = self.core_module
-                m.submodules[f"core{i}"] = instance_of(name, core, has_reset, skip=("core_id_in",),
-                                                       core_id_in=Const(i, 8))
+                m.submodules[f"core{i}"] = self.core_module.instance(core, skip=("core_id_in",),
+                                                                     core_id_in=Const(i, 8))
 
         # --- host port, enables, status ------------------------------------------------------
         enabled = self.enabled

@@ -14,10 +14,8 @@ import contextlib
 from amaranth.hdl import ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal, Value
 from amaranth.lib.wiring import In
 
-__all__ = ["instance_of", "mark_used", "exposing", "shared_modules", "shared_modules_active"]
+__all__ = ["SharedModule", "mark_used", "shared_modules", "shared_modules_active"]
 
-#: the recorder of :func:`exposing`, or None
-_EXPOSED = None
 #: set by :func:`shared_modules`
 _SHARED = False
 
@@ -48,70 +46,93 @@ def shared_modules_active():
     return _SHARED
 
 
-@contextlib.contextmanager
-def exposing():
-    """Record shared-module instances instead of instantiating them (the native backend).
+class SharedModule:
+    """One Verilog module that several children of a top are instances of.
 
-    Inside the block, :func:`instance_of` returns an empty module and appends
-    ``(module, ports, consts)`` to the list this yields: ``ports`` maps each
-    Verilog port name of the instance to ``(signal, is_input)`` -- an input of
-    the instance is a copy of what the parent drives into it, an output is a
-    signal nothing in the design drives. Converting the top with those
-    signals as its own ports (inputs of the instance become outputs of the
-    top, and the other way round) gives the *glue*: the top without the
-    instances, which a C++ top connects to one Verilated model per instance
-    (:mod:`epfabric.sim.backends.native_build`).
+    The parent (:class:`~epfabric.hw.system.System` for its dies,
+    :class:`~epfabric.hw.die.Die` for its cores,
+    :class:`~epfabric.hw.topology.Fabric` for its links and switches) is
+    given one per kind of child and elaborates each child as
+    :meth:`instance`; the caller converts the module itself once
+    (``System.hierarchical_verilog`` returns them).
+
+    Parameters
+    ----------
+    name : str
+        Verilog module name.
+    has_reset : bool
+        The module has a ``rst`` port.
+    expose : list or None
+        The native backend's recorder (:mod:`epfabric.sim.backends.native_build`):
+        ``None`` (default) makes :meth:`instance` an ``Instance``; a list makes
+        it record the instance instead -- it returns an empty module and
+        appends ``(name, ports, consts)`` to the list: ``ports`` maps each
+        Verilog port name of the instance to ``(signal, is_input)`` -- an
+        input of the instance is a copy of what the parent drives into it, an
+        output is a signal nothing in the design drives. Converting the top
+        with those signals as its own ports (inputs of the instance become
+        outputs of the top, and the other way round) gives the *glue*: the
+        top without the instances, which a C++ top connects to one Verilated
+        model per instance. The native backend's modules are reset-less.
+
+    Raises
+    ------
+    TypeError, ValueError
+        On an invalid parameter, or a module with a reset to expose.
     """
-    global _EXPOSED
-    previous, _EXPOSED = _EXPOSED, []
-    try:
-        yield _EXPOSED
-    finally:
-        _EXPOSED = previous
 
+    def __init__(self, name, *, has_reset, expose=None):
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a Verilog module name, not {name!r}")
+        if expose is not None and not isinstance(expose, list):
+            raise TypeError(f"expose must be a list (the recorder) or None, not {expose!r}")
+        if expose is not None and has_reset:
+            raise ValueError(f"cannot expose {name}: the native backend's modules are reset-less")
+        self.name, self.has_reset, self.expose = name, bool(has_reset), expose
 
-def instance_of(module, iface, has_reset, skip=(), **consts):
-    """``Instance`` of Verilog ``module`` wired to interface object ``iface``.
+    def __repr__(self):
+        return f"SharedModule({self.name!r}, has_reset={self.has_reset})"
 
-    ``iface`` has the module's signature (``signature.create()``); every member
-    becomes the port named as Amaranth names ports (path joined with ``__``).
-    ``consts`` drive further input ports with constants; ``skip`` names
-    members driven that way. ``has_reset``: the module has a ``rst`` port.
-    """
-    if _EXPOSED is not None:
-        return _expose(module, iface, has_reset, skip, consts)
-    ports = {"i_clk": ClockSignal("sync")}
-    if has_reset:
-        ports["i_rst"] = ResetSignal("sync")
-    for path, member, value in iface.signature.flatten(iface):
-        key = "__".join(str(p) for p in path)
-        if key in skip:
-            continue
-        ports[("i_" if member.flow == In else "o_") + key] = value
-    for key, value in consts.items():
-        ports["i_" + key] = value
-    return Instance(module, **ports)
+    def instance(self, iface, skip=(), **consts):
+        """``Instance`` of this module wired to interface object ``iface``.
 
+        ``iface`` has the module's signature (``signature.create()``); every member
+        becomes the port named as Amaranth names ports (path joined with ``__``).
+        ``consts`` drive further input ports with constants; ``skip`` names
+        members driven that way.
+        """
+        if self.expose is not None:
+            return self._expose(iface, skip, consts)
+        ports = {"i_clk": ClockSignal("sync")}
+        if self.has_reset:
+            ports["i_rst"] = ResetSignal("sync")
+        for path, member, value in iface.signature.flatten(iface):
+            key = "__".join(str(p) for p in path)
+            if key in skip:
+                continue
+            ports[("i_" if member.flow == In else "o_") + key] = value
+        for key, value in consts.items():
+            ports["i_" + key] = value
+        return Instance(self.name, **ports)
 
-def _expose(module, iface, has_reset, skip, consts):
-    if has_reset:
-        raise ValueError(f"cannot expose {module}: the native backend's modules are reset-less")
-    m = Module()
-    ports = {}
-    for path, member, value in iface.signature.flatten(iface):
-        key = "__".join(str(p) for p in path)
-        if key in skip:
-            continue
-        value = Value.cast(value)
-        if member.flow == In:
-            # driven by the parent; a copy so the glue's port is an output even if it drives nothing
-            copy = Signal(len(value), name=f"x_{key}")
-            m.d.comb += copy.eq(value)
-            ports[key] = (copy, True)
-        else:
-            ports[key] = (value, False)
-    _EXPOSED.append((module, ports, {k: (int(v.value), len(v)) for k, v in consts.items()}))
-    return m
+    def _expose(self, iface, skip, consts):
+        m = Module()
+        ports = {}
+        for path, member, value in iface.signature.flatten(iface):
+            key = "__".join(str(p) for p in path)
+            if key in skip:
+                continue
+            value = Value.cast(value)
+            if member.flow == In:
+                # driven by the parent; a copy so the glue's port is an output even if it drives nothing
+                copy = Signal(len(value), name=f"x_{key}")
+                m.d.comb += copy.eq(value)
+                ports[key] = (copy, True)
+            else:
+                ports[key] = (value, False)
+        self.expose.append((self.name, ports,
+                            {k: (int(v.value), len(v)) for k, v in consts.items()}))
+        return m
 
 
 def mark_used(obj, seen=None):

@@ -16,7 +16,7 @@ from .aiv_core import AIVCore
 from .die import Die, flit_layout
 from .inc_engine import IncEngine, inc_flit_layout
 from .host import HostSignature, HostTarget, register_inputs, run_control
-from .instances import instance_of, mark_used, shared_modules_active
+from .instances import SharedModule, mark_used, shared_modules_active
 from .topology import check_topology, star, superpod, topology_ranks
 from .validate import UserError, check_int
 
@@ -118,11 +118,12 @@ class System(wiring.Component):
         Entries of the MARK trace buffer (1..65535).
     switch_depth : int
         Input FIFO depth of the fabric's switches.
-    die_module : (str, bool) or None
+    die_module : SharedModule or None
         Internal, set by :meth:`hierarchical_verilog`: instantiate every die
-        as Verilog module ``die_module[0]`` (with a ``rst`` port if
-        ``die_module[1]``) instead of elaborating it. ``None`` (the default,
-        and what Amaranth's simulator runs): real :class:`Die` submodules.
+        as an instance of the shared Verilog module ``die_module``
+        (:class:`~epfabric.hw.instances.SharedModule`) instead of elaborating
+        it. ``None`` (the default, and what Amaranth's simulator runs): real
+        :class:`Die` submodules.
     non_atomic_port : bool
         Every die's UB port commits blocks beat by beat (a negative control;
         see :class:`~epfabric.hw.die.Die`). Default ``False``.
@@ -163,10 +164,10 @@ class System(wiring.Component):
             check_int("inc_slots", inc_slots, 1, 1 << 12)
         self.nic, self.inc_slots = nic, inc_slots
         if die_module is None and shared_modules_active():
-            die_module = (DIE_MODULE, False)    # ports only (see hw.instances.shared_modules)
-        if die_module is not None and not (isinstance(die_module, tuple) and len(die_module) == 2
-                                           and isinstance(die_module[0], str)):
-            raise TypeError(f"die_module must be (verilog module name, has_reset), not {die_module!r}")
+            # ports only (see hw.instances.shared_modules)
+            die_module = SharedModule(DIE_MODULE, has_reset=False)
+        if die_module is not None and not isinstance(die_module, SharedModule):
+            raise TypeError(f"die_module must be a SharedModule or None, not {die_module!r}")
         self.die_module = die_module
         kind, *shape = check_topology(topology)
         check_int("aivs_per_die", aivs_per_die, 1, MAX_AIVS_PER_DIE)
@@ -234,7 +235,7 @@ class System(wiring.Component):
             **inc_ports,
         })
 
-    def hierarchical_verilog(self, reset):
+    def hierarchical_verilog(self, reset, expose=None):
         """``(top, {module name: component})`` for Verilog with one die module.
 
         Amaranth emits one module per instance, so a flat system repeats every
@@ -249,14 +250,21 @@ class System(wiring.Component):
         converts separately (``reset``: whether the converted
         modules have a ``rst`` port). Same hardware; the cross-simulator tests
         compare it with the flat system on Amaranth's simulator.
+
+        ``expose``: the native backend's recorder
+        (:class:`~epfabric.hw.instances.SharedModule`): ``top``'s own
+        instances -- the dies, links and switches -- are recorded into it
+        instead of instantiated (the die module's cores stay instances).
         """
-        name, core = DIE_MODULE, "epf_aiv"
-        top = System(**self._params, die_module=(name, bool(reset)))
+        reset = bool(reset)
+        die_module = SharedModule(DIE_MODULE, has_reset=reset, expose=expose)
+        core_module = SharedModule("epf_aiv", has_reset=reset)
+        top = System(**self._params, die_module=die_module)
         mark_used(self)    # this flat system is replaced, not forgotten
-        die = Die(rank=None, core_module=(core, bool(reset)), **self._die_params)
-        parts = {name: die, core: AIVCore(core_id=None, **die.core_params)}
-        parts.update(top.fabric.share_links(bool(reset)))
-        parts.update(top.fabric.share_switches(bool(reset)))
+        die = Die(rank=None, core_module=core_module, **self._die_params)
+        parts = {die_module.name: die, core_module.name: AIVCore(core_id=None, **die.core_params)}
+        parts.update(top.fabric.share_links(reset, expose))
+        parts.update(top.fabric.share_switches(reset, expose))
         return top, parts
 
     def _inc_network(self, m):
@@ -288,9 +296,8 @@ class System(wiring.Component):
             if self.die_module is None:
                 m.submodules[f"die{r}"] = die
             else:
-                name, has_reset = self.die_module
-                m.submodules[f"die{r}"] = instance_of(name, die, has_reset, skip=("rank_in",),
-                                                      rank_in=Const(r, len(die.rank_in)))
+                m.submodules[f"die{r}"] = self.die_module.instance(die, skip=("rank_in",),
+                                                                   rank_in=Const(r, len(die.rank_in)))
             wiring.connect(m, die.tx, fabric.tx[r])
             wiring.connect(m, fabric.rx[r], die.rx)
             sel = h["rank"] == r

@@ -33,7 +33,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .hbm import BLOCK_BYTES
-from .instances import instance_of
+from .instances import SharedModule
 from .link import Link, check_payload, flit_layout
 from .switch import Switch
 from .validate import UserError, UserTypeError, check_choice, check_int
@@ -168,8 +168,8 @@ class Fabric(wiring.Component):
         self.wires = list(wires)
         self.attach = attach
         self._classes = classes
-        self._link_modules = None   # set by share_links: (module name per link, has_reset)
-        self._switch_modules = None  # set by share_switches: ({switch: module name}, has_reset)
+        self._link_modules = None   # set by share_links: the SharedModule of each link
+        self._switch_modules = None  # set by share_switches: {switch: SharedModule}
         self._switch_ports = None    # interface objects of shared switches
         for child in (*self.switches.values(), *(link for link, _s, _d in self.links)):
             child._MustUse__silence = True  # owned here; the fabric itself warns if unused
@@ -186,53 +186,56 @@ class Fabric(wiring.Component):
             members["attach_rx"] = Out(flit).array(attach)
         super().__init__(members)
 
-    def share_links(self, has_reset):
+    def share_links(self, has_reset, expose=None):
         """Elaborate every link as an ``Instance`` of one module per distinct link.
 
         Returns ``{module name: Link}`` for the caller to convert to Verilog
-        (``has_reset``: whether those modules get a ``rst`` port). See
-        :mod:`epfabric.hw.instances`.
+        (``has_reset``: whether those modules get a ``rst`` port; ``expose``:
+        the native backend's recorder, see
+        :class:`~epfabric.hw.instances.SharedModule`).
         """
-        kinds = []     # [(params, name, representative link)]
-        names = []
+        kinds = []     # [(params, module, representative link)]
+        modules = []
         for link, _s, _d in self.links:
-            for params, name, _rep in kinds:
+            for params, module, _rep in kinds:
                 if params == link.params:
                     break
             else:
-                name = f"epf_link{len(kinds)}"
-                kinds.append((link.params, name, link))
-            names.append(name)
-        self._link_modules = (names, has_reset)
-        return {name: rep for _p, name, rep in kinds}
+                module = SharedModule(f"epf_link{len(kinds)}", has_reset=has_reset, expose=expose)
+                kinds.append((link.params, module, link))
+            modules.append(module)
+        self._link_modules = modules
+        return {module.name: rep for _p, module, rep in kinds}
 
-    def share_switches(self, has_reset):
+    def share_switches(self, has_reset, expose=None):
         """Elaborate every switch as an ``Instance`` of one module per distinct switch kind.
 
         Switches that differ only in their route tables (every die's switch,
         every tier-1 switch) become one module each, built with
         ``route_port=True`` and their routes driven as constants on
         ``routes_in``. Returns ``{module name: Switch}`` for the caller to
-        convert (``has_reset``: whether those modules get a ``rst`` port).
+        convert (``has_reset``, ``expose``: as for :meth:`share_links`).
         Amaranth's simulator keeps the constant-route switches. A switch with
         more than :data:`MAX_INSTANCE_OUTPUT_BITS` output bits (e.g. a 16-port
         tier-1 switch of 4 KB flits) stays inline: Amaranth cannot build an
         ``Instance`` with that many.
         """
-        kinds = {}      # (ports, destinations, depth, counter width) -> module name
-        parts, names = {}, {}
+        kinds = {}      # (ports, destinations, depth, counter width) -> SharedModule
+        parts, modules = {}, {}
         for key, sw in self.switches.items():
             if _output_bits(sw.signature) > MAX_INSTANCE_OUTPUT_BITS:
                 continue
             kind = (sw.ports, len(sw.routes), sw.depth, sw.counter_width)
             if kind not in kinds:
-                kinds[kind] = name = f"epf_switch{len(kinds)}"
-                parts[name] = Switch(ports=sw.ports, routes=sw.routes, payload=sw.payload,
-                                     depth=sw.depth, counter_width=sw.counter_width, route_port=True)
-            names[key] = kinds[kind]
-        self._switch_modules = (names, has_reset)
-        self._switch_ports = {key: parts[names[key]].signature.create(path=(key,))
-                              if key in names else sw for key, sw in self.switches.items()}
+                kinds[kind] = module = SharedModule(f"epf_switch{len(kinds)}", has_reset=has_reset,
+                                                    expose=expose)
+                parts[module.name] = Switch(ports=sw.ports, routes=sw.routes, payload=sw.payload,
+                                            depth=sw.depth, counter_width=sw.counter_width,
+                                            route_port=True)
+            modules[key] = kinds[kind]
+        self._switch_modules = modules
+        self._switch_ports = {key: parts[modules[key].name].signature.create(path=(key,))
+                              if key in modules else sw for key, sw in self.switches.items()}
         return parts
 
     def distance(self, src, dst):
@@ -244,23 +247,21 @@ class Fabric(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         for name, sw in self.switches.items():
-            if self._switch_modules is None or name not in self._switch_modules[0]:
+            if self._switch_modules is None or name not in self._switch_modules:
                 m.submodules[name] = sw
             else:
-                modules, has_reset = self._switch_modules
                 port = self._switch_ports[name]
                 width = len(port.routes_in[0])
-                m.submodules[name] = instance_of(
-                    modules[name], port, has_reset, skip={f"routes_in__{d}" for d in range(len(sw.routes))},
+                m.submodules[name] = self._switch_modules[name].instance(
+                    port, skip={f"routes_in__{d}" for d in range(len(sw.routes))},
                     **{f"routes_in__{d}": Const(p, width) for d, p in enumerate(sw.routes)})
         for n, (link, src, dst) in enumerate(self.links):
             label = f"link{n}_{self._label(src)}_to_{self._label(dst)}"
             if self._link_modules is None:
                 m.submodules[label] = port = link
             else:
-                names, has_reset = self._link_modules
                 port = link.signature.create(path=(label,))
-                m.submodules[label] = instance_of(names[n], port, has_reset)
+                m.submodules[label] = self._link_modules[n].instance(port)
             wiring.connect(m, self._source(src), port.i_stream)
             wiring.connect(m, port.o_stream, self._sink(dst))
         for src, dst in self.wires:

@@ -7,10 +7,10 @@ build grows with its dies. The native backend
 module (the die with its cores, each link and switch kind) once, and steps
 one C++ object per instance from a small C++ top. What it needs from here:
 
-* ``glue``: the top with every shared-module instance removed
-  (:func:`epfabric.hw.instances.exposing`); each instance port becomes a
-  glue port ``n<i>_<port>`` of the opposite direction (an instance's input
-  is a glue output);
+* ``glue``: the top with every shared-module instance removed (recorded
+  instead: ``expose`` of :class:`epfabric.hw.instances.SharedModule`); each
+  instance port becomes a glue port ``n<i>_<port>`` of the opposite
+  direction (an instance's input is a glue output);
 * ``modules``: ``{name: Verilog}`` for each distinct module, with the
   modules it instantiates (the die's cores);
 * ``instances``: ``[[module, {port: [value, width]}]]`` in glue order, the
@@ -93,12 +93,13 @@ def _convert(spec, on_module=None):
 
     from amaranth.back import rtlil
 
-    from ...hw.instances import exposing, shared_modules
+    from ...hw.instances import shared_modules
     kw = {"missing_domain": lambda name: ClockDomain(name, reset_less=True)}
     with shared_modules():
         top, parts = spec.build(), {}
+    found = []      # the top's shared-module instances, recorded when it is elaborated
     if hasattr(top, "hierarchical_verilog"):
-        top, parts = top.hierarchical_verilog(reset=False)
+        top, parts = top.hierarchical_verilog(reset=False, expose=found)
     # The shared modules first: each instantiated one goes to on_module while the glue converts.
     texts = {name: part_verilog(name, part, True, kw) for name, part in parts.items()}
     inner = {d for name in texts for d in _with_dependencies(name, texts, names=True)[1:]}
@@ -112,8 +113,7 @@ def _convert(spec, on_module=None):
             value = value.as_value()
         ports["__".join(map(str, path))] = (
             value, PortDirection.Input if member.flow == wiring.In else PortDirection.Output)
-    with exposing() as found:
-        fragment = Fragment.get(top, None)
+    fragment = Fragment.get(top, None)
     # Pure wires between instances (a link's output into a die) and from an
     # instance to a top port (a core's status) bypass the glue: the C++ top
     # copies them directly, and the glue keeps only what its logic reads.

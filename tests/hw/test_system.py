@@ -310,11 +310,34 @@ def test_die_module_takes_its_rank_from_a_port():
     from epfabric.hw.die import Die
     assert "rank_in" in Die(rank=None, ranks=4).signature.members
     assert "rank_in" not in Die(rank=1, ranks=4).signature.members
-    assert "core_id_in" in Die(rank=None, ranks=4, core_module=("epf_aiv", False)).cores[0].signature.members
+    from epfabric.hw.instances import SharedModule
+    core_module = SharedModule("epf_aiv", has_reset=False)
+    assert "core_id_in" in Die(rank=None, ranks=4, core_module=core_module).cores[0].signature.members
     with pytest.raises(TypeError, match="core_module"):
         Die(rank=None, ranks=4, core_module="epf_aiv")
     with pytest.raises(TypeError, match="die_module"):
         System(timing=tiny_timing(), topology=("superpod", 2, 1, 1), die_module="epf_die")
+
+
+def test_exposed_instances_are_recorded_not_instantiated():
+    """``hierarchical_verilog(expose=found)``: the top's dies, links and switches are recorded
+    with their ports and constants (the native backend's glue); a module with a reset cannot be."""
+    from amaranth.hdl import Fragment
+    from epfabric.hw.instances import SharedModule
+    found = []
+    flat = System(timing=tiny_timing(), topology=("superpod", 2, 1, 1))
+    top, parts = flat.hierarchical_verilog(reset=False, expose=found)
+    assert not found                  # recorded when the top is elaborated
+    Fragment.get(top, None)
+    modules = [module for module, _ports, _consts in found]
+    assert modules.count("epf_die") == 2 and set(modules) <= set(parts)
+    assert [consts["rank_in"] for module, _p, consts in found if module == "epf_die"] == [(0, 1), (1, 1)]
+    _module, ports, _consts = found[0]
+    assert ports["tx__valid"][1] is False and ports["rx__valid"][1] is True    # (signal, is_input)
+    with pytest.raises(ValueError, match="cannot expose epf_die: the native backend's modules are reset-less"):
+        SharedModule("epf_die", has_reset=True, expose=[])
+    with pytest.raises(TypeError, match="expose must be a list"):
+        SharedModule("epf_die", has_reset=False, expose=())
 
 
 def test_host_port_is_the_shared_signature():
