@@ -31,8 +31,9 @@ from amaranth.lib import data
 __all__ = ["ComponentSpec", "Testbench", "SimulationError", "wait_until", "stream_put",
            "stream_get", "intent_ref", "resolve", "CLOCK_PERIOD_NS"]
 
-#: Clock period of every simulation (the cycle is the unit; ns only matter to VCD viewers).
-CLOCK_PERIOD_NS = 10
+#: Clock period of every simulation: 1 ns, so a waveform's time equals the model's at the
+#: presets' 1 ns cycle (the cycle is the unit; ns only matter to VCD viewers).
+CLOCK_PERIOD_NS = 1
 
 
 class SimulationError(AssertionError):

@@ -565,8 +565,9 @@ def fit_gtkw(path, dump):
 
 
 def _unit_guess(dump):
-    """Ten nanoseconds (one clock of this project's simulations) in dump units."""
-    return max(1, dump.to_units(10e-9))
+    """One clock of this project's simulations (``CLOCK_PERIOD_NS``) in dump units."""
+    from .testbench import CLOCK_PERIOD_NS
+    return max(1, dump.to_units(CLOCK_PERIOD_NS * 1e-9))
 
 
 @dataclass
