@@ -27,7 +27,7 @@ from .inc_engine import EPOCH_BITS, Completion, IncOp, inc_flit_layout, reduce_l
 from .isa import BLOCK_BITS, RANK_BITS
 from .validate import UserError, check_choice, check_int, check_multiple, check_pow2
 
-__all__ = ["PostOp", "post_layout", "IncNic", "VERILOG_EXPORTS"]
+__all__ = ["PostOp", "post_layout", "IncNic", "IssueEngine", "VERILOG_EXPORTS"]
 
 COUNTER_BITS = 32
 
@@ -348,12 +348,23 @@ class IncNic(wiring.Component):
                                  rsp.data[:ACK_COUNT_BITS], 0))
         m.d.sync += pend.eq(pend + granted[0] - acked)
 
-        # --- issue engines ----------------------------------------------------------------
-        ag = self._engine(m, "ag", ag_q, 1, me, nxt, prv, t_me, t_prv, counts,
-                          reqs, blocks, granted, rd_done, rd_busy, ring)
-        rs = self._engine(m, "rs", rs_q, 2, me, nxt, prv, t_me, t_prv, counts,
-                          reqs, blocks, granted, rd_done, rd_busy, ring)
-        m.d.comb += engines_idle.eq(~ag["busy"] & ~rs["busy"])
+        # --- issue engines: AG reads as requester 1, RS as requester 2 --------------------
+        engines = {}
+        for idx, (kind, queue) in enumerate((("ag", ag_q), ("rs", rs_q)), start=1):
+            eng = engines[kind] = m.submodules[f"{kind}_engine"] = IssueEngine(
+                kind=kind, ranks=n, tmax=tmax, lanes=self.lanes, mode=self.mode,
+                base=self.xg_base if kind == "ag" else self.z_base)
+            m.d.comb += [eng.post.valid.eq(queue.r_rdy), eng.post.payload.eq(queue.r_data),
+                         queue.r_en.eq(eng.post.ready & queue.r_rdy),
+                         eng.me.eq(me), eng.nxt.eq(nxt), eng.prv.eq(prv),
+                         eng.t_me.eq(t_me), eng.t_prv.eq(t_prv),
+                         *(eng.counts[q].eq(counts[q]) for q in range(n)),
+                         reqs[idx].eq(eng.read.valid), blocks[idx].eq(eng.read.payload),
+                         eng.read.ready.eq(self.mem_req.ready & (grant == idx)),
+                         eng.read_busy.eq(rd_busy), eng.read_done.eq(rd_done[idx]),
+                         eng.read_data.eq(rsp.data)]
+        ag, rs = engines["ag"], engines["rs"]
+        m.d.comb += engines_idle.eq(~ag.busy & ~rs.busy)
 
         # --- receive side -----------------------------------------------------------------
         rx = self.rx.payload
@@ -446,7 +457,7 @@ class IncNic(wiring.Component):
         # never ready while an own flit is eligible (inject needs an empty forward queue),
         # so the own flit's precedence here only keeps a held one presented.
         tx_arb = m.submodules.tx_arb = RoundRobin(count=2, hold=True)
-        m.d.comb += [tx_arb.requests.eq(Cat(rs["valid"] & inject, ag["valid"] & inject)),
+        m.d.comb += [tx_arb.requests.eq(Cat(rs.flit.valid & inject, ag.flit.valid & inject)),
                      tx_arb.ready.eq(self.tx.ready)]
         sel = Signal(2)
         m.d.comb += sel.eq(Mux(tx_arb.valid, Mux(tx_arb.grant == 0, _RS, _AG),
@@ -454,36 +465,95 @@ class IncNic(wiring.Component):
         fwd_bits = fwd.r_data if ring else Const(0, len(Cat(rx)))
         m.d.comb += [self.tx.valid.eq(sel != _NONE),
                      self.tx.payload.eq(Mux(sel == _FWD, fwd_bits,
-                                            Mux(sel == _AG, ag["buf"].as_value(),
-                                                rs["buf"].as_value())))]
+                                            Mux(sel == _AG, ag.flit.payload.as_value(),
+                                                rs.flit.payload.as_value())))]
         sent = self.tx.valid & self.tx.ready
         if ring:
             m.d.comb += fwd.r_en.eq(sent & (sel == _FWD))
-        m.d.comb += [ag["taken"].eq(sent & (sel == _AG)), rs["taken"].eq(sent & (sel == _RS))]
+        m.d.comb += [ag.flit.ready.eq(sent & (sel == _AG)), rs.flit.ready.eq(sent & (sel == _RS))]
 
-        busy_parts += [ag["busy"], rs["busy"], ag["valid"], rs["valid"], rd_busy]
+        busy_parts += [ag.busy, rs.busy, ag.flit.valid, rs.flit.valid, rd_busy]
         m.d.comb += self.idle.eq(~Cat(*busy_parts).any())
         return m
 
-    def _engine(self, m, name, queue, idx, me, nxt, prv, t_me, t_prv, counts, reqs, blocks,
-                granted, rd_done, rd_busy, ring):
-        """One issue engine (AG or RS queue): posts → reads → one flit buffer."""
-        n, tmax, lay = self.ranks, self.tmax, self.layout
-        is_ag = name == "ag"
-        entry = data.View(post_layout, queue.r_data)
-        act = Signal(name=f"{name}_act")
-        bar = Signal(name=f"{name}_bar")
-        c = Signal(32, name=f"{name}_c")
-        end = Signal(33, name=f"{name}_end")
-        q = Signal(range(n), name=f"{name}_q")
-        epoch = Signal(EPOCH_BITS, name=f"{name}_epoch")
-        buf_valid = Signal(name=f"{name}_buf_valid")
-        buf = Signal(lay, name=f"{name}_buf")
-        reading = Signal(name=f"{name}_reading")
-        taken = Signal(name=f"{name}_taken")
 
-        with m.If(~act & queue.r_rdy):
-            m.d.comb += queue.r_en.eq(1)
+class IssueEngine(wiring.Component):
+    """One issue engine of :class:`IncNic`: AG or RS/BAR posts → block reads → one flit buffer.
+
+    Takes one post at a time from ``post`` and walks its rows (the order of
+    :class:`IncNic`'s docstring): each row is one READ_BLOCK on ``read`` (one
+    at a time, and only while the NIC's memory port has no read outstanding,
+    ``read_busy``), its answer fills the flit buffer offered on ``flit``,
+    and the next read is presented the cycle after ``flit`` took the flit.
+    An RS engine also sends BAR posts: one BARRIER flit, in order after the
+    flits of the posts before it. Epochs count this engine's AG (or RS) posts.
+
+    Parameters
+    ----------
+    kind : str
+        ``"ag"`` (AG posts) or ``"rs"`` (RS and BAR posts).
+    ranks, tmax, lanes, mode
+        As for :class:`IncNic` (``lanes`` = ``data_bytes // 4``).
+    base : int
+        First block of the region the engine reads: XG for AG, Z for RS.
+
+    Attributes
+    ----------
+    post : In(stream.Signature(post_layout))
+        The engine's post queue (``ready``: no post being issued).
+    me, nxt, prv : In(RANK_BITS)
+        This rank, the next and the previous one on the ring.
+    t_me, t_prv : In(range(tmax + 1))
+        Row counts of this rank and of ``prv``.
+    counts : In(range(tmax + 1)).array(ranks)
+        Every rank's row count (read by an INC RS engine).
+    read : Out(stream.Signature(BLOCK_BITS))
+        READ_BLOCK request: the block (payload stable until taken).
+    read_busy : In(1)
+        The memory port has a read outstanding.
+    read_done, read_data : In(1), In(8 * 4 * lanes)
+        The answer to this engine's read, in the cycle it arrives.
+    flit : Out(stream.Signature(inc_flit_layout(ranks, tmax, lanes)))
+        The flit buffer (held until taken).
+    busy : Out(1)
+        A post queued or being issued, or a read outstanding.
+    """
+
+    def __init__(self, *, kind, ranks, tmax, lanes, mode, base):
+        check_choice("kind", kind, ("ag", "rs"))
+        check_choice("mode", mode, MODES)
+        self.kind, self.ranks, self.tmax, self.mode, self.base = kind, ranks, tmax, mode, base
+        self.layout = inc_flit_layout(ranks=ranks, tmax=tmax, lanes=lanes)
+        count = range(tmax + 1)
+        super().__init__({
+            "post": In(stream.Signature(post_layout)),
+            "me": In(RANK_BITS), "nxt": In(RANK_BITS), "prv": In(RANK_BITS),
+            "t_me": In(count), "t_prv": In(count), "counts": In(count).array(ranks),
+            "read": Out(stream.Signature(BLOCK_BITS)),
+            "read_busy": In(1), "read_done": In(1), "read_data": In(32 * lanes),
+            "flit": Out(stream.Signature(self.layout)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n, tmax, lay = self.ranks, self.tmax, self.layout
+        is_ag, ring = self.kind == "ag", self.mode == "ring"
+        me, nxt, prv, t_me, t_prv = self.me, self.nxt, self.prv, self.t_me, self.t_prv
+        entry = self.post.payload
+        act = Signal()
+        bar = Signal()
+        c = Signal(32)
+        end = Signal(33)
+        q = Signal(range(n))
+        epoch = Signal(EPOCH_BITS)
+        buf_valid = Signal()
+        buf = Signal(lay)
+        reading = Signal()
+        m.d.comb += [self.flit.valid.eq(buf_valid), self.flit.payload.eq(buf)]
+
+        m.d.comb += self.post.ready.eq(~act)
+        with m.If(~act & self.post.valid):
             m.d.sync += [act.eq(1), bar.eq(entry.op == PostOp.BAR), c.eq(entry.a),
                          end.eq(entry.a + entry.b), q.eq(0)]
             if is_ag:
@@ -494,26 +564,25 @@ class IncNic(wiring.Component):
 
         # the current row (AG: own row c; RS: ring chain row c of block prv, or INC
         # contribution (c, q) of the chunk-major order)
-        more = Signal(name=f"{name}_more")
-        item = Signal(name=f"{name}_item")
-        root = Signal(RANK_BITS, name=f"{name}_root")
-        length = Signal(range(tmax + 1), name=f"{name}_length")
+        more = Signal()
+        item = Signal()
+        root = Signal(RANK_BITS)
+        length = Signal(range(tmax + 1))
         if is_ag:
             m.d.comb += [more.eq((c < end) & (c < t_me)), item.eq(more),
                          root.eq(me), length.eq(t_me)]
-            base = self.xg_base
             dst, op = (nxt, IncOp.RING_AG) if ring else (n, IncOp.AG)
             compl = Completion.AG
         elif ring:
             m.d.comb += [more.eq((c < end) & (c < t_prv)), item.eq(more),
                          root.eq(prv), length.eq(t_prv)]
-            base, dst, op, compl = self.z_base, nxt, IncOp.RING_RS, Completion.RS
+            dst, op, compl = nxt, IncOp.RING_RS, Completion.RS
         else:
-            t_q = Signal(range(tmax + 1), name=f"{name}_t_q")
-            m.d.comb += [t_q.eq(counts[q]), more.eq((c < end) & (c < tmax)),
+            t_q = Signal(range(tmax + 1))
+            m.d.comb += [t_q.eq(Array(self.counts)[q]), more.eq((c < end) & (c < tmax)),
                          item.eq(more & (q != me) & (c < t_q)), root.eq(q), length.eq(t_q)]
-            base, dst, op, compl = self.z_base, n, IncOp.RS, Completion.RS
-        offset = Signal(lay["offset"].shape, name=f"{name}_offset")
+            dst, op, compl = n, IncOp.RS, Completion.RS
+        offset = Signal(lay["offset"].shape)
         m.d.comb += offset.eq(root * tmax + c)
         cbits = lay["chunk"].width
 
@@ -523,22 +592,21 @@ class IncNic(wiring.Component):
             return [q.eq(Mux(q == n - 1, 0, q + 1)), c.eq(Mux(q == n - 1, c + 1, c))]
 
         run = act & ~bar
-        m.d.comb += [reqs[idx].eq(run & item & ~buf_valid & ~reading & ~rd_busy),
-                     blocks[idx].eq(base + offset)]
+        m.d.comb += [self.read.valid.eq(run & item & ~buf_valid & ~reading & ~self.read_busy),
+                     self.read.payload.eq(self.base + offset)]
         with m.If(run & ~more):
             m.d.sync += act.eq(0)
         with m.If(run & more & ~item):
             m.d.sync += step()
-        with m.If(granted[idx]):
+        with m.If(self.read.valid & self.read.ready):
             m.d.sync += step()
             m.d.sync += [reading.eq(1),
                          buf.dst.eq(dst), buf.src.eq(me[:lay["src"].width]), buf.op.eq(op),
                          buf.root.eq(root[:lay["root"].width]), buf.epoch.eq(epoch),
                          buf.offset.eq(offset), buf.length.eq(length),
                          buf.chunk.eq(c[:cbits]), buf.compl.eq(compl)]
-        with m.If(rd_done[idx]):
-            m.d.sync += [reading.eq(0), buf_valid.eq(1),
-                         buf.data.eq(self.mem_rsp.payload.data)]
+        with m.If(self.read_done):
+            m.d.sync += [reading.eq(0), buf_valid.eq(1), buf.data.eq(self.read_data)]
         if not is_ag:
             # BAR: sent after every flit of the posts before it left (in order)
             with m.If(act & bar & ~buf_valid & ~reading):
@@ -547,11 +615,10 @@ class IncNic(wiring.Component):
                              buf.root.eq(0), buf.epoch.eq(epoch), buf.offset.eq(0),
                              buf.length.eq(0), buf.chunk.eq(0), buf.compl.eq(Completion.BARRIER),
                              buf.data.eq(0)]
-        with m.If(taken):
+        with m.If(self.flit.valid & self.flit.ready):
             m.d.sync += buf_valid.eq(0)
-        busy = Signal(name=f"{name}_busy")
-        m.d.comb += busy.eq(act | queue.r_rdy)
-        return {"valid": buf_valid, "buf": buf, "taken": taken, "busy": busy | reading}
+        m.d.comb += self.busy.eq(act | self.post.valid | reading)
+        return m
 
 
 VERILOG_EXPORTS = {
