@@ -405,6 +405,8 @@ class AIVCore(wiring.Component):
         v_cnt = Signal(range(self.max_len + 1))  # indices written so far
         vec_ops = {ins.mnemonic.upper(): ins.vop for ins in INSTRUCTIONS if ins.vop is not None}
 
+        inc_wait, cube = Const(0), None    # an incwait waiting, a cube's operands (_inc_run)
+
         # --- main FSM -------------------------------------------------------------------------
         with m.Switch(state):
             with m.Case(_State.IDLE, _State.HALT):
@@ -491,7 +493,8 @@ class AIVCore(wiring.Component):
                         with m.If(outstanding != 0):
                             m.d.sync += self.pc.eq(self.pc)
                     if self.inc:
-                        self._inc_run(m, insn, a, b, c, rd, rfile, ru, dec, row_of, write_reg, state)
+                        inc_wait, cube = self._inc_run(m, a, b, c, rd, rfile, ru, dec, row_of,
+                                                       write_reg, state)
                     with m.Case(Opcode.MARK):
                         m.d.comb += self.trace.valid.eq(1)
                         with m.If(~self.trace.ready):
@@ -612,7 +615,7 @@ class AIVCore(wiring.Component):
 
             if self.inc:
                 with m.Case(_State.CUBE):
-                    self._cube_finish(m, ua, uw, nwords, state, pc_next)
+                    self._cube_finish(m, cube, ua, uw, nwords, state, pc_next)
 
             with m.Default():
                 pass
@@ -625,7 +628,6 @@ class AIVCore(wiring.Component):
         # --- watchdog view -------------------------------------------------------------------
         run_poll = (state == _State.RUN) & legal & (insn.op == Opcode.POLL)
         run_fence = (state == _State.RUN) & legal & (insn.op == Opcode.FENCE) & (outstanding != 0)
-        inc_wait = self._inc_waiting if self.inc else Const(0)
         m.d.comb += [
             self.waiting.eq((state == _State.MEM) | run_poll | run_fence | inc_wait),
             self.wait_addr.eq(Mux(state == _State.MEM, w_addr, Mux(run_poll, eff,
@@ -633,8 +635,12 @@ class AIVCore(wiring.Component):
         ]
         return m
 
-    def _inc_run(self, m, insn, a, b, c, rd, rfile, ru, dec, row_of, write_reg, state):
-        """RUN-state cases of the INC posts, ``incwait`` and ``cube`` (``inc`` cores)."""
+    def _inc_run(self, m, a, b, c, rd, rfile, ru, dec, row_of, write_reg, state):
+        """RUN-state cases of the INC posts, ``incwait`` and ``cube`` (``inc`` cores).
+
+        Returns ``(waiting, cube)``: high while an ``incwait`` waits, and the
+        operands a ``cube`` latches for the CUBE state (:meth:`_cube_finish`).
+        """
         post = self.inc_post
         for name, op in INC_POSTS.items():
             with m.Case(Opcode[name.upper()]):
@@ -643,25 +649,27 @@ class AIVCore(wiring.Component):
                 with m.If(~post.ready):
                     m.d.sync += self.pc.eq(self.pc)
         counter = Signal(32, name="inc_counter")
-        self._inc_waiting = Signal(name="inc_waiting")
+        waiting = Signal(name="inc_waiting")
         with m.Case(Opcode.INCWAIT):
             m.d.comb += counter.eq(Array(self.inc_counts)[dec.ctr[:2]])
             with m.If(~(counter - b)[31]):          # wrap-safe counter >= threshold
                 write_reg(rd, counter)
             with m.Else():
-                m.d.comb += self._inc_waiting.eq(1)
+                m.d.comb += waiting.eq(1)
                 m.d.sync += self.pc.eq(self.pc)
         row_w = max(1, ceil_log2(self.ubuf_rows))
-        self._cube = {"dst": Signal(row_w, name="cube_dst"), "src": Signal(row_w, name="cube_src"),
-                      "a": Signal(32, name="cube_a"), "b": Signal(32, name="cube_b")}
+        k = {"dst": Signal(row_w, name="cube_dst"), "src": Signal(row_w, name="cube_src"),
+             "a": Signal(32, name="cube_a"), "b": Signal(32, name="cube_b")}
         with m.Case(Opcode.CUBE):
-            k = self._cube
             m.d.sync += [state.eq(_State.CUBE), self.pc.eq(self.pc), k["dst"].eq(row_of(rfile[ru])),
                          k["src"].eq(row_of(a)), k["a"].eq(b), k["b"].eq(c)]
+        return waiting, k
 
-    def _cube_finish(self, m, ua, uw, nwords, state, pc_next):
-        """CUBE state: wait for the die's unit, then write ``a * x + b`` per word of the row."""
-        k = self._cube
+    def _cube_finish(self, m, k, ua, uw, nwords, state, pc_next):
+        """CUBE state: wait for the die's unit, then write ``a * x + b`` per word of the row.
+
+        ``k``: the operands :meth:`_inc_run` latched (``dst``, ``src``, ``a``, ``b``).
+        """
         # the request is the state alone (not ~cube_done): the die's unit answers in the
         # request's own cycle when a row costs one cycle, and a request that depended on
         # the answer would be a combinational loop

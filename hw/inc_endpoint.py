@@ -120,7 +120,6 @@ class _Endpoint(wiring.Component):
         mems = {}
         for name, depth in (("ag", n * tmax), ("rs", n * tmax), ("out", tmax)):
             mems[name] = m.submodules[f"{name}_mem"] = Memory(shape=width, depth=depth, init=[])
-        self._mems = mems
 
         phase = Signal(_Phase)
         epoch = Signal(8)
@@ -155,7 +154,6 @@ class _Endpoint(wiring.Component):
             with m.If(self.idle):
                 m.d.comb += [wp.addr.eq(self.host_addr), wp.data.eq(self.host_wdata),
                              wp.en.eq(Mux(self.host_we & (self.host_buf == sel), self.host_lanes, 0))]
-        self._writes = writes
 
         # --- AG issue: own rows r*tmax .. r*tmax + T_r - 1 ------------------
         ag_i = Signal(range(tmax + 1))
@@ -172,10 +170,10 @@ class _Endpoint(wiring.Component):
         # --- RS issue (mode-specific) ----------------------------------------
         rs_go = Signal()
         m.d.comb += rs_go.eq((phase == _Phase.RUN) & (conc | _ge(self.ag_count, ag_thr)))
-        rs_flit, rs_left, rs_valid, rs_taken = self._rs_issue(m, epoch, rs_go)
+        rs_flit, rs_left, rs_valid, rs_taken, rs_restart = self._rs_issue(m, mems["rs"], epoch, rs_go)
 
         # --- receive (mode-specific) ----------------------------------------
-        fwd = self._receive(m)
+        fwd, bubble = self._receive(m, mems["rs"], writes)
 
         # --- transmit arbitration: forwards first; AG and RS rows interleaved in
         # proportion to their sizes (T_r : RS rows), so that both finish
@@ -189,7 +187,7 @@ class _Endpoint(wiring.Component):
         # New rows enter only when no forward waits and (ring) the bubble
         # rule allows it (RingEndpoint docstring).
         inject = Signal()
-        m.d.comb += inject.eq(~fwd_valid & (self._bubble if fwd is not None else 1))
+        m.d.comb += inject.eq(~fwd_valid & bubble)
         m.d.comb += [
             sel_fwd.eq(fwd_valid),
             sel_ag.eq(inject & ag_left & (~rs_valid | ~turn)),
@@ -229,8 +227,7 @@ class _Endpoint(wiring.Component):
                 with m.If(self.start):
                     m.d.sync += [epoch.eq(epoch + 1), ag_thr.eq(ag_thr + others),
                                  rs_thr.eq(rs_thr + self.counts[r]), conc.eq(self.concurrent),
-                                 ag_i.eq(0), bal.eq(0)]
-                    self._reset_issue(m)
+                                 ag_i.eq(0), bal.eq(0), *rs_restart]
                     with m.If(self.barrier):
                         m.d.sync += [bar_thr.eq(bar_thr + 1), phase.eq(_Phase.BARRIER)]
                     with m.Else():
@@ -258,9 +255,9 @@ class _Endpoint(wiring.Component):
             with m.Default():
                 m.d.sync += self.barrier_count.eq(self.barrier_count + 1)
 
-    def _root_add(self, m, flit):
-        """Root: OUT[chunk] = received sum + own partial RS[r*tmax + chunk]."""
-        rp = self._mems["rs"].read_port(domain="comb")
+    def _root_add(self, m, rs_mem, flit):
+        """Root: OUT[chunk] = received sum + own partial RS[r*tmax + chunk] (read from ``rs_mem``)."""
+        rp = rs_mem.read_port(domain="comb")
         m.d.comb += rp.addr.eq(flit.root * self.tmax + flit.chunk)
         total = Signal(32 * self.lanes)
         m.d.comb += total.eq(reduce_lanes(flit.data, rp.data, lanes=self.lanes))
@@ -285,18 +282,22 @@ class IncEndpoint(_Endpoint):
     def _rs_rows(self):
         return sum(self.counts[q] for q in range(self.ranks) if q != self.rank)
 
-    def _rs_issue(self, m, epoch, go):
+    def _rs_issue(self, m, rs_mem, epoch, go):
+        """RS flits from ``rs_mem``: ``(flit, left, valid, taken, restart)``.
+
+        ``taken`` is driven by the caller (the flit was sent); ``restart``
+        are the statements that rewind the issue at an operation's start.
+        """
         n, r, tmax = self.ranks, self.rank, self.tmax
         c = Signal(range(tmax + 1))
         q = Signal(range(n))
-        self._rs_pos = (c, q)
         left = Signal()
         valid = Signal()
         taken = Signal()
         count_q = Signal(range(tmax + 1))
         m.d.comb += count_q.eq(Array(self.counts)[q])
         m.d.comb += [left.eq(c < tmax), valid.eq(go & left & (q != r) & (c < count_q))]
-        rp = self._mems["rs"].read_port(domain="comb")
+        rp = rs_mem.read_port(domain="comb")
         m.d.comb += rp.addr.eq(q * tmax + c)
         flit = Signal(self.layout)
         m.d.comb += [flit.dst.eq(n), flit.src.eq(r), flit.op.eq(IncOp.RS), flit.root.eq(q),
@@ -304,29 +305,26 @@ class IncEndpoint(_Endpoint):
                      flit.chunk.eq(c), flit.compl.eq(Completion.RS), flit.data.eq(rp.data)]
         with m.If(go & left & (taken | ~valid)):
             m.d.sync += [q.eq(Mux(q == n - 1, 0, q + 1)), c.eq(Mux(q == n - 1, c + 1, c))]
-        return flit, left, valid, taken
+        return flit, left, valid, taken, [c.eq(0), q.eq(0)]
 
-    def _reset_issue(self, m):
-        c, q = self._rs_pos
-        m.d.sync += [c.eq(0), q.eq(0)]
-
-    def _receive(self, m):
+    def _receive(self, m, rs_mem, writes):
+        """Receive into the ``writes`` ports: ``(forward queue or None, bubble rule holds)``."""
         rx = self.rx.payload
         m.d.comb += self.rx.ready.eq(1)
         got = self.rx.valid
-        total = self._root_add(m, rx)
+        total = self._root_add(m, rs_mem, rx)
         with m.If(got):
             self._bump(m, rx.compl)
             with m.Switch(rx.op):
                 with m.Case(IncOp.AG):
-                    wp = self._writes["ag"]
+                    wp = writes["ag"]
                     m.d.comb += [wp.addr.eq(rx.offset), wp.data.eq(rx.data), wp.en.eq(self._all_lanes)]
                 with m.Case(IncOp.RS):
-                    wp = self._writes["out"]
+                    wp = writes["out"]
                     m.d.comb += [wp.addr.eq(rx.chunk), wp.data.eq(total), wp.en.eq(self._all_lanes)]
                 with m.Default():
                     pass
-        return None
+        return None, Const(1)     # no forward queue: new rows are always allowed
 
 
 class RingEndpoint(_Endpoint):
@@ -371,15 +369,15 @@ class RingEndpoint(_Endpoint):
     def _rs_rows(self):
         return self.counts[(self.rank - 1) % self.ranks]
 
-    def _rs_issue(self, m, epoch, go):
+    def _rs_issue(self, m, rs_mem, epoch, go):
+        """As :meth:`IncEndpoint._rs_issue`, for the chain of block ``r - 1``."""
         n, r, tmax = self.ranks, self.rank, self.tmax
         q = (r - 1) % n
         c = Signal(range(tmax + 1))
-        self._rs_pos = (c,)
         left = Signal()
         taken = Signal()
         m.d.comb += left.eq(c < self.counts[q])
-        rp = self._mems["rs"].read_port(domain="comb")
+        rp = rs_mem.read_port(domain="comb")
         m.d.comb += rp.addr.eq(q * tmax + c)
         flit = Signal(self.layout)
         m.d.comb += [flit.dst.eq(self._next()), flit.src.eq(r), flit.op.eq(IncOp.RING_RS),
@@ -388,19 +386,16 @@ class RingEndpoint(_Endpoint):
                      flit.compl.eq(Completion.RS), flit.data.eq(rp.data)]
         with m.If(taken):
             m.d.sync += c.eq(c + 1)
-        return flit, left, go & left, taken
+        return flit, left, go & left, taken, [c.eq(0)]
 
-    def _reset_issue(self, m):
-        c, = self._rs_pos
-        m.d.sync += c.eq(0)
-
-    def _receive(self, m):
+    def _receive(self, m, rs_mem, writes):
+        """As :meth:`IncEndpoint._receive`; the bubble rule is the class docstring's."""
         r, nxt = self.rank, self._next()
         layout = self.layout
         width = len(Cat(self.rx.payload))
         fwd = m.submodules.forward = SyncFIFOBuffered(width=width, depth=self.FORWARD_DEPTH)
         rx = self.rx.payload
-        total = self._root_add(m, rx)
+        total = self._root_add(m, rs_mem, rx)
         is_ag = rx.op == IncOp.RING_AG
         is_rs = rx.op == IncOp.RING_RS
         # A row ends here when this rank is the last of its chain: an AG row
@@ -424,19 +419,19 @@ class RingEndpoint(_Endpoint):
         m.d.comb += fwd.w_en.eq(got & forward)
         with m.If(got):
             with m.If(is_ag):
-                wp = self._writes["ag"]
+                wp = writes["ag"]
                 m.d.comb += [wp.addr.eq(rx.offset), wp.data.eq(rx.data), wp.en.eq(self._all_lanes)]
                 m.d.sync += self.ag_count.eq(self.ag_count + 1)
             with m.Elif(is_rs):
                 with m.If(rx.root == r):
-                    wp = self._writes["out"]
+                    wp = writes["out"]
                     m.d.comb += [wp.addr.eq(rx.chunk), wp.data.eq(total), wp.en.eq(self._all_lanes)]
                     m.d.sync += self.rs_count.eq(self.rs_count + 1)
             with m.Else():
                 self._bump(m, rx.compl)
-        self._bubble = Signal()
-        m.d.comb += self._bubble.eq(fwd.level <= self.FORWARD_DEPTH - 2)
-        return fwd
+        bubble = Signal()
+        m.d.comb += bubble.eq(fwd.level <= self.FORWARD_DEPTH - 2)
+        return fwd, bubble
 
     # _root_add: the base's — on a ring every hop adds its own partial of the
     # block the flit belongs to, the same sum the INC root adds at the end.
