@@ -57,7 +57,7 @@ from amaranth.utils import bits_for
 from .aiv_core import MAX_WINDOW, AIVCore, trace_layout
 from .arbiter import RoundRobin
 from .host import HostSignature, HostTarget
-from .instances import SharedModule, mark_used
+from .instances import SharedModule
 from .router import DieRouter, FlitKind, flit_layout, rsp_depth_bound
 from .ub_port import UBMemory
 from .validate import check_bool, check_int, check_pow2
@@ -103,6 +103,8 @@ class Die(wiring.Component):
         elaborating ``AIVCore(core_id=i)``: one core module per die instead of
         one per core id. ``None`` (the default, and what Amaranth's simulator
         runs): real :class:`~epfabric.hw.aiv_core.AIVCore` submodules.
+        With it, :attr:`core_part` is the ``AIVCore(core_id=None)`` the
+        module is converted from.
     non_atomic_port : bool
         Build the UB port with ``non_atomic=True`` (64 B beats, 8 cycles per
         block, flag field first; :class:`~epfabric.hw.ub_port.UBPort`): a
@@ -186,13 +188,13 @@ class Die(wiring.Component):
                            **({"inc": True} if nic is not None else {}))
         self.core_params = core_params
         if core_module is None:
+            self.core_part = None
             self.cores = [AIVCore(core_id=i, **core_params) for i in range(aivs)]
         else:
             # Verilog with one shared core module: each core is an Instance of it,
             # wired through an interface object with the core's signature.
-            template = AIVCore(core_id=None, **core_params)
-            mark_used(template)     # only its signature is needed here
-            self.cores = [template.signature.create(path=(f"core{i}",)) for i in range(aivs)]
+            self.core_part = AIVCore(core_id=None, **core_params)
+            self.cores = [self.core_part.signature.create(path=(f"core{i}",)) for i in range(aivs)]
         self.mem = UBMemory(blocks=hbm_blocks, data_bytes=data_bytes, latency=hbm_latency,
                             read_ports=requesters + 1, non_atomic=non_atomic_port)
         self.requesters = requesters

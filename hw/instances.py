@@ -14,7 +14,7 @@ import contextlib
 from amaranth.hdl import ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal, Value
 from amaranth.lib.wiring import In
 
-__all__ = ["SharedModule", "mark_used", "shared_modules", "shared_modules_active"]
+__all__ = ["SharedModule", "Sharing", "mark_used", "shared_modules", "shared_modules_active"]
 
 #: set by :func:`shared_modules`
 _SHARED = False
@@ -133,6 +133,36 @@ class SharedModule:
         self.expose.append((self.name, ports,
                             {k: (int(v.value), len(v)) for k, v in consts.items()}))
         return m
+
+
+class Sharing:
+    """How a top builds its repeated blocks: as instances of shared Verilog modules.
+
+    Given to :class:`~epfabric.hw.system.System` (``shared``) and the fabric
+    builders (:func:`~epfabric.hw.topology.superpod`,
+    :func:`~epfabric.hw.topology.star`), which build one component per
+    distinct block -- a *part*, for the caller to convert -- and one
+    :class:`SharedModule` instance per child.
+
+    Parameters
+    ----------
+    has_reset : bool
+        The shared modules have a ``rst`` port.
+    expose : list or None
+        The native backend's recorder for the top's own instances (see
+        :class:`SharedModule`).
+    """
+
+    def __init__(self, *, has_reset, expose=None):
+        self.has_reset, self.expose = bool(has_reset), expose
+
+    def __repr__(self):
+        return f"Sharing(has_reset={self.has_reset})"
+
+    def module(self, name, *, inner=False):
+        """The :class:`SharedModule` ``name``; ``inner``: instantiated inside another part
+        (a die's cores), so never exposed."""
+        return SharedModule(name, has_reset=self.has_reset, expose=None if inner else self.expose)
 
 
 def mark_used(obj, seen=None):

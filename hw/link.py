@@ -118,7 +118,7 @@ class Link(wiring.Component):
                  small_bytes=None, burst=2, depth=None, ranks=4, data_bits=32):
         if payload is None:
             payload = flit_layout(ranks=ranks, data_bits=data_bits)
-        #: what makes two links the same hardware (see Fabric.share_links)
+        #: its parameters: two links with equal ones are the same hardware
         self.params = dict(payload=payload, latency=latency, rate_num=rate_num, rate_den=rate_den,
                            block_bytes=block_bytes, small_bytes=small_bytes, burst=burst,
                            depth=depth)

@@ -55,7 +55,7 @@ class Switch(wiring.Component):
         destination of ``routes``; ``routes`` then only gives the table's
         length) instead of constants, so switches that differ only in their
         routes share one Verilog module
-        (:meth:`~epfabric.hw.topology.Fabric.share_switches`). Same cycles.
+        (:func:`~epfabric.hw.topology.superpod`'s ``shared``). Same cycles.
 
     Attributes
     ----------
@@ -100,9 +100,15 @@ class Switch(wiring.Component):
         self.depth = depth
         self.counter_width = counter_width
         self.route_port = bool(route_port)
+        super().__init__(self.signature_of(ports=ports, destinations=len(routes), payload=payload,
+                                           counter_width=counter_width, route_port=route_port))
+
+    @staticmethod
+    def signature_of(*, ports, destinations, payload, counter_width, route_port):
+        """The signature of a switch with these (valid) parameters, without building one."""
         flit = stream.Signature(payload)
-        super().__init__({
-            **({"routes_in": In(range(ports)).array(len(routes))} if route_port else {}),
+        return wiring.Signature({
+            **({"routes_in": In(range(ports)).array(destinations)} if route_port else {}),
             "i_stream": In(flit).array(ports),
             "o_stream": Out(flit).array(ports),
             "o_blocks": Out(counter_width).array(ports),

@@ -12,18 +12,18 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from .arbiter import RoundRobin
-from .aiv_core import AIVCore
 from .die import Die, flit_layout
 from .inc_engine import IncEngine, inc_flit_layout
 from .host import HostSignature, HostTarget, register_inputs, run_control
-from .instances import SharedModule, mark_used, shared_modules_active
+from .instances import Sharing, mark_used, shared_modules_active
 from .topology import check_topology, star, superpod, topology_ranks
 from .validate import UserError, check_int
 
 __all__ = ["System", "trace_entry_layout", "MAX_AIVS_PER_DIE"]
 
-#: Verilog name of the shared die module (``hierarchical_verilog``).
+#: Verilog names of the shared die and core modules (``hierarchical_verilog``).
 DIE_MODULE = "epf_die"
+CORE_MODULE = "epf_aiv"
 
 #: Largest number of AIV cores per die (a flit names its core in 8 bits).
 MAX_AIVS_PER_DIE = 256
@@ -118,12 +118,16 @@ class System(wiring.Component):
         Entries of the MARK trace buffer (1..65535).
     switch_depth : int
         Input FIFO depth of the fabric's switches.
-    die_module : SharedModule or None
-        Internal, set by :meth:`hierarchical_verilog`: instantiate every die
-        as an instance of the shared Verilog module ``die_module``
-        (:class:`~epfabric.hw.instances.SharedModule`) instead of elaborating
-        it. ``None`` (the default, and what Amaranth's simulator runs): real
-        :class:`Die` submodules.
+    shared : Sharing or None
+        Internal, set by :meth:`hierarchical_verilog` (and by
+        :func:`~epfabric.hw.instances.shared_modules`, without a reset):
+        every die is an instance of one shared Verilog module, a
+        ``Die(rank=None)`` whose cores are instances of one
+        ``AIVCore(core_id=None)``, and the fabric's switches and links are
+        instances of one module per kind (:func:`~epfabric.hw.topology.superpod`);
+        :attr:`parts` holds the modules
+        (:class:`~epfabric.hw.instances.Sharing`). ``None`` (the default, and
+        what Amaranth's simulator runs): components.
     non_atomic_port : bool
         Every die's UB port commits blocks beat by beat (a negative control;
         see :class:`~epfabric.hw.die.Die`). Default ``False``.
@@ -152,7 +156,7 @@ class System(wiring.Component):
     def __init__(self, *, timing, topology, aivs_per_die=1, imem_depth=64, ubuf_rows=2,
                  hbm_blocks=16, data_bytes=32, lanes=4, trace_depth=64, width=16,
                  max_outstanding=512, hbm_latency=2, rsp_depth=None, switch_depth=4,
-                 die_module=None, non_atomic_port=False, nic=None, inc_slots=16, cube_cycles=1):
+                 shared=None, non_atomic_port=False, nic=None, inc_slots=16, cube_cycles=1):
         self._params = dict(timing=timing, topology=topology, aivs_per_die=aivs_per_die,
                             imem_depth=imem_depth, ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks,
                             data_bytes=data_bytes, lanes=lanes, trace_depth=trace_depth, width=width,
@@ -163,12 +167,10 @@ class System(wiring.Component):
             self._params.update(nic=nic, inc_slots=inc_slots, cube_cycles=cube_cycles)
             check_int("inc_slots", inc_slots, 1, 1 << 12)
         self.nic, self.inc_slots = nic, inc_slots
-        if die_module is None and shared_modules_active():
-            # ports only (see hw.instances.shared_modules)
-            die_module = SharedModule(DIE_MODULE, has_reset=False)
-        if die_module is not None and not isinstance(die_module, SharedModule):
-            raise TypeError(f"die_module must be a SharedModule or None, not {die_module!r}")
-        self.die_module = die_module
+        if shared is None and shared_modules_active():
+            shared = Sharing(has_reset=False)    # ports only (see hw.instances.shared_modules)
+        if shared is not None and not isinstance(shared, Sharing):
+            raise TypeError(f"shared must be a Sharing or None, not {shared!r}")
         kind, *shape = check_topology(topology)
         check_int("aivs_per_die", aivs_per_die, 1, MAX_AIVS_PER_DIE)
         check_int("trace_depth", trace_depth, 1, 65535)
@@ -192,20 +194,23 @@ class System(wiring.Component):
             if kind != "star":
                 raise UserError(f"an INC machine (nic) needs a star topology, not {topology!r}")
             die_params.update(nic=nic, cube_cycles=cube_cycles)
-        if die_module is None:
+        if shared is None:
+            self.die_module, self.parts = None, {}
             self.dies = [Die(rank=r, **die_params) for r in range(ranks)]
         else:
             # Verilog with one shared die module: each rank is an Instance of it,
             # wired through an interface object with the die's signature.
-            template = Die(rank=None, **die_params)
-            mark_used(template)     # only its signature is needed here
-            sig = template.signature
-            self.dies = [sig.create(path=(f"die{r}",)) for r in range(ranks)]
-        self._die_params = die_params
+            self.die_module = shared.module(DIE_MODULE)
+            die = Die(rank=None, core_module=shared.module(CORE_MODULE, inner=True), **die_params)
+            self.parts = {DIE_MODULE: die, CORE_MODULE: die.core_part}
+            self.dies = [die.signature.create(path=(f"die{r}",)) for r in range(ranks)]
         if kind == "superpod":
-            self.fabric = superpod(timing, *shape, payload=self.flit, switch_depth=switch_depth)
+            self.fabric = superpod(timing, *shape, payload=self.flit, switch_depth=switch_depth,
+                                   shared=shared)
         else:
-            self.fabric = star(timing, ranks, payload=self.flit, switch_depth=switch_depth)
+            self.fabric = star(timing, ranks, payload=self.flit, switch_depth=switch_depth,
+                               shared=shared)
+        self.parts.update(self.fabric.parts)
         if nic is not None:
             lanes_inc = data_bytes // 4
             self.inc_layout = inc_flit_layout(ranks=ranks, tmax=nic["tmax"], lanes=lanes_inc)
@@ -243,29 +248,22 @@ class System(wiring.Component):
         compiles grow with it. ``top`` is this system with every die an
         ``Instance`` of the one ``Die(rank=None)`` module (its rank an input),
         every core of that die an ``Instance`` of one ``AIVCore(core_id=None)``
-        module (its core id an input driven by a constant), and every fabric link an ``Instance`` of one module per distinct link
-        (:meth:`~epfabric.hw.topology.Fabric.share_links`) and every switch an
+        module (its core id an input driven by a constant), every fabric link
+        an ``Instance`` of one module per distinct link and every switch an
         ``Instance`` of one module per switch kind, its route table on a port
-        (:meth:`~epfabric.hw.topology.Fabric.share_switches`), which the caller
-        converts separately (``reset``: whether the converted
-        modules have a ``rst`` port). Same hardware; the cross-simulator tests
-        compare it with the flat system on Amaranth's simulator.
+        (the ``shared`` parameter), which the caller converts separately
+        (``reset``: whether the converted modules have a ``rst`` port). Same
+        hardware; the cross-simulator tests compare it with the flat system
+        on Amaranth's simulator.
 
         ``expose``: the native backend's recorder
         (:class:`~epfabric.hw.instances.SharedModule`): ``top``'s own
         instances -- the dies, links and switches -- are recorded into it
         instead of instantiated (the die module's cores stay instances).
         """
-        reset = bool(reset)
-        die_module = SharedModule(DIE_MODULE, has_reset=reset, expose=expose)
-        core_module = SharedModule("epf_aiv", has_reset=reset)
-        top = System(**self._params, die_module=die_module)
+        top = System(**self._params, shared=Sharing(has_reset=reset, expose=expose))
         mark_used(self)    # this flat system is replaced, not forgotten
-        die = Die(rank=None, core_module=core_module, **self._die_params)
-        parts = {die_module.name: die, core_module.name: AIVCore(core_id=None, **die.core_params)}
-        parts.update(top.fabric.share_links(reset, expose))
-        parts.update(top.fabric.share_switches(reset, expose))
-        return top, parts
+        return top, top.parts
 
     def _inc_network(self, m):
         """The INC star: every die's network interface and the engine in its switch."""

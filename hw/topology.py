@@ -33,14 +33,13 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .hbm import BLOCK_BYTES
-from .instances import SharedModule
 from .link import Link, check_payload, flit_layout
 from .switch import Switch
 from .validate import UserError, UserTypeError, check_choice, check_int
 
 __all__ = ["FabricTiming", "Fabric", "superpod", "star", "superpod_distance", "SUPERPOD_HOPS",
            "STAR_HOPS", "TOPOLOGIES", "MAX_RANKS", "check_topology", "topology_ranks", "superpod_ranks",
-           "check_timing"]
+           "check_timing", "link_label"]
 
 #: Topology kinds: ``("superpod", dies_per_npu, npus_per_board, boards)``, ``("star", n)``.
 TOPOLOGIES = ("superpod", "star")
@@ -114,7 +113,11 @@ class FabricTiming:
 
     def link(self, payload, latency):
         """A :class:`~epfabric.hw.link.Link` of this rate with ``latency`` cycles."""
-        return Link(payload=payload, latency=latency, rate_num=self.rate_num,
+        return Link(**self.link_params(payload, latency))
+
+    def link_params(self, payload, latency):
+        """The :class:`~epfabric.hw.link.Link` parameters of :meth:`link`, without building it."""
+        return dict(payload=payload, latency=latency, rate_num=self.rate_num,
                     rate_den=self.rate_den, block_bytes=self.block_bytes,
                     small_bytes=self.small_bytes)
 
@@ -131,10 +134,12 @@ class Fabric(wiring.Component):
     payload : data.Layout
         Flit layout (with ``dst``).
     switches : dict
-        ``{name: Switch}``.
+        ``{name: Switch}``, or the switch's interface object when it is an
+        instance of a shared module (``instances``).
     links : list
         ``(Link, source, sink)`` with source/sink ``("tx", r)``, ``("rx", r)``,
-        ``("attach_tx", j)``, ``("attach_rx", j)`` or ``(switch name, port)``.
+        ``("attach_tx", j)``, ``("attach_rx", j)`` or ``(switch name, port)``;
+        the link is an interface object when it is an instance.
     wires : list
         ``(source, sink)`` connected directly, without a link.
     attach : int
@@ -143,6 +148,13 @@ class Fabric(wiring.Component):
         ``classes(src, dst)`` → distance class name.
     counter_width : int
         Width of the per-rank counters.
+    instances : dict or None
+        ``{switch name or link index: (SharedModule, constants)}``: the
+        children elaborated as instances of shared Verilog modules (the
+        builders' ``shared``), their constant inputs.
+    parts : dict or None
+        ``{module name: component}``: the shared modules, for the caller to
+        convert (``System.hierarchical_verilog``).
 
     Attributes
     ----------
@@ -157,10 +169,12 @@ class Fabric(wiring.Component):
         Blocks sent and delivered per rank, and cycles a rank's ``tx`` was held off.
     switches : dict
         The switches by name (their counters are readable in simulation).
+    parts : dict
+        The shared modules to convert (empty for a flat fabric).
     """
 
     def __init__(self, *, ranks, payload, switches, links, wires=(), attach=0, classes=None,
-                 counter_width=32):
+                 counter_width=32, instances=None, parts=None):
         self.ranks = ranks
         self.payload = check_payload(payload)
         self.switches = dict(switches)
@@ -168,11 +182,8 @@ class Fabric(wiring.Component):
         self.wires = list(wires)
         self.attach = attach
         self._classes = classes
-        self._link_modules = None   # set by share_links: the SharedModule of each link
-        self._switch_modules = None  # set by share_switches: {switch: SharedModule}
-        self._switch_ports = None    # interface objects of shared switches
-        for child in (*self.switches.values(), *(link for link, _s, _d in self.links)):
-            child._MustUse__silence = True  # owned here; the fabric itself warns if unused
+        self._instances = dict(instances or {})
+        self.parts = dict(parts or {})
         flit = stream.Signature(payload)
         members = {
             "tx": In(flit).array(ranks),
@@ -186,58 +197,6 @@ class Fabric(wiring.Component):
             members["attach_rx"] = Out(flit).array(attach)
         super().__init__(members)
 
-    def share_links(self, has_reset, expose=None):
-        """Elaborate every link as an ``Instance`` of one module per distinct link.
-
-        Returns ``{module name: Link}`` for the caller to convert to Verilog
-        (``has_reset``: whether those modules get a ``rst`` port; ``expose``:
-        the native backend's recorder, see
-        :class:`~epfabric.hw.instances.SharedModule`).
-        """
-        kinds = []     # [(params, module, representative link)]
-        modules = []
-        for link, _s, _d in self.links:
-            for params, module, _rep in kinds:
-                if params == link.params:
-                    break
-            else:
-                module = SharedModule(f"epf_link{len(kinds)}", has_reset=has_reset, expose=expose)
-                kinds.append((link.params, module, link))
-            modules.append(module)
-        self._link_modules = modules
-        return {module.name: rep for _p, module, rep in kinds}
-
-    def share_switches(self, has_reset, expose=None):
-        """Elaborate every switch as an ``Instance`` of one module per distinct switch kind.
-
-        Switches that differ only in their route tables (every die's switch,
-        every tier-1 switch) become one module each, built with
-        ``route_port=True`` and their routes driven as constants on
-        ``routes_in``. Returns ``{module name: Switch}`` for the caller to
-        convert (``has_reset``, ``expose``: as for :meth:`share_links`).
-        Amaranth's simulator keeps the constant-route switches. A switch with
-        more than :data:`MAX_INSTANCE_OUTPUT_BITS` output bits (e.g. a 16-port
-        tier-1 switch of 4 KB flits) stays inline: Amaranth cannot build an
-        ``Instance`` with that many.
-        """
-        kinds = {}      # (ports, destinations, depth, counter width) -> SharedModule
-        parts, modules = {}, {}
-        for key, sw in self.switches.items():
-            if _output_bits(sw.signature) > MAX_INSTANCE_OUTPUT_BITS:
-                continue
-            kind = (sw.ports, len(sw.routes), sw.depth, sw.counter_width)
-            if kind not in kinds:
-                kinds[kind] = module = SharedModule(f"epf_switch{len(kinds)}", has_reset=has_reset,
-                                                    expose=expose)
-                parts[module.name] = Switch(ports=sw.ports, routes=sw.routes, payload=sw.payload,
-                                            depth=sw.depth, counter_width=sw.counter_width,
-                                            route_port=True)
-            modules[key] = kinds[kind]
-        self._switch_modules = modules
-        self._switch_ports = {key: parts[modules[key].name].signature.create(path=(key,))
-                              if key in modules else sw for key, sw in self.switches.items()}
-        return parts
-
     def distance(self, src, dst):
         """Distance class (``"intra"``, ``"one_hop"``, ``"two_hop"``) of a flow; ``None`` for src == dst."""
         if src == dst:
@@ -247,23 +206,11 @@ class Fabric(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         for name, sw in self.switches.items():
-            if self._switch_modules is None or name not in self._switch_modules:
-                m.submodules[name] = sw
-            else:
-                port = self._switch_ports[name]
-                width = len(port.routes_in[0])
-                m.submodules[name] = self._switch_modules[name].instance(
-                    port, skip={f"routes_in__{d}" for d in range(len(sw.routes))},
-                    **{f"routes_in__{d}": Const(p, width) for d, p in enumerate(sw.routes)})
+            m.submodules[name] = self._child(name, sw)
         for n, (link, src, dst) in enumerate(self.links):
-            label = f"link{n}_{self._label(src)}_to_{self._label(dst)}"
-            if self._link_modules is None:
-                m.submodules[label] = port = link
-            else:
-                port = link.signature.create(path=(label,))
-                m.submodules[label] = self._link_modules[n].instance(port)
-            wiring.connect(m, self._source(src), port.i_stream)
-            wiring.connect(m, port.o_stream, self._sink(dst))
+            m.submodules[link_label(n, src, dst)] = self._child(n, link)
+            wiring.connect(m, self._source(src), link.i_stream)
+            wiring.connect(m, link.o_stream, self._sink(dst))
         for src, dst in self.wires:
             wiring.connect(m, self._source(src), self._sink(dst))
         for r in range(self.ranks):
@@ -276,25 +223,91 @@ class Fabric(wiring.Component):
                 m.d.sync += self.rx_blocks[r].eq(self.rx_blocks[r] + 1)
         return m
 
-    @staticmethod
-    def _label(end):
-        return f"{end[0]}{end[1]}"
+    def _child(self, key, child):
+        """``child`` itself, or the instance of its shared module."""
+        if key not in self._instances:
+            return child
+        module, consts = self._instances[key]
+        return module.instance(child, skip=set(consts), **consts)
 
     def _source(self, end):
         kind, idx = end
         if kind in ("tx", "attach_tx"):
             return wiring.flipped(getattr(self, kind)[idx])
-        return self._switch(kind).o_stream[idx]
+        return self.switches[kind].o_stream[idx]
 
     def _sink(self, end):
         kind, idx = end
         if kind in ("rx", "attach_rx"):
             return wiring.flipped(getattr(self, kind)[idx])
-        return self._switch(kind).i_stream[idx]
+        return self.switches[kind].i_stream[idx]
 
-    def _switch(self, name):
-        """Switch ``name``, or its interface object when switches are shared modules."""
-        return self.switches[name] if self._switch_ports is None else self._switch_ports[name]
+
+def link_label(n, src, dst):
+    """Submodule name of link ``n`` of a fabric, from ``src`` to ``dst``."""
+    return f"link{n}_{src[0]}{src[1]}_to_{dst[0]}{dst[1]}"
+
+
+class _Children:
+    """The switches and links a builder gives a :class:`Fabric`.
+
+    ``shared`` (a :class:`~epfabric.hw.instances.Sharing`) or ``None``: each
+    child is its own component, or an instance of one shared module per
+    distinct child -- switches that differ only in their routes share one
+    module built with ``route_port=True`` (routes driven as constants on
+    ``routes_in``), links with equal parameters one. A switch with more than
+    :data:`MAX_INSTANCE_OUTPUT_BITS` output bits (e.g. a 16-port tier-1
+    switch of 4 KB flits) stays a component: Amaranth cannot build an
+    ``Instance`` with that many.
+    """
+
+    def __init__(self, shared):
+        self.shared = shared
+        self.switches, self.links = {}, []
+        self.instances, self.parts = {}, {}
+        self._switch_kinds, self._link_kinds = {}, []
+
+    def switch(self, name, *, ports, routes, payload, depth, counter_width):
+        kind = (ports, len(routes), depth, counter_width)
+        wide = self.shared is not None and _output_bits(Switch.signature_of(
+            ports=ports, destinations=len(routes), payload=payload, counter_width=counter_width,
+            route_port=False)) > MAX_INSTANCE_OUTPUT_BITS
+        if self.shared is None or wide:
+            self.switches[name] = Switch(ports=ports, routes=routes, payload=payload, depth=depth,
+                                         counter_width=counter_width)
+            return
+        if kind not in self._switch_kinds:
+            module = self.shared.module(f"epf_switch{len(self._switch_kinds)}")
+            self._switch_kinds[kind] = module
+            self.parts[module.name] = Switch(ports=ports, routes=routes, payload=payload,
+                                             depth=depth, counter_width=counter_width,
+                                             route_port=True)
+        module = self._switch_kinds[kind]
+        part = self.parts[module.name]
+        self.switches[name] = part.signature.create(path=(name,))
+        width = len(self.switches[name].routes_in[0])
+        self.instances[name] = (module, {f"routes_in__{d}": Const(p, width)
+                                         for d, p in enumerate(routes)})
+
+    def link(self, params, src, dst):
+        n = len(self.links)
+        if self.shared is None:
+            self.links.append((Link(**params), src, dst))
+            return
+        for kind_params, module in self._link_kinds:
+            if kind_params == params:
+                break
+        else:
+            module = self.shared.module(f"epf_link{len(self._link_kinds)}")
+            self._link_kinds.append((params, module))
+            self.parts[module.name] = Link(**params)
+        port = self.parts[module.name].signature.create(path=(link_label(n, src, dst),))
+        self.links.append((port, src, dst))
+        self.instances[n] = (module, {})
+
+    def fabric_args(self):
+        return dict(switches=self.switches, links=self.links, instances=self.instances,
+                    parts=self.parts)
 
 
 def check_timing(timing):
@@ -384,7 +397,7 @@ def superpod_distance(dies_per_npu, npus_per_board):
 
 
 def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
-             data_bytes=None, switch_depth=4, counter_width=32):
+             data_bytes=None, switch_depth=4, counter_width=32, shared=None):
     """A two-tier superpod fabric (UBEP §2.3 Insight 3, Table 2).
 
     Rank ``r`` is die ``r % dies_per_npu`` of NPU ``(r // dies_per_npu) %
@@ -404,6 +417,12 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
         do not depend on it.
     switch_depth : int
         Input FIFO depth of every switch.
+    shared : Sharing or None
+        Build every switch and link as an instance of one shared Verilog
+        module per distinct kind (:class:`~epfabric.hw.instances.Sharing`;
+        ``Fabric.parts`` holds the modules): every die's switch shares one,
+        so does every tier-1 switch. ``None`` (default, what Amaranth's
+        simulator runs): components. Same cycles.
 
     Returns
     -------
@@ -421,8 +440,10 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
     hops = timing.need(SUPERPOD_HOPS)
     payload = _payload(payload, ranks, data_bytes)
 
-    def link(latency):
-        return timing.link(payload, latency)
+    children = _Children(shared)
+
+    def link(latency, src, dst):
+        children.link(timing.link_params(payload, latency), src, dst)
 
     def npu_of(r):
         return r // dpn
@@ -431,7 +452,6 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
         return r // dpb
 
     has_t1 = nb > 1 or npb > 1
-    switches, links = {}, []
     for r in range(ranks):
         siblings = [s for s in range(npu_of(r) * dpn, npu_of(r) * dpn + dpn) if s != r]
         uplink = 1 + len(siblings)
@@ -443,40 +463,39 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
                 routes.append(1 + siblings.index(d))
             else:
                 routes.append(uplink)
-        switches[f"die{r}"] = Switch(ports=uplink + has_t1, routes=routes, payload=payload,
-                                     depth=switch_depth, counter_width=counter_width)
-        links.append((link(0), ("tx", r), (f"die{r}", 0)))
-        links.append((link(0), (f"die{r}", 0), ("rx", r)))
+        children.switch(f"die{r}", ports=uplink + has_t1, routes=routes, payload=payload,
+                        depth=switch_depth, counter_width=counter_width)
+        link(0, ("tx", r), (f"die{r}", 0))
+        link(0, (f"die{r}", 0), ("rx", r))
         for i, s in enumerate(siblings):
             back = [t for t in range(npu_of(s) * dpn, npu_of(s) * dpn + dpn) if t != s].index(r)
-            links.append((link(hops["direct"]), (f"die{r}", 1 + i), (f"die{s}", 1 + back)))
+            link(hops["direct"], (f"die{r}", 1 + i), (f"die{s}", 1 + back))
         if has_t1:
             t1, k = f"t1_{board_of(r)}", r % dpb
-            links.append((link(hops["up"]), (f"die{r}", uplink), (t1, k)))
-            links.append((link(hops["down"]), (t1, k), (f"die{r}", uplink)))
+            link(hops["up"], (f"die{r}", uplink), (t1, k))
+            link(hops["down"], (t1, k), (f"die{r}", uplink))
     if has_t1:
         for b in range(nb):
             routes = [d % dpb if board_of(d) == b else dpb + d % dpb for d in range(ranks)]
-            switches[f"t1_{b}"] = Switch(ports=dpb * (2 if nb > 1 else 1), routes=routes,
-                                         payload=payload, depth=switch_depth,
-                                         counter_width=counter_width)
+            children.switch(f"t1_{b}", ports=dpb * (2 if nb > 1 else 1), routes=routes,
+                            payload=payload, depth=switch_depth, counter_width=counter_width)
     if nb > 1:
         for k in range(dpb):
-            switches[f"t2_{k}"] = Switch(ports=nb, routes=[board_of(d) for d in range(ranks)],
-                                         payload=payload, depth=switch_depth,
-                                         counter_width=counter_width)
+            children.switch(f"t2_{k}", ports=nb, routes=[board_of(d) for d in range(ranks)],
+                            payload=payload, depth=switch_depth, counter_width=counter_width)
             for b in range(nb):
-                links.append((link(hops["t2_up"]), (f"t1_{b}", dpb + k), (f"t2_{k}", b)))
-                links.append((link(hops["t2_down"]), (f"t2_{k}", b), (f"t1_{b}", dpb + k)))
+                link(hops["t2_up"], (f"t1_{b}", dpb + k), (f"t2_{k}", b))
+                link(hops["t2_down"], (f"t2_{k}", b), (f"t1_{b}", dpb + k))
 
     classes = superpod_distance(dpn, npb)
-    fabric = Fabric(ranks=ranks, payload=payload, switches=switches, links=links,
-                    classes=classes, counter_width=counter_width)
+    fabric = Fabric(ranks=ranks, payload=payload, classes=classes, counter_width=counter_width,
+                    **children.fabric_args())
     fabric.shape = {"dies_per_npu": dpn, "npus_per_board": npb, "boards": nb}
     return fabric
 
 
-def star(timing, n, *, attach=0, payload=None, data_bytes=None, switch_depth=4, counter_width=32):
+def star(timing, n, *, attach=0, payload=None, data_bytes=None, switch_depth=4, counter_width=32,
+         shared=None):
     """``n`` ranks on one switch, each by a full-duplex link (INC-MoE §3; UBEP one-hop class).
 
     A lone block takes ``up + switch + down`` cycles rank to rank. ``attach``
@@ -492,7 +511,7 @@ def star(timing, n, *, attach=0, payload=None, data_bytes=None, switch_depth=4, 
         Ranks (>= 2).
     attach : int
         Engine ports (>= 0).
-    payload, data_bytes, switch_depth, counter_width
+    payload, data_bytes, switch_depth, counter_width, shared
         As for :func:`superpod`.
 
     Returns
@@ -510,17 +529,18 @@ def star(timing, n, *, attach=0, payload=None, data_bytes=None, switch_depth=4, 
     hops = timing.need(STAR_HOPS)
     payload = _payload(payload, n + attach, data_bytes)
     ports = n + attach
-    sw = Switch(ports=ports, routes=list(range(ports)), payload=payload, depth=switch_depth,
-                counter_width=counter_width)
-    links = []
+    children = _Children(shared)
+    children.switch("switch", ports=ports, routes=list(range(ports)), payload=payload,
+                    depth=switch_depth, counter_width=counter_width)
     for r in range(n):
-        links.append((timing.link(payload, hops["up"]), ("tx", r), ("switch", r)))
-        links.append((timing.link(payload, hops["down"]), ("switch", r), ("rx", r)))
+        children.link(timing.link_params(payload, hops["up"]), ("tx", r), ("switch", r))
+        children.link(timing.link_params(payload, hops["down"]), ("switch", r), ("rx", r))
     wires = []
     for j in range(attach):
         wires.append((("attach_tx", j), ("switch", n + j)))
         wires.append((("switch", n + j), ("attach_rx", j)))
-    fabric = Fabric(ranks=n, payload=payload, switches={"switch": sw}, links=links, wires=wires,
-                    attach=attach, classes=lambda s, d: "one_hop", counter_width=counter_width)
+    fabric = Fabric(ranks=n, payload=payload, wires=wires, attach=attach,
+                    classes=lambda s, d: "one_hop", counter_width=counter_width,
+                    **children.fabric_args())
     fabric.shape = {"n": n, "attach": attach}
     return fabric

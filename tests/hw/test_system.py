@@ -315,8 +315,8 @@ def test_die_module_takes_its_rank_from_a_port():
     assert "core_id_in" in Die(rank=None, ranks=4, core_module=core_module).cores[0].signature.members
     with pytest.raises(TypeError, match="core_module"):
         Die(rank=None, ranks=4, core_module="epf_aiv")
-    with pytest.raises(TypeError, match="die_module"):
-        System(timing=tiny_timing(), topology=("superpod", 2, 1, 1), die_module="epf_die")
+    with pytest.raises(TypeError, match="shared must be a Sharing or None"):
+        System(timing=tiny_timing(), topology=("superpod", 2, 1, 1), shared="epf_die")
 
 
 def test_exposed_instances_are_recorded_not_instantiated():

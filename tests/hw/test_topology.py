@@ -318,15 +318,17 @@ def test_check_topology_errors(topology, exc, match):
 
 def test_a_switch_too_wide_for_an_instance_stays_inline():
     """A 16-port tier-1 switch of 4 KB flits has more output bits than an Amaranth Instance
-    may have: share_switches keeps it inline and still shares the narrower switches."""
+    may have: a shared fabric keeps it a component and still shares the narrower switches."""
+    from epfabric.hw.instances import Sharing
+    from epfabric.hw.switch import Switch
     from epfabric.hw.topology import MAX_INSTANCE_OUTPUT_BITS, _output_bits
     payload = data.StructLayout({"dst": 4, "data": 4096})
     fabric = superpod(tiny_timing(), 2, 4, 2, payload=payload)
     wide = {k for k, sw in fabric.switches.items()
             if _output_bits(sw.signature) > MAX_INSTANCE_OUTPUT_BITS}
     assert wide == {"t1_0", "t1_1"}
-    parts = fabric.share_switches(has_reset=False)
+    shared = superpod(tiny_timing(), 2, 4, 2, payload=payload, shared=Sharing(has_reset=False))
+    parts = {k: p for k, p in shared.parts.items() if k.startswith("epf_switch")}
     assert parts and all(sw.ports != 16 for sw in parts.values())
-    assert all(fabric._switch_ports[k] is fabric.switches[k] for k in wide)
-    assert all(fabric._switch_ports[k] is not fabric.switches[k] for k in fabric.switches
-               if k not in wide)
+    assert all(isinstance(shared.switches[k], Switch) for k in wide)
+    assert all(not isinstance(shared.switches[k], Switch) for k in shared.switches if k not in wide)
