@@ -103,7 +103,7 @@ from .host import HostMemorySignature
 from .ub_port import UBOp, request_layout, response_layout
 from .validate import check_int, check_pow2
 
-__all__ = ["FlitKind", "flit_layout", "rsp_depth_bound", "DieRouter"]
+__all__ = ["FlitKind", "flit_layout", "rsp_depth_bound", "AckCoalescer", "DieRouter"]
 
 
 class FlitKind(enum.Enum, shape=1):
@@ -170,6 +170,79 @@ def _ub_op(m, mem_op, ub_op):
                 m.d.comb += ub_op.eq(uop)
         with m.Default():
             pass
+
+
+class AckCoalescer(wiring.Component):
+    """The store acks a die owes, counted per requesting (rank, core) and sent coalesced.
+
+    The module docstring's "Store acknowledgements": a table ``owed`` of one
+    counter per (rank, core) and a FIFO of the entries that became non-zero
+    (each at most once). ``ack`` offers the FIFO's head with its count; when
+    it is taken the entry is cleared -- or restarts at 1 when a store of the
+    same entry is counted in that cycle.
+
+    Parameters
+    ----------
+    ranks, aivs : int
+        Ranks in the system and requesters on a die (they size the table).
+    max_outstanding : int
+        The cores' store window: no counter exceeds it.
+
+    Attributes
+    ----------
+    store : In(stream.Signature({"src", "core"}, always_ready=True))
+        A store of core ``core`` of rank ``src`` was committed: one ack more
+        owed (never waits).
+    ack : Out(stream.Signature({"dst", "core", "count"}))
+        Acknowledge ``count`` stores of core ``core`` of rank ``dst``.
+    """
+
+    def __init__(self, *, ranks, aivs, max_outstanding):
+        self.ranks, self.aivs, self.max_outstanding = ranks, aivs, max_outstanding
+        rank_bits, core_bits = _bits(ranks), _bits(aivs)
+        count_bits = max(1, max_outstanding.bit_length())
+        super().__init__({
+            "store": In(stream.Signature(data.StructLayout({"src": rank_bits, "core": core_bits}),
+                                         always_ready=True)),
+            "ack": Out(stream.Signature(data.StructLayout({"dst": rank_bits, "core": core_bits,
+                                                           "count": count_bits}))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        core_bits = _bits(self.aivs)
+        entries = (1 << core_bits) * max(2, self.ranks)
+        idx_bits = _bits(entries)
+        count_bits = max(1, self.max_outstanding.bit_length())
+        m.submodules.owed = owed = Memory(shape=count_bits, depth=entries, init=[])
+        owed_inc_r = owed.read_port(domain="comb")
+        owed_pop_r = owed.read_port(domain="comb")
+        owed_inc_w = owed.write_port()
+        owed_pop_w = owed.write_port()
+        m.submodules.ack_pending = pend = fifo.SyncFIFO(width=idx_bits, depth=entries)
+        inc = Signal(name="ack_inc")
+        inc_idx = Signal(idx_bits, name="ack_inc_idx")
+        m.d.comb += [inc.eq(self.store.valid),
+                     inc_idx.eq((self.store.payload.src << core_bits) | self.store.payload.core),
+                     owed_inc_r.addr.eq(inc_idx)]
+        pop_idx = Signal(idx_bits, name="ack_pop_idx")
+        pop_count = Signal(count_bits, name="ack_pop_count")
+        ack_sent = Signal(name="ack_sent")
+        m.d.comb += [pop_idx.eq(pend.r_data), owed_pop_r.addr.eq(pop_idx),
+                     pop_count.eq(owed_pop_r.data), pend.r_en.eq(ack_sent),
+                     ack_sent.eq(self.ack.valid & self.ack.ready),
+                     self.ack.valid.eq(pend.r_rdy), self.ack.payload.dst.eq(pop_idx >> core_bits),
+                     self.ack.payload.core.eq(pop_idx[:core_bits]),
+                     self.ack.payload.count.eq(pop_count)]
+        same = ack_sent & inc & (inc_idx == pop_idx)
+        # the increment: from the value read, or from 0 when the same entry is sent this cycle
+        m.d.comb += [owed_inc_w.addr.eq(inc_idx), owed_inc_w.en.eq(inc),
+                     owed_inc_w.data.eq(Mux(same, 1, owed_inc_r.data + 1)),
+                     pend.w_en.eq(inc & (same | (owed_inc_r.data == 0))),
+                     pend.w_data.eq(inc_idx)]
+        m.d.comb += [owed_pop_w.addr.eq(pop_idx), owed_pop_w.en.eq(ack_sent & ~same),
+                     owed_pop_w.data.eq(0)]
+        return m
 
 
 class DieRouter(wiring.Component):
@@ -404,36 +477,12 @@ class DieRouter(wiring.Component):
             m.d.comb += ub_rsp.ready.eq(1)
 
         # --- store acks: counted per (src, core), coalesced (module docstring) ---------------------
-        core_bits = _bits(n)
-        entries = (1 << core_bits) * max(2, self.ranks)
-        idx_bits = _bits(entries)
-        count_bits = max(1, self.max_outstanding.bit_length())
-        m.submodules.owed = owed = Memory(shape=count_bits, depth=entries, init=[])
-        owed_inc_r = owed.read_port(domain="comb")
-        owed_pop_r = owed.read_port(domain="comb")
-        owed_inc_w = owed.write_port()
-        owed_pop_w = owed.write_port()
-        m.submodules.ack_pending = pend = fifo.SyncFIFO(width=idx_bits, depth=entries)
-        inc = Signal(name="ack_inc")
-        inc_idx = Signal(idx_bits, name="ack_inc_idx")
-        m.d.comb += [inc.eq(ub_remote & ub_store),
-                     inc_idx.eq((tag_src << core_bits) | tag_rcore),
-                     owed_inc_r.addr.eq(inc_idx)]
-        with m.If(inc):
+        m.submodules.acks = acks = AckCoalescer(ranks=self.ranks, aivs=n,
+                                                max_outstanding=self.max_outstanding)
+        m.d.comb += [acks.store.valid.eq(ub_remote & ub_store),
+                     acks.store.payload.src.eq(tag_src), acks.store.payload.core.eq(tag_rcore)]
+        with m.If(acks.store.valid):
             m.d.comb += ub_rsp.ready.eq(1)          # counting never waits
-        pop_idx = Signal(idx_bits, name="ack_pop_idx")
-        pop_count = Signal(count_bits, name="ack_pop_count")
-        ack_sent = Signal(name="ack_sent")
-        m.d.comb += [pop_idx.eq(pend.r_data), owed_pop_r.addr.eq(pop_idx),
-                     pop_count.eq(owed_pop_r.data), pend.r_en.eq(ack_sent)]
-        same = ack_sent & inc & (inc_idx == pop_idx)
-        # the increment: from the value read, or from 0 when the same entry is sent this cycle
-        m.d.comb += [owed_inc_w.addr.eq(inc_idx), owed_inc_w.en.eq(inc),
-                     owed_inc_w.data.eq(Mux(same, 1, owed_inc_r.data + 1)),
-                     pend.w_en.eq(inc & (same | (owed_inc_r.data == 0))),
-                     pend.w_data.eq(inc_idx)]
-        m.d.comb += [owed_pop_w.addr.eq(pop_idx), owed_pop_w.en.eq(ack_sent & ~same),
-                     owed_pop_w.data.eq(0)]
 
         # --- answers to the cores: local load > local UB answer > RSP flit --------------------------
         rx_rsp_ready = Signal()
@@ -468,7 +517,7 @@ class DieRouter(wiring.Component):
         tx = self.tx.payload
         tx_arb = m.submodules.tx_arb = RoundRobin(count=2 + n)    # RSP queue, acks, the cores
         tx_grant, tx_any = tx_arb.grant, tx_arb.valid
-        m.d.comb += [tx_arb.requests.eq(Cat(rspq.r_rdy, pend.r_rdy, *want_tx)),
+        m.d.comb += [tx_arb.requests.eq(Cat(rspq.r_rdy, acks.ack.valid, *want_tx)),
                      tx_arb.ready.eq(self.tx.ready)]
         m.d.comb += self.tx.valid.eq(tx_any)
         rq = Signal(rsp_layout)
@@ -479,10 +528,11 @@ class DieRouter(wiring.Component):
                          tx.small.eq(rq.op != MemOp.READ_BLOCK),
                          rspq.r_en.eq(self.tx.ready)]
         with m.If(tx_any & (tx_grant == 1)):
-            m.d.comb += [tx.dst.eq(pop_idx >> core_bits), tx.src.eq(rank),
+            ack = acks.ack.payload
+            m.d.comb += [tx.dst.eq(ack.dst), tx.src.eq(rank),
                          tx.kind.eq(FlitKind.RSP), tx.op.eq(MemOp.WRITE_BLOCK),
-                         tx.core.eq(pop_idx[:core_bits]), tx.data.eq(pop_count), tx.small.eq(1),
-                         ack_sent.eq(self.tx.ready)]
+                         tx.core.eq(ack.core), tx.data.eq(ack.count), tx.small.eq(1),
+                         acks.ack.ready.eq(self.tx.ready)]
         for i, r in enumerate(reqs):
             with m.If(tx_any & (tx_grant == i + 2)):
                 m.d.comb += [tx.dst.eq(r.payload.addr.rank), tx.src.eq(rank),
