@@ -103,7 +103,8 @@ from .host import HostMemorySignature
 from .ub_port import UBOp, request_layout, response_layout
 from .validate import check_int, check_pow2
 
-__all__ = ["FlitKind", "flit_layout", "rsp_depth_bound", "AckCoalescer", "DieRouter"]
+__all__ = ["FlitKind", "flit_layout", "rsp_depth_bound", "answer_layout", "ack_layout",
+           "AckCoalescer", "TxMux", "DieRouter"]
 
 
 class FlitKind(enum.Enum, shape=1):
@@ -172,6 +173,18 @@ def _ub_op(m, mem_op, ub_op):
             pass
 
 
+def answer_layout(flit):
+    """An entry of the RSP queue: a data answer for core ``core`` of rank ``dst``."""
+    return data.StructLayout({"dst": flit["dst"].shape, "core": flit["core"].shape,
+                              "op": MemOp, "data": flit["data"].shape})
+
+
+def ack_layout(ranks, aivs, max_outstanding):
+    """A coalesced store ack: ``count`` stores of core ``core`` of rank ``dst``."""
+    return data.StructLayout({"dst": _bits(ranks), "core": _bits(aivs),
+                              "count": max(1, max_outstanding.bit_length())})
+
+
 class AckCoalescer(wiring.Component):
     """The store acks a die owes, counted per requesting (rank, core) and sent coalesced.
 
@@ -193,19 +206,16 @@ class AckCoalescer(wiring.Component):
     store : In(stream.Signature({"src", "core"}, always_ready=True))
         A store of core ``core`` of rank ``src`` was committed: one ack more
         owed (never waits).
-    ack : Out(stream.Signature({"dst", "core", "count"}))
+    ack : Out(stream.Signature(ack_layout(ranks, aivs, max_outstanding)))
         Acknowledge ``count`` stores of core ``core`` of rank ``dst``.
     """
 
     def __init__(self, *, ranks, aivs, max_outstanding):
         self.ranks, self.aivs, self.max_outstanding = ranks, aivs, max_outstanding
-        rank_bits, core_bits = _bits(ranks), _bits(aivs)
-        count_bits = max(1, max_outstanding.bit_length())
         super().__init__({
-            "store": In(stream.Signature(data.StructLayout({"src": rank_bits, "core": core_bits}),
+            "store": In(stream.Signature(data.StructLayout({"src": _bits(ranks), "core": _bits(aivs)}),
                                          always_ready=True)),
-            "ack": Out(stream.Signature(data.StructLayout({"dst": rank_bits, "core": core_bits,
-                                                           "count": count_bits}))),
+            "ack": Out(stream.Signature(ack_layout(ranks, aivs, max_outstanding))),
         })
 
     def elaborate(self, platform):
@@ -242,6 +252,79 @@ class AckCoalescer(wiring.Component):
                      pend.w_data.eq(inc_idx)]
         m.d.comb += [owed_pop_w.addr.eq(pop_idx), owed_pop_w.en.eq(ack_sent & ~same),
                      owed_pop_w.data.eq(0)]
+        return m
+
+
+class TxMux(wiring.Component):
+    """The router's ``tx``: round robin over its three kinds of flit sources, each made a flit.
+
+    Sources, in round-robin order: the RSP queue's head (a data answer, RSP
+    flit), the store acks (:class:`AckCoalescer`, RSP flit acknowledging
+    ``count`` stores) and every core's remote request (REQ flit). A source
+    is served in the cycle ``tx`` takes its flit; the flit is combinational
+    from the source.
+
+    Parameters
+    ----------
+    ranks, aivs, hbm_blocks, data_bytes, max_outstanding : int
+        As for :class:`DieRouter`.
+
+    Attributes
+    ----------
+    rank : In(range(max(2, ranks)))
+        ``src`` of every flit.
+    answers : In(stream.Signature(answer_layout(flit)))
+        The RSP queue's head.
+    acks : In(stream.Signature(ack_layout(ranks, aivs, max_outstanding)))
+        Coalesced store acks.
+    requests : In(stream.Signature(mem_req_layout(data_bytes))).array(aivs)
+        The cores' requests; ``valid`` only for a remote one.
+    tx : Out(stream.Signature(flit_layout(...)))
+        Flits into the fabric.
+    """
+
+    def __init__(self, *, ranks, aivs, hbm_blocks, data_bytes, max_outstanding):
+        self.aivs, self.hbm_blocks = aivs, hbm_blocks
+        self.flit = flit_layout(ranks, aivs, data_bytes, hbm_blocks)
+        super().__init__({
+            "rank": In(range(max(2, ranks))),
+            "answers": In(stream.Signature(answer_layout(self.flit))),
+            "acks": In(stream.Signature(ack_layout(ranks, aivs, max_outstanding))),
+            "requests": In(stream.Signature(mem_req_layout(data_bytes))).array(aivs),
+            "tx": Out(stream.Signature(self.flit)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n, rank = self.aivs, self.rank
+        blk_bits = _bits(self.hbm_blocks)
+        tx = self.tx.payload
+        tx_arb = m.submodules.tx_arb = RoundRobin(count=2 + n)    # RSP queue, acks, the cores
+        tx_grant, tx_any = tx_arb.grant, tx_arb.valid
+        m.d.comb += [tx_arb.requests.eq(Cat(self.answers.valid, self.acks.valid,
+                                            *(r.valid for r in self.requests))),
+                     tx_arb.ready.eq(self.tx.ready)]
+        m.d.comb += self.tx.valid.eq(tx_any)
+        rq = self.answers.payload
+        with m.If(tx_any & (tx_grant == 0)):
+            m.d.comb += [tx.dst.eq(rq.dst), tx.src.eq(rank), tx.kind.eq(FlitKind.RSP),
+                         tx.op.eq(rq.op), tx.core.eq(rq.core), tx.data.eq(rq.data),
+                         tx.small.eq(rq.op != MemOp.READ_BLOCK),
+                         self.answers.ready.eq(self.tx.ready)]
+        with m.If(tx_any & (tx_grant == 1)):
+            ack = self.acks.payload
+            m.d.comb += [tx.dst.eq(ack.dst), tx.src.eq(rank),
+                         tx.kind.eq(FlitKind.RSP), tx.op.eq(MemOp.WRITE_BLOCK),
+                         tx.core.eq(ack.core), tx.data.eq(ack.count), tx.small.eq(1),
+                         self.acks.ready.eq(self.tx.ready)]
+        for i, r in enumerate(self.requests):
+            with m.If(tx_any & (tx_grant == i + 2)):
+                m.d.comb += [tx.dst.eq(r.payload.addr.rank), tx.src.eq(rank),
+                             tx.kind.eq(FlitKind.REQ), tx.op.eq(r.payload.op), tx.core.eq(i),
+                             tx.addr.block.eq(r.payload.addr.block[:blk_bits]),
+                             tx.addr.word.eq(r.payload.addr.word), tx.data.eq(r.payload.data),
+                             tx.small.eq(r.payload.op != MemOp.WRITE_BLOCK),
+                             r.ready.eq(self.tx.ready)]
         return m
 
 
@@ -362,8 +445,7 @@ class DieRouter(wiring.Component):
             ~((rx.op == MemOp.WRITE_WORD) | (rx.op == MemOp.WRITE_BLOCK) | (rx.op == MemOp.FETCH_ADD))
 
         # --- RSP queue: answers to incoming REQ flits ---------------------------------------------
-        rsp_layout = data.StructLayout({"dst": self.flit["dst"].shape, "core": self.flit["core"].shape,
-                                        "op": MemOp, "data": unsigned(self.data_bytes * 8)})
+        rsp_layout = answer_layout(self.flit)
         m.submodules.rsp_queue = rspq = fifo.SyncFIFO(width=rsp_layout.size, depth=self.rsp_depth)
         rsp_w = Signal(rsp_layout)
         m.d.comb += rspq.w_data.eq(rsp_w)
@@ -513,34 +595,18 @@ class DieRouter(wiring.Component):
         with m.Elif(rx_req):
             m.d.comb += self.rx.ready.eq(ub_takes_rx)
 
-        # --- tx: round robin over the RSP queue and every core's remote requests ------------------
-        tx = self.tx.payload
-        tx_arb = m.submodules.tx_arb = RoundRobin(count=2 + n)    # RSP queue, acks, the cores
-        tx_grant, tx_any = tx_arb.grant, tx_arb.valid
-        m.d.comb += [tx_arb.requests.eq(Cat(rspq.r_rdy, acks.ack.valid, *want_tx)),
-                     tx_arb.ready.eq(self.tx.ready)]
-        m.d.comb += self.tx.valid.eq(tx_any)
-        rq = Signal(rsp_layout)
-        m.d.comb += rq.eq(rspq.r_data)
-        with m.If(tx_any & (tx_grant == 0)):
-            m.d.comb += [tx.dst.eq(rq.dst), tx.src.eq(rank), tx.kind.eq(FlitKind.RSP),
-                         tx.op.eq(rq.op), tx.core.eq(rq.core), tx.data.eq(rq.data),
-                         tx.small.eq(rq.op != MemOp.READ_BLOCK),
-                         rspq.r_en.eq(self.tx.ready)]
-        with m.If(tx_any & (tx_grant == 1)):
-            ack = acks.ack.payload
-            m.d.comb += [tx.dst.eq(ack.dst), tx.src.eq(rank),
-                         tx.kind.eq(FlitKind.RSP), tx.op.eq(MemOp.WRITE_BLOCK),
-                         tx.core.eq(ack.core), tx.data.eq(ack.count), tx.small.eq(1),
-                         acks.ack.ready.eq(self.tx.ready)]
+        # --- tx: round robin over the RSP queue, the acks and every core's remote requests ---------
+        m.submodules.tx_mux = txm = TxMux(ranks=self.ranks, aivs=n, hbm_blocks=self.hbm_blocks,
+                                          data_bytes=self.data_bytes,
+                                          max_outstanding=self.max_outstanding)
+        m.d.comb += [txm.rank.eq(rank), txm.answers.valid.eq(rspq.r_rdy),
+                     txm.answers.payload.eq(rspq.r_data), rspq.r_en.eq(txm.answers.ready)]
+        wiring.connect(m, acks.ack, txm.acks)
         for i, r in enumerate(reqs):
-            with m.If(tx_any & (tx_grant == i + 2)):
-                m.d.comb += [tx.dst.eq(r.payload.addr.rank), tx.src.eq(rank),
-                             tx.kind.eq(FlitKind.REQ), tx.op.eq(r.payload.op), tx.core.eq(i),
-                             tx.addr.block.eq(r.payload.addr.block[:blk_bits]),
-                             tx.addr.word.eq(r.payload.addr.word), tx.data.eq(r.payload.data),
-                             tx.small.eq(r.payload.op != MemOp.WRITE_BLOCK),
-                             r.ready.eq(self.tx.ready)]
+            m.d.comb += [txm.requests[i].valid.eq(want_tx[i]), txm.requests[i].payload.eq(r.payload)]
+            with m.If(want_tx[i]):
+                m.d.comb += r.ready.eq(txm.requests[i].ready)
+        wiring.connect(m, txm.tx, wiring.flipped(self.tx))
         return m
 
 
