@@ -70,7 +70,7 @@ lint: verilog ## verilator --lint-only -Wall on every registered component
 	$(PY) -m epfabric.sim.flows.lint build/verilog
 
 docs: $(STAMP) ## build the documentation site (MkDocs, --strict: a broken reference fails) into build/site
-	$(VENV)/bin/mkdocs build --strict --quiet -d build/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d build/site
 
 wheel-check: ## build a wheel, install it (core only) into a clean venv, run `epfabric run alltoall --preset tiny`
 	bash .ci/wheel-check
