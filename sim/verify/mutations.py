@@ -64,6 +64,7 @@ MUTATIONS = [
         "description": "the round-robin arbiter forgets its last grant: fixed priority instead of "
                        "round robin, so a busy input of a switch output starves the others",
         "tests": [
+            "tests/hw/test_arbiter.py::test_every_requester_in_turn_from_the_one_after_the_last_served",
             "tests/hw/test_switch.py::test_round_robin_shares_an_output_equally_and_backpressures",
         ],
         "timeout": 120,
