@@ -60,7 +60,8 @@ from ..ubep.reference import counts, dispatch_out, slot_index
 from ..ubep.workload import Workload
 from . import Kernel, pow2_at_least, register
 
-__all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times", "option", "OPTIONS", "VARIANTS"]
+__all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times", "option", "OPTIONS", "VARIANTS",
+           "MAX_TOPK"]
 
 SYSTEMS = ("cann", "ubep")
 #: the parameters of one system only: ``{name: (system, its values, the first the default)}``
@@ -70,6 +71,8 @@ OPTIONS = {"send_split": ("cann", SEND_SPLITS), "mapping": ("ubep", ubep.MAPPING
 VARIANTS = {"cann": "send_split", "ubep": "mapping"}
 #: UBEP's header words at the front of every block (TFF): the rest is payload
 HEADER_WORDS = 4
+#: the largest top-k the kernels take (any k from 1: DeepSeek-V2's top-6, the models' top-8)
+MAX_TOPK = 16
 
 
 def layout_of(config, params):
@@ -150,24 +153,15 @@ def with_headers(w, d, rows, epoch):
     return out
 
 
-def _pow2(n):
-    return isinstance(n, int) and n >= 1 and not n & (n - 1)
-
-
 def option(params, name):
     """The run's value of the one-system parameter ``name`` (:data:`OPTIONS`), defaulted."""
     return params.get(name) or OPTIONS[name][1][0]
 
 
-def variants_of(system, topk):
-    """``[{variant parameter: value}]``: every variant of ``system`` a machine must fit.
-
-    The expert split needs a power-of-two ``topk``; without one it is not a
-    variant of this machine (``resolve_params`` refuses it by name).
-    """
+def variants_of(system):
+    """``[{variant parameter: value}]``: every variant of ``system`` a machine must fit."""
     name = VARIANTS[system]
-    return [{name: v} for v in OPTIONS[name][1]
-            if not (v == "expert" and not _pow2(topk))]
+    return [{name: v} for v in OPTIONS[name][1]]
 
 
 def _phase_split(phases):
@@ -201,6 +195,13 @@ class Dispatch(Kernel):
         p = super().resolve_params(params)
         if p["system"] not in SYSTEMS:
             raise UserError(f"system must be one of {', '.join(SYSTEMS)}, not {p['system']!r}")
+        check_int("batch", p["batch"], 1)
+        check_int("experts", p["experts"], 1)
+        check_int("topk", p["topk"], 1, MAX_TOPK)
+        if p["topk"] > p["experts"]:
+            raise UserError(f"topk ({p['topk']}) must be at most experts ({p['experts']}): a "
+                            f"token's k experts are distinct")
+        check_int("hidden_blocks", p["hidden_blocks"], 1)
         if p["broken"] not in BROKEN:
             raise UserError(f"broken must be one of {', '.join(map(str, BROKEN))}, "
                             f"not {p['broken']!r}")
@@ -216,9 +217,6 @@ class Dispatch(Kernel):
                                 f"system={p['system']!r}")
             if p[name] not in values:
                 raise UserError(f"{name} must be one of {', '.join(values)}, not {p[name]!r}")
-        if p["send_split"] == "expert" and not _pow2(p["topk"]):
-            raise UserError(f"send_split='expert' needs a power-of-two topk (slot -> token is "
-                            f"a shift), not topk={p['topk']!r}")
         return p
 
     def programs(self, config, params):
@@ -262,7 +260,7 @@ class Dispatch(Kernel):
             # that follows it (the same hardware for a comparison, and one build serves all)
             systems = SYSTEMS if a >= 2 else ("cann",)     # UBEP needs a T- and a C-AIV
             runs = [{**params, "system": system, **each}
-                    for system in systems for each in variants_of(system, params["topk"])]
+                    for system in systems for each in variants_of(system)]
             longest = max(len(prog) for run in runs
                           for progs in (self.programs(shape, run), combine_programs(shape, run))
                           for prog in progs.values())

@@ -58,9 +58,10 @@ Programs depend only on the configuration (ranks, AIVs, E, BS, k, B_tok,
 layout): routing and tokens are data.
 """
 
-from ...hw.validate import check_choice, check_int, check_pow2
+from ...hw.validate import check_choice, check_int
 from ..assembler import Program
 from ..isa import address
+from .arith import divmod_const
 
 __all__ = ["dispatch_program", "PHASES", "SYNCALLS", "split", "count_experts", "BROKEN",
            "SEND_SPLITS", "expert_rows", "ubuf_rows_needed"]
@@ -118,7 +119,7 @@ def ubuf_rows_needed(lay, send_split="slot"):
     return lay.route_blocks + 1 + (expert_rows(lay) if send_split == "expert" else 0)
 
 
-def _send_slots(p, lay, rank, core, aivs, sh, tok_addr):
+def _send_slots(p, lay, rank, core, aivs, experts, tok_addr):
     """Token-Sending of the slot split: slots ``split(BS·k, A, core)``, ``j`` by prefix compare."""
     epr, k, B = lay.epr, lay.topk, lay.hidden_blocks
     n0, n1 = split(lay.batch * k, aivs, core)
@@ -145,9 +146,7 @@ def _send_slots(p, lay, rank, core, aivs, sh, tok_addr):
     p.li(14, _local(rank, lay.EXPAND))
     p.add(12, 12, 14)
     p.sw(6, 12, 0)                             # expandIdx[n] = j (kept for the combine)
-    p.srli(12, 5, sh)
-    p.slli(12, 12, 24)                         # rank(e) << 24
-    p.andi(5, 5, epr - 1)                      # e_l
+    divmod_const(p, 12, 5, 5, epr, experts, 7, shift=24)   # rank(e) << 24, e_l
     p.addi(5, 5, rank * epr)                   # region s·epr + e_l
     p.li(14, lay.cap)
     p.mul(5, 5, 14)
@@ -171,10 +170,9 @@ def _send_slots(p, lay, rank, core, aivs, sh, tok_addr):
     p.label("send_end")
 
 
-def _send_experts(p, lay, rank, core, aivs, experts, sh, tok_addr):
+def _send_experts(p, lay, rank, core, aivs, experts, tok_addr):
     """Token-Sending of the expert split: every slot of the experts ``e ≡ core (mod aivs)``."""
     epr, B = lay.epr, lay.hidden_blocks
-    sh_k = check_pow2("topk", lay.topk).bit_length() - 1
     slots_addr = (lay.route_blocks + 1) * 512
     p.li(4, core)                              # x: this AIV's first expert
     p.li(10, experts)
@@ -184,9 +182,7 @@ def _send_experts(p, lay, rank, core, aivs, experts, sh, tok_addr):
     p.bgeu(4, 10, "send_end")
     p.li(5, slots_addr)
     p.vcomp(5, 0, 2, 4, "eq")                  # r5 = cnt(x); x's slots, token-major (j order)
-    p.srli(11, 4, sh)
-    p.slli(11, 11, 24)                         # rank(x) << 24
-    p.andi(12, 4, epr - 1)
+    divmod_const(p, 11, 12, 4, epr, experts, 7, shift=24)  # rank(x) << 24, e_l
     p.addi(12, 12, rank * epr)                 # region s·epr + e_l
     p.li(14, lay.cap)
     p.mul(12, 12, 14)                          # its first slot (j = 0)
@@ -206,7 +202,7 @@ def _send_experts(p, lay, rank, core, aivs, experts, sh, tok_addr):
     p.addi(9, 9, lay.RECV)
     p.slli(9, 9, 9)
     p.or_(9, 9, 11)                            # the token's first block on rank(x)
-    p.srli(15, 7, sh_k)                        # t
+    divmod_const(p, 15, None, 7, lay.topk, lay.slots, 14)  # t = n // k
     p.li(14, B * 512)
     p.mul(15, 15, 14)
     p.li(14, _local(rank, lay.X))
@@ -244,19 +240,15 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
     ``broken`` selects a negative control (:data:`BROKEN`); ``send_split``
     how the AIVs share Token-Sending (:data:`SEND_SPLITS`).
 
-    Raises
-    ------
-    ValueError
-        If ``epr`` is not a power of two (the expert → rank split is a
-        shift), or with the expert split ``topk`` (slot → token is a shift).
+    Any ``epr`` and ``topk``: the expert → rank split (and, with the expert
+    split, slot → token) is a shift for a power of two and a multiply by a
+    reciprocal otherwise (:mod:`.arith`).
     """
     check_int("aivs", aivs, 1)
     check_int("experts", experts, 1)
     check_choice("broken", broken, BROKEN)
     check_choice("send_split", send_split, SEND_SPLITS)
-    epr = check_pow2("epr (experts per rank)", lay.epr)
-    sh = epr.bit_length() - 1
-    R, k, B = lay.ranks, lay.topk, lay.hidden_blocks
+    R, k, B, epr = lay.ranks, lay.topk, lay.hidden_blocks, lay.epr
     slots = lay.batch * k
     tok_row = lay.route_blocks                 # the UBuf row tokens pass through
     tok_addr = tok_row * 512
@@ -271,9 +263,9 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
 
     # --- 2. Token-Sending: a slot range, or the slots of experts core, core + A, ... ---------
     if send_split == "slot":
-        _send_slots(p, lay, rank, core, aivs, sh, tok_addr)
+        _send_slots(p, lay, rank, core, aivs, experts, tok_addr)
     else:
-        _send_experts(p, lay, rank, core, aivs, experts, sh, tok_addr)
+        _send_experts(p, lay, rank, core, aivs, experts, tok_addr)
     p.mark(PHASES["send"])
 
     # --- 3. SendFlag & Count: experts [e0, e1) -------------------------------------------------

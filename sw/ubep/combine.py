@@ -34,7 +34,7 @@ Programs depend on the configuration only (``COUNTS``, ``EXPAND``, the
 routing and the weights are data in memory).
 """
 
-from ...hw.validate import UserError, check_choice, check_int, check_pow2
+from ...hw.validate import UserError, check_choice, check_int
 from ..assembler import Program
 from ..isa import address
 from .cann import split
@@ -196,7 +196,6 @@ def combine_program(lay, *, rank, core, aivs, system, broken=None):
     check_int("aivs", aivs, 1)
     check_choice("system", system, SYSTEMS)
     check_choice("broken", broken, (None, "no_flag_poll"))
-    check_pow2("epr (experts per rank)", lay.epr)
     if lay.words != 128:
         raise UserError(f"the combine needs full 512 B blocks (128 words), not {lay.words}")
     R = lay.ranks

@@ -74,10 +74,11 @@ Counts, offsets and flags are epoch-tagged (the run's epoch is the host's
 on the configuration only.
 """
 
-from ...hw.validate import check_choice, check_int, check_pow2
+from ...hw.validate import check_choice, check_int
 from ..assembler import Program
 from ..dataflag import SENTINEL_WORD, TFF_TAG
 from ..isa import address
+from .arith import divmod_const
 from .cann import count_experts, split
 
 __all__ = ["dispatch_program", "transposition", "remapping", "default_cumsum_aivs", "PHASES_T",
@@ -282,9 +283,11 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
     Raises
     ------
     ValueError
-        On a group size outside ``[1, aivs - 1]``, a non-power-of-two
-        ``epr`` or ``topk`` (the expert → rank and slot → token splits are
-        shifts), or an unknown ``mapping``.
+        On a group size outside ``[1, aivs - 1]`` or an unknown ``mapping``.
+
+    Any ``epr`` and ``topk``: the expert → rank and slot → token splits are
+    shifts for powers of two and multiplies by a reciprocal otherwise
+    (:mod:`.arith`; 4 cycles more a slot for each).
     """
     check_int("aivs", aivs, 2)
     check_choice("mapping", mapping, MAPPINGS)
@@ -292,12 +295,10 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
     if sync == "sw":
         check_int("flag_words", lay.flag_words, lay.ranks * aivs)
     C = check_int("cumsum_aivs", cumsum_aivs, 1, aivs - 1)
-    epr = check_pow2("epr (experts per rank)", lay.epr)
-    k = check_pow2("topk", lay.topk)
+    epr, k = lay.epr, lay.topk
     n_tok = aivs - C
     R, B = lay.ranks, lay.hidden_blocks
     S = lay.batch * k
-    sh_e, sh_k = epr.bit_length() - 1, k.bit_length() - 1
     rows = _Rows(lay, experts, n_tok)
     p = Program()
     for r in range(lay.route_blocks):              # the routing, into rows 0..
@@ -423,11 +424,8 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
         p.li(13, _local(rank, lay.EXPAND))
         p.add(8, 8, 13)
         p.sw(6, 8, 0)                              # expandIdx[n] = j (kept for the combine)
-        p.srli(8, 7, sh_k)                         # t
-        p.andi(9, 7, k - 1)                        # i
-        p.srli(11, 4, sh_e)
-        p.slli(11, 11, 24)                         # rank(x) << 24
-        p.andi(12, 4, epr - 1)
+        divmod_const(p, 8, 9, 7, k, S, 13)         # t, i
+        divmod_const(p, 11, 12, 4, epr, experts, 13, shift=24)   # rank(x) << 24, e_l
         p.addi(12, 12, rank * epr)                 # region s·epr + e_l
         p.li(13, lay.cap)
         p.mul(12, 12, 13)

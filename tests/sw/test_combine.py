@@ -7,7 +7,7 @@ from epfabric.sw.kernels import KERNELS, run_kernel
 from epfabric.sw.kernels.dispatch import layout_of
 from epfabric.sw.ubep.reference import slot_index
 from epfabric.sw.ubep.combine import PHASES
-from utils import kernel_cases, require_simulator
+from utils import KERNEL_CASE_MAX_CYCLES, kernel_cases, require_simulator
 
 K = KERNELS["combine"]
 SMALL = {"batch": 4, "topk": 2, "experts": 4}
@@ -107,3 +107,18 @@ def test_the_inner_dispatch_runs_under_the_callers_watchdog():
         run_kernel(K, backend("pysim"), params={**SMALL, "system": "cann"}, max_cycles=40,
                    **SHAPE)
     assert info.value.report.cycles == 40 and info.value.report.timeout
+
+
+def test_five_experts_per_rank_and_top6_on_both_systems():
+    """The combine after a dispatch whose expert → rank split and slot → token are not shifts
+    (5 experts per rank, top-6; DeepSeek-V2's k): both bit-exact, the same weighted sums."""
+    runs = {}
+    for system in ("cann", "ubep"):
+        result, _ = run_kernel(K, backend("pysim"),
+                               params={**SMALL, "experts": 10, "topk": 6, "system": system},
+                               max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
+        assert result["correct"], (system, result["problems"])
+        runs[system] = result["runs"][0]
+        assert runs[system]["dispatch"]["correct"]
+    assert runs["cann"]["y_payload_digest"] == runs["ubep"]["y_payload_digest"]
+

@@ -92,9 +92,11 @@ def test_programs_do_not_depend_on_the_data():
     ({"system": "deepep"}, "system must be one of cann, ubep, not 'deepep'"),
     ({"system": "ubep", "cumsum_aivs": 2}, r"cumsum_aivs must be in \[1, 1\], not 2"),
     ({"system": "ubep", "broken": "no_flag_wait"}, "negative controls of system='cann'"),
-    ({"experts": 6}, r"epr \(experts per rank\) must be a power of two, not 3"),
     ({"experts": 5}, r"experts \(5\) must be a multiple of ranks \(2\)"),
-    ({"topk": 9}, r"topk must be in \[1, 4\], not 9"),
+    ({"experts": 7, "topk": 3}, r"experts \(7\) must be a multiple of ranks \(2\)"),
+    ({"topk": 9}, r"topk \(9\) must be at most experts \(4\): a token's k experts are distinct"),
+    ({"topk": 17, "experts": 32}, r"topk must be in \[1, 16\], not 17"),
+    ({"topk": 0}, r"topk must be in \[1, 16\], not 0"),
     ({"broken": "nope"}, "broken must be one of None, no_flag_wait, syncall_one_short"),
     ({"cap": 5}, r"cap must be in \[1, 4\], not 5"),
     ({"cap": 1}, "cap 1 is too small: rank 0 routes 3 slots to expert 3; raise cap"),
@@ -105,8 +107,6 @@ def test_programs_do_not_depend_on_the_data():
     ({"system": "ubep", "mapping": "random"},
      "mapping must be one of transpose, identity, not 'random'"),
     ({"send_split": "token"}, "send_split must be one of slot, expert, not 'token'"),
-    ({"send_split": "expert", "topk": 3},
-     r"send_split='expert' needs a power-of-two topk \(slot -> token is a shift\), not topk=3"),
     ({"hot": 1, "hot_share": 1.0}, r"hot_share must be in \(0, 1\), not 1.0"),
     ({"hot": 1, "hot_share": 0}, "hot_share must be a positive number, not 0"),
 ])
@@ -331,3 +331,109 @@ def test_sync_programs_differ_where_the_protocols_do():
     text = {s: "\n".join(str(p) for p in K.programs(cfg, {**params, "sync": s})[(0, 0)].assemble())
             for s in ("tff", "sp", "sw")}
     assert len(set(text.values())) == 3
+
+
+# --- any experts per rank, any top-k (UBEP Table 3's GLM-4.7: 5 or 10 a rank; top-6) ----------
+
+#: (experts, topk) on the small case's two ranks: 3 or 5 experts per rank, k = 1, 3, 6
+ODD = [(6, 1), (6, 3), (10, 6)]
+
+
+def _both_systems(params, aivs=2):
+    """``{system: run}`` of a dispatch of ``params`` on CANN and UBEP, each correct (pysim)."""
+    runs = {}
+    for system in ("cann", "ubep"):
+        result, _ = run_kernel(K, backend("pysim"), params={**params, "system": system},
+                               max_cycles=KERNEL_CASE_MAX_CYCLES, **{**SHAPE, "aivs": aivs})
+        assert result["correct"], (system, result["problems"])
+        runs[system] = result["runs"][0]
+    return runs
+
+
+@pytest.mark.parametrize("experts, topk", ODD, ids=[f"epr{e // 2}-k{k}" for e, k in ODD])
+def test_any_experts_per_rank_and_topk_on_both_systems(experts, topk):
+    """Bit-exact against numpy (OUT, COUNTS, EXPAND) on both systems, and the same OUT payload
+    and counts from both: the expert → rank split and slot → token are not shifts here."""
+    runs = _both_systems({**SMALL, "experts": experts, "topk": topk})
+    assert runs["cann"]["out_payload_digest"] == runs["ubep"]["out_payload_digest"]
+    assert runs["cann"]["recv_count"] == runs["ubep"]["recv_count"]
+    assert len(runs["cann"]["recv_count"][0]) == experts // 2
+
+
+def test_the_expert_split_and_three_token_aivs_at_k3_and_three_experts_per_rank():
+    """CANN's expert split (slot → token by a reciprocal) and UBEP with three T-AIVs (slices that
+    start inside an expert), 3 experts per rank, top-3: both bit-exact, the same OUT."""
+    digests = []
+    for variant, aivs in (({"system": "cann", "send_split": "expert"}, 2),
+                          ({"system": "ubep", "cumsum_aivs": 1}, 4)):
+        result, _ = run_kernel(K, backend("pysim"),
+                               params={**SMALL, "experts": 6, "topk": 3, **variant},
+                               max_cycles=KERNEL_CASE_MAX_CYCLES, **{**SHAPE, "aivs": aivs})
+        assert result["correct"], (variant, result["problems"])
+        digests.append(result["runs"][0]["out_payload_digest"])
+    assert digests[0] == digests[1]
+
+
+def _names(program):
+    from epfabric.sw.isa import decode
+    return [decode(word)[0] for word in program.assemble()]
+
+
+def _execute(program, regs):
+    """The registers after ``program`` (straight-line ALU code) from ``regs`` (a tiny ISS)."""
+    from epfabric.sw.isa import decode
+    r = dict(regs)
+    alu = {"addi": lambda a, b: a + b, "andi": lambda a, b: a & b, "slli": lambda a, b: a << b,
+           "srli": lambda a, b: a >> b, "mul": lambda a, b: a * b, "sub": lambda a, b: a - b}
+    for word in program.assemble():
+        name, args = decode(word)
+        if name == "lui":
+            r[args[0]] = args[1] << 12
+        elif name in ("mul", "sub"):
+            r[args[0]] = alu[name](r.get(args[1], 0), r.get(args[2], 0))
+        else:
+            r[args[0]] = alu[name](r.get(args[1], 0), args[2])
+        r[args[0]] &= 0xFFFFFFFF
+        r[0] = 0
+    return r
+
+
+@pytest.mark.parametrize("d, bound", [(3, 6), (5, 160), (10, 160), (6, 64 * 6), (3, 2048 * 3),
+                                      (7, 4096), (100, 1 << 14), (1, 9), (4, 32), (8, 256)])
+def test_division_by_a_shape_constant(d, bound):
+    """The emitted quotient and remainder are exact for every dividend below the bound; a power
+    of two keeps the shift and the mask (the kernels' original, cheaper sequence)."""
+    from epfabric.sw.assembler import Program
+    from epfabric.sw.ubep.arith import divmod_const, is_pow2, reciprocal
+    p = Program()
+    divmod_const(p, 12, 5, 4, d, bound, 7, shift=8)      # r12 = (r4 // d) << 8, r5 = r4 % d
+    if is_pow2(d):
+        assert _names(p) == ["srli", "slli", "andi"]
+    else:
+        assert _names(p) == ["addi", "mul", "srli", "addi", "mul", "sub", "slli"]
+        m, sh = reciprocal(d, bound)
+        xs = np.arange(bound, dtype=np.uint64)              # the whole range, vectorised
+        assert (bound - 1) * m < 1 << 32
+        assert np.array_equal((xs * np.uint64(m)) >> np.uint64(sh), xs // np.uint64(d))
+    for x in sorted({0, 1, d - 1, d, bound - 1} | set(range(0, bound, max(1, bound // 97)))):
+        if x < bound:
+            r = _execute(p, {4: x})
+            assert (r[12] >> 8, r[5]) == divmod(x, d), x
+
+
+def test_a_reciprocal_that_cannot_fit_32_bits_is_named():
+    from epfabric.sw.ubep.arith import reciprocal
+    with pytest.raises(UserError, match="no 32-bit multiply-shift divides every value below "
+                                        r"4294967296 by 3"):
+        reciprocal(3, 1 << 32)
+
+
+def test_only_a_divisor_that_is_not_a_power_of_two_multiplies():
+    """Three experts per rank add ``mul``s to a program; two or four leave it as it was."""
+    def muls(params):
+        params = K.resolve_params({**SMALL, **params})
+        cfg = K.configs("tiny", SHAPE["topology"], 2, params)[0]
+        return _names(K.programs(cfg, params)[(0, 0)]).count("mul")
+    for system in ("cann", "ubep"):
+        assert muls({"system": system, "experts": 6}) > muls({"system": system})
+        assert muls({"system": system, "experts": 8}) == muls({"system": system})
