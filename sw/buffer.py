@@ -48,20 +48,37 @@ class Buffer:
     preset, topology, aivs
         The machine (default: cm384, the dispatch kernel's default shape, 4 AIVs per die).
     batch, topk, experts, hidden_blocks
-        The largest call the buffer serves (BS tokens per rank, k, E, 512 B blocks per token).
+        The largest call the buffer serves (BS tokens per rank, k, E, 512 B blocks per token;
+        ``hidden_blocks`` defaults to 1). ``topk`` and ``experts`` are required unless
+        ``model`` is given.
+    model : str
+        A model of UBEP Table 3 (:data:`~epfabric.sw.ubep.workload.MODELS`: ``deepseek-v3``,
+        ``qwen3-30b``, ``glm-4.7``): sets ``topk``, ``experts`` and ``hidden_blocks`` (its
+        hidden size in ``system``'s blocks,
+        :func:`~epfabric.sw.kernels.dispatch.model_shape`); a differing explicit one is
+        refused. The buffer's shape is then fixed: a call with the other system moves the
+        same blocks.
     system : str
         ``"cann"`` or ``"ubep"`` (each call may override it).
     max_cycles : int
         Watchdog limit per run.
     """
 
-    def __init__(self, backend, *, preset="cm384", topology=None, aivs=4, batch, topk, experts,
-                 hidden_blocks=1, system="ubep", max_cycles=2_000_000):
+    def __init__(self, backend, *, preset="cm384", topology=None, aivs=4, batch, topk=None,
+                 experts=None, hidden_blocks=None, model=None, system="ubep",
+                 max_cycles=2_000_000):
         from .kernels import KERNELS
         self._dispatch, self._combine = KERNELS["dispatch"], KERNELS["combine"]
-        self.params = self._dispatch.resolve_params(
-            {"batch": batch, "topk": topk, "experts": experts, "hidden_blocks": hidden_blocks,
-             "system": system})
+        shape = {"topk": topk, "experts": experts, "hidden_blocks": hidden_blocks}
+        if model is None:
+            missing = [name for name in ("topk", "experts") if shape[name] is None]
+            if missing:
+                raise UserError(f"Buffer needs {' and '.join(missing)} (or a model)")
+        given = {name: v for name, v in shape.items() if v is not None}
+        #: the model of UBEP Table 3 the buffer was sized for, or None
+        self.model = model
+        self.params = {**self._dispatch.resolve_params(
+            {"batch": batch, "system": system, "model": model, **given}), "model": None}
         self.config = self._dispatch.configs(preset, topology, aivs, self.params)[0]
         self.machine = Machine(backend=backend, config=self.config)
         self.max_cycles = max_cycles

@@ -31,7 +31,7 @@ from ..ubep.layout import GUARD
 from ..ubep.reference import combine_out, dispatch_out, expert_outputs
 from . import register
 from .dispatch import (HEADER_WORDS, KERNEL as DISPATCH, Dispatch, combine_programs,
-                       layout_of, summary_lines)
+                       hidden_bytes, layout_of, summary_lines)
 
 __all__ = ["Combine", "KERNEL", "carry_to_combine"]
 
@@ -171,7 +171,8 @@ class Combine(Dispatch):
             share = sum(waits) / len(waits) / report.cycles if waits else None
         return {"correct": not problems, "syncall_share": share, "problems": problems, "system": system,
                 "latency_us": latency_ns / 1000,
-                "bandwidth_gbps": w.bytes_moved() / latency_ns if latency_ns else None,
+                "bandwidth_gbps": (w.bytes_moved(hidden_bytes(params)) / latency_ns
+                                   if latency_ns else None),
                 "phases": dict(sorted(phases.items())), "dispatch": before,
                 "y_payload_digest": digests,
                 "cycle_ns": machine.preset.cycle_ns}

@@ -57,11 +57,11 @@ from ..ubep import cann
 from ..ubep.cann import BROKEN, PHASES, SEND_SPLITS, SYNCALLS, dispatch_program
 from ..ubep.layout import GUARD, Layout
 from ..ubep.reference import counts, dispatch_out, slot_index
-from ..ubep.workload import Workload
+from ..ubep.workload import MODELS, Workload, blocks_per_token
 from . import Kernel, pow2_at_least, register
 
 __all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times", "option", "OPTIONS", "VARIANTS",
-           "MAX_TOPK"]
+           "MAX_TOPK", "model_shape"]
 
 SYSTEMS = ("cann", "ubep")
 #: the parameters of one system only: ``{name: (system, its values, the first the default)}``
@@ -73,6 +73,27 @@ VARIANTS = {"cann": "send_split", "ubep": "mapping"}
 HEADER_WORDS = 4
 #: the largest top-k the kernels take (any k from 1: DeepSeek-V2's top-6, the models' top-8)
 MAX_TOPK = 16
+
+
+def model_shape(model, system):
+    """``{topk, experts, hidden_blocks}`` of UBEP Table 3's ``model`` (a :data:`MODELS` key).
+
+    ``hidden_blocks`` is the model's hidden size at its precision in the 512 B
+    blocks ``system`` moves a token in: ``⌈H/512⌉`` raw blocks for CANN,
+    ``⌈H/480⌉`` for UBEP, whose blocks carry the 32 B Token-Flag-Fusion header
+    (:func:`~epfabric.sw.ubep.workload.blocks_per_token`; UBEP's combine is
+    Token-Flag Fused whatever the dispatch's ``sync``).
+    """
+    if model not in MODELS:
+        raise UserError(f"model must be one of {', '.join(MODELS)}, not {model!r}")
+    m = MODELS[model]
+    return {"topk": m.topk, "experts": m.experts,
+            "hidden_blocks": blocks_per_token(m.hidden_bytes, tff=system == "ubep")}
+
+
+def hidden_bytes(params):
+    """Bytes a token carries for the bandwidth figure: the model's ``H``, else 512 a block."""
+    return MODELS[params["model"]].hidden_bytes if params.get("model") else None
 
 
 def layout_of(config, params):
@@ -181,7 +202,8 @@ class Dispatch(Kernel):
     description = "MoE token dispatch (CANN EP's BSP kernel), checked bit-exact against numpy"
     params = {"system": "cann", "batch": 32, "topk": 8, "experts": 32, "hidden_blocks": 1,
               "seed": 0, "hot": 0, "broken": None, "cumsum_aivs": None, "cap": None,
-              "mapping": None, "send_split": None, "hot_share": 0.3, "sync": None}
+              "mapping": None, "send_split": None, "hot_share": 0.3, "sync": None,
+              "model": None}
     default_preset = "cm384"
     default_aivs = (4,)
     default_max_cycles = 2_000_000
@@ -192,9 +214,24 @@ class Dispatch(Kernel):
         return ("superpod", min(2, preset.dies_per_npu), min(4, preset.npus_per_board), 1)
 
     def resolve_params(self, params):
+        """The parameters over the defaults, checked; a ``model`` sets the shape it names.
+
+        ``model`` (a :data:`~epfabric.sw.ubep.workload.MODELS` key, UBEP Table 3)
+        sets ``topk``, ``experts`` and ``hidden_blocks`` (:func:`model_shape`,
+        per system); an explicit one of them that differs is refused, naming both.
+        """
+        given = dict(params or {})
         p = super().resolve_params(params)
         if p["system"] not in SYSTEMS:
             raise UserError(f"system must be one of {', '.join(SYSTEMS)}, not {p['system']!r}")
+        if p["model"] is not None:
+            shape = model_shape(p["model"], p["system"])
+            for name, value in shape.items():
+                if given.get(name) is not None and given[name] != value:
+                    raise UserError(f"{name}={given[name]!r} conflicts with model="
+                                    f"{p['model']!r} ({name}={value} for system="
+                                    f"{p['system']!r}); give one of them")
+            p.update(shape)
         check_int("batch", p["batch"], 1)
         check_int("experts", p["experts"], 1)
         check_int("topk", p["topk"], 1, MAX_TOPK)
@@ -248,19 +285,24 @@ class Dispatch(Kernel):
                          seed=params["seed"], hot=params["hot"],
                          hot_share=params["hot_share"])  # fits this shape (else: named)
             check_cap(w, params["cap"])
-            lay = layout_of(shape, params)
-            if lay.blocks > 1 << BLOCK_BITS:
-                raise UserError(
-                    f"batch={params['batch']}, topk={params['topk']}, "
-                    f"experts={params['experts']}, hidden_blocks={params['hidden_blocks']}, "
-                    f"cap={params['cap']} on {shape.ranks} ranks need {lay.blocks} HBM blocks "
-                    f"per rank; an address holds {1 << BLOCK_BITS} (a smaller batch, "
-                    f"hidden_blocks or cap)")
             # one machine runs either system's dispatch, in every variant, and the combine
-            # that follows it (the same hardware for a comparison, and one build serves all)
+            # that follows it (the same hardware for a comparison, and one build serves all;
+            # with a model, each system at its own blocks per token)
             systems = SYSTEMS if a >= 2 else ("cann",)     # UBEP needs a T- and a C-AIV
-            runs = [{**params, "system": system, **each}
+            runs = [{**params, "system": system, **each,
+                     **(model_shape(params["model"], system) if params["model"] else {})}
                     for system in systems for each in variants_of(system)]
+            blocks = max(layout_of(shape, run).blocks for run in runs)
+            if blocks > 1 << BLOCK_BITS:
+                what = (f"model={params['model']!r}, batch={params['batch']}" if params["model"]
+                        else f"batch={params['batch']}, topk={params['topk']}, "
+                             f"experts={params['experts']}, "
+                             f"hidden_blocks={params['hidden_blocks']}")
+                fix = "batch or cap" if params["model"] else "batch, hidden_blocks or cap"
+                raise UserError(
+                    f"{what}, cap={params['cap']} on {shape.ranks} ranks need {blocks} HBM "
+                    f"blocks per rank; an address holds {1 << BLOCK_BITS} (a smaller {fix})")
+            lay = layout_of(shape, params)
             longest = max(len(prog) for run in runs
                           for progs in (self.programs(shape, run), combine_programs(shape, run))
                           for prog in progs.values())
@@ -269,7 +311,7 @@ class Dispatch(Kernel):
                        ubep.ubuf_rows_needed(lay, params["experts"], a),
                        combine.ubuf_rows_needed(lay))
             out.append(MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
-                                     lanes=16, hbm_blocks=pow2_at_least(lay.blocks),
+                                     lanes=16, hbm_blocks=pow2_at_least(blocks),
                                      ubuf_rows=pow2_at_least(rows),
                                      imem_depth=pow2_at_least(longest),
                                      trace_depth=max(64, pow2_at_least(len(PHASES) * shape.cores))))
@@ -391,7 +433,8 @@ class Dispatch(Kernel):
         return {"correct": not problems, "problems": problems, "system": system,
                 "tokens_received": [len(o) for o in out], "recv_count": recv.tolist(),
                 "latency_us": latency_ns / 1000,
-                "bandwidth_gbps": w.bytes_moved() / latency_ns if latency_ns else None,
+                "bandwidth_gbps": (w.bytes_moved(hidden_bytes(params)) / latency_ns
+                                   if latency_ns else None),
                 "phases": per_aiv, "cycle_ns": preset.cycle_ns,
                 "out_payload_digest": digests,
                 "syncall_share": share, "send_cycles": sending,
@@ -409,11 +452,13 @@ def summary_lines(kind, result, after, sync_label):
         cfg = run["config"]
         sync = (f"; {sync_label} {100 * run['syncall_share']:.1f} % of the run"
                 if run.get("syncall_share") is not None else "")
+        model = (f"{params['model']} ({params['hidden_blocks']} blocks a token), "
+                 if params.get("model") else "")
         lines.append(f"{kind} ({run['system']}) on {result['preset']} [{result['backend']}]: "
-                     f"{cfg['topology']} x {cfg['aivs_per_die']} AIVs, BS {params['batch']}, "
-                     f"top-{params['topk']}, {params['experts']} experts: {run['cycles']} cycles = "
-                     f"{run['latency_us']:.2f} us, {run['bandwidth_gbps']:.1f} GB/s"
-                     f"{after(run)}{sync}")
+                     f"{cfg['topology']} x {cfg['aivs_per_die']} AIVs, {model}BS "
+                     f"{params['batch']}, top-{params['topk']}, {params['experts']} experts: "
+                     f"{run['cycles']} cycles = {run['latency_us']:.2f} us, "
+                     f"{run['bandwidth_gbps']:.1f} GB/s{after(run)}{sync}")
         lines.append("  phase ends (cycles, mean over AIVs): " + _phase_split(run["phases"]))
     return lines
 

@@ -30,11 +30,12 @@ class Model:
     precision: str
 
 
-#: UBEP Table 3 (hidden size in bytes at the dispatch precision)
+#: UBEP Table 3 (hidden size in bytes at the dispatch precision), by ``--model`` name
 MODELS = {
-    "qwen3": Model("Qwen3-30B", 2048 * 2, 8, 128, "BF16"),
-    "glm": Model("GLM-4.7", 5120 * 2, 8, 160, "BF16"),
-    "deepseek": Model("DeepSeek-R1/V3.2", 7168 + 128, 8, 256, "W8A8 (+128 B padded fp32 scale)"),
+    "deepseek-v3": Model("DeepSeek-R1/V3.2", 7168 + 128, 8, 256,
+                         "W8A8 (+128 B padded fp32 scale)"),
+    "qwen3-30b": Model("Qwen3-30B", 2048 * 2, 8, 128, "BF16"),
+    "glm-4.7": Model("GLM-4.7", 5120 * 2, 8, 160, "BF16"),
 }
 
 

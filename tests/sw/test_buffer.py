@@ -72,3 +72,17 @@ def test_bad_inputs_are_named():
     with pytest.raises(ValueError, match="num_experts"):
         buf.get_dispatch_layout(idx, 5)
     assert issubclass(DispatchError, RuntimeError)
+
+
+def test_a_buffer_is_sized_by_its_shape_or_a_model():
+    shape = {k: v for k, v in SHAPE.items() if k not in ("topk", "experts")}
+    with pytest.raises(ValueError, match=r"Buffer needs topk and experts \(or a model\)"):
+        Buffer(backend("pysim"), **shape)
+    with pytest.raises(ValueError, match=r"Buffer needs experts \(or a model\)"):
+        Buffer(backend("pysim"), topk=2, **shape)
+    with pytest.raises(ValueError, match=r"topk=6 conflicts with model='glm-4.7' \(topk=8"):
+        Buffer(backend("pysim"), model="glm-4.7", topk=6, **shape)
+    with pytest.raises(ValueError, match="model must be one of deepseek-v3, qwen3-30b, glm-4.7"):
+        Buffer(backend("pysim"), model="glm", **shape)
+    buf = Buffer(backend("pysim"), topk=3, experts=6, system="cann", **shape)   # 3 a rank
+    assert (buf.layout.epr, buf.layout.topk, buf.model) == (3, 3, None)

@@ -437,3 +437,62 @@ def test_only_a_divisor_that_is_not_a_power_of_two_multiplies():
     for system in ("cann", "ubep"):
         assert muls({"system": system, "experts": 6}) > muls({"system": system})
         assert muls({"system": system, "experts": 8}) == muls({"system": system})
+
+
+# --- UBEP Table 3's models (--model) ---------------------------------------------------------
+
+def test_a_model_sets_topk_experts_and_each_systems_blocks_per_token():
+    from epfabric.sw.kernels.dispatch import model_shape
+    for model, (k, e, raw, tff) in {"deepseek-v3": (8, 256, 15, 16), "qwen3-30b": (8, 128, 8, 9),
+                                    "glm-4.7": (8, 160, 20, 22)}.items():
+        cann = K.resolve_params({"model": model})
+        ubep = K.resolve_params({"model": model, "system": "ubep", "topk": 8})
+        assert (cann["topk"], cann["experts"], cann["hidden_blocks"]) == (k, e, raw)
+        assert (ubep["topk"], ubep["experts"], ubep["hidden_blocks"]) == (k, e, tff)
+        assert K.resolve_params(ubep) == ubep                       # resolving again: the same
+        assert model_shape(model, "ubep")["hidden_blocks"] == tff
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"model": "llama"}, "model must be one of deepseek-v3, qwen3-30b, glm-4.7, not 'llama'"),
+    ({"model": "glm-4.7", "topk": 6},
+     r"topk=6 conflicts with model='glm-4.7' \(topk=8 for system='cann'\); give one of them"),
+    ({"model": "glm-4.7", "experts": 10}, r"experts=10 conflicts with model='glm-4.7' "
+                                          r"\(experts=160 for system='cann'\)"),
+    ({"model": "qwen3-30b", "system": "ubep", "hidden_blocks": 8},
+     r"hidden_blocks=8 conflicts with model='qwen3-30b' \(hidden_blocks=9 for system='ubep'\)"),
+])
+def test_an_option_that_contradicts_the_model_is_refused(params, message):
+    with pytest.raises(UserError, match=message):
+        K.resolve_params(params)
+
+
+def test_a_glm_shaped_dispatch_on_two_ranks():
+    """GLM-4.7's top-8 and blocks per token (20 raw, 22 with TFF) with 5 experts per rank (10
+    experts on two ranks: the full model needs 16 or 32 ranks, see the slow test)."""
+    from epfabric.sw.kernels.dispatch import model_shape
+    runs = {}
+    for system in ("cann", "ubep"):
+        params = {**model_shape("glm-4.7", system), "experts": 10, "batch": 1, "system": system}
+        result, _ = run_kernel(K, backend("pysim"), params=params, max_cycles=20_000, **SHAPE)
+        assert result["correct"], (system, result["problems"])
+        runs[system] = result["runs"][0]
+    assert runs["cann"]["recv_count"] == runs["ubep"]["recv_count"]
+
+
+@pytest.mark.slow
+def test_glm_4_7_on_sixteen_ranks():
+    """UBEP Table 3's GLM-4.7 as ``model="glm-4.7"``: 160 experts, 10 a rank on 16 ranks, top-8,
+    20 raw / 22 Token-Flag-Fused blocks a token; both systems on one machine, bit-exact."""
+    runs = {}
+    for system in ("cann", "ubep"):
+        result, _ = run_kernel(K, backend("pysim"),
+                               params={"model": "glm-4.7", "batch": 2, "system": system},
+                               preset="cm384", topology=("superpod", 2, 4, 2), aivs=2,
+                               max_cycles=200_000)
+        assert result["correct"], (system, result["problems"])
+        assert result["params"]["hidden_blocks"] == {"cann": 20, "ubep": 22}[system]
+        runs[system] = result["runs"][0]
+    assert runs["cann"]["config"] == runs["ubep"]["config"]          # one build serves both
+    assert runs["cann"]["recv_count"] == runs["ubep"]["recv_count"]
+    assert [len(c) for c in runs["cann"]["recv_count"]] == [10] * 16

@@ -73,10 +73,14 @@ def test_combine_is_the_weighted_sum_in_16_bit_lanes(small):
 
 
 def test_model_shapes_and_blocks():
-    assert blocks_per_token(MODELS["qwen3"].hidden_bytes, tff=False) == 8
-    assert blocks_per_token(MODELS["qwen3"].hidden_bytes) == 9
-    assert blocks_per_token(MODELS["glm"].hidden_bytes) == 22
-    assert blocks_per_token(MODELS["deepseek"].hidden_bytes) == 16      # docs/spec/kernels.md §1.7
+    assert sorted(MODELS) == ["deepseek-v3", "glm-4.7", "qwen3-30b"]     # the --model names
+    assert blocks_per_token(MODELS["qwen3-30b"].hidden_bytes, tff=False) == 8
+    assert blocks_per_token(MODELS["qwen3-30b"].hidden_bytes) == 9
+    assert blocks_per_token(MODELS["glm-4.7"].hidden_bytes, tff=False) == 20
+    assert blocks_per_token(MODELS["glm-4.7"].hidden_bytes) == 22
+    assert blocks_per_token(MODELS["deepseek-v3"].hidden_bytes, tff=False) == 15
+    assert blocks_per_token(MODELS["deepseek-v3"].hidden_bytes) == 16  # docs/spec/kernels.md §1.7
+    assert [(m.experts, m.topk) for m in MODELS.values()] == [(256, 8), (128, 8), (160, 8)]
 
 
 @pytest.mark.parametrize("kw, exc, match", [
