@@ -178,7 +178,7 @@ class Buffer:
         return recv, per_expert, handle, report
 
     def combine(self, expert_out, handle):
-        """Send ``expert_out[d]`` (rows as ``recv_x[d]``) back, weighted and summed: ``(y, report)``.
+        """Send ``expert_out[d]`` (rows as ``recv_x[d]``) back, weighted, summed: ``(y, report)``.
 
         ``y[s]`` is BS × blocks × words: ``Σ_i w[t,i] · expert_out(t, i)`` in
         16-bit lanes (UBEP: words 4 and up; words 0–3 are its header).

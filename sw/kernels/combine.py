@@ -1,4 +1,4 @@
-"""``combine``: a dispatch, the experts, then the combine — CANN's BSP kernel or UBEP's — bit-exact.
+"""``combine``: a dispatch, the experts, then the combine — CANN's or UBEP's — bit-exact.
 
 One invocation runs two machine runs on one configuration (each run is a
 fresh machine, so what the combine needs is carried by the host, as a
@@ -37,7 +37,7 @@ __all__ = ["Combine", "KERNEL", "carry_to_combine"]
 
 
 def carry_to_combine(machine, w, params, expert_out, carried=None):
-    """Replace the machine's image by the combine's: carried state, ``expert_out`` in ``OUT``, programs.
+    """Make the machine's image the combine's: carried state, ``expert_out`` in ``OUT``, programs.
 
     ``expert_out[d]`` is rank ``d``'s expert output rows (rows × blocks ×
     words). ``carried`` (``{(rank, block): words}``) is the state a
@@ -114,7 +114,7 @@ class Combine(Dispatch):
     load_runs = True
 
     def load(self, machine, params, max_cycles=None):
-        """Run the dispatch (under ``max_cycles``, default the dispatch's), then load the combine."""
+        """Run the dispatch (under ``max_cycles``, default the dispatch's); load the combine."""
         cfg = machine.config
         w, _, epoch = DISPATCH.load(machine, params)
         report = machine.run(DISPATCH.default_max_cycles if max_cycles is None else max_cycles)
@@ -169,7 +169,8 @@ class Combine(Dispatch):
             waits = [v["c_sync"] - v["c_send"] for v in phases.values()
                      if "c_sync" in v and "c_send" in v]
             share = sum(waits) / len(waits) / report.cycles if waits else None
-        return {"correct": not problems, "syncall_share": share, "problems": problems, "system": system,
+        return {"correct": not problems, "syncall_share": share, "problems": problems,
+                "system": system,
                 "latency_us": latency_ns / 1000,
                 "bandwidth_gbps": (w.bytes_moved(hidden_bytes(params)) / latency_ns
                                    if latency_ns else None),
@@ -179,7 +180,8 @@ class Combine(Dispatch):
 
     def summary(self, result):
         return summary_lines(self.name, result,
-                             lambda run: f" (after a dispatch of {run['dispatch']['cycles']} cycles)",
+                             lambda run: f" (after a dispatch of "
+                                         f"{run['dispatch']['cycles']} cycles)",
                              "flag wait + SyncAll")
 
 

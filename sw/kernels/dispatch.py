@@ -1,4 +1,4 @@
-"""``dispatch``: MoE token dispatch — CANN EP's BSP baseline or UBEP's decomposed kernel — bit-exact.
+"""``dispatch``: MoE token dispatch — CANN EP's BSP baseline or UBEP's kernel — bit-exact.
 
 Each rank sends every token to the ranks of its k experts; each rank ends
 with the tokens it received in CANN's order (local expert, source rank, slot
@@ -125,7 +125,7 @@ def check_sentinel_free(w):
 
 
 def check_cap(w, cap):
-    """``ValueError`` when a source routes more than ``cap`` slots to one expert (the data's fault)."""
+    """``ValueError`` when a source routes over ``cap`` slots to one expert (the data's fault)."""
     if cap is None:
         return
     cnt = counts(w)                       # [d, e_l, s]
@@ -147,7 +147,10 @@ def phase_times(report, aivs, system="cann"):
 
 
 def cumsum_aivs(config, params):
-    """UBEP's CalCumSum group size: the parameter, or App. A's fit (:func:`~epfabric.sw.ubep.ubep.default_cumsum_aivs`)."""
+    """UBEP's CalCumSum group size: the parameter, or App. A's fit.
+
+    See :func:`~epfabric.sw.ubep.ubep.default_cumsum_aivs`.
+    """
     if params.get("cumsum_aivs") is not None:
         return params["cumsum_aivs"]
     return ubep.default_cumsum_aivs(config.aivs_per_die, params["experts"], params["topk"],
@@ -314,7 +317,8 @@ class Dispatch(Kernel):
                                      lanes=16, hbm_blocks=pow2_at_least(blocks),
                                      ubuf_rows=pow2_at_least(rows),
                                      imem_depth=pow2_at_least(longest),
-                                     trace_depth=max(64, pow2_at_least(len(PHASES) * shape.cores))))
+                                     trace_depth=max(64, pow2_at_least(len(PHASES)
+                                                                       * shape.cores))))
         return out
 
     def load(self, machine, params, workload=None, epoch=1):
@@ -401,7 +405,8 @@ class Dispatch(Kernel):
             if system == "ubep" and option(params, "sync") == "sp":
                 n = min(8, wpb)
                 for b in range(lay.recv_blocks):
-                    if machine.read_mem(d, address(0, lay.RECV + b), n) != [ubep.SENTINEL_WORD] * n:
+                    armed = [ubep.SENTINEL_WORD] * n
+                    if machine.read_mem(d, address(0, lay.RECV + b), n) != armed:
                         problems.append(f"rank {d}: RECV block {b} was not re-armed with the "
                                         f"sentinel after its token was read")
                         break
@@ -417,7 +422,8 @@ class Dispatch(Kernel):
             n_tok = cfg.aivs_per_die - cumsum_aivs(cfg, params)
             want_phases = {key: len(ubep.PHASES_T if key[1] < n_tok else ubep.PHASES_C)
                            for key in phases}
-        if len(phases) != cfg.cores or any(len(v) != want_phases[key] for key, v in phases.items()):
+        if len(phases) != cfg.cores or any(len(v) != want_phases[key]
+                                           for key, v in phases.items()):
             problems.append(f"{len(phases)} of {cfg.cores} AIVs reported all phases")
         preset = machine.preset
         latency_ns = report.ns

@@ -1,4 +1,4 @@
-"""CANN EP's dispatch (the BSP baseline): program generator (docs/spec/kernels.md §1.3, UBEP §2.3).
+"""CANN EP's dispatch (the BSP baseline): its programs (docs/spec/kernels.md §1.3, UBEP §2.3).
 
 Every one of the A AIVs of a die runs every phase, separated by die-local
 barriers (CANN's ``SyncAll`` is a barrier over one die's AIVs; flags order
@@ -83,7 +83,7 @@ SYNCALLS = (("sync1_in", "sync1_out"), ("sync2_in", "verify"))
 
 
 def split(total, parts, index):
-    """``[lo, hi)`` of part ``index`` when ``total`` items are split into ``parts`` contiguous ranges."""
+    """``[lo, hi)`` of part ``index`` of ``total`` items split into ``parts`` contiguous ranges."""
     return total * index // parts, total * (index + 1) // parts
 
 
@@ -120,7 +120,7 @@ def ubuf_rows_needed(lay, send_split="slot"):
 
 
 def _send_slots(p, lay, rank, core, aivs, experts, tok_addr):
-    """Token-Sending of the slot split: slots ``split(BS·k, A, core)``, ``j`` by prefix compare."""
+    """Token-Sending of the slot split: slots ``split(BS·k, A, core)``, ``j`` by prefix count."""
     epr, k, B = lay.epr, lay.topk, lay.hidden_blocks
     n0, n1 = split(lay.batch * k, aivs, core)
     t0, i0 = divmod(n0, k)
@@ -219,7 +219,7 @@ def _send_experts(p, lay, rank, core, aivs, experts, tok_addr):
 
 
 def _syncall(p, rank, lay, aivs, which, extra=0):
-    """Die-local barrier ``which`` (1 or 2) of this run: fetch-add, then poll the cumulative count."""
+    """Die-local barrier ``which`` (1 or 2) of the run: fetch-add, poll the cumulative count."""
     p.li(12, _local(rank, lay.CTRL, 0))
     p.li(5, 1)
     p.fadd(6, 12, 5)                          # arrive

@@ -1,4 +1,6 @@
-"""The combine: expert outputs back to their sources, weighted and summed (docs/spec/kernels.md §1.4, §1.8).
+"""The combine: expert outputs back to their sources, weighted and summed.
+
+Specification: docs/spec/kernels.md §1.4, §1.8.
 
 Before the combine, rank ``d``'s ``OUT`` holds the expert outputs in the
 dispatch's order (local expert ``e_l``, source ``s``, slot ``j``) and its
@@ -139,7 +141,10 @@ def _send_back(p, lay, rank, mine, tff):
 
 
 def _accumulate(p, lay, rank, t0, t1, rows, poll):
-    """``YOUT[t] = Σ_i w[t,i] · CWIN[e(t,i)][j(t,i)]`` for tokens ``[t0, t1)``; r12 = flag if ``poll``."""
+    """``YOUT[t] = Σ_i w[t,i] · CWIN[e(t,i)][j(t,i)]`` for tokens ``[t0, t1)``.
+
+    r12 holds the flag word when ``poll``.
+    """
     k, B = lay.topk, lay.hidden_blocks
     if t0 >= t1:
         return

@@ -181,9 +181,9 @@ class Layout:
         return self.CWIN + (e * self.cap + j) * self.hidden_blocks + b
 
     def recv_block(self, s, e_l, j, b=0):
-        """Block of token ``j``, block ``b`` of the region of (source ``s``, local expert ``e_l``)."""
+        """Block ``b`` of token ``j`` in the region of (source ``s``, local expert ``e_l``)."""
         return self.RECV + ((s * self.epr + e_l) * self.cap + j) * self.hidden_blocks + b
 
     def word_at(self, region, n):
-        """``(block, word)`` of word ``n`` of a word-addressed region starting at block ``region``."""
+        """``(block, word)`` of word ``n`` of the word-addressed region at block ``region``."""
         return region + n // self.words, n % self.words

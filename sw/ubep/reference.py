@@ -64,7 +64,7 @@ def dispatch_out(w):
 
 
 def expert_outputs(w, out, scale=None):
-    """The stand-in expert FFN: row of local expert ``e_l`` on rank ``d`` times ``(e + 1)`` mod 2^16.
+    """The stand-in expert FFN: a row of local expert ``e_l`` of rank ``d`` × ``(e + 1)`` mod 2^16.
 
     Elements are the 16-bit halves of the modelled words (the vector unit's
     16-bit lanes); ``scale`` overrides the per-expert factor ``e + 1``.
@@ -84,7 +84,9 @@ def expert_outputs(w, out, scale=None):
 
 
 def combine_out(w, expert_out):
-    """``y[s][t]`` = Σ_i w[s,t,i] · o(t, i) in 16-bit lanes mod 2^16, i ascending (docs/spec/kernels.md §4).
+    """``y[s][t]`` = Σ_i w[s,t,i] · o(t, i) in 16-bit lanes mod 2^16, i ascending.
+
+    Specification: docs/spec/kernels.md §4.
 
     ``o(t, i)`` is the expert output row of slot (t, i) on the expert's rank.
     """

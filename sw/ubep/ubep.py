@@ -1,4 +1,4 @@
-"""UBEP's dispatch: the decomposed kernel (docs/spec/kernels.md §1.5–1.7; UBEP §3.2–3.4, Algorithm 1).
+"""UBEP's dispatch: the decomposed kernel (docs/spec/kernels.md §1.5–1.7; UBEP §3.2–3.4, Alg. 1).
 
 The A AIVs of a die split into ``n_token = A − C`` token-sending AIVs
 (T-AIVs) and a CalCumSum group of ``C`` (C-AIVs); no SyncAll, no fence, no
@@ -86,9 +86,10 @@ __all__ = ["dispatch_program", "transposition", "remapping", "default_cumsum_aiv
 
 #: the remapping ``π`` of the experts before the slot sequence is cut (module docstring, step 1)
 MAPPINGS = ("transpose", "identity")
-#: how a receiver learns a token block has arrived (docs/spec/kernels.md §1.7): Token-Flag Fusion (the
-#: flag in every block), Sentinel Polling (raw blocks into sentinel-armed slots, re-armed after
-#: use) or stop-and-wait (raw blocks, ``fence``, then a flag word per (source, T-AIV))
+#: how a receiver learns a token block has arrived (docs/spec/kernels.md §1.7): Token-Flag
+#: Fusion (the flag in every block), Sentinel Polling (raw blocks into sentinel-armed slots,
+#: re-armed after use) or stop-and-wait (raw blocks, ``fence``, then a flag word per (source,
+#: T-AIV))
 SYNCS = ("tff", "sp", "sw")
 
 #: MARK events (shared ids: init 10, send 11, reorder 15; count 16, cumsum 14)
@@ -98,7 +99,11 @@ PHASES_C = ("init", "count", "cumsum", "reorder")
 
 
 def transposition(experts, n_token):
-    """``π``: remapped position → expert id (row-major fill of n_token × ⌈E/n_token⌉, column-major read)."""
+    """``π``: remapped position → expert id.
+
+    The ids fill an ``n_token × ⌈E/n_token⌉`` matrix row by row and are read column by column
+    (padding cells skipped).
+    """
     check_int("experts", experts, 1)
     check_int("n_token", n_token, 1)
     cols = -(-experts // n_token)
@@ -112,7 +117,7 @@ def transposition(experts, n_token):
 
 
 def remapping(experts, n_token, mapping="transpose"):
-    """``π`` of ``mapping`` (:data:`MAPPINGS`): :func:`transposition`, or the identity (no mapping)."""
+    """``π`` of ``mapping`` (:data:`MAPPINGS`): :func:`transposition` or the identity."""
     check_choice("mapping", mapping, MAPPINGS)
     if mapping == "identity":
         check_int("experts", experts, 1)
@@ -122,7 +127,10 @@ def remapping(experts, n_token, mapping="transpose"):
 
 
 def default_cumsum_aivs(aivs, experts, topk, batch):
-    """UBEP App. A's fit ``C ≈ A·E / (3·k·BS)``, clamped to ``[1, max(1, A // 2)]`` (docs/spec/kernels.md §1.5)."""
+    """UBEP App. A's fit ``C ≈ A·E / (3·k·BS)``, clamped to ``[1, max(1, A // 2)]``.
+
+    Specification: docs/spec/kernels.md §1.5.
+    """
     c = round(aivs * experts / (3 * topk * batch))
     return max(1, min(max(1, aivs // 2), c))
 
@@ -132,7 +140,7 @@ def _local(rank, block, word=0):
 
 
 def _elem(p, rd, base, idx, tmp):
-    """``rd = `` 16-bit element ``idx`` (a register) of the UBuf vector at byte address ``base``."""
+    """``rd =`` 16-bit element ``idx`` (a register) of the UBuf vector at byte address ``base``."""
     p.add(tmp, idx, idx)
     p.andi(tmp, tmp, 0x3FFFC)
     p.addi(tmp, tmp, base)

@@ -40,7 +40,7 @@ MODELS = {
 
 
 def blocks_per_token(hidden_bytes, tff=True):
-    """512 B blocks a token occupies: raw ``ceil(H/512)``, or with Token-Flag Fusion ``ceil(H/480)``."""
+    """512 B blocks a token takes: raw ``ceil(H/512)``, with Token-Flag Fusion ``ceil(H/480)``."""
     check_int("hidden_bytes", hidden_bytes, 1)
     per = 480 if tff else 512
     return -(-hidden_bytes // per)

@@ -1,4 +1,4 @@
-"""The ``combine`` kernel (sw/kernels/combine.py, sw/ubep/combine.py): CANN's and UBEP's combine."""
+"""The ``combine`` kernel (sw/kernels/combine.py, sw/ubep/combine.py): CANN's and UBEP's."""
 
 import pytest
 

@@ -64,7 +64,7 @@ def test_the_checker_sees_a_wrong_token():
 
 
 def test_a_reorder_that_does_not_wait_for_the_flags_is_caught():
-    """On cm384 the flags take 218 ns to the other die: a reorder that does not wait reads counts of 0."""
+    """On cm384 the flags take 218 ns to the other die: a reorder that does not wait reads 0s."""
     require_simulator("native")          # one cm384 build serves this and test_combine's control
     result, _ = run_kernel(K, backend("native"), params={**SMALL, "broken": "no_flag_wait"},
                            max_cycles=50_000, **{**SHAPE, "preset": "cm384"})
@@ -73,7 +73,8 @@ def test_a_reorder_that_does_not_wait_for_the_flags_is_caught():
 
 
 def test_a_syncall_waiting_for_one_core_too_many_hangs_and_the_watchdog_says_where():
-    with pytest.raises(WatchdogTimeout, match="waits on address 0x0.000000 .rank 0 block 0 word 0"):
+    with pytest.raises(WatchdogTimeout,
+                       match="waits on address 0x0.000000 .rank 0 block 0 word 0"):
         run_kernel(K, backend(_fast()), params={**SMALL, "broken": "syncall_one_short"},
                    max_cycles=1000, **SHAPE)
 
@@ -116,7 +117,7 @@ def test_bad_parameters_are_named(params, message):
 
 
 def test_ubep_delivers_what_cann_delivers():
-    """Same input, same OUT payload (UBEP's words 0..3 are its TFF header; both checked vs numpy)."""
+    """Same input, same OUT payload (UBEP's words 0..3 are its TFF header; both vs numpy)."""
     runs = {s: outcome("pysim", s)[0]["runs"][0] for s in ("cann", "ubep")}
     assert runs["cann"]["out_payload_digest"] == runs["ubep"]["out_payload_digest"]
     assert len(set(runs["cann"]["out_payload_digest"])) == 2     # two ranks, two different OUTs
@@ -161,7 +162,7 @@ def test_a_layout_beyond_the_address_space_is_named_before_running(params, block
         KERNELS["dispatch"].configs("cm384", params=params)
 
 
-# --- the mapping ablation's variants (UBEP §5.4, Fig. 9; docs/spec/kernels.md §1.6) -----------------------
+# --- the mapping ablation's variants (UBEP §5.4, Fig. 9; docs/spec/kernels.md §1.6) ----------
 
 VARIANTS = [{"system": "cann", "send_split": "expert"}, {"system": "ubep", "mapping": "identity"}]
 ALL_VARIANTS = [{"system": "cann"}, {"system": "ubep"}] + VARIANTS
@@ -256,7 +257,7 @@ def test_remapping_and_the_hot_share():
     shape = dict(ranks=8, batch=64, topk=8, experts=128, hot=8)
     base = Workload(**shape)
     assert base.hot_experts() == [0, 16, 32, 48, 64, 80, 96, 112]
-    assert 0.25 < base.hot_slot_share() < 0.3         # docs/spec/kernels.md §1.6's w_hot: about 30 %
+    assert 0.25 < base.hot_slot_share() < 0.3     # docs/spec/kernels.md §1.6's w_hot: about 30 %
     assert Workload(**shape, hot_share=0.5).hot_slot_share() > 0.4
     assert Workload(**shape, hot_share=0.3).topk_idx.tolist() == base.topk_idx.tolist()
 
@@ -270,7 +271,7 @@ def test_the_combine_after_a_variant_is_bit_exact(variant):
     assert result["runs"][0]["dispatch"]["correct"]
 
 
-# --- UBEP's synchronisation variants (Data-as-Flag in the dispatch; docs/spec/kernels.md §1.7) -------------
+# --- UBEP's synchronisation variants (Data-as-Flag in the dispatch; docs/spec/kernels.md §1.7)
 
 SYNCS = [{"system": "ubep", "sync": "sp"}, {"system": "ubep", "sync": "sw"}]
 
