@@ -58,13 +58,13 @@ Programs depend only on the configuration (ranks, AIVs, E, BS, k, B_tok,
 layout): routing and tokens are data.
 """
 
-from ...hw.validate import check_choice, check_int
+from ...hw.validate import UserError, check_choice, check_int
 from ..assembler import Program
 from ..isa import address
-from .arith import divmod_const
 
 __all__ = ["dispatch_program", "PHASES", "SYNCALLS", "split", "count_experts", "BROKEN",
-           "SEND_SPLITS", "expert_rows", "ubuf_rows_needed"]
+           "SEND_SPLITS", "expert_rows", "ubuf_rows_needed", "divmod_const", "reciprocal",
+           "is_pow2"]
 
 #: How CANN's AIVs share Token-Sending: the open kernel's contiguous slot ranges, or all the
 #: slots of the experts ``e ≡ a (mod A)`` (module docstring)
@@ -102,6 +102,74 @@ def count_experts(p, lo, hi, slots, emit):
         p.vcount(6, 0, 2, 9, "eq")             # counts of experts g, g+1, g+2
         for q in range(min(3, hi - g)):
             emit(g + q, 6 + q)
+
+
+def is_pow2(d):
+    """``d`` is a power of two (1 included)."""
+    return d >= 1 and not d & (d - 1)
+
+
+def reciprocal(d, bound):
+    """``(M, s)``: ``x // d == (x * M) >> s`` and ``x * M < 2**32`` for every ``0 <= x < bound``.
+
+    The smallest ``s`` for which ``(bound − 1) · (M·d − 2^s) < 2^s`` with ``M = ⌈2^s / d⌉``:
+    then ``x/d ≤ x·M/2^s < x/d + 1/d`` for every ``x < bound``, so the floor is exact; and
+    ``(bound − 1) · M`` must fit 32 bits (``mul`` keeps the low half).
+
+    Raises
+    ------
+    ValueError
+        When no shift fits 32 bits (``bound`` too large for this ``d``), naming both.
+    """
+    check_int("d", d, 1)
+    check_int("bound", bound, 1)
+    top = bound - 1
+    for s in range(d.bit_length() - 1, 33):
+        m = -(-(1 << s) // d)
+        if top * m >= 1 << 32:
+            break
+        if top * (m * d - (1 << s)) < 1 << s:
+            return m, s
+    raise UserError(f"no 32-bit multiply-shift divides every value below {bound} by {d}")
+
+
+def divmod_const(p, q, r, x, d, bound, tmp, shift=0):
+    """Emit ``R[q] = (R[x] // d) << shift`` and, unless ``r`` is None, ``R[r] = R[x] % d``.
+
+    The kernels split an expert id ``e`` into its rank ``e // epr`` and local expert
+    ``e % epr``, and a slot index ``n`` into its token ``n // k`` and k-slot ``n % k``: the
+    divisor is a shape (known when the program is generated), the dividend routing data
+    (computed by the core), ``0 <= R[x] < bound``. The ISA has ``mul`` (the low 32 bits, one
+    cycle) but no divide and no multiply-high, so:
+
+    * a power of two ``d``: ``srli q, x``, ``slli q`` (when ``shift``) and ``andi r, x`` in
+      that order — 2 instructions, the kernels' original sequence, kept exactly (the cycle
+      counts of power-of-two shapes do not change);
+    * any other ``d``: ``q = (x · M) >> s`` with :func:`reciprocal` ``(d, bound)``, then
+      ``r = x − q · d`` through ``tmp``: ``li mul srli li mul sub``, 6 instructions (7 when
+      ``M`` needs a ``lui``) — 4 cycles more per quotient and remainder, 2 per quotient.
+
+    ``tmp`` must differ from ``q`` and ``x``, and ``q`` from ``x``.
+    """
+    if is_pow2(d):
+        p.srli(q, x, d.bit_length() - 1)
+        if shift:
+            p.slli(q, q, shift)
+        if r is not None:
+            p.andi(r, x, d - 1)
+        return
+    if len({q, x, tmp}) != 3:
+        raise ValueError(f"divmod_const needs distinct q, x and tmp, not r{q}, r{x}, r{tmp}")
+    m, s = reciprocal(d, bound)
+    p.li(tmp, m)
+    p.mul(q, x, tmp)
+    p.srli(q, q, s)                                # q = x // d
+    if r is not None:
+        p.li(tmp, d)
+        p.mul(tmp, q, tmp)
+        p.sub(r, x, tmp)                           # r = x - q·d
+    if shift:
+        p.slli(q, q, shift)
 
 
 def _local(rank, block, word=0):
@@ -242,7 +310,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
 
     Any ``epr`` and ``topk``: the expert → rank split (and, with the expert
     split, slot → token) is a shift for a power of two and a multiply by a
-    reciprocal otherwise (:mod:`.arith`).
+    reciprocal otherwise (:func:`divmod_const`).
     """
     check_int("aivs", aivs, 1)
     check_int("experts", experts, 1)

@@ -78,8 +78,7 @@ from ...hw.validate import check_choice, check_int
 from ..assembler import Program
 from ..dataflag import SENTINEL_WORD, TFF_TAG
 from ..isa import address
-from .arith import divmod_const
-from .cann import count_experts, split
+from .cann import count_experts, divmod_const, split
 
 __all__ = ["dispatch_program", "transposition", "remapping", "default_cumsum_aivs", "PHASES_T",
            "PHASES_C", "TFF_TAG", "EVENTS", "SYNCS", "SENTINEL_WORD", "MAPPINGS"]
@@ -295,7 +294,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
 
     Any ``epr`` and ``topk``: the expert → rank and slot → token splits are
     shifts for powers of two and multiplies by a reciprocal otherwise
-    (:mod:`.arith`; 4 cycles more a slot for each).
+    (:func:`.cann.divmod_const`; 4 cycles more a slot for each).
     """
     check_int("aivs", aivs, 2)
     check_choice("mapping", mapping, MAPPINGS)

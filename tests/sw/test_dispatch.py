@@ -405,7 +405,7 @@ def test_division_by_a_shape_constant(d, bound):
     """The emitted quotient and remainder are exact for every dividend below the bound; a power
     of two keeps the shift and the mask (the kernels' original, cheaper sequence)."""
     from epfabric.sw.assembler import Program
-    from epfabric.sw.ubep.arith import divmod_const, is_pow2, reciprocal
+    from epfabric.sw.ubep.cann import divmod_const, is_pow2, reciprocal
     p = Program()
     divmod_const(p, 12, 5, 4, d, bound, 7, shift=8)      # r12 = (r4 // d) << 8, r5 = r4 % d
     if is_pow2(d):
@@ -423,7 +423,7 @@ def test_division_by_a_shape_constant(d, bound):
 
 
 def test_a_reciprocal_that_cannot_fit_32_bits_is_named():
-    from epfabric.sw.ubep.arith import reciprocal
+    from epfabric.sw.ubep.cann import reciprocal
     with pytest.raises(UserError, match="no 32-bit multiply-shift divides every value below "
                                         r"4294967296 by 3"):
         reciprocal(3, 1 << 32)
