@@ -1,7 +1,7 @@
 """Verilog for the native backend: a *glue* top and one module per distinct block.
 
 Verilator compiles a flat model per instance: a module used N times becomes
-N copies of its C++ (README, "Simulation speed and scale"), so a machine's
+N copies of its C++ (docs/results.md, "Simulation speed and scale"), so a machine's
 build grows with its dies. The native backend
 (:mod:`epfabric.sim.backends.native`) instead Verilates every distinct shared
 module (the die with its cores, each link and switch kind) once, and steps

@@ -177,7 +177,7 @@ root, module, needle = Path(sys.argv[1]).resolve(), sys.argv[2], sys.argv[3]
 import epfabric
 mod = importlib.import_module(module)
 from epfabric.sim.backends import verilog as simulation
-from epfabric.sim import mutate
+from epfabric.sim.verify import mutate
 where = getattr(epfabric, "__file__", None)
 print(json.dumps({"epfabric": str(Path(where).resolve()) if where else
                   f"a namespace package {list(epfabric.__path__)}",
