@@ -61,7 +61,7 @@ def test_verdict_and_figure(tiny_rows, tmp_path):
 
 @pytest.mark.parametrize("given, message", [
     ({"node": 2, "topology": "superpod:2,1,1"}, r"node must be < 2 \(the dies of superpod:2,1,1\)"),
-    ({"topk": 3}, r"send_split='expert' needs a power-of-two topk"),
+    ({"topk": 17}, r"topk must be in \[1, 16\], not 17"),
     ({"experts": 96}, "experts per die must be a power of two, not 6"),
     ({"backend": "spice"}, "backend must be one of"),
     ({"hot_share": 1.5}, r"hot_share must be in \(0, 1\), not 1.5"),

@@ -98,7 +98,7 @@ class Fig9(Experiment):
         Param("topology", "superpod:2,2,4", "machine shape (four boards behind tier-2)", str),
         Param("aivs", 8, "AIVs per die A", int, minimum=2),
         Param("experts", 128, "experts E (a power-of-two multiple of the dies)", int, minimum=1),
-        Param("topk", 8, "experts per token k (a power of two)", int, minimum=1),
+        Param("topk", 8, "experts per token k (1..16)", int, minimum=1),
         Param("batch", 64, "tokens per rank BS", int, minimum=1),
         Param("hidden_blocks", 1, "512 B blocks per token B_tok", int, minimum=1),
         Param("hot", 8, "hot experts (at ids m*E/hot)", int, minimum=0),
