@@ -37,6 +37,12 @@ def require_simulator(sim):
     require(sim, missing_reason(sim))
 
 
+def fast_simulator():
+    """Verilator when present (a small case's build is shared by the tests), else Amaranth's."""
+    from epfabric.sim.backends import missing_reason
+    return "pysim" if missing_reason("verilator") else "verilator"
+
+
 #: watchdog of the small dispatch/combine cases (each takes < 800 cycles): a hang fails in seconds
 KERNEL_CASE_MAX_CYCLES = 4_000
 
@@ -77,6 +83,33 @@ def kernel_cases(kernel, small, shape):
         return result, reports[0].trace, reports[0].counters
 
     return pysim_run, outcome
+
+
+def larger_machine(kernel, params, shape, **sizes):
+    """The machine ``kernel`` sizes for ``params`` on ``shape``, with ``sizes`` raised."""
+    import dataclasses
+    config = kernel.configs(shape["preset"], shape["topology"], shape["aivs"], params)[0]
+    return dataclasses.replace(config, **sizes)
+
+
+def run_on_machine(kernel, simulator, config, params, max_cycles=KERNEL_CASE_MAX_CYCLES):
+    """One run of ``kernel`` at ``params`` on the machine ``config``; the run's entry
+    (``{"cycles", **check}``, as in :func:`~epfabric.sw.kernels.run_kernel`'s ``runs``).
+
+    ``config`` may be larger than what the kernel sizes for ``params`` (asserted, not
+    assumed): one Verilator build then serves several shapes.
+    """
+    from epfabric.sim.backends.machine import backend
+    from epfabric.sw.machine import Machine
+    params = kernel.resolve_params(params)
+    need = kernel.configs(config.preset, config.topology, config.aivs_per_die, params)[0]
+    for size in ("hbm_blocks", "ubuf_rows", "imem_depth", "trace_depth"):
+        assert getattr(need, size) <= getattr(config, size), (size, need, config)
+    m = Machine(backend=backend(simulator), config=config)
+    inputs = (kernel.load(m, params, max_cycles=max_cycles) if kernel.load_runs
+              else kernel.load(m, params))
+    report = m.run(max_cycles)
+    return {"cycles": report.cycles, **kernel.check(m, report, inputs)}
 
 
 def run_on_all(spec, intent, args, simulators, **kw):

@@ -7,7 +7,8 @@ from epfabric.sw.kernels import KERNELS, run_kernel
 from epfabric.sw.kernels.dispatch import layout_of
 from epfabric.sw.ubep.reference import slot_index
 from epfabric.sw.ubep.combine import PHASES
-from utils import KERNEL_CASE_MAX_CYCLES, kernel_cases, require_simulator
+from utils import (KERNEL_CASE_MAX_CYCLES, fast_simulator, kernel_cases, larger_machine,
+                   require_simulator, run_on_machine)
 
 K = KERNELS["combine"]
 SMALL = {"batch": 4, "topk": 2, "experts": 4}
@@ -112,13 +113,12 @@ def test_the_inner_dispatch_runs_under_the_callers_watchdog():
 def test_five_experts_per_rank_and_top6_on_both_systems():
     """The combine after a dispatch whose expert → rank split and slot → token are not shifts
     (5 experts per rank, top-6; DeepSeek-V2's k): both bit-exact, the same weighted sums."""
+    machine = larger_machine(K, SMALL, SHAPE, hbm_blocks=256, imem_depth=512)  # test_dispatch's
     runs = {}
     for system in ("cann", "ubep"):
-        result, _ = run_kernel(K, backend("pysim"),
-                               params={**SMALL, "experts": 10, "topk": 6, "system": system},
-                               max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
-        assert result["correct"], (system, result["problems"])
-        runs[system] = result["runs"][0]
-        assert runs[system]["dispatch"]["correct"]
+        run = run_on_machine(K, fast_simulator(), machine,
+                             {**SMALL, "experts": 10, "topk": 6, "system": system})
+        assert run["correct"], (system, run["problems"])
+        assert run["dispatch"]["correct"]
+        runs[system] = run
     assert runs["cann"]["y_payload_digest"] == runs["ubep"]["y_payload_digest"]
-

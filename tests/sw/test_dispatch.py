@@ -9,18 +9,13 @@ from epfabric.sw.kernels import KERNELS, run_kernel
 from epfabric.sw.kernels.dispatch import layout_of
 from epfabric.sw.machine import Machine, WatchdogTimeout
 from epfabric.sw.ubep.cann import PHASES
-from utils import KERNEL_CASE_MAX_CYCLES, kernel_cases, require_simulator
+from utils import (KERNEL_CASE_MAX_CYCLES, fast_simulator, kernel_cases, larger_machine,
+                   require_simulator, run_on_machine)
 
 K = KERNELS["dispatch"]
 #: the smallest case with remote traffic both ways, more than one expert per rank and two AIVs
 SMALL = {"batch": 4, "topk": 2, "experts": 4}
 SHAPE = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=2)
-
-
-def _fast():
-    """Verilator when present (the small case's build is shared), else Amaranth's simulator."""
-    from epfabric.sim.backends import missing_reason
-    return "pysim" if missing_reason("verilator") else "verilator"
 
 
 pysim_run, outcome = kernel_cases(K, SMALL, SHAPE)
@@ -75,7 +70,7 @@ def test_a_reorder_that_does_not_wait_for_the_flags_is_caught():
 def test_a_syncall_waiting_for_one_core_too_many_hangs_and_the_watchdog_says_where():
     with pytest.raises(WatchdogTimeout,
                        match="waits on address 0x0.000000 .rank 0 block 0 word 0"):
-        run_kernel(K, backend(_fast()), params={**SMALL, "broken": "syncall_one_short"},
+        run_kernel(K, backend(fast_simulator()), params={**SMALL, "broken": "syncall_one_short"},
                    max_cycles=1000, **SHAPE)
 
 
@@ -170,7 +165,7 @@ ALL_VARIANTS = [{"system": "cann"}, {"system": "ubep"}] + VARIANTS
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=["cann-expert", "ubep-identity"])
 def test_a_variant_is_bit_exact_and_delivers_what_its_default_does(variant):
-    sim = _fast()
+    sim = fast_simulator()
     result, _ = run_kernel(K, backend(sim), params={**SMALL, **variant},
                            max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
     assert result["correct"], result["problems"]
@@ -220,7 +215,7 @@ def _even_experts_run(send_split):
     idx[:, ::2] = idx[:, ::2, ::-1]                       # both orders within a token
     w = Workload.from_arrays(rng.integers(0, 2**32, size=(ranks, batch, 1, wpb)), idx,
                              rng.integers(1, 8, size=idx.shape), experts=SMALL["experts"])
-    m = Machine(backend=backend(_fast()), config=cfg)
+    m = Machine(backend=backend(fast_simulator()), config=cfg)
     inputs = K.load(m, params, workload=w)
     verdict = K.check(m, m.run(KERNEL_CASE_MAX_CYCLES), inputs)
     assert verdict["correct"], verdict["problems"]
@@ -265,7 +260,7 @@ def test_remapping_and_the_hot_share():
 @pytest.mark.parametrize("variant", VARIANTS, ids=["cann-expert", "ubep-identity"])
 def test_the_combine_after_a_variant_is_bit_exact(variant):
     """The combine finds each answer by ``EXPAND`` (the slot's j), which no variant changes."""
-    result, _ = run_kernel(KERNELS["combine"], backend(_fast()), params={**SMALL, **variant},
+    result, _ = run_kernel(KERNELS["combine"], backend(fast_simulator()), params={**SMALL, **variant},
                            max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
     assert result["correct"], result["problems"]
     assert result["runs"][0]["dispatch"]["correct"]
@@ -280,7 +275,7 @@ SYNCS = [{"system": "ubep", "sync": "sp"}, {"system": "ubep", "sync": "sw"}]
 def test_a_sync_variant_delivers_the_raw_tokens_tff_delivers(variant):
     """SP and SW move raw blocks (no header): OUT is CANN's, payload digests equal UBEP-TFF's;
     SP leaves every receive slot re-armed (the checker reads them all)."""
-    sim = _fast()
+    sim = fast_simulator()
     result, reports = run_kernel(K, backend(sim), params={**SMALL, **variant},
                                  max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
     assert result["correct"], result["problems"]
@@ -293,7 +288,7 @@ def test_a_sync_variant_delivers_the_raw_tokens_tff_delivers(variant):
 
 
 def test_sp_checker_sees_a_slot_that_was_not_re_armed():
-    m = Machine(backend=backend(_fast()), config=K.configs("tiny", SHAPE["topology"], 2,
+    m = Machine(backend=backend(fast_simulator()), config=K.configs("tiny", SHAPE["topology"], 2,
                                                            SMALL)[0])
     params = K.resolve_params({**SMALL, "system": "ubep", "sync": "sp"})
     inputs = K.load(m, params)
@@ -338,16 +333,17 @@ def test_sync_programs_differ_where_the_protocols_do():
 
 #: (experts, topk) on the small case's two ranks: 3 or 5 experts per rank, k = 1, 3, 6
 ODD = [(6, 1), (6, 3), (10, 6)]
+#: one machine (one build) for every case here, and for test_combine's top-6
+ODD_MACHINE = larger_machine(K, SMALL, SHAPE, hbm_blocks=256, imem_depth=512)
 
 
-def _both_systems(params, aivs=2):
-    """``{system: run}`` of a dispatch of ``params`` on CANN and UBEP, each correct (pysim)."""
+def _both_systems(params):
+    """``{system: run}`` of a dispatch of ``params`` on CANN and UBEP, each correct."""
     runs = {}
     for system in ("cann", "ubep"):
-        result, _ = run_kernel(K, backend("pysim"), params={**params, "system": system},
-                               max_cycles=KERNEL_CASE_MAX_CYCLES, **{**SHAPE, "aivs": aivs})
-        assert result["correct"], (system, result["problems"])
-        runs[system] = result["runs"][0]
+        run = run_on_machine(K, fast_simulator(), ODD_MACHINE, {**params, "system": system})
+        assert run["correct"], (system, run["problems"])
+        runs[system] = run
     return runs
 
 
@@ -364,15 +360,15 @@ def test_any_experts_per_rank_and_topk_on_both_systems(experts, topk):
 def test_the_expert_split_and_three_token_aivs_at_k3_and_three_experts_per_rank():
     """CANN's expert split (slot → token by a reciprocal) and UBEP with three T-AIVs (slices that
     start inside an expert), 3 experts per rank, top-3: both bit-exact, the same OUT."""
-    digests = []
-    for variant, aivs in (({"system": "cann", "send_split": "expert"}, 2),
-                          ({"system": "ubep", "cumsum_aivs": 1}, 4)):
-        result, _ = run_kernel(K, backend("pysim"),
-                               params={**SMALL, "experts": 6, "topk": 3, **variant},
-                               max_cycles=KERNEL_CASE_MAX_CYCLES, **{**SHAPE, "aivs": aivs})
-        assert result["correct"], (variant, result["problems"])
-        digests.append(result["runs"][0]["out_payload_digest"])
-    assert digests[0] == digests[1]
+    params = {**SMALL, "experts": 6, "topk": 3}
+    cann = run_on_machine(K, fast_simulator(), ODD_MACHINE,
+                          {**params, "system": "cann", "send_split": "expert"})
+    assert cann["correct"], cann["problems"]
+    ubep, _ = run_kernel(K, backend("pysim"), params={**params, "system": "ubep",
+                                                      "cumsum_aivs": 1},
+                         max_cycles=KERNEL_CASE_MAX_CYCLES, **{**SHAPE, "aivs": 4})
+    assert ubep["correct"], ubep["problems"]
+    assert cann["out_payload_digest"] == ubep["runs"][0]["out_payload_digest"]
 
 
 def _names(program):
