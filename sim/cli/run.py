@@ -32,6 +32,9 @@ __all__ = ["add_arguments", "prepare"]
 
 
 def add_arguments(parser):
+    parser.epilog = ("A kernel parameter given as a list runs once per value (--system cann,ubep; "
+                     "--roles and --counts separate values with ';': --roles '1,5,2;2,4,2'); "
+                     "names match in any case (--system UBEP).")
     parser.add_argument("kernel", choices=sorted(KERNELS),
                         help="kernel to run: " + "; ".join(f"{k.name}: {k.description}"
                                                           for k in KERNELS.values()))
@@ -46,10 +49,8 @@ def add_arguments(parser):
                         help="a kernel parameter (Python literal), e.g. --param seed=3")
     taken = {a.dest for a in parser._actions}
     for name in sorted({n for k in KERNELS.values() for n in k.params} - taken):
-        owners = ", ".join(k.name for k in KERNELS.values() if name in k.params)
         parser.add_argument(f"--{name.replace('_', '-')}", dest=f"kernel_{name}", default=None,
-                            metavar="VALUE",
-                            help=f"kernel parameter {name} (= --param {name}=VALUE; {owners})")
+                            metavar="VALUE", help=_kernel_option_help(name))
     parser.add_argument("--max-cycles", type=int, default=None,
                         help="watchdog limit per run in cycles (default: the kernel's)")
     parser.add_argument("--json", metavar="FILE", help="write the result as JSON")
@@ -61,6 +62,30 @@ def add_arguments(parser):
     parser.add_argument("--vcd-scope", metavar="DIE:CORE[,...]", default=None,
                         help="cores the .gtkw shows (e.g. 1:0,0:1; a bare DIE: all its cores); "
                              "default 0:0")
+
+
+def _kernel_option_help(name):
+    """``--NAME``'s help: what it sets, its values where they are names, each kernel's default."""
+    owners = [k for k in KERNELS.values() if name in k.params]
+    choices = {tuple(k.choices[name]) for k in owners if name in k.choices}
+    values = ", ".join(sorted({str(v) for c in choices for v in c}))
+    defaults = {}
+    for k in owners:
+        default = k.params[name]
+        defaults.setdefault("unset (the kernel chooses)" if default is None else repr(default),
+                            []).append(k.name)
+    text = "; ".join(f"{d} ({', '.join(ks)})" for d, ks in defaults.items())
+    return (f"kernel parameter {name} (= --param {name}=VALUE)"
+            + (f": one of {values}" if values else "") + f"; default {text}")
+
+
+def _canonical(kernel, name, value):
+    """``value`` as ``kernel`` names it when it differs only in case (``UBEP`` → ``ubep``)."""
+    if isinstance(value, str):
+        for choice in kernel.choices.get(name, ()):
+            if isinstance(choice, str) and choice.lower() == value.lower():
+                return choice
+    return value
 
 
 def prepare(args):
@@ -86,7 +111,8 @@ def prepare(args):
                 values = [tuple(parse_params([f"{name}={x}"])[name] for x in v.split(","))
                           for v in value.split(";")]
             else:
-                values = [parse_params([f"{name}={v}"])[name] for v in value.split(",")]
+                values = [_canonical(kernel, name, parse_params([f"{name}={v}"])[name])
+                          for v in value.split(",")]
             if len(values) > 1:
                 if sweep:
                     raise UserError(f"one option may list values, not {option} and "
@@ -141,7 +167,9 @@ def prepare(args):
 
 
 def _compare(sweep, results):
-    """Latency of each value against the first, for every run (and a combine's dispatch)."""
+    """Latency of each value against the first, for every run (and a combine's dispatch): the
+    kernel's own where it reports one (``latency_cycles``: daf's excludes set-up and
+    re-arming), else the run's cycles (the kernel is the whole run)."""
     name, values = sweep
     lines = []
     base = results[0]["runs"]
@@ -151,11 +179,13 @@ def _compare(sweep, results):
             if "dispatch" in run and run["dispatch"].get("cycles"):
                 pairs.insert(0, ("dispatch ", run0["dispatch"], run["dispatch"]))
             for label, a, b in pairs:
-                if a["cycles"]:
-                    r = b["cycles"] / a["cycles"]
+                key = ("latency_cycles" if a.get("latency_cycles") and b.get("latency_cycles")
+                       else "cycles")
+                if a[key]:
+                    r = b[key] / a[key]
                     lines.append(f"{label}{result['kernel'] if not label else ''}".strip()
                                  + f": {name}={value} / {name}={values[0]} latency "
-                                 f"{b['cycles']} / {a['cycles']} cycles = {r:.2f} "
+                                 f"{b[key]} / {a[key]} cycles = {r:.2f} "
                                  f"({100 * (1 - r):+.1f} % cut)")
     return lines
 

@@ -56,6 +56,9 @@ class Kernel:
     #: parameters whose value is a sequence: on the command line ``--roles 1,5,2`` is one
     #: value and ``;`` separates the values of a sweep
     sequence_params = ()
+    #: ``{parameter: its values}`` of the parameters that take one of a few names (the
+    #: command line lists them in its help and matches them in any case)
+    choices = {}
 
     def default_topology(self, preset):
         """The machine shape when the user names none (default: the two dies of one NPU)."""

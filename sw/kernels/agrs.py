@@ -22,6 +22,7 @@ a run does depends only on the configuration and the control registers
 
 import numpy as np
 
+from ...hw.inc_endpoint import MODES
 from ...hw.validate import UserError, check_bool, check_int
 from ..config import AgrsConfig
 from ..isa import address
@@ -93,6 +94,7 @@ class Agrs(Kernel):
     description = "one AllGather + one ReduceScatter, in-network (INC) or ring, checked against numpy"
     params = {"mode": "inc", "tmax": 4, "lanes": 2, "slots": 16, "counts": None, "seed": 0,
               "concurrent": True, "barrier": False}
+    choices = {"mode": MODES}
     default_preset = "incmoe-testbed"
     default_max_cycles = 10_000_000
 

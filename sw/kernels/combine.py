@@ -95,13 +95,15 @@ class Combine(Dispatch):
     description = ("MoE combine (CANN EP's BSP kernel or UBEP's) after a dispatch, "
                    "checked bit-exact against numpy")
     params = {**Dispatch.params, "broken": None}
+    choices = {**Dispatch.choices, "broken": (None, "no_flag_poll")}
 
     def resolve_params(self, params):
         p = dict(params or {})
         broken = p.pop("broken", None) or p.pop("combine_broken", None)
         p.pop("combine_broken", None)
         if broken not in (None, "no_flag_poll"):
-            raise UserError(f"broken must be one of None, no_flag_poll, not {broken!r}")
+            raise UserError(f"broken must be one of {', '.join(map(str, self.choices['broken']))}, "
+                            f"not {broken!r}")
         resolved = DISPATCH.resolve_params(p)
         if broken and resolved["system"] != "ubep":
             raise UserError("broken variants of the combine are negative controls of "

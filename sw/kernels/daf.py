@@ -304,6 +304,7 @@ class Daf(Kernel):
     description = ("Data-as-Flag micro-benchmark: every rank sends `bytes` to every other rank "
                    "with sw / tff / dc / sp synchronisation, checked against numpy")
     params = {"protocol": "tff", "bytes": 512, "seed": 0, "broken": "none"}
+    choices = {"protocol": PROTOCOLS, "broken": BROKEN}
     default_preset = "cm384"
     default_aivs = (2,)
     default_max_cycles = 1_000_000

@@ -202,11 +202,14 @@ class Dispatch(Kernel):
     """MoE dispatch (module docstring)."""
 
     name = "dispatch"
-    description = "MoE token dispatch (CANN EP's BSP kernel), checked bit-exact against numpy"
+    description = ("MoE token dispatch (CANN EP's BSP kernel or UBEP's: --system), checked "
+                   "bit-exact against numpy")
     params = {"system": "cann", "batch": 32, "topk": 8, "experts": 32, "hidden_blocks": 1,
               "seed": 0, "hot": 0, "broken": None, "cumsum_aivs": None, "cap": None,
               "mapping": None, "send_split": None, "hot_share": 0.3, "sync": None,
               "model": None}
+    choices = {"system": SYSTEMS, "model": tuple(MODELS), "broken": BROKEN,
+               **{name: values for name, (_, values) in OPTIONS.items()}}
     default_preset = "cm384"
     default_aivs = (4,)
     default_max_cycles = 2_000_000

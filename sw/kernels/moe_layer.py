@@ -89,6 +89,7 @@ class MoeLayer(Kernel):
     default_aivs = (8,)
     default_max_cycles = 5_000_000
     sequence_params = ("roles", "counts")
+    choices = {"mode": MODES}
     #: AG / FFN / RS slices in ``epfabric run --trace`` (:data:`~epfabric.sw.incmoe.program.TRACE_SPANS`)
     trace_spans = TRACE_SPANS
 

@@ -251,3 +251,48 @@ def test_user_error_is_a_value_error_and_type_error_kind():
         check_int("ranks", 2.0, 1)
     with pytest.raises(UserError, match=r"ranks must be >= 1, not 0"):
         check_int("ranks", 0, 1)
+
+
+def _run_help():
+    sub = next(a for a in make_parser()._subparsers._group_actions)
+    return sub.choices["run"]
+
+
+def test_help_gives_each_kernel_options_values_and_defaults():
+    helps = {a.dest: a.help for a in _run_help()._actions}
+    assert helps["kernel_system"] == ("kernel parameter system (= --param system=VALUE): one of "
+                                      "cann, ubep; default 'cann' (dispatch, combine)")
+    assert "one of sp, sw, tff; default unset (the kernel chooses)" in helps["kernel_sync"]
+    assert helps["kernel_protocol"].endswith("one of dc, sp, sw, tff; default 'tff' (daf)")
+    assert helps["kernel_mode"].endswith("one of both, inc, ring; default 'inc' (agrs); "
+                                         "'both' (moe-layer)")
+    kernel = next(a for a in _run_help()._actions if a.dest == "kernel")
+    assert "dispatch: MoE token dispatch (CANN EP's BSP kernel or UBEP's: --system)" in kernel.help
+    assert "names match in any case" in _run_help().format_help().replace("\n", " ")
+
+
+def test_a_name_matches_in_any_case(monkeypatch):
+    """--system UBEP,Cann is --system ubep,cann (the kernel's names)."""
+    from epfabric.sim.cli.run import prepare
+    seen = []
+    monkeypatch.setattr("epfabric.sim.cli.run.run_kernel",
+                        lambda kernel, be, **kw: seen.append(kw["params"]["system"]) or 1 / 0)
+    args = make_parser().parse_args(["run", "dispatch", *SMALL, "--system", "UBEP,Cann"])
+    job = prepare(args)
+    with pytest.raises(ZeroDivisionError):
+        job()
+    assert seen == ["ubep"]
+    with pytest.raises(UserError, match="system must be one of cann, ubep, not 'UBEPP'"):
+        prepare(make_parser().parse_args(["run", "dispatch", *SMALL, "--system", "UBEPP"]))
+
+
+def test_the_comparison_line_uses_the_kernels_own_latency():
+    """daf reports a latency that leaves out set-up and re-arming: the comparison uses it."""
+    from epfabric.sim.cli.run import _compare
+    daf = [{"kernel": "daf", "runs": [{"cycles": c, "latency_cycles": lat}]}
+           for c, lat in ((300, 46), (290, 43))]
+    assert _compare(("protocol", ["sw", "tff"]), daf) == [
+        "daf: protocol=tff / protocol=sw latency 43 / 46 cycles = 0.93 (+6.5 % cut)"]
+    dispatch = [{"kernel": "dispatch", "runs": [{"cycles": c}]} for c in (200, 150)]
+    assert _compare(("system", ["cann", "ubep"]), dispatch) == [
+        "dispatch: system=ubep / system=cann latency 150 / 200 cycles = 0.75 (+25.0 % cut)"]
