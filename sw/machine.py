@@ -96,6 +96,9 @@ class Machine:
         self.preset = get_preset(config.preset)
         self.backend = backend
         self._programs = {}
+        #: ``(block, word) -> str``: what an address holds, named by the loaded kernel's
+        #: layout (the watchdog's diagnosis says it beside the address)
+        self.describe = None
         self._mem = {}
         self._ctrl = {}
         self._read_ranges = [(0, config.readback_blocks)]
@@ -308,8 +311,10 @@ class Machine:
                              f"die's INC {counter} counter (incwait)")
             elif c["waiting"]:
                 r, block, word = split_address(c["wait_addr"])
+                what = f" = {self.describe(block, word)}" if self.describe else ""
                 lines.append(f"rank {c['rank']} core {c['core']} (pc {c['pc']}) waits on "
-                             f"address {c['wait_addr']:#010x} (rank {r} block {block} word {word})")
+                             f"address {c['wait_addr']:#010x} (rank {r} block {block} word {word})"
+                             + what)
             else:
                 lines.append(f"rank {c['rank']} core {c['core']} (pc {c['pc']}) still running"
                              + (" (faulted)" if c.get("fault") else ""))

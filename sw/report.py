@@ -48,7 +48,7 @@ class Report:
     def to_json(self, **kw):
         return json.dumps(self.to_dict(), **kw)
 
-    def chrome_trace(self, cycle_ns, spans=None):
+    def chrome_trace(self, cycle_ns, spans=None, label=""):
         """MARK events in the Chrome/Perfetto trace-event format (``chrome://tracing``).
 
         One process per rank, one thread per AIV, an instant event per MARK;
@@ -56,12 +56,14 @@ class Report:
         event: (end event, name)}``, a kernel's ``trace_spans``) turns each
         start MARK and the next end MARK of the same AIV into one slice
         called ``name`` (a "complete" event), so phases that overlap on
-        different AIVs show side by side.
+        different AIVs show side by side. ``label`` (e.g. ``"inc"``, ``"system=ubep"``)
+        prefixes the process names, to tell runs in one file apart.
         """
         events = []
         for rank in sorted({t["rank"] for t in self.trace}):
             events.append({"name": "process_name", "ph": "M", "pid": rank,
-                           "args": {"name": f"rank {rank}"}})
+                           "args": {"name": f"{label}: rank {rank}" if label else
+                                    f"rank {rank}"}})
         for rank, core in sorted({(t["rank"], t["core"]) for t in self.trace}):
             events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": core,
                            "args": {"name": f"aiv {core}"}})

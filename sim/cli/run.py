@@ -121,8 +121,8 @@ def prepare(args):
             params[name] = values[0]
     variants = [kernel.resolve_params({**params, **({sweep[0]: v} if sweep else {})})
                 for v in (sweep[1] if sweep else [None])]
-    if sweep and (args.trace or args.vcd):
-        raise UserError(f"--trace/--vcd need one value of --{sweep[0].replace('_', '-')}")
+    if sweep and args.vcd:
+        raise UserError(f"--vcd needs one value of --{sweep[0].replace('_', '-')}")
     # every configuration is built (and so validated) before anything runs
     configs = [c for p in variants for c in kernel.configs(preset, topology, args.aivs, p)]
     for option in ("json", "trace", "vcd"):
@@ -135,8 +135,8 @@ def prepare(args):
     def job():
         waveform = Waveform(Path(args.vcd).resolve(), watch=("host.running",)) if args.vcd else None
         be = make_backend(args.backend, verbose=True, waveform=waveform)
-        results, status = [], 0
-        for params in variants:
+        results, traced, status = [], [], 0
+        for value, params in zip(sweep[1] if sweep else [None], variants):
             try:
                 result, reports = run_kernel(kernel, be, preset=preset, topology=topology,
                                              aivs=args.aivs, params=params,
@@ -150,14 +150,17 @@ def prepare(args):
                 print(line)
             print("correct" if result["correct"] else
                   "INCORRECT: " + "; ".join(result["problems"]))
-            if args.trace:
-                _write_trace(args.trace, reports, get_preset(preset).cycle_ns,
-                             getattr(kernel, "trace_spans", None))
+            for run, report in zip(result["runs"], reports):
+                traced.append((_run_label(sweep and (sweep[0], value), run, len(reports)),
+                               report))
             results.append(result)
             status |= 0 if result["correct"] else 1
         if sweep:
             for line in _compare(sweep, results):
                 print(line)
+        if args.trace:
+            _write_trace(args.trace, traced, get_preset(preset).cycle_ns,
+                         getattr(kernel, "trace_spans", None))
         if args.json:
             write_json(args.json, results[0] if not sweep else
                        {"kernel": kernel.name, "sweep": sweep[0], "values": sweep[1],
@@ -243,11 +246,24 @@ def _write_gtkw(waveform, scopes):
         print(f"wrote {run['path']} + {gtkw.name}{note}: gtkwave {gtkw}")
 
 
-def _write_trace(path, reports, cycle_ns, spans=None):
+def _run_label(swept, run, runs):
+    """What tells a run apart in a trace: the swept value (``system=ubep``), the run's mode
+    (moe-layer's ``inc``/``ring``) or its machine when a kernel runs several."""
+    parts = [f"{swept[0]}={swept[1]}"] if swept else []
+    if run.get("mode"):
+        parts.append(str(run["mode"]))
+    elif runs > 1:
+        parts.append(f"{run['config'].get('aivs_per_die')} AIVs")
+    return " ".join(parts)
+
+
+def _write_trace(path, labelled, cycle_ns, spans=None):
+    """One trace of every ``(label, report)``: each run's ranks are processes named
+    ``label: rank r`` (pids 1000 apart)."""
     from ..output import write_atomic
     events = []
-    for i, rep in enumerate(reports):
-        tr = rep.chrome_trace(cycle_ns, spans)["traceEvents"]
+    for i, (label, rep) in enumerate(labelled):
+        tr = rep.chrome_trace(cycle_ns, spans, label=label)["traceEvents"]
         for ev in tr:  # one trace per run: separate them by pid range
             ev["pid"] = ev["pid"] + 1000 * i
         events += tr

@@ -333,6 +333,7 @@ class Dispatch(Kernel):
         """
         cfg = machine.config
         lay = layout_of(cfg, params)
+        machine.describe = lay.where
         w = workload or Workload(ranks=cfg.ranks, batch=params["batch"], topk=params["topk"],
                                  experts=params["experts"],
                                  hidden_blocks=params["hidden_blocks"],

@@ -184,6 +184,31 @@ class Layout:
         """Block ``b`` of token ``j`` in the region of (source ``s``, local expert ``e_l``)."""
         return self.RECV + ((s * self.epr + e_l) * self.cap + j) * self.hidden_blocks + b
 
+    #: regions in address order: ``(name, words?)`` — word-addressed regions are indexed by word
+    REGIONS = (("CTRL", True), ("ROUTE", False), ("X", False), ("STATUS", True),
+               ("RECV", False), ("RECV_GUARD", False), ("OUT", False), ("OUT_GUARD", False),
+               ("COUNTS", True), ("CNT", True), ("OFFS", True), ("EXPAND", True),
+               ("WEIGHTS", False), ("CWIN", False), ("CWIN_GUARD", False), ("YOUT", False),
+               ("YOUT_GUARD", False), ("CSTATUS", True), ("TCNT", False), ("SWFLAG", True))
+    #: what the ``CTRL`` words hold
+    CTRL_WORDS = {0: "dispatch SyncAll arrivals", 1: "the run's epoch",
+                  2: "combine SyncAll arrivals"}
+
+    def where(self, block, word=0):
+        """The region and index of ``block``/``word`` (e.g. ``CTRL[0] (dispatch SyncAll
+        arrivals)``, ``STATUS[5]``, ``RECV block 3 word 0``), for a watchdog's diagnosis."""
+        starts = [(getattr(self, name), name, words) for name, words in self.REGIONS]
+        inside = [(start, i, name, words) for i, (start, name, words) in enumerate(starts)
+                  if start <= block]
+        if not inside or block >= self.blocks:
+            return f"outside the layout (block {block} of {self.blocks})"
+        start, _, name, words = max(inside)          # of empty regions, the last one starting here
+        if words:
+            n = (block - start) * self.words + word
+            note = f" ({self.CTRL_WORDS[n]})" if name == "CTRL" and n in self.CTRL_WORDS else ""
+            return f"{name}[{n}]{note}"
+        return f"{name} block {block - start} word {word}"
+
     def word_at(self, region, n):
         """``(block, word)`` of word ``n`` of the word-addressed region at block ``region``."""
         return region + n // self.words, n % self.words

@@ -62,6 +62,8 @@ def test_moe_layer_sequence_options_json_and_slices(tmp_path):
     assert len(inc["band_times"]) == 2 and len(ring["band_times"]) == 1
     events = json.loads(trace.read_text())["traceEvents"]
     assert {e["name"] for e in events if e["ph"] == "X"} == {"AG", "FFN", "RS"}
+    assert sorted(e["args"]["name"] for e in events if e["name"] == "process_name") == [
+        "inc: rank 0", "inc: rank 1", "ring: rank 0", "ring: rank 1"]       # which run is which
 
 
 def test_param_json_and_vcd(tmp_path):
@@ -101,8 +103,8 @@ def test_param_json_and_vcd(tmp_path):
      "one option may list values, not --system and --batch"),
     (["run", "dispatch", "--batch", "4", "--param", "batch=8"],
      "--batch and --param batch=... both given"),
-    (["run", "combine", "--system", "cann,ubep", "--trace", "t.json"],
-     "--trace/--vcd need one value of --system"),
+    (["run", "combine", "--system", "cann,ubep", "--vcd", "t.vcd"],
+     "--vcd needs one value of --system"),
     (["run", "dispatch", "--cap", "0"], "cap must be in [1, 32], not 0"),
     (["run", "syncall", "--epochs", "0"], "epochs must be in [1, 99], not 0"),
     (["run", "syncall", "--epochs", "99", "--aivs", "128"],
@@ -296,3 +298,16 @@ def test_the_comparison_line_uses_the_kernels_own_latency():
     dispatch = [{"kernel": "dispatch", "runs": [{"cycles": c}]} for c in (200, 150)]
     assert _compare(("system", ["cann", "ubep"]), dispatch) == [
         "dispatch: system=ubep / system=cann latency 150 / 200 cycles = 0.75 (+25.0 % cut)"]
+
+
+def test_both_systems_in_one_trace(tmp_path, capsys):
+    """--system cann,ubep --trace: each system's ranks are processes of their own, named."""
+    trace = tmp_path / "t.json"
+    assert main(["run", "dispatch", *SMALL, "--batch", "2", "--topk", "1", "--experts", "2",
+                 "--system", "cann,ubep", "--trace", str(trace)]) == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert sorted(names.values()) == ["system=cann: rank 0", "system=cann: rank 1",
+                                      "system=ubep: rank 0", "system=ubep: rank 1"]
+    marks = {names[e["pid"]].split(":")[0] for e in events if e["ph"] in ("i", "X")}
+    assert marks == {"system=cann", "system=ubep"}           # both runs' MARKs are in the file

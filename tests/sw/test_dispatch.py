@@ -69,7 +69,8 @@ def test_a_reorder_that_does_not_wait_for_the_flags_is_caught():
 
 def test_a_syncall_waiting_for_one_core_too_many_hangs_and_the_watchdog_says_where():
     with pytest.raises(WatchdogTimeout,
-                       match="waits on address 0x0.000000 .rank 0 block 0 word 0"):
+                       match=r"waits on address 0x0.000000 .rank 0 block 0 word 0\) = "
+                             r"CTRL\[0\] \(dispatch SyncAll arrivals\)"):
         run_kernel(K, backend(fast_simulator()), params={**SMALL, "broken": "syncall_one_short"},
                    max_cycles=1000, **SHAPE)
 
