@@ -21,7 +21,7 @@ EXPERIMENT = EXPERIMENTS["speed"]
 
 
 def add_arguments(parser):
-    parser.add_argument("--backends", default=None,
+    parser.add_argument("--backends", "--backend", dest="backends", default=None,
                         help="comma-separated backends (default: all four; with --scale one of "
                              f"verilator, native, default {SCALE_BACKEND})")
     parser.add_argument("--dies", default="4,16",

@@ -23,7 +23,8 @@ def add_arguments(parser):
         if p.name == "opt":
             help_text += f" (default {p.default}), written --opt=-O1"
         # --opt defaults to None here so that an --opt given without verilator is an error
-        parser.add_argument(f"--{p.name.replace('_', '-')}", dest=p.name, type=p.type,
+        names = [f"--{p.name.replace('_', '-')}"] + (["--backend"] if p.name == "backends" else [])
+        parser.add_argument(*names, dest=p.name, type=p.type,
                             default=None if p.name == "opt" else p.default, help=help_text)
     parser.add_argument("--json", metavar="FILE", help="write {runs, verilator_over_pysim} as JSON")
 

@@ -34,7 +34,10 @@ def add_arguments(parser):
 
 
 def prepare(args):
-    names = sorted(EXPERIMENTS) if args.names in (["all"], []) else args.names
+    # fabric-speed or fabric_speed: a name matches whichever separator it is written with
+    spelled = {n.replace("_", "-"): n for n in EXPERIMENTS}
+    names = (sorted(EXPERIMENTS) if args.names in (["all"], []) else
+             [spelled.get(n.replace("_", "-"), n) for n in args.names])
     unknown = [n for n in names if n not in EXPERIMENTS]
     if unknown:
         raise UserError(f"unknown experiment(s) {', '.join(unknown)}; registered: "

@@ -36,9 +36,11 @@ def add_arguments(parser):
                         help="probability a receiver stalls in a cycle (default 0.3)")
     parser.add_argument("--backend", default="verilator", choices=SIMULATORS,
                         help="simulator (default verilator)")
-    parser.add_argument("--shape", default=",".join(map(str, DEFAULT_SHAPE)),
-                        help="dies_per_npu,npus_per_board,boards of the cm384 superpod "
-                             "(default 2,8,2: 32 ranks)")
+    parser.add_argument("--topology", "--shape", dest="shape", metavar="TOPOLOGY",
+                        default=",".join(map(str, DEFAULT_SHAPE)),
+                        help="the cm384 superpod: superpod:dies_per_npu,npus_per_board,boards "
+                             "(or the three numbers; default 2,8,2: 32 ranks; --shape is the "
+                             "old name)")
     parser.add_argument("--kernel", default=None,
                         help="soak a registered kernel with a seed parameter (e.g. alltoall) "
                              "instead of the fabric")
@@ -50,11 +52,12 @@ def add_arguments(parser):
 def prepare(args):
     positive("--blocks", args.blocks)
     try:
-        shape = tuple(int(x) for x in args.shape.split(","))
+        text = args.shape[len("superpod:"):] if args.shape.startswith("superpod:") else args.shape
+        shape = tuple(int(x) for x in text.split(","))
     except ValueError:
-        raise UserError(f"--shape must be three integers a,b,c, not {args.shape!r}") from None
+        shape = ()
     if len(shape) != 3:
-        raise UserError(f"--shape must be three integers a,b,c, not {args.shape!r}")
+        raise UserError(f"--topology must be superpod:a,b,c (or a,b,c), not {args.shape!r}")
     for name, value in (("--offer", args.offer), ("--stall", args.stall)):
         if not 0 <= value < 1:
             raise UserError(f"{name} must be a probability in [0, 1), not {value!r}")

@@ -54,3 +54,11 @@ def test_bad_input_one_line_before_any_simulation(argv, message, capsys, monkeyp
 
 def test_registered():
     assert EXPERIMENTS["fabric_speed"].resolve()["backends"] == "pysim,verilator"
+
+
+def test_backend_is_accepted_for_backends(no_simulation):
+    """Every command that takes simulators accepts --backend (bench and fabric-speed: a list)."""
+    from epfabric.sim.cli import make_parser
+    for command in ("fabric-speed", "bench"):
+        args = make_parser().parse_args([command, "--backend", "pysim,verilator"])
+        assert args.backends == "pysim,verilator"

@@ -236,3 +236,16 @@ def test_every_experiments_points_are_submitted_before_the_first_is_collected(
                           "submit probe_a", "submit probe_b"]
     assert events[5:] == ["collect probe_a", "probe_a ran", "probe_a ran",
                           "collect probe_b", "probe_b ran", "probe_b ran"]
+
+
+def test_a_name_matches_with_either_separator(monkeypatch, tmp_path, no_simulation):
+    """fabric-speed is the command's name, fabric_speed the experiment's: both name it."""
+    import epfabric.sim.cli.reproduce as cli
+    from epfabric.sim.cli import make_parser
+    asked = []
+    monkeypatch.setattr(cli, "reproduce", lambda experiments, *a, **kw: asked.append(
+        [e.name for e in experiments]) or [])
+    args = make_parser().parse_args(["reproduce", "fabric-speed", "incmoe_layer", "-o",
+                                     str(tmp_path), "--scheduler", "serial"])
+    assert cli.prepare(args)() == 0
+    assert asked == [["fabric_speed", "incmoe-layer"]]

@@ -43,12 +43,29 @@ def test_cli(tmp_path, capsys):
     assert main(["soak", "--shape", "2,x,1"]) == 2
 
 
+def test_the_shape_is_a_topology_like_every_other_command(monkeypatch):
+    """--topology superpod:2,2,1 (as run and reproduce spell it), or the old --shape 2,2,1."""
+    import epfabric.sim.cli.soak as soak
+    from epfabric.sim.cli import make_parser
+    seen = []
+
+    def record(**kw):
+        seen.append(kw["shape"])
+        raise KeyError("stop here")
+    monkeypatch.setattr(soak, "run_soak", record)
+    for argv in (["--topology", "superpod:2,2,1"], ["--shape", "2,2,1"]):
+        with pytest.raises(KeyError, match="stop here"):
+            soak.prepare(make_parser().parse_args(["soak", "--backend", "pysim", *argv]))()
+    assert seen == [(2, 2, 1), (2, 2, 1)]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--seed", "-1"], "--seed must be in [0, 4294967295], not -1"),
     (["--kernel", "alltoall", "--seed", "1", "--seed", "2"],
      "--kernel takes one --seed (it draws every run's seed), not 2: [1, 2]"),
     (["--kernel", "alltoall", "--runs", "0"], "--runs must be >= 1, not 0"),
     (["--json", "."], "--json '.' is a folder, not a file"),
+    (["--topology", "superpod:2,x,1"], "--topology must be superpod:a,b,c (or a,b,c), not "),
 ])
 def test_bad_input_one_line_before_any_simulation(argv, message, capsys, no_simulation):
     assert main(["soak", "--backend", "pysim", *argv]) == 2
