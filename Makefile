@@ -75,6 +75,7 @@ docs: $(STAMP) ## build the documentation site (MkDocs, --strict: a broken refer
 wheel-check: ## build a wheel, install it (core only) into a clean venv, run `epfabric run alltoall --preset tiny`
 	bash .ci/wheel-check
 
-clean: ## remove build outputs and waveforms (keeps .venv)
+clean: ## remove build outputs, waveforms and the build cache (keeps .venv)
 	rm -rf build $(RESULTS) waveforms/*.vcd waveforms/*.fst waveforms/*.txt
+	-test -x $(PY) && rm -rf "$$($(PY) -c 'import platformdirs; print(platformdirs.user_cache_dir("epfabric"))')/build"
 	find waveforms -name '*.gtkw' ! -name 'curated-*' -delete

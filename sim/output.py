@@ -1,7 +1,7 @@
 """Where simulation outputs go, and how long steps report themselves.
 
 * :func:`build_cache_dir` — simulator builds, cached by content
-  (``$EPFABRIC_BUILD_DIR``, default ``build/sim`` under the working folder);
+  (``$EPFABRIC_BUILD_DIR``, default the user's cache, ``~/.cache/epfabric/build``);
 * :func:`waveform_dir` — VCD/FST and ``.gtkw`` files
   (``$EPFABRIC_WAVEFORM_DIR``, default ``waveforms/``);
 * :func:`progress` — one line on stderr for steps longer than
@@ -31,8 +31,12 @@ PROGRESS_AFTER_S = 10.0
 
 
 def build_cache_dir():
-    """Folder of cached simulator builds."""
-    return Path(os.environ.get("EPFABRIC_BUILD_DIR", Path.cwd() / "build" / "sim"))
+    """Folder of cached simulator builds: ``$EPFABRIC_BUILD_DIR``, else the user's cache
+    (``~/.cache/epfabric/build`` on Linux), shared by every command and folder."""
+    if os.environ.get("EPFABRIC_BUILD_DIR"):
+        return Path(os.environ["EPFABRIC_BUILD_DIR"])
+    import platformdirs
+    return Path(platformdirs.user_cache_dir("epfabric")) / "build"
 
 
 def waveform_dir():

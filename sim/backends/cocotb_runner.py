@@ -23,7 +23,7 @@ from ..output import PROGRESS_AFTER_S, build_cache_dir, build_once, progress, wa
 from .verilog import TOPLEVEL, has_reset, verilog_of
 from .waveforms import Waveform, sanitize_vcd
 from .testbench import SimulationError, intent_ref
-from .toolchain import verilator_env
+from .toolchain import OPT_LEVELS, verilator_env
 
 __all__ = ["build", "run_cocotb", "build_dir_for", "verilator_opt", "verilator_hier",
            "mark_hier_blocks", "opt_makeflags", "fst_missing", "TIMESCALE"]
@@ -131,6 +131,21 @@ def build_dir_for(text, simulator, waves, opt=None):
     return build_cache_dir() / f"{simulator}-{key.hexdigest()[:16]}"
 
 
+def reusable_build(text, waves):
+    """A finished Verilator build of ``text`` at another optimisation level than the default,
+    or ``None``: when nobody asked for a level, a model is not rebuilt only to change it (the
+    cycles are the same at every level; ``EPFABRIC_VERILATOR_OPT`` or ``opt`` force one)."""
+    if (build_dir_for(text, "verilator", waves, verilator_opt()) / "built.ok").exists():
+        return None
+    for other in OPT_LEVELS:
+        folder = build_dir_for(text, "verilator", waves, other)
+        if (folder / "built.ok").exists():
+            progress(f"reusing the {other} build in {folder} (EPFABRIC_VERILATOR_OPT="
+                     f"{verilator_opt()} builds the default level)")
+            return folder
+    return None
+
+
 def build(spec, simulator, waves=False, opt=None):
     """Build (or reuse) the simulator model; return its build directory.
 
@@ -143,6 +158,10 @@ def build(spec, simulator, waves=False, opt=None):
     text = verilog_of(spec, simulator)
     if simulator == "verilator":
         text = mark_hier_blocks(text, verilator_hier())
+        if opt is None and "EPFABRIC_VERILATOR_OPT" not in os.environ:
+            reused = reusable_build(text, waves)
+            if reused:
+                return reused
     opt = opt or verilator_opt()
     return build_once(build_dir_for(text, simulator, waves, opt),
                       lambda bdir: _build_locked(bdir, text, simulator, waves, opt))

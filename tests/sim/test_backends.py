@@ -153,3 +153,33 @@ def test_atomic_writes_get_ordinary_permissions(tmp_path):
         assert path.stat().st_mode & 0o777 == 0o644
     finally:
         os.umask(mask)
+
+
+def test_the_build_cache_is_the_users_wherever_the_command_runs(tmp_path, monkeypatch):
+    from epfabric.sim.output import build_cache_dir
+    monkeypatch.delenv("EPFABRIC_BUILD_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    assert build_cache_dir() == tmp_path / "cache" / "epfabric" / "build"
+    monkeypatch.chdir("/")
+    assert build_cache_dir() == tmp_path / "cache" / "epfabric" / "build"
+    monkeypatch.setenv("EPFABRIC_BUILD_DIR", str(tmp_path / "b"))
+    assert build_cache_dir() == tmp_path / "b"
+
+
+def test_a_model_is_not_rebuilt_only_for_the_default_level(tmp_path, monkeypatch):
+    """A build at -O0 (make run's) serves a later run that names no level; naming one builds."""
+    import epfabric.sim.backends.cocotb_runner as runner
+    monkeypatch.setenv("EPFABRIC_BUILD_DIR", str(tmp_path))
+    monkeypatch.delenv("EPFABRIC_VERILATOR_OPT", raising=False)
+    monkeypatch.setattr(runner, "verilog_of", lambda spec, simulator: "module top; endmodule\n")
+    built = []
+    monkeypatch.setattr(runner, "_build_locked", lambda bdir, *a: built.append(a[-1]))
+    o0 = build_dir_for("module top; endmodule\n", "verilator", False, "-O0")
+    o0.mkdir(parents=True)
+    (o0 / "built.ok").write_text("1\n")
+    assert build(SPEC, "verilator") == o0 and built == []            # reused, nothing built
+    build(SPEC, "verilator", opt="-O1")                                # asked for: built
+    monkeypatch.setenv("EPFABRIC_VERILATOR_OPT", "-O1")
+    assert build(SPEC, "verilator") != o0
+    assert built == ["-O1"]                       # the second -O1 build is the first one's
