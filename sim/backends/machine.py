@@ -104,7 +104,12 @@ class SimulatorBackend(Backend):
                         simulator=self.name, waveform=self.waveform, opt=self.opt)
         self.last_wall_s = time.monotonic() - t0
         if self.verbose:
-            print(f"[{self.name}] {result['cycles']} cycles in {self.last_wall_s:.1f} s", flush=True)
+            run_s = result.get("run_wall_s")
+            split = ("" if run_s is None else
+                     f" (build and load {self.last_wall_s - run_s:.1f} s, run {run_s:.1f} s, "
+                     f"{result['cycles'] / max(run_s, 1e-9):,.0f} cycles/s)")
+            print(f"[{self.name}] {result['cycles']} cycles in {self.last_wall_s:.1f} s{split}",
+                  flush=True)
         return result
 
 

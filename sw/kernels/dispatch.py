@@ -189,13 +189,18 @@ def variants_of(system):
 
 
 def _phase_split(phases):
-    """``name mean`` of every phase's end, in phase order, averaged over the AIVs that MARK it."""
+    """``name end (+duration)`` of every phase, in phase order: the end averaged over the AIVs
+    that MARK it, the duration from the previous phase's (mean) end."""
     ends = {}
     for times in phases.values():
         for name, cycle in times.items():
             ends.setdefault(name, []).append(cycle)
-    order = sorted(ends, key=lambda n: sum(ends[n]) / len(ends[n]))
-    return ", ".join(f"{n} {sum(ends[n]) / len(ends[n]):.0f}" for n in order)
+    mean = {n: sum(c) / len(c) for n, c in ends.items()}
+    out, last = [], 0.0
+    for n in sorted(mean, key=mean.get):
+        out.append(f"{n} {mean[n]:.0f} (+{mean[n] - last:.0f})")
+        last = mean[n]
+    return ", ".join(out)
 
 
 class Dispatch(Kernel):
@@ -469,7 +474,8 @@ def summary_lines(kind, result, after, sync_label):
                      f"{params['batch']}, top-{params['topk']}, {params['experts']} experts: "
                      f"{run['cycles']} cycles = {run['latency_us']:.2f} us, "
                      f"{run['bandwidth_gbps']:.1f} GB/s{after(run)}{sync}")
-        lines.append("  phase ends (cycles, mean over AIVs): " + _phase_split(run["phases"]))
+        lines.append("  phase ends (cycles, mean over AIVs; +duration): "
+                     + _phase_split(run["phases"]))
     return lines
 
 

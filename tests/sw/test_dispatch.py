@@ -494,3 +494,9 @@ def test_glm_4_7_on_sixteen_ranks():
     assert runs["cann"]["config"] == runs["ubep"]["config"]          # one build serves both
     assert runs["cann"]["recv_count"] == runs["ubep"]["recv_count"]
     assert [len(c) for c in runs["cann"]["recv_count"]] == [10] * 16
+
+
+def test_the_phase_line_gives_each_phases_end_and_duration():
+    from epfabric.sw.kernels.dispatch import _phase_split
+    phases = {"0.0": {"init": 10, "send": 50}, "0.1": {"init": 20, "send": 70, "reorder": 90}}
+    assert _phase_split(phases) == "init 15 (+15), send 60 (+45), reorder 90 (+30)"
