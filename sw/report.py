@@ -48,7 +48,7 @@ class Report:
     def to_json(self, **kw):
         return json.dumps(self.to_dict(), **kw)
 
-    def chrome_trace(self, cycle_ns, spans=None, label=""):
+    def chrome_trace(self, cycle_ns, spans=None, label="", phases=None):
         """MARK events in the Chrome/Perfetto trace-event format (``chrome://tracing``).
 
         One process per rank, one thread per AIV, an instant event per MARK;
@@ -57,7 +57,10 @@ class Report:
         start MARK and the next end MARK of the same AIV into one slice
         called ``name`` (a "complete" event), so phases that overlap on
         different AIVs show side by side. ``label`` (e.g. ``"inc"``, ``"system=ubep"``)
-        prefixes the process names, to tell runs in one file apart.
+        prefixes the process names, to tell runs in one file apart. ``phases``
+        (``{phase-end event: name}``, a kernel's ``trace_phases``) turns an AIV's
+        phase-end MARKs into back-to-back slices from cycle 0: each slice runs from
+        the AIV's previous phase end to this one and is named after the phase.
         """
         events = []
         for rank in sorted({t["rank"] for t in self.trace}):
@@ -67,11 +70,20 @@ class Report:
         for rank, core in sorted({(t["rank"], t["core"]) for t in self.trace}):
             events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": core,
                            "args": {"name": f"aiv {core}"}})
-        spans = spans or {}
+        spans, phases = spans or {}, phases or {}
         ends = {end: (start, name) for start, (end, name) in spans.items()}
         open_ = {}                        # (rank, core, start event) -> [MARK, ...]
+        last_end = {}                     # (rank, core) -> cycle its previous phase ended
         for t in self.trace:
             key = (t["rank"], t["core"])
+            if t["event"] in phases:
+                start = last_end.get(key, 0)
+                events.append({"name": phases[t["event"]], "ph": "X", "pid": t["rank"],
+                               "tid": t["core"], "ts": start * cycle_ns / 1000.0,
+                               "dur": (t["cycle"] - start) * cycle_ns / 1000.0,
+                               "args": {"start_cycle": start, "end_cycle": t["cycle"]}})
+                last_end[key] = t["cycle"]
+                continue
             if t["event"] in spans:
                 open_.setdefault((*key, t["event"]), []).append(t)
                 continue

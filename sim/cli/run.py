@@ -160,7 +160,8 @@ def prepare(args):
                 print(line)
         if args.trace:
             _write_trace(args.trace, traced, get_preset(preset).cycle_ns,
-                         getattr(kernel, "trace_spans", None))
+                         getattr(kernel, "trace_spans", None),
+                         getattr(kernel, "trace_phases", None))
         if args.json:
             write_json(args.json, results[0] if not sweep else
                        {"kernel": kernel.name, "sweep": sweep[0], "values": sweep[1],
@@ -257,13 +258,13 @@ def _run_label(swept, run, runs):
     return " ".join(parts)
 
 
-def _write_trace(path, labelled, cycle_ns, spans=None):
+def _write_trace(path, labelled, cycle_ns, spans=None, phases=None):
     """One trace of every ``(label, report)``: each run's ranks are processes named
     ``label: rank r`` (pids 1000 apart)."""
     from ..output import write_atomic
     events = []
     for i, (label, rep) in enumerate(labelled):
-        tr = rep.chrome_trace(cycle_ns, spans, label=label)["traceEvents"]
+        tr = rep.chrome_trace(cycle_ns, spans, label=label, phases=phases)["traceEvents"]
         for ev in tr:  # one trace per run: separate them by pid range
             ev["pid"] = ev["pid"] + 1000 * i
         events += tr

@@ -96,6 +96,10 @@ class Combine(Dispatch):
                    "checked bit-exact against numpy")
     params = {**Dispatch.params, "broken": None}
     choices = {**Dispatch.choices, "broken": (None, "no_flag_poll")}
+    trace_phases = {**Dispatch.trace_phases, combine.EVENTS["c_init"]: "Combine init",
+                    combine.EVENTS["c_send"]: "Combine send",
+                    combine.EVENTS["c_sync"]: "Combine flag wait + SyncAll",
+                    combine.EVENTS["c_combine"]: "Combine sum"}
 
     def resolve_params(self, params):
         p = dict(params or {})

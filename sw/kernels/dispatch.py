@@ -71,6 +71,14 @@ OPTIONS = {"send_split": ("cann", SEND_SPLITS), "mapping": ("ubep", ubep.MAPPING
 VARIANTS = {"cann": "send_split", "ubep": "mapping"}
 #: UBEP's header words at the front of every block (TFF): the rest is payload
 HEADER_WORDS = 4
+#: ``{phase-end MARK: the phase's name}`` for the Perfetto trace (UBEP Fig. 8's stages): each
+#: AIV's run becomes back-to-back slices, one per phase, ending at its MARK
+TRACE_PHASES = {
+    PHASES["init"]: "Init", PHASES["send"]: "Token-Sending",
+    PHASES["sync1_in"]: "SendFlag: count + fence", PHASES["sync1_out"]: "SyncAll 1",
+    PHASES["count_sync"]: "SendFlag: status", PHASES["sync2_in"]: "Flag Verification",
+    PHASES["verify"]: "SyncAll 2", PHASES["cumsum"]: "CalCumSum",
+    PHASES["reorder"]: "Token-Reordering", ubep.EVENTS["count"]: "TokenCnt"}  # UBEP's others
 #: the largest top-k the kernels take (any k from 1: DeepSeek-V2's top-6, the models' top-8)
 MAX_TOPK = 16
 
@@ -215,6 +223,7 @@ class Dispatch(Kernel):
               "model": None}
     choices = {"system": SYSTEMS, "model": tuple(MODELS), "broken": BROKEN,
                **{name: values for name, (_, values) in OPTIONS.items()}}
+    trace_phases = TRACE_PHASES
     default_preset = "cm384"
     default_aivs = (4,)
     default_max_cycles = 2_000_000

@@ -301,7 +301,8 @@ def test_the_comparison_line_uses_the_kernels_own_latency():
 
 
 def test_both_systems_in_one_trace(tmp_path, capsys):
-    """--system cann,ubep --trace: each system's ranks are processes of their own, named."""
+    """--system cann,ubep --trace: each system's ranks are processes of their own, named; every
+    AIV's run is tiled by slices named after its phases (UBEP Fig. 8's stages)."""
     trace = tmp_path / "t.json"
     assert main(["run", "dispatch", *SMALL, "--batch", "2", "--topk", "1", "--experts", "2",
                  "--system", "cann,ubep", "--trace", str(trace)]) == 0
@@ -311,3 +312,20 @@ def test_both_systems_in_one_trace(tmp_path, capsys):
                                       "system=ubep: rank 0", "system=ubep: rank 1"]
     marks = {names[e["pid"]].split(":")[0] for e in events if e["ph"] in ("i", "X")}
     assert marks == {"system=cann", "system=ubep"}           # both runs' MARKs are in the file
+    tracks = {}
+    for e in events:
+        if e["ph"] == "X":
+            tracks.setdefault((names[e["pid"]].split(":")[0], e["pid"], e["tid"]), []).append(e)
+    cann = ["Init", "Token-Sending", "SendFlag: count + fence", "SyncAll 1", "SendFlag: status",
+            "Flag Verification", "SyncAll 2", "CalCumSum", "Token-Reordering"]
+    ubep = (["Init", "Token-Sending", "Token-Reordering"],                       # T-AIV
+            ["Init", "TokenCnt", "CalCumSum", "Token-Reordering"])               # C-AIV
+    assert len(tracks) == 2 * 2 * 2                          # 2 systems x 2 ranks x 2 AIVs
+    for (system, _, _), slices in tracks.items():
+        slices.sort(key=lambda e: e["args"]["start_cycle"])
+        got = [e["name"] for e in slices]
+        assert got == cann if system == "system=cann" else got in ubep, (system, got)
+        assert slices[0]["args"]["start_cycle"] == 0
+        for a, b in zip(slices, slices[1:]):                  # back to back: they tile the run
+            assert a["args"]["end_cycle"] == b["args"]["start_cycle"]
+            assert a["ts"] + a["dur"] == pytest.approx(b["ts"])
