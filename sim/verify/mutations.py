@@ -344,4 +344,24 @@ MUTATIONS = [
         "tests": ["tests/hw/test_aiv_core.py::test_inc_program_results"],
         "timeout": 180,
     },
+    {
+        "name": "dispatch_checker_skips_counts",
+        "file": "sw/kernels/dispatch.py",
+        "old": "            if words != want:\n",
+        "new": "            if False:\n",
+        "description": "the dispatch checker no longer compares COUNTS with numpy (the "
+                       "experiments would accept a run with wrong counts)",
+        "tests": ["tests/sw/test_dispatch.py::test_the_checker_sees_wrong_counts_and_a_wrong_expand"],
+        "timeout": 180,
+    },
+    {
+        "name": "dispatch_checker_skips_expand",
+        "file": "sw/kernels/dispatch.py",
+        "old": "            if expand != slot_index(w.topk_idx[d]).reshape(-1).tolist():\n",
+        "new": "            if False:\n",
+        "description": "the dispatch checker no longer compares EXPAND (what the combine looks "
+                       "tokens up by) with numpy",
+        "tests": ["tests/sw/test_dispatch.py::test_the_checker_sees_wrong_counts_and_a_wrong_expand"],
+        "timeout": 180,
+    },
 ]

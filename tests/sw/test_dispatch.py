@@ -58,6 +58,22 @@ def test_the_checker_sees_a_wrong_token():
     assert not verdict["correct"] and "OUT token" in verdict["problems"][0]
 
 
+@pytest.mark.parametrize("region", ["COUNTS", "EXPAND"])
+def test_the_checker_sees_wrong_counts_and_a_wrong_expand(region):
+    """The experiments rely on the checker: one flipped bit of COUNTS or EXPAND is a problem."""
+    m, report, inputs = pysim_run("cann")
+    lay = layout_of(m.config, K.resolve_params({**SMALL, "system": "cann"}))
+    i = m._block_at[getattr(lay, region)] * m.config.words_per_block     # word 0 of the region
+    m._readback[1][i] ^= 1
+    try:
+        verdict = K.check(m, report, inputs)
+    finally:
+        m._readback[1][i] ^= 1
+    assert not verdict["correct"]
+    assert [p.split()[2] for p in verdict["problems"]] == [region]        # "rank 1: COUNTS ..."
+    assert verdict["problems"][0].startswith("rank 1: ")
+
+
 def test_a_reorder_that_does_not_wait_for_the_flags_is_caught():
     """On cm384 the flags take 218 ns to the other die: a reorder that does not wait reads 0s."""
     require_simulator("native")          # one cm384 build serves this and test_combine's control
