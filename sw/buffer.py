@@ -12,21 +12,32 @@
     y, report = buf.combine(expert_out, handle)
 
 ``x`` is ranks × BS × blocks × 32-bit words (every rank's tokens: the whole
-machine is simulated), ``topk_idx``/``topk_weights`` ranks × BS × k. The
-buffer is one machine configuration (its layout is sized for ``batch``,
-``topk``, ``experts`` and ``hidden_blocks``); every call is a machine run
-checked against numpy (a wrong result raises). Between runs the buffer
-keeps what a persistent HBM would: the ``CTRL`` words (cumulative SyncAll
-counters), the status, count and offset words and ``EXPAND``; each
-dispatch runs at the next epoch, so stale flags of an earlier call can
-never be taken for new ones. With ``system="ubep"``, words 0–3 of every
-block are the Token-Flag Fusion header in both directions: the payload is
-words 4 and up (480 of 512 B), as on the real fabric.
+machine is simulated), ``topk_idx``/``topk_weights`` ranks × BS × k. All
+three are integer arrays (a float array is refused, never truncated: the
+machine moves 32-bit words and the combine sums 16-bit integer lanes);
+``topk_idx`` holds k distinct expert ids in ``[0, E)`` per token (the
+kernels send every slot: DeepEP's ``-1`` "no expert" is refused). The
+buffer is one machine configuration (its layout and programs are sized for
+``batch``, ``topk``, ``experts`` and ``hidden_blocks``): every call has
+exactly that shape. Every call is a machine run checked against numpy (a
+wrong result raises). Between runs the buffer keeps what a persistent HBM
+would: the ``CTRL`` words (cumulative SyncAll counters), the status, count
+and offset words and ``EXPAND``; each dispatch runs at the next epoch, so
+stale flags of an earlier call can never be taken for new ones. Calls may
+switch systems: CANN's SyncAll counters count only CANN's barriers, so
+before a CANN run the host moves a counter that UBEP epochs left behind to
+where all-CANN epochs would have left it (a counter never goes back). With
+``system="ubep"``, words 0–3 of every block are the Token-Flag Fusion header
+in both directions: the payload is words 4 and up (480 of 512 B), as on the
+real fabric. ``recv_x`` and ``y`` are ``uint32`` arrays, the machine's words
+(y: each word two 16-bit lanes, summed modulo 2¹⁶), whatever integer dtype
+``x`` has.
 """
 
 import numpy as np
 
 from ..hw.validate import UserError
+from .config import parse_topology
 from .isa import address
 from .machine import Machine
 from .ubep.workload import Workload
@@ -46,11 +57,14 @@ class Buffer:
     backend : Backend
         ``epfabric.sim.backends.machine.backend(name)``.
     preset, topology, aivs
-        The machine (default: cm384, the dispatch kernel's default shape, 4 AIVs per die).
+        The machine (default: cm384, the dispatch kernel's default shape, 4 AIVs per die);
+        ``topology`` is a tuple ``("superpod", 2, 2, 1)`` or its string
+        ``"superpod:2,2,1"``.
     batch, topk, experts, hidden_blocks
-        The largest call the buffer serves (BS tokens per rank, k, E, 512 B blocks per token;
-        ``hidden_blocks`` defaults to 1). ``topk`` and ``experts`` are required unless
-        ``model`` is given.
+        The shape of every call (BS tokens per rank, k, E, 512 B blocks per token;
+        ``hidden_blocks`` defaults to 1): the layout and the kernels' programs are sized for
+        it, so a call with another shape is refused, naming it. ``topk`` and ``experts`` are
+        required unless ``model`` is given.
     model : str
         A model of UBEP Table 3 (:data:`~epfabric.sw.ubep.workload.MODELS`: ``deepseek-v3``,
         ``qwen3-30b``, ``glm-4.7``): sets ``topk``, ``experts`` and ``hidden_blocks`` (its
@@ -59,7 +73,7 @@ class Buffer:
         refused. The buffer's shape is then fixed: a call with the other system moves the
         same blocks.
     system : str
-        ``"cann"`` or ``"ubep"`` (each call may override it).
+        ``"cann"`` or ``"ubep"`` (each call may override it, in either order).
     max_cycles : int
         Watchdog limit per run.
     """
@@ -68,6 +82,8 @@ class Buffer:
                  experts=None, hidden_blocks=None, model=None, system="ubep",
                  max_cycles=2_000_000):
         from .kernels import KERNELS
+        if isinstance(topology, str):
+            topology = parse_topology(topology)
         self._dispatch, self._combine = KERNELS["dispatch"], KERNELS["combine"]
         shape = {"topk": topk, "experts": experts, "hidden_blocks": hidden_blocks}
         if model is None:
@@ -97,6 +113,20 @@ class Buffer:
         return [(lay.CTRL, 1), (lay.STATUS, lay.RECV - lay.STATUS),
                 (lay.COUNTS, lay.WEIGHTS - lay.COUNTS), (lay.CSTATUS, lay.blocks - lay.CSTATUS)]
 
+    def _catch_up(self, word, count):
+        """Raise every rank's ``CTRL[word]`` SyncAll counter to ``count`` if it is behind.
+
+        CANN's barriers poll a cumulative count that assumes every earlier epoch ran CANN;
+        UBEP runs have no SyncAll, so after them the host (between runs: no core is
+        running) moves the counter to where CANN epochs would have left it.
+        """
+        wpb = self.config.words_per_block
+        for r in range(self.ranks):
+            words = list(self._state.get((r, self.layout.CTRL), [0] * wpb))
+            if words[word] < count:
+                words[word] = count
+                self._state[(r, self.layout.CTRL)] = words
+
     def _restore(self):
         self.machine.clear()
         for (r, block), words in sorted(self._state.items()):
@@ -113,6 +143,29 @@ class Buffer:
         ranges = list(self.machine._read_ranges) + self._persistent()
         self.machine.read_back(ranges)
 
+    def _check_idx(self, topk_idx):
+        """``topk_idx`` as an array, or ``UserError`` naming its first bad (rank, token, slot)."""
+        idx = _integers("topk_idx", topk_idx, "expert ids")
+        if idx.ndim != 3 or idx.shape[0] != self.ranks:
+            raise UserError(f"topk_idx must be ranks ({self.ranks}) x tokens x k, "
+                            f"not shape {idx.shape}")
+        e = self.params["experts"]
+        bad = np.argwhere((idx < 0) | (idx >= e))
+        if len(bad):
+            s, t, i = map(int, bad[0])
+            why = ("; the kernels send every slot and cannot skip one (DeepEP's -1, "
+                   "no expert)" if idx[s, t, i] < 0 else "")
+            raise UserError(f"topk_idx[{s}, {t}, {i}] (rank {s}, token {t}, slot {i}) is "
+                            f"{int(idx[s, t, i])}: expert ids must be in [0, {e}){why}")
+        for s in range(idx.shape[0]):
+            for t, row in enumerate(idx[s].tolist()):
+                seen = [v for n, v in enumerate(row) if v in row[:n]]
+                if seen:
+                    raise UserError(f"topk_idx[{s}, {t}] (rank {s}, token {t}) names expert "
+                                    f"{seen[0]} twice: the kernels take k distinct experts "
+                                    f"per token")
+        return idx
+
     def get_dispatch_layout(self, topk_idx, num_experts):
         """DeepEP's layout: ``(num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank)``.
 
@@ -121,13 +174,10 @@ class Buffer:
         per expert, and the BS × R token-to-rank mask. Host-side numpy, for
         sizing and inspection; the kernels compute what they need themselves.
         """
-        idx = np.asarray(topk_idx)
-        if idx.ndim != 3 or idx.shape[0] != self.ranks:
-            raise UserError(f"topk_idx must be ranks ({self.ranks}) x tokens x k, "
-                            f"not shape {idx.shape}")
-        if num_experts % self.ranks:
-            raise UserError(f"num_experts ({num_experts}) must be a multiple of the ranks "
-                            f"({self.ranks})")
+        if num_experts != self.params["experts"]:
+            raise UserError(f"num_experts must be the Buffer's experts "
+                            f"({self.params['experts']}), not {num_experts!r}")
+        idx = self._check_idx(topk_idx)
         epr = num_experts // self.ranks
         in_rank = np.zeros((self.ranks, idx.shape[1], self.ranks), dtype=bool)
         per_expert = np.zeros((self.ranks, num_experts), dtype=np.int64)
@@ -153,14 +203,27 @@ class Buffer:
             When the machine's result differs from numpy.
         """
         p = self.params
-        w = Workload.from_arrays(x, topk_idx, topk_weights, p["experts"])
-        want = (self.ranks, p["batch"], p["topk"], p["hidden_blocks"], self.config.words_per_block)
-        if (w.ranks, w.batch, w.topk, w.hidden_blocks, w.words) != want:
-            raise UserError(f"this buffer takes ranks x BS x k x blocks x words = {want}, not "
-                            f"{(w.ranks, w.batch, w.topk, w.hidden_blocks, w.words)}")
+        x = _integers("x", x, "32-bit words")
+        wts = _integers("topk_weights", topk_weights,
+                        "the hardware sums 16-bit integer lanes")
+        idx = _integers("topk_idx", topk_idx, "expert ids")
+        if x.ndim != 4:
+            raise UserError(f"x must be ranks x tokens x blocks x words, not shape {x.shape}")
+        k = idx.shape[2] if idx.ndim == 3 else None
+        for name, want, got in (("ranks", self.ranks, x.shape[0]), ("batch", p["batch"],
+                                 x.shape[1]), ("topk", p["topk"], k),
+                                ("hidden_blocks", p["hidden_blocks"], x.shape[2]),
+                                ("words", self.config.words_per_block, x.shape[3])):
+            if got is not None and got != want:
+                raise UserError(f"{name} must equal the Buffer's {name} ({want}), not {got} "
+                                f"(x is {x.shape}, topk_idx {idx.shape})")
+        idx = self._check_idx(idx)
+        w = Workload.from_arrays(x, idx, wts, p["experts"])
         params = {**p, "system": system or p["system"]}
         self._dispatch.resolve_params(params)
         self.epoch += 1
+        if params["system"] == "cann":           # SyncAll #2 of every epoch before this one
+            self._catch_up(0, 2 * (self.epoch - 1) * self.config.aivs_per_die)
         self._restore()
         inputs = self._dispatch.load(self.machine, params, workload=w, epoch=self.epoch)
         self._read_back_too()
@@ -170,7 +233,7 @@ class Buffer:
             raise DispatchError("dispatch differs from numpy: " + "; ".join(verdict["problems"]))
         self._save()
         from .kernels.combine import read_out
-        recv = [read_out(self.machine, self.layout, d, n)
+        recv = [read_out(self.machine, self.layout, d, n).astype(np.uint32)
                 for d, n in enumerate(verdict["tokens_received"])]
         per_expert = [list(c) for c in verdict["recv_count"]]
         handle = {"system": params["system"], "epoch": self.epoch, "workload": w,
@@ -180,8 +243,9 @@ class Buffer:
     def combine(self, expert_out, handle):
         """Send ``expert_out[d]`` (rows as ``recv_x[d]``) back, weighted, summed: ``(y, report)``.
 
-        ``y[s]`` is BS × blocks × words: ``Σ_i w[t,i] · expert_out(t, i)`` in
-        16-bit lanes (UBEP: words 4 and up; words 0–3 are its header).
+        ``y[s]`` is BS × blocks × words, ``uint32``: ``Σ_i w[t,i] · expert_out(t, i)``
+        in 16-bit lanes, modulo 2¹⁶ each (UBEP: words 4 and up; words 0–3 are its header).
+        ``expert_out[d]`` is an integer array of 32-bit words.
         """
         if handle.get("epoch") != self.epoch:
             raise UserError(f"handle of dispatch epoch {handle.get('epoch')} is stale: the "
@@ -189,12 +253,17 @@ class Buffer:
         w, params = handle["workload"], handle["params"]
         outs = []
         for d, rows in enumerate(handle["rows"]):
-            o = np.asarray(expert_out[d])
+            o = _integers(f"expert_out[{d}]", expert_out[d], "32-bit words")
+            if o.size and (o.min() < 0 or o.max() > 0xFFFFFFFF):
+                raise UserError(f"expert_out[{d}] must hold 32-bit words (0 to 2**32 - 1), not "
+                                f"{int(o.min()) if o.min() < 0 else int(o.max())}")
             if o.shape != (rows, w.hidden_blocks, w.words):
                 raise UserError(f"expert_out[{d}] must be {rows} x {w.hidden_blocks} x "
                                 f"{w.words} (what rank {d} received), not {o.shape}")
             outs.append(o.astype(np.uint64))
         from .kernels.combine import carry_to_combine
+        if params["system"] == "cann":           # the combine SyncAll of every earlier epoch
+            self._catch_up(2, (self.epoch - 1) * self.config.aivs_per_die)
         carry_to_combine(self.machine, w, params, outs, carried=self._state)
         self._read_back_too()
         report = self.machine.run(self.max_cycles)
@@ -207,6 +276,14 @@ class Buffer:
         lay = self.layout
         y = [np.array(self.machine.read_mem(s, address(0, lay.YOUT),
                                             w.batch * w.hidden_blocks * 128),
-                      dtype=np.uint64).reshape(w.batch, w.hidden_blocks, 128)[:, :, :w.words]
+                      dtype=np.uint32).reshape(w.batch, w.hidden_blocks, 128)[:, :, :w.words]
              for s in range(self.ranks)]
         return y, report
+
+
+def _integers(name, value, what):
+    """``value`` as an array, or ``UserError`` when it is not of an integer dtype (named)."""
+    a = np.asarray(value)
+    if not np.issubdtype(a.dtype, np.integer):
+        raise UserError(f"{name} must be an integer array ({what}), not {a.dtype}")
+    return a

@@ -67,8 +67,8 @@ def test_bad_inputs_are_named():
         buf.dispatch(x, bad, wts)
     with pytest.raises(ValueError, match=r"topk_weights must be integers in \[0, 65535\]"):
         buf.dispatch(x, idx, wts * 100000)
-    with pytest.raises(ValueError, match="this buffer takes"):
-        buf.dispatch(x[:, :3], idx[:, :3], wts[:, :3])
+    with pytest.raises(ValueError, match="ranks must equal the Buffer's ranks"):
+        buf.dispatch(x[:1], idx[:1], wts[:1])
     with pytest.raises(ValueError, match="num_experts"):
         buf.get_dispatch_layout(idx, 5)
     assert issubclass(DispatchError, RuntimeError)
@@ -86,3 +86,96 @@ def test_a_buffer_is_sized_by_its_shape_or_a_model():
         Buffer(backend("pysim"), model="glm", **shape)
     buf = Buffer(backend("pysim"), topk=3, experts=6, system="cann", **shape)   # 3 a rank
     assert (buf.layout.epr, buf.layout.topk, buf.model) == (3, 3, None)
+
+
+@pytest.fixture(scope="module")
+def pysim_buf():
+    """One pysim UBEP buffer for the checks that never reach a simulation."""
+    return Buffer(backend("pysim"), system="ubep", **SHAPE)
+
+
+@pytest.mark.parametrize("arg", ["x", "topk_idx", "topk_weights"])
+def test_a_float_input_is_refused_not_truncated(pysim_buf, arg):
+    """Softmax-style float weights used to become 0 (y all zeros, reported correct)."""
+    x, idx, wts = _inputs(1)
+    given = {"x": x, "topk_idx": idx, "topk_weights": wts}
+    given[arg] = given[arg].astype(np.float32)
+    if arg == "topk_weights":
+        given[arg] = given[arg] / given[arg].sum(axis=-1, keepdims=True)
+    with pytest.raises(ValueError, match=rf"^{arg} must be an integer array \(.*\), not float32$"):
+        pysim_buf.dispatch(**given)
+    with pytest.raises(ValueError, match=r"^topk_idx must be an integer array"):
+        pysim_buf.get_dispatch_layout(idx.astype(np.float64), 4)
+
+
+def test_batch_must_equal_the_buffers(pysim_buf):
+    x, idx, wts = _inputs(1)
+    with pytest.raises(ValueError, match=r"batch must equal the Buffer's batch \(4\), not 3"):
+        pysim_buf.dispatch(x[:, :3], idx[:, :3], wts[:, :3])
+    with pytest.raises(ValueError, match=r"topk must equal the Buffer's topk \(2\), not 1"):
+        pysim_buf.dispatch(x, idx[:, :, :1], wts[:, :, :1])
+
+
+def test_num_experts_must_be_the_buffers(pysim_buf):
+    _, idx, _ = _inputs(1)
+    with pytest.raises(ValueError, match=r"num_experts must be the Buffer's experts \(4\), not 8"):
+        pysim_buf.get_dispatch_layout(idx, 8)
+
+
+@pytest.mark.parametrize("value", [-1, 4])
+def test_an_expert_id_outside_the_range_is_named(pysim_buf, value):
+    """-1 (DeepEP's "no expert") used to count as expert E-1; E raised numpy's IndexError."""
+    x, idx, wts = _inputs(1)
+    bad = idx.copy()
+    bad[1, 2, 1] = value
+    msg = (rf"^topk_idx\[1, 2, 1\] \(rank 1, token 2, slot 1\) is {value}: expert ids must be "
+           rf"in \[0, 4\)")
+    with pytest.raises(ValueError, match=msg):
+        pysim_buf.get_dispatch_layout(bad, 4)
+    with pytest.raises(ValueError, match=msg):
+        pysim_buf.dispatch(x, bad, wts)
+    if value == -1:
+        with pytest.raises(ValueError, match=r"cannot skip one \(DeepEP.s -1, no expert\)$"):
+            pysim_buf.dispatch(x, bad, wts)
+    bad = idx.copy()
+    bad[1, 3, 1] = bad[1, 3, 0]
+    with pytest.raises(ValueError, match=rf"^topk_idx\[1, 3\] \(rank 1, token 3\) names expert "
+                                         rf"{bad[1, 3, 0]} twice: .*distinct experts"):
+        pysim_buf.get_dispatch_layout(bad, 4)
+
+
+def test_a_topology_string_is_parsed():
+    buf = Buffer(backend("pysim"), system="ubep", **{**SHAPE, "topology": "superpod:2,1,1"})
+    assert buf.config.topology == ("superpod", 2, 1, 1)
+    with pytest.raises(ValueError, match="topology must look like superpod"):
+        Buffer(backend("pysim"), system="ubep", **{**SHAPE, "topology": "superpod:two"})
+
+
+def test_ubep_then_cann_on_one_buffer(pysim_buf):
+    """A CANN call after a UBEP one used to hang at SyncAll #1 (CTRL[0] lagged 2·A an epoch).
+
+    Also: y comes back in the machine's word type, uint32, whatever x's integer dtype.
+    """
+    buf = pysim_buf
+    for seed, system in ((1, "ubep"), (2, "cann")):
+        x, idx, wts = _inputs(seed)
+        x = x.astype(np.uint32)
+        lo = 4 if system == "ubep" else 0
+        recv, per_expert, handle, _ = buf.dispatch(x, idx, wts, system=system)
+        assert handle["system"] == system
+        w = Workload.from_arrays(x, idx, wts, 4)
+        want = dispatch_out(w)[0]
+        for d in range(2):
+            assert recv[d].dtype == np.uint32
+            assert np.array_equal(recv[d][:, :, lo:], want[d][:, :, lo:])
+        outs = [_expert(r, d) for d, r in enumerate(recv)]
+        with pytest.raises(ValueError, match=r"^expert_out\[0\] must be an integer array "
+                                             r"\(32-bit words\), not float64$"):
+            buf.combine([o.astype(np.float64) for o in outs], handle)
+        y, _ = buf.combine(outs, handle)
+        ref = combine_out(w, outs)
+        for s in range(2):
+            assert y[s].dtype == np.uint32
+            assert np.array_equal(y[s][:, :, lo:], ref[s][:, :, lo:])
+    ctrl = buf._state[(0, buf.layout.CTRL)]
+    assert (ctrl[0], ctrl[1], ctrl[2]) == (2 * 2 * 2, 2, 2 * 2)   # as if epoch 1 had been CANN
