@@ -36,9 +36,12 @@ def test_smoke_row_has_the_latencies_of_the_protocols(tiny_row):
 
 
 def test_verdict_and_figure(tiny_row, tmp_path):
-    holds, line = FIG10.verdict(tiny_row)
-    assert holds in (True, False)
+    _, line = FIG10.verdict(tiny_row)
     assert "every DaF faster than SW: yes" in line and "4 ranks: -" in line
+    # the paper's shape (every DaF faster than SW, DC the worst DaF, SP the best) holds
+    paper = [dict(tiny_row[0], sw_ns=1000, tff_ns=700, dc_ns=800, sp_ns=600, worst_daf="dc")]
+    assert FIG10.verdict(paper)[0] is True
+    assert FIG10.verdict([dict(paper[0], worst_daf="tff")])[0] is False
     # a row where stop-and-wait wins does not hold, and says so
     slow = [dict(tiny_row[0], tff_ns=tiny_row[0]["sw_ns"] + 1)]
     holds, line = FIG10.verdict(slow)

@@ -49,9 +49,17 @@ def test_the_rows_are_the_measured_times_and_their_spread(tiny_rows):
 
 
 def test_verdict_and_figure(tiny_rows, tmp_path):
-    holds, line = FIG9.verdict(tiny_rows)
-    assert holds in (True, False)
+    _, line = FIG9.verdict(tiny_rows)
     assert "UBEP/w/o" in line and "max/mean" in line
+    # at the paper's maxima, with UBEP the most uniform, the verdict holds; UBEP 30 % slower
+    # (outside the ±20 % band, ordering broken) or the least uniform, it does not
+    paper = [dict(r, max_us=PAPER[r["variant"]], max_over_mean=1.1 if r["variant"] == "ubep"
+                  else 1.5) for r in tiny_rows]
+    assert FIG9.verdict(paper)[0] is True
+    slow = [dict(r, max_us=1.3 * r["max_us"]) if r["variant"] == "ubep" else r for r in paper]
+    assert FIG9.verdict(slow)[0] is False
+    uneven = [dict(r, max_over_mean=2.0) if r["variant"] == "ubep" else r for r in paper]
+    assert FIG9.verdict(uneven)[0] is False
     broken = [dict(r, correct=False) if r["variant"] == "ubep" else r for r in tiny_rows]
     assert FIG9.verdict(broken) == (False, "superpod:2,1,1: ubep not bit-exact against numpy")
     FIG9.plot(tiny_rows, tmp_path / "fig9.png")
