@@ -29,7 +29,7 @@ test-slow: $(STAMP) ## run only the long sweeps marked `slow`
 mutate: $(STAMP) ## curated mutations of hw/ and the kernels, each in a copy: are they caught? (build/mutations.json)
 	$(VENV)/bin/epfabric mutate --json build/mutations.json
 
-RUN_SHAPE ?= --preset cm384 --topology superpod:2,2,1 --aivs 2 --batch 16 --topk 4 --experts 8
+RUN_SHAPE ?= --preset cm384 --topology superpod:2,2,1 --aivs 4 --batch 16 --topk 4 --experts 8
 # The runs are a few thousand cycles: an -O0 model builds in 49 s against -O1's 84 s (empty
 # ccache, measured) and still runs each in seconds. Use RUN_OPT=-O1 for a large RUN_SHAPE.
 RUN_OPT ?= -O0
