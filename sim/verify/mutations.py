@@ -364,4 +364,25 @@ MUTATIONS = [
         "tests": ["tests/sw/test_dispatch.py::test_the_checker_sees_wrong_counts_and_a_wrong_expand"],
         "timeout": 180,
     },
+    {
+        "name": "result_key_ignores_backend",
+        "file": "sim/lab/results/cache.py",
+        "old": '    text = json.dumps({"experiment": experiment, "point": point,\n',
+        "new": '    text = json.dumps({"experiment": experiment, "point": {k: v for k, v in '
+               'point.items() if k != "backend"},\n',
+        "description": "the result cache's key leaves out the point's backend (speed's rows "
+                       "would be one backend's, served for all)",
+        "tests": ["tests/sim/test_reproduce.py::test_every_point_of_a_grid_has_its_own_key"],
+        "timeout": 120,
+    },
+    {
+        "name": "source_hash_misses_cpp",
+        "file": "sim/lab/results/cache.py",
+        "old": 'SOURCE_SUFFIXES = (".py", ".vlt", ".cpp", ".h")\n',
+        "new": 'SOURCE_SUFFIXES = (".py", ".vlt")\n',
+        "description": "the source hash ignores the native backend's C++ top: a change to it "
+                       "reuses stale cached results",
+        "tests": ["tests/sim/test_reproduce.py::test_the_source_hash_sees_every_source_file"],
+        "timeout": 120,
+    },
 ]

@@ -252,3 +252,32 @@ def test_a_name_matches_with_either_separator(monkeypatch, tmp_path, no_simulati
                                      str(tmp_path), "--scheduler", "serial"])
     assert cli.prepare(args)() == 0
     assert asked == [["fabric_speed", "incmoe-layer"]]
+
+
+def test_every_point_of_a_grid_has_its_own_key():
+    """The speed grid's points differ only by backend: a key that left it out would serve one
+    backend's row for every backend."""
+    for name in ("speed", "fig10", "fig9"):
+        e = EXPERIMENTS[name]
+        points = e.points(e.resolve(), quick=True)
+        keys = {cache.point_key(name, p, source="s") for p in points}
+        assert len(keys) == len(points), name
+    p = EXPERIMENTS["speed"].points(EXPERIMENTS["speed"].resolve(), quick=True)[0]
+    assert (cache.point_key("speed", {**p, "backend": "pysim"}, source="s")
+            != cache.point_key("speed", {**p, "backend": "native"}, source="s"))
+
+
+@pytest.mark.parametrize("name", ["native_top.cpp", "native_bind.h", "lint.vlt", "x.py"])
+def test_the_source_hash_sees_every_source_file(name, tmp_path, monkeypatch):
+    """A change to the native backend's C++ top invalidates cached results like a .py does."""
+    import epfabric.sim
+    (tmp_path / name).write_text("one")
+    monkeypatch.setattr(epfabric.sim, "__path__", [str(tmp_path)])
+    cache.source_hash.cache_clear()                      # it is computed once per process
+    try:
+        before = cache.source_hash()
+        (tmp_path / name).write_text("two")
+        cache.source_hash.cache_clear()
+        assert cache.source_hash() != before
+    finally:
+        cache.source_hash.cache_clear()

@@ -28,16 +28,21 @@ def cache_dir():
     return Path(os.environ.get("EPFABRIC_RESULT_CACHE", Path.cwd() / "build" / "results"))
 
 
+#: what a result can depend on: a change to any of these files invalidates every cached point
+SOURCE_SUFFIXES = (".py", ".vlt", ".cpp", ".h")
+
+
 @lru_cache(maxsize=1)
 def source_hash():
-    """SHA-256 (16 hex digits) of every ``.py``/``.vlt`` file of the installed ``epfabric`` packages."""
+    """SHA-256 (16 hex digits) of every source file (:data:`SOURCE_SUFFIXES`: Python, Verilator
+    configuration, the native backend's C++ top) of the installed ``epfabric`` packages."""
     import epfabric.hw
     import epfabric.sim
     import epfabric.sw
     digest = hashlib.sha256()
     for pkg in (epfabric.hw, epfabric.sw, epfabric.sim):
         root = Path(pkg.__path__[0])
-        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".vlt")):
+        for path in sorted(p for p in root.rglob("*") if p.suffix in SOURCE_SUFFIXES):
             digest.update(f"{pkg.__name__}/{path.relative_to(root).as_posix()}\0".encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
