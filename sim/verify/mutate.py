@@ -77,7 +77,11 @@ class Mutation:
                    harmless=d.get("harmless", ""), timeout=float(d.get("timeout", 300.0)))
 
     def module(self):
-        """Dotted name of the mutated module (``hw/ub_port.py`` -> ``epfabric.hw.ub_port``)."""
+        """Dotted name of the mutated module (``hw/ub_port.py`` -> ``epfabric.hw.ub_port``), or
+        of the package holding a file that is not Python (``sim/backends/native_top.cpp`` ->
+        ``epfabric.sim.backends``)."""
+        if Path(self.file).suffix != ".py":
+            return "epfabric." + ".".join(Path(self.file).parent.parts)
         parts = Path(self.file).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
@@ -173,16 +177,17 @@ def test_env(root, cache=None):
 _PROBE = r"""
 import importlib, json, sys
 from pathlib import Path
-root, module, needle = Path(sys.argv[1]).resolve(), sys.argv[2], sys.argv[3]
+root, module, needle, name = Path(sys.argv[1]).resolve(), sys.argv[2], sys.argv[3], sys.argv[4]
 import epfabric
 mod = importlib.import_module(module)
+target = Path(mod.__file__) if not name else Path(mod.__file__).parent / name
 from epfabric.sim.backends import verilog as simulation
 from epfabric.sim.verify import mutate
 where = getattr(epfabric, "__file__", None)
 print(json.dumps({"epfabric": str(Path(where).resolve()) if where else
                   f"a namespace package {list(epfabric.__path__)}",
-                  "module": str(Path(mod.__file__).resolve()),
-                  "mutated": needle in Path(mod.__file__).read_text(),
+                  "module": str(target.resolve()),
+                  "mutated": needle in target.read_text(),
                   "source_root": str(Path(simulation.__file__).resolve().parents[2]),
                   "source_hash": simulation.source_hash(),
                   "harness": str(Path(mutate.__file__).resolve())}))
@@ -197,7 +202,9 @@ def sanity_check(mutation, root, env):
     """
     root = Path(root).resolve()
     needle = mutation.edits[0][1]
-    done = subprocess.run([sys.executable, "-c", _PROBE, str(root), mutation.module(), needle],
+    name = "" if Path(mutation.file).suffix == ".py" else Path(mutation.file).name
+    done = subprocess.run([sys.executable, "-c", _PROBE, str(root), mutation.module(), needle,
+                           name],
                           cwd=root, env=env, capture_output=True, text=True, timeout=120)
     if done.returncode:
         raise RuntimeError(f"mutation {mutation.name}: sanity check failed:\n{done.stderr}")

@@ -385,4 +385,14 @@ MUTATIONS = [
         "tests": ["tests/sim/test_reproduce.py::test_the_source_hash_sees_every_source_file"],
         "timeout": 120,
     },
+    {
+        "name": "native_skips_busy_models",
+        "file": "sim/backends/native_top.cpp",
+        "old": "            skipped[k] = skip_idle && i.idle && *i.idle;\n",
+        "new": "            skipped[k] = skip_idle && i.idle;\n",
+        "description": "the native backend's C++ top skips the edge of every model that has an "
+                       "idle output, idle or not",
+        "tests": ["tests/sim/test_native.py::test_skipping_idle_links_changes_nothing"],
+        "timeout": 300,
+    },
 ]

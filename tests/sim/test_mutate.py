@@ -183,3 +183,10 @@ def test_summary_line():
             mutate.Outcome(BY_NAME["mapper_pivots_unclamped"])]
     assert mutate.summary_line(outs, 552) == "mutate: 2/2 caught (1 documented harmless) in 9 min 12 s"
     assert mutate.format_seconds(41.4) == "41 s"
+
+
+def test_a_file_that_is_not_python_is_probed_through_its_package():
+    """The C++ top of the native backend can be mutated: the probe imports its package."""
+    m = BY_NAME["native_skips_busy_models"]
+    assert m.module() == "epfabric.sim.backends"
+    assert BY_NAME["switch_drops_loser"].module() == "epfabric.hw.switch"
