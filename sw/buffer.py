@@ -8,6 +8,8 @@
     buf = Buffer(backend("verilator"), preset="cm384", topology=("superpod", 2, 2, 1),
                  aivs=4, batch=16, topk=4, experts=16, system="ubep")
     recv_x, per_expert, handle, report = buf.dispatch(x, topk_idx, topk_weights)
+    # DeepEP's names: recv = buf.dispatch(...); recv.recv_topk_idx, recv.recv_topk_weights,
+    # recv.num_recv_tokens_per_expert_list (see Buffer.dispatch)
     expert_out = [my_expert(rows) for rows in recv_x]          # anything, per rank
     y, report = buf.combine(expert_out, handle)
 
@@ -42,11 +44,26 @@ from .isa import address
 from .machine import Machine
 from .ubep.workload import Workload
 
-__all__ = ["Buffer", "DispatchError"]
+__all__ = ["Buffer", "DispatchError", "Received"]
 
 
 class DispatchError(RuntimeError):
     """A dispatch or combine whose result differs from numpy (the message lists the problems)."""
+
+
+class Received(tuple):
+    """What :meth:`Buffer.dispatch` returns: ``(recv_x, num_recv_tokens_per_expert_list,
+    handle, report)`` (a 4-tuple, unpacked as before) with DeepEP's receive fields by name:
+    ``recv_x``, ``recv_topk_idx``, ``recv_topk_weights``, ``num_recv_tokens_per_expert_list``,
+    ``handle``, ``report`` (the layout is in :meth:`Buffer.dispatch`)."""
+
+    def __new__(cls, recv_x, recv_topk_idx, recv_topk_weights, per_expert, handle, report):
+        self = super().__new__(cls, (recv_x, per_expert, handle, report))
+        self.recv_x, self.recv_topk_idx, self.recv_topk_weights = (recv_x, recv_topk_idx,
+                                                                   recv_topk_weights)
+        self.num_recv_tokens_per_expert_list = per_expert
+        self.handle, self.report = handle, report
+        return self
 
 
 class Buffer:
@@ -189,11 +206,33 @@ class Buffer:
         return in_rank.sum(axis=1), per_expert, in_rank
 
     def dispatch(self, x, topk_idx, topk_weights, *, system=None):
-        """Run a dispatch; return ``(recv_x, num_recv_tokens_per_expert, handle, report)``.
+        """Run a dispatch; return ``(recv_x, num_recv_tokens_per_expert_list, handle, report)``.
 
-        ``recv_x[d]`` is rank ``d``'s received tokens in CANN's order (local
-        expert, source rank, slot), ``num_recv_tokens_per_expert[d]`` its
-        tokens per local expert, ``handle`` what :meth:`combine` needs.
+        The return is a :class:`Received`: that 4-tuple, plus DeepEP's receive by name
+        (``.recv_x``, ``.recv_topk_idx``, ``.recv_topk_weights``,
+        ``.num_recv_tokens_per_expert_list``, ``.handle``, ``.report``). Per rank ``d``:
+
+        * ``recv_x[d]``: the received rows in CANN's order (local expert, source rank,
+          slot), rows × blocks × words, ``uint32``;
+        * ``num_recv_tokens_per_expert_list[d]``: rows per local expert (a list), read from
+          the machine's ``COUNTS`` words (the sum over source ranks);
+        * ``recv_topk_idx[d]``: rows × k ``int64``; row ``p`` holds, in column ``i`` (the
+          slot of its source token that it is), its local expert ``e - d·epr``, and ``-1``
+          in every other column;
+        * ``recv_topk_weights[d]``: rows × k ``int64``, the slot's weight in column ``i``,
+          0 elsewhere;
+        * ``handle["recv_src_idx"][d]``: rows × 2, the (source rank, token) of every row.
+
+        DeepEP receives one row per (token, destination rank), deduplicated: a token
+        with two experts on rank ``d`` arrives once, its ``recv_topk_idx`` row naming
+        both local experts (``-1`` for the slots routed elsewhere). The kernels modelled
+        here (CANN's, UBEP's) send one row per (token, slot), i.e. per (token, expert): that
+        token arrives twice, once per expert, each row with one column set. So
+        ``recv_topk_idx[d]`` has DeepEP's shape and meaning (rows × k, local expert or
+        ``-1``) over this model's rows, and code that sums ``weight · expert(row)`` over
+        the columns ≥ 0 gives the same per-token result. The three are computed on the host
+        from the machine's ``COUNTS`` and the routing (the rows of (expert, source) are that
+        source's tokens routed to the expert, in token order), after the run was checked.
 
         Raises
         ------
@@ -235,10 +274,41 @@ class Buffer:
         from .kernels.combine import read_out
         recv = [read_out(self.machine, self.layout, d, n).astype(np.uint32)
                 for d, n in enumerate(verdict["tokens_received"])]
-        per_expert = [list(c) for c in verdict["recv_count"]]
+        src, idx_of, w_of, per_expert = self._received(w)
         handle = {"system": params["system"], "epoch": self.epoch, "workload": w,
-                  "params": params, "rows": verdict["tokens_received"], "dispatch": verdict}
-        return recv, per_expert, handle, report
+                  "params": params, "rows": verdict["tokens_received"], "dispatch": verdict,
+                  "recv_src_idx": src}
+        return Received(recv, idx_of, w_of, per_expert, handle, report)
+
+    def _received(self, w):
+        """``(recv_src_idx, recv_topk_idx, recv_topk_weights, per-expert counts)`` per rank,
+        from the machine's ``COUNTS`` words and the routing ``w`` (:meth:`dispatch`)."""
+        lay, R, k = self.layout, self.ranks, w.topk
+        srcs, idxs, wts, per_expert = [], [], [], []
+        for d in range(R):
+            src, slot_of, weight_of, counts = [], [], [], []
+            for e_l in range(w.epr):
+                e = d * w.epr + e_l
+                n_e = 0
+                for s in range(R):
+                    block, word = lay.word_at(lay.COUNTS, e_l * R + s)
+                    n = self.machine.read_mem(d, address(0, block, word))[0]
+                    hits = np.argwhere(w.topk_idx[s] == e)[:n]        # (t, i), token order
+                    src += [(s, int(t)) for t, _ in hits]
+                    slot_of += [(int(i), e_l) for _, i in hits]
+                    weight_of += [int(w.topk_w[s][t, i]) for t, i in hits]
+                    n_e += n
+                counts.append(n_e)
+            rows = len(src)
+            ti = np.full((rows, k), -1, dtype=np.int64)
+            tw = np.zeros((rows, k), dtype=np.int64)
+            for p, ((i, e_l), wt) in enumerate(zip(slot_of, weight_of)):
+                ti[p, i], tw[p, i] = e_l, wt
+            srcs.append(np.array(src, dtype=np.int64).reshape(rows, 2))
+            idxs.append(ti)
+            wts.append(tw)
+            per_expert.append(counts)
+        return srcs, idxs, wts, per_expert
 
     def combine(self, expert_out, handle):
         """Send ``expert_out[d]`` (rows as ``recv_x[d]``) back, weighted, summed: ``(y, report)``.

@@ -57,7 +57,7 @@ from ..ubep import cann
 from ..ubep.cann import BROKEN, PHASES, SEND_SPLITS, SYNCALLS, dispatch_program
 from ..ubep.layout import GUARD, Layout
 from ..ubep.reference import counts, dispatch_out, slot_index
-from ..ubep.workload import MODELS, Workload, blocks_per_token
+from ..ubep.workload import MODELS, Workload, blocks_per_token, check_routing, read_routing
 from . import Kernel, pow2_at_least, register
 
 __all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times", "option", "OPTIONS", "VARIANTS",
@@ -115,6 +115,47 @@ def layout_of(config, params):
                   words=config.words_per_block, cap=params.get("cap") or params["batch"],
                   flag_words=(config.ranks * config.aivs_per_die
                               if option(params, "sync") == "sw" else 0))
+
+
+def _routing_shape(p, given):
+    """``routing`` (a path, as a string) after setting ``p``'s batch and topk from its file.
+
+    A batch or topk given too (or a model's topk) that differs from the file's is refused,
+    naming both.
+    """
+    idx, _ = read_routing(p["routing"])
+    path = str(p["routing"])
+    for name, value in (("batch", idx.shape[1]), ("topk", idx.shape[2])):
+        other = (given.get(name) if given.get(name) is not None
+                 else p[name] if name == "topk" and p["model"] is not None else None)
+        if other is not None and other != value:
+            by = f"model={p['model']!r}" if given.get(name) is None else ""
+            raise UserError(f"{name}={other!r}{' (' + by + ')' if by else ''} conflicts with "
+                            f"routing={path!r} ({name}={value} from its shape {idx.shape}); "
+                            f"give one of them")
+        p[name] = int(value)
+    if p["hot"]:
+        raise UserError(f"hot={p['hot']!r} draws a routing; routing={path!r} replays one: "
+                        f"give one of them")
+    return path
+
+
+def workload_of(params, ranks, words):
+    """The :class:`~epfabric.sw.ubep.workload.Workload` of a run on ``ranks`` ranks.
+
+    Drawn from ``params``' seed; with ``routing`` (a file), its routing and weights replace
+    the drawn ones (the tokens stay the seed's). A file of another rank count is refused.
+    """
+    w = Workload(ranks=ranks, batch=params["batch"], topk=params["topk"],
+                 experts=params["experts"], hidden_blocks=params["hidden_blocks"], words=words,
+                 seed=params["seed"], hot=params["hot"], hot_share=params.get("hot_share", 0.3))
+    if params.get("routing") is None:
+        return w
+    idx, wts = read_routing(params["routing"])
+    if idx.shape[0] != ranks:
+        raise UserError(f"routing={params['routing']!r} has {idx.shape[0]} ranks (its shape "
+                        f"{idx.shape}); the machine has {ranks}")
+    return w.replay(idx, wts)
 
 
 def check_sentinel_free(w):
@@ -220,7 +261,7 @@ class Dispatch(Kernel):
     params = {"system": "cann", "batch": 32, "topk": 8, "experts": 32, "hidden_blocks": 1,
               "seed": 0, "hot": 0, "broken": None, "cumsum_aivs": None, "cap": None,
               "mapping": None, "send_split": None, "hot_share": 0.3, "sync": None,
-              "model": None}
+              "model": None, "routing": None}
     choices = {"system": SYSTEMS, "model": tuple(MODELS), "broken": BROKEN,
                **{name: values for name, (_, values) in OPTIONS.items()}}
     trace_phases = TRACE_PHASES
@@ -252,12 +293,17 @@ class Dispatch(Kernel):
                                     f"{p['model']!r} ({name}={value} for system="
                                     f"{p['system']!r}); give one of them")
             p.update(shape)
+        if p["routing"] is not None:
+            p["routing"] = _routing_shape(p, given)
         check_int("batch", p["batch"], 1)
         check_int("experts", p["experts"], 1)
         check_int("topk", p["topk"], 1, MAX_TOPK)
         if p["topk"] > p["experts"]:
             raise UserError(f"topk ({p['topk']}) must be at most experts ({p['experts']}): a "
                             f"token's k experts are distinct")
+        if p["routing"] is not None:       # the ids against experts (the ranks: configs)
+            idx, wts = read_routing(p["routing"])
+            check_routing(idx, wts, idx.shape[0], p["experts"])
         check_int("hidden_blocks", p["hidden_blocks"], 1)
         if p["broken"] not in BROKEN:
             raise UserError(f"broken must be one of {', '.join(map(str, BROKEN))}, "
@@ -300,10 +346,7 @@ class Dispatch(Kernel):
         for a in ([aivs] if aivs is not None else self.default_aivs):
             shape = MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
                                   lanes=16)
-            w = Workload(ranks=shape.ranks, batch=params["batch"], topk=params["topk"],
-                         experts=params["experts"], hidden_blocks=params["hidden_blocks"],
-                         seed=params["seed"], hot=params["hot"],
-                         hot_share=params["hot_share"])  # fits this shape (else: named)
+            w = workload_of(params, shape.ranks, 8)  # fits this shape (else: named)
             check_cap(w, params["cap"])
             # one machine runs either system's dispatch, in every variant, and the combine
             # that follows it (the same hardware for a comparison, and one build serves all;
@@ -341,18 +384,15 @@ class Dispatch(Kernel):
     def load(self, machine, params, workload=None, epoch=1):
         """Inputs, epoch and programs onto ``machine``; returns ``(workload, params, epoch)``.
 
-        ``workload`` (default: drawn from ``params``' seed) holds the routing
-        and tokens; ``epoch`` is the run's epoch (``CTRL`` word 1): the
+        ``workload`` (default: drawn from ``params``' seed, the routing and weights
+        replayed from ``params["routing"]`` when given) holds the routing and tokens;
+        ``epoch`` is the run's epoch (``CTRL`` word 1): the
         ``Buffer`` counts dispatches, carrying the rest of ``CTRL`` over.
         """
         cfg = machine.config
         lay = layout_of(cfg, params)
         machine.describe = lay.where
-        w = workload or Workload(ranks=cfg.ranks, batch=params["batch"], topk=params["topk"],
-                                 experts=params["experts"],
-                                 hidden_blocks=params["hidden_blocks"],
-                                 words=cfg.words_per_block, seed=params["seed"], hot=params["hot"],
-                                 hot_share=params.get("hot_share", 0.3))
+        w = workload or workload_of(params, cfg.ranks, cfg.words_per_block)
         check_cap(w, params.get("cap"))
         wpb = cfg.words_per_block
         sp = params["system"] == "ubep" and option(params, "sync") == "sp"

@@ -17,7 +17,7 @@ import numpy as np
 from ...hw.validate import UserError, check_int, check_number
 from ..routing import hot_weight, route
 
-__all__ = ["Workload", "MODELS", "Model", "blocks_per_token"]
+__all__ = ["Workload", "MODELS", "Model", "blocks_per_token", "read_routing", "check_routing"]
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,19 @@ class Workload:
         object.__setattr__(w, "x", x.astype(np.uint64))
         return w
 
+    def replay(self, topk_idx, topk_weights=None):
+        """This workload with the given routing (and weights; default: its own, drawn from the
+        seed) in place of the drawn one; the tokens ``x`` stay the seed's. Checked by
+        :func:`check_routing` (``UserError`` naming the first bad rank, token, slot)."""
+        idx = check_routing(topk_idx, topk_weights, self.ranks, self.experts)[0]
+        if idx.shape[1:] != (self.batch, self.topk):
+            raise UserError(f"routing is {idx.shape}: the workload is ranks x batch x topk = "
+                            f"{(self.ranks, self.batch, self.topk)}")
+        object.__setattr__(self, "topk_idx", idx.astype(np.int64))
+        if topk_weights is not None:
+            object.__setattr__(self, "topk_w", np.asarray(topk_weights).astype(np.int64))
+        return self
+
     @property
     def epr(self):
         """Experts per rank."""
@@ -168,3 +181,72 @@ class Workload:
         """Dispatch payload bytes per rank as UBEP Table 4 counts them: BS·k·H."""
         h = self.hidden_blocks * 512 if hidden_bytes is None else hidden_bytes
         return self.batch * self.topk * h
+
+
+def read_routing(path):
+    """``(topk_idx, topk_weights or None)`` of a routing file; ``UserError`` naming what is wrong.
+
+    A ``.npz`` holds ``topk_idx`` (ranks × batch × topk integers) and optionally
+    ``topk_weights`` (integers, the same shape); a ``.npy`` holds ``topk_idx`` only.
+    Only the file's own structure is checked here (:func:`check_routing` checks the ids).
+    """
+    import os
+    if not isinstance(path, (str, os.PathLike)):
+        raise UserError(f"routing must be the path of a .npz or .npy file, not {path!r}")
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise UserError(f"routing={path!r}: no such file")
+    if not path.endswith((".npz", ".npy")):
+        raise UserError(f"routing={path!r} must be a .npz (topk_idx, topk_weights) or .npy "
+                        f"(topk_idx) file")
+    try:
+        if path.endswith(".npy"):
+            arrays = {"topk_idx": np.load(path, allow_pickle=False)}
+        else:
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files}
+    except (OSError, ValueError, EOFError) as exc:
+        raise UserError(f"routing={path!r} is not a readable numpy file ({exc})") from None
+    extra = sorted(set(arrays) - {"topk_idx", "topk_weights"})
+    if "topk_idx" not in arrays or extra:
+        raise UserError(f"routing={path!r} must hold topk_idx (and optionally topk_weights), "
+                        f"not {', '.join(sorted(arrays)) or 'nothing'}")
+    idx, wts = arrays["topk_idx"], arrays.get("topk_weights")
+    for name, a in (("topk_idx", idx), ("topk_weights", wts)):
+        if a is not None and not np.issubdtype(a.dtype, np.integer):
+            raise UserError(f"routing={path!r}: {name} must be an integer array, not {a.dtype}")
+    if idx.ndim != 3 or 0 in idx.shape:
+        raise UserError(f"routing={path!r}: topk_idx must be ranks x batch x topk, not shape "
+                        f"{idx.shape}")
+    if wts is not None and wts.shape != idx.shape:
+        raise UserError(f"routing={path!r}: topk_weights must have topk_idx's shape "
+                        f"{idx.shape}, not {wts.shape}")
+    return idx, wts
+
+
+def check_routing(topk_idx, topk_weights, ranks, experts):
+    """``(topk_idx, topk_weights)`` as arrays if they fit ``ranks`` and ``experts``; else
+    ``UserError`` naming the first offender (rank, token, slot)."""
+    idx = np.asarray(topk_idx)
+    if idx.shape[0] != ranks:
+        raise UserError(f"routing has {idx.shape[0]} ranks, the machine {ranks}")
+    bad = np.argwhere((idx < 0) | (idx >= experts))
+    if len(bad):
+        s, t, i = map(int, bad[0])
+        raise UserError(f"routing topk_idx[{s}, {t}, {i}] (rank {s}, token {t}, slot {i}) is "
+                        f"{int(idx[s, t, i])}: expert ids must be in [0, {experts})")
+    for s in range(idx.shape[0]):
+        for t, row in enumerate(idx[s].tolist()):
+            for i, v in enumerate(row):
+                if v in row[:i]:
+                    raise UserError(f"routing topk_idx[{s}, {t}, {i}] (rank {s}, token {t}, "
+                                    f"slot {i}) repeats expert {v} of slot {row.index(v)}: a "
+                                    f"token's experts are distinct")
+    if topk_weights is not None:
+        wts = np.asarray(topk_weights)
+        bad = np.argwhere((wts < 0) | (wts > 0xFFFF))
+        if len(bad):
+            s, t, i = map(int, bad[0])
+            raise UserError(f"routing topk_weights[{s}, {t}, {i}] (rank {s}, token {t}, slot "
+                            f"{i}) is {int(wts[s, t, i])}: weights are 16-bit, in [0, 65535]")
+    return idx, topk_weights

@@ -329,3 +329,35 @@ def test_both_systems_in_one_trace(tmp_path, capsys):
         for a, b in zip(slices, slices[1:]):                  # back to back: they tile the run
             assert a["args"]["end_cycle"] == b["args"]["start_cycle"]
             assert a["ts"] + a["dur"] == pytest.approx(b["ts"])
+
+
+def _routing_file(tmp_path, ranks=2):
+    import numpy as np
+    idx = np.array([[[0, 1], [0, 3], [3, 0], [1, 3]], [[0, 2], [1, 0], [3, 2], [0, 1]]])
+    path = tmp_path / "routing.npz"
+    np.savez(path, topk_idx=idx[:ranks])
+    return str(path), idx
+
+
+def test_dispatch_replays_a_routing_file(tmp_path, capsys):
+    """--routing FILE is the kernel parameter routing: batch and topk come from the file."""
+    import numpy as np
+    path, idx = _routing_file(tmp_path)
+    out = tmp_path / "r.json"
+    assert main(["run", "dispatch", "--preset", "tiny", "--topology", "superpod:2,1,1",
+                 "--aivs", "2", "--experts", "4", "--routing", path, "--json", str(out)]) == 0
+    assert "BS 4, top-2, 4 experts" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert result["params"]["routing"] == path and result["correct"]
+    assert result["runs"][0]["recv_count"] == np.bincount(idx.ravel(), minlength=4) \
+        .reshape(2, 2).tolist()
+    assert "--routing" in _run_help().format_help()
+
+
+def test_a_routing_file_of_other_ranks_is_one_line(tmp_path, capsys, no_simulation):
+    path, _ = _routing_file(tmp_path, ranks=1)
+    assert main(["run", "dispatch", "--preset", "tiny", "--topology", "superpod:2,1,1",
+                 "--aivs", "2", "--experts", "4", "--routing", path]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"epfabric run: error: routing={path!r} has 1 ranks (its shape (1, 4, 2)); "
+                   f"the machine has 2")

@@ -179,3 +179,32 @@ def test_ubep_then_cann_on_one_buffer(pysim_buf):
             assert np.array_equal(y[s][:, :, lo:], ref[s][:, :, lo:])
     ctrl = buf._state[(0, buf.layout.CTRL)]
     assert (ctrl[0], ctrl[1], ctrl[2]) == (2 * 2 * 2, 2, 2 * 2)   # as if epoch 1 had been CANN
+
+
+def test_deepep_receive_fields_are_views_of_the_delivered_rows():
+    """recv_topk_idx/weights, the per-expert list and recv_src_idx against numpy, and against
+    what UBEP's TFF headers of the delivered rows say (source, token, expert, slot)."""
+    from epfabric.sw.ubep.reference import counts, dispatch_order
+    buf = Buffer(backend("pysim"), system="ubep", **SHAPE)
+    x, idx, wts = _inputs(3)
+    got = buf.dispatch(x, idx, wts)
+    recv, per_expert, handle, _ = got                      # still the 4-tuple it was
+    assert got.recv_x is recv and got.num_recv_tokens_per_expert_list is per_expert
+    w = Workload.from_arrays(x, idx, wts, 4)
+    assert per_expert == counts(w).sum(axis=2).tolist()
+    for d, order in enumerate(dispatch_order(w)):
+        want_idx = np.full((len(order), 2), -1)
+        want_w = np.zeros((len(order), 2), dtype=np.int64)
+        for p, (s, t, i) in enumerate(order):
+            want_idx[p, i], want_w[p, i] = idx[s, t, i] - 2 * d, wts[s, t, i]
+        assert np.array_equal(got.recv_topk_idx[d], want_idx)
+        assert np.array_equal(got.recv_topk_weights[d], want_w)
+        assert handle["recv_src_idx"][d].tolist() == [[s, t] for s, t, _ in order]
+        # each row has exactly one slot set: DeepEP's rows x k over per-(token, expert) rows
+        assert ((got.recv_topk_idx[d] >= 0).sum(axis=1) == 1).all()
+        head = recv[d][:, 0, :4].astype(np.int64)          # [tag|epoch, s<<16|t, e<<8|i, b]
+        slot = got.recv_topk_idx[d].argmax(axis=1)
+        src = handle["recv_src_idx"][d]
+        assert np.array_equal(head[:, 1], src[:, 0] << 16 | src[:, 1])
+        assert np.array_equal(head[:, 2],
+                              (got.recv_topk_idx[d].max(axis=1) + 2 * d) << 8 | slot)
