@@ -238,18 +238,19 @@ def variants_of(system):
 
 
 def _phase_split(phases):
-    """``name end (+duration)`` of every phase, in phase order: the end averaged over the AIVs
-    that MARK it, the duration from the previous phase's (mean) end."""
-    ends = {}
+    """``name end (+duration)`` of every phase, in phase order, each averaged over the AIVs that
+    MARK it; an AIV's phase lasts from its own previous phase end (UBEP's T- and C-AIVs run
+    different phases side by side)."""
+    ends, lasts = {}, {}
     for times in phases.values():
-        for name, cycle in times.items():
+        last = 0
+        for name, cycle in sorted(times.items(), key=lambda kv: kv[1]):
             ends.setdefault(name, []).append(cycle)
+            lasts.setdefault(name, []).append(cycle - last)
+            last = cycle
     mean = {n: sum(c) / len(c) for n, c in ends.items()}
-    out, last = [], 0.0
-    for n in sorted(mean, key=mean.get):
-        out.append(f"{n} {mean[n]:.0f} (+{mean[n] - last:.0f})")
-        last = mean[n]
-    return ", ".join(out)
+    return ", ".join(f"{n} {mean[n]:.0f} (+{sum(lasts[n]) / len(lasts[n]):.0f})"
+                     for n in sorted(mean, key=mean.get))
 
 
 class Dispatch(Kernel):

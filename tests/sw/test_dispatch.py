@@ -514,5 +514,7 @@ def test_glm_4_7_on_sixteen_ranks():
 
 def test_the_phase_line_gives_each_phases_end_and_duration():
     from epfabric.sw.kernels.dispatch import _phase_split
-    phases = {"0.0": {"init": 10, "send": 50}, "0.1": {"init": 20, "send": 70, "reorder": 90}}
-    assert _phase_split(phases) == "init 15 (+15), send 60 (+45), reorder 90 (+30)"
+    phases = {"0.0": {"init": 10, "send": 50}, "0.1": {"init": 20, "send": 70, "reorder": 90},
+              "0.2": {"init": 4, "count": 30, "reorder": 94}}          # another role's phases
+    assert _phase_split(phases) == ("init 11 (+11), count 30 (+26), send 60 (+45), "
+                                    "reorder 92 (+42)")
