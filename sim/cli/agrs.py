@@ -10,9 +10,11 @@ import sys
 from ...hw.validate import UserError
 from ...sw.config import AgrsConfig
 from ...sw.machine import WatchdogTimeout
+from ...sw.kernels.agrs import check_fits
 from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS
-from ..lab.experiments.agrs import SWEEP_ROWS, format_report, format_sweep, run_point, sweep
+from ..lab.experiments.agrs import (SWEEP_ROWS, format_report, format_sweep, run_point, sweep,
+                                   sweep_sizes)
 from .common import check_output, max_cycles, positive, write_json
 
 __all__ = ["add_arguments", "prepare"]
@@ -67,6 +69,13 @@ def prepare(args):
             positive("--sizes", s, unit)
             if s % unit:
                 raise UserError(f"--sizes must be multiples of ranks * block_bytes ({unit}), not {s}")
+            check_fits("--sizes", s, preset=preset.name, ranks=args.ranks, ranks_name="--ranks")
+        if sizes is None:
+            sizes, skipped = sweep_sizes(preset.name, args.ranks)
+            if not sizes:
+                raise UserError(f"--ranks {args.ranks}: no default --sweep size fits a rank's memory")
+            for s in skipped:
+                print(f"skip S={s}: does not fit a rank's memory at --ranks {args.ranks}")
 
         @_watchdog_exits_1
         def job():
@@ -83,6 +92,7 @@ def prepare(args):
     positive("--bytes", nbytes, unit)
     if nbytes % unit:
         raise UserError(f"--bytes must be a multiple of ranks * block_bytes ({unit}), not {nbytes}")
+    check_fits("--bytes", nbytes, preset=preset.name, ranks=args.ranks, ranks_name="--ranks")
 
     @_watchdog_exits_1
     def job():

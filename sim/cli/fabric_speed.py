@@ -26,7 +26,8 @@ def add_arguments(parser):
         names = [f"--{p.name.replace('_', '-')}"] + (["--backend"] if p.name == "backends" else [])
         parser.add_argument(*names, dest=p.name, type=p.type,
                             default=None if p.name == "opt" else p.default, help=help_text)
-    parser.add_argument("--json", metavar="FILE", help="write {runs, verilator_over_pysim} as JSON")
+    parser.add_argument("--json", metavar="FILE",
+                        help="write {runs, verilator_over_pysim, native_over_verilator} as JSON")
 
 
 def prepare(args):
@@ -46,7 +47,9 @@ def prepare(args):
             by = {r["backend"]: r for r in rows}
             ratio = (round(by["verilator"]["cycles_per_s"] / by["pysim"]["cycles_per_s"], 1)
                      if "verilator" in by and "pysim" in by else None)
+            native = (round(by["native"]["cycles_per_s"] / by["verilator"]["cycles_per_s"], 2)
+                      if "native" in by and "verilator" in by else None)
             write_json(args.json, {"runs": rows, "verilator_over_pysim": ratio,
-                                   "load": os.getloadavg()})
+                                   "native_over_verilator": native, "load": os.getloadavg()})
         return 0 if all(r["misrouted"] == 0 for r in rows) else 1
     return job

@@ -22,14 +22,70 @@ a run does depends only on the configuration and the control registers
 
 import numpy as np
 
-from ...hw.inc_endpoint import MODES
+from ...hw.inc_endpoint import MODES, agrs_memory_map
+from ...hw.isa import BLOCK_BITS
 from ...hw.validate import UserError, check_bool, check_int
 from ..config import AgrsConfig
 from ..isa import address
 from ..presets import get_preset
 from . import Kernel, register
 
-__all__ = ["make_case", "check_counts", "reference", "bound_gbps", "Agrs", "KERNEL"]
+__all__ = ["make_case", "check_counts", "reference", "bound_gbps", "max_tmax", "max_bytes",
+           "check_fits", "check_tmax", "Agrs", "KERNEL"]
+
+#: DataBlocks one rank can address (``hw/isa.py``: BLOCK_BITS block bits per rank).
+RANK_BLOCKS = 1 << BLOCK_BITS
+
+
+def max_tmax(ranks):
+    """Largest ``tmax`` (rows per rank) whose padded layout fits a rank's :data:`RANK_BLOCKS`.
+
+    The layout (:func:`~epfabric.hw.inc_endpoint.agrs_memory_map`) is the
+    same for ``mode="inc"`` and ``"ring"``: a gather buffer of ``ranks * tmax``
+    blocks, a reduced shard of ``tmax`` and RS partials of ``ranks * tmax``,
+    so ``(2 * ranks + 1) * tmax`` blocks in all. 0 if not even one row fits.
+    """
+    check_int("ranks", ranks, 2)
+    t = RANK_BLOCKS // agrs_memory_map(ranks, 1)["end"]
+    while t > 0 and agrs_memory_map(ranks, t)["end"] > RANK_BLOCKS:
+        t -= 1
+    while agrs_memory_map(ranks, t + 1)["end"] <= RANK_BLOCKS:
+        t += 1
+    return t
+
+
+def max_bytes(preset, ranks):
+    """Largest ``S`` (bytes per collective, ``ranks * tmax`` blocks) that fits: :func:`max_tmax` rows."""
+    return max_tmax(ranks) * ranks * get_preset(preset).block_bytes
+
+
+def _layout_note(ranks, tmax_limit=None):
+    return (f"a rank addresses 2**{BLOCK_BITS} blocks and the gather, reduced and RS buffers "
+            f"take (2*{ranks}+1)*tmax of them"
+            + ("" if tmax_limit is None else f", so tmax <= {tmax_limit}"))
+
+
+def check_fits(name, nbytes, *, preset, ranks, ranks_name="ranks"):
+    """``nbytes`` if ``S = nbytes`` fits a rank's memory at ``ranks``; else one-line ``UserError``.
+
+    ``name`` and ``ranks_name`` are how the caller calls the size and the rank
+    count (``--bytes``/``--ranks`` on the command line). Checked before anything
+    is built: past the limit the host's block addresses overflow.
+    """
+    limit = max_bytes(preset, ranks)
+    if nbytes > limit:
+        raise UserError(f"{name} must be at most {limit} at {ranks_name} {ranks} ("
+                        f"{_layout_note(ranks, max_tmax(ranks))}), not {nbytes}")
+    return nbytes
+
+
+def check_tmax(tmax, ranks):
+    """``tmax`` if its padded layout fits a rank's memory at ``ranks``; else one-line ``UserError``."""
+    limit = max_tmax(ranks)
+    if tmax > limit:
+        raise UserError(f"tmax must be at most {limit} at ranks {ranks} "
+                        f"({_layout_note(ranks)}), not {tmax}")
+    return tmax
 
 
 def make_case(*, ranks, tmax, lanes, counts=None, seed=0):
@@ -112,6 +168,7 @@ class Agrs(Kernel):
                             "(do not give --aivs)")
         config = AgrsConfig(p.name, ranks=topology[1], mode=params["mode"], tmax=params["tmax"],
                             lanes=params["lanes"], slots=params["slots"])
+        check_tmax(config.tmax, config.ranks)
         check_bool("concurrent", params["concurrent"])
         check_bool("barrier", params["barrier"])
         if params["counts"] is not None:

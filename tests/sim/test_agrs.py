@@ -176,12 +176,55 @@ def test_cli_json_report(tmp_path, capsys):
     (["--json", "."], "--json '.' is a folder, not a file"),
     (["--max-cycles", "0"], "--max-cycles must be in [1, 4294967295], not 0"),
     (["--max-cycles", str(1 << 32)], "--max-cycles must be in [1, 4294967295], not 4294967296"),
+    # issue 29: 8 MiB at N=4 needs 9 * 4096 blocks, a rank addresses 2**15; the largest S that
+    # fits is 3640 rows (floor(32768 / (2*4+1))) * 4 * 512 B, named by the check, not a traceback
+    (["--ranks", "4", "--bytes", "8388608", "--mode", "inc", "--concurrent", "--backend", "verilator"],
+     "--bytes must be at most 7454720 at --ranks 4 (a rank addresses 2**15 blocks"),
+    (["--ranks", "8", "--bytes", "8388608", "--mode", "ring"],
+     "--bytes must be at most 7892992 at --ranks 8 ("),
+    (["--sweep", "--ranks", "4", "--sizes", "2048,8388608"],
+     "--sizes must be at most 7454720 at --ranks 4 ("),
 ])
 def test_cli_bad_input_is_one_line_error(argv, message, capsys, no_simulation):
     assert main(["agrs", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("epfabric agrs: error: ") and "\n" not in err
     assert message in err
+
+
+def test_largest_size_that_fits_passes_the_checks(capsys, monkeypatch):
+    """The limit itself is accepted by the CLI's and the experiment's checks (nothing runs)."""
+    from epfabric.sim.cli import agrs as cli, make_parser
+    from epfabric.sw.kernels.agrs import max_bytes
+    assert max_bytes("incmoe-testbed", 4) == 7454720
+    args = make_parser().parse_args(["agrs", "--ranks", "4", "--bytes", "7454720", "--mode", "inc",
+                                     "--concurrent", "--backend", "verilator"])
+    assert callable(cli.prepare(args))                      # checked, not run
+    ran = {}
+
+    def stop(name, backend, **kw):
+        ran.update(kw)
+        raise RuntimeError("stop before running")
+    monkeypatch.setattr(experiment, "run_kernel", stop)
+    with pytest.raises(RuntimeError, match="stop before running"):
+        experiment.run_point(ranks=4, nbytes=7454720, backend="verilator")
+    assert ran["params"]["tmax"] == 3640
+    with pytest.raises(ValueError, match=r"bytes must be at most 7454720 at ranks 4 .*not 7456768"):
+        experiment.run_point(ranks=4, nbytes=7454720 + 2048)
+    with pytest.raises(ValueError, match=r"bytes must be at most 7892992 at N = 8 "):
+        EXPERIMENTS["eq5"].resolve(ranks="8", bytes=8 * 2 ** 20)
+
+
+def test_sweep_leaves_out_and_names_sizes_that_do_not_fit(capsys, no_simulation):
+    """At N=64 the default sweep's largest S (256 rows: 129*256 blocks > 2**15) is skipped, said so."""
+    from epfabric.sim.cli import agrs as cli, make_parser
+    sizes, skipped = experiment.sweep_sizes("incmoe-testbed", 64)
+    assert skipped == [64 * 512 * 256] and sizes == [64 * 512 * t for t in experiment.SWEEP_ROWS[:-1]]
+    assert experiment.sweep_sizes("incmoe-testbed", 4)[1] == []
+    assert callable(cli.prepare(make_parser().parse_args(["agrs", "--sweep", "--ranks", "64"])))
+    assert capsys.readouterr().out == f"skip S={64 * 512 * 256}: does not fit a rank's memory at --ranks 64\n"
+    points = EXPERIMENTS["fig6"].points(EXPERIMENTS["fig6"].resolve(ranks=64))
+    assert [p["bytes"] for p in points] == sizes and {p["tmax"] for p in points} == {128}
 
 
 def test_cli_sweep_table_and_json(tmp_path, capsys):

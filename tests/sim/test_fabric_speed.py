@@ -22,6 +22,26 @@ def test_small_pysim_run(tmp_path, capsys):
     assert "uniform saturating traffic" in capsys.readouterr().out
 
 
+def test_native_runs_the_fabric_and_agrees_with_verilator(tmp_path, capsys):
+    """``--backends native`` (issue 29: it used to fail deep in the build with "Simulator 'native'
+    is not in supported list") runs the fabric as one glue model: same cycles, traffic as Verilator."""
+    from utils import require_simulator
+    require_simulator("native")
+    require_simulator("verilator")
+    out = tmp_path / "fs.json"
+    assert main(["fabric-speed", "--backends", "native,verilator", "--shape", "2,1,1",
+                 "--cycles", "2000", "--opt=-O0", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    native, verilator = data["runs"]
+    assert native["backend"] == "native" and verilator["backend"] == "verilator"
+    for key in ("ranks", "cycles", "sent", "received", "misrouted"):
+        assert native[key] == verilator[key], key
+    assert native["cycles"] == 2000 and native["misrouted"] == 0 and native["sent"] > 0
+    assert data["native_over_verilator"] == pytest.approx(
+        native["cycles_per_s"] / verilator["cycles_per_s"], abs=0.01)
+    assert "native / verilator: " in capsys.readouterr().out
+
+
 def test_traffic_spec_checks_the_shape_against_the_preset():
     assert traffic_spec(preset="cm384", dies_per_npu=2, npus_per_board=1, boards=1).build().ranks == 2
     with pytest.raises(ValueError, match=r"dies_per_npu must be in \[1, 2\], not 3"):

@@ -45,13 +45,13 @@ from tabulate import tabulate
 
 from ....hw.validate import UserError, check_choice, check_int
 from ....sw.kernels import run_kernel
-from ....sw.kernels.agrs import bound_gbps
+from ....sw.kernels.agrs import bound_gbps, check_fits, max_bytes
 from ....sw.presets import get_preset, preset_names
 from ...backends import SIMULATORS
 from ...backends.machine import backend as make_backend
 from . import Experiment, Param, register
 
-__all__ = ["run_point", "sweep", "ring_and_inc", "eq5", "format_sweep", "format_report",
+__all__ = ["run_point", "sweep", "sweep_sizes", "ring_and_inc", "eq5", "format_sweep", "format_report",
            "SWEEP_ROWS", "Fig6", "Eq5", "EXPERIMENT", "EQ5"]
 
 
@@ -73,6 +73,7 @@ def run_point(*, preset="incmoe-testbed", ranks=4, nbytes, mode="inc", concurren
     check_int("bytes", nbytes, unit)
     if nbytes % unit:
         raise UserError(f"bytes must be a multiple of ranks * block_bytes ({unit}), not {nbytes!r}")
+    check_fits("bytes", nbytes, preset=p.name, ranks=ranks)
     rows = nbytes // unit
     tmax = rows if tmax is None else check_int("tmax", tmax, rows)
     result, reports = run_kernel(
@@ -96,24 +97,36 @@ def run_point(*, preset="incmoe-testbed", ranks=4, nbytes, mode="inc", concurren
 SWEEP_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
+def sweep_sizes(preset, ranks):
+    """The default sweep's ``(sizes, skipped)``: ``ranks * block_bytes * SWEEP_ROWS``, split by
+    whether ``S`` fits a rank's memory (:func:`~epfabric.sw.kernels.agrs.max_bytes`)."""
+    unit = ranks * get_preset(preset).block_bytes
+    limit = max_bytes(preset, ranks)
+    sizes = [unit * t for t in SWEEP_ROWS]
+    return [s for s in sizes if s <= limit], [s for s in sizes if s > limit]
+
+
 def sweep(*, preset="incmoe-testbed", ranks=4, sizes=None, backend="verilator", lanes=1,
           max_cycles=None):
     """Fig. 6-shaped table: concurrent ring and INC equivalent bandwidth vs ``S`` at ``ranks``.
 
     All sizes run on one hardware build per mode (the padded layout sized for
     the largest ``S``; smaller ones use fewer rows), so a sweep costs two
-    builds.
+    builds. The default sizes leave out those that do not fit a rank's
+    memory (:func:`sweep_sizes` names them); given ``sizes`` that do not
+    fit are refused before anything runs.
     """
     p = get_preset(preset)
     unit = ranks * p.block_bytes
     if sizes is None:
-        sizes = [unit * t for t in SWEEP_ROWS]
+        sizes, _skipped = sweep_sizes(p.name, ranks)
     if not sizes:
         raise UserError("sizes must name at least one size")
     for s in sizes:
         if not isinstance(s, int) or isinstance(s, bool) or s < unit or s % unit:
             raise UserError(f"sizes must be positive multiples of ranks * block_bytes ({unit}), "
                             f"not {s!r}")
+        check_fits("sizes", s, preset=p.name, ranks=ranks)
     tmax = max(sizes) // unit
     rows = []
     for s in sizes:
@@ -205,9 +218,14 @@ class Fig6(Experiment):
 
     def points(self, params, quick=False):
         unit = params["ranks"] * get_preset(params["preset"]).block_bytes
-        rows = (1, 16, 256) if quick else SWEEP_ROWS
+        fits = max_bytes(params["preset"], params["ranks"]) // unit
+        # S that does not fit a rank's memory is left out (sweep_sizes names it)
+        rows = [t for t in ((1, 16, 256) if quick else SWEEP_ROWS) if t <= fits]
+        if not rows:
+            raise UserError(f"ranks {params['ranks']}: no S of the sweep fits a rank's memory")
         # one build per mode for the whole grid: every point's layout holds the largest S
-        return [{**params, "bytes": unit * t, "tmax": max(SWEEP_ROWS)} for t in rows]
+        tmax = max(t for t in SWEEP_ROWS if t <= fits)
+        return [{**params, "bytes": unit * t, "tmax": tmax} for t in rows]
 
     def measure(self, point):
         return ring_and_inc(point)
@@ -280,6 +298,7 @@ class Eq5(Experiment):
             if p["bytes"] % (n * unit):
                 raise UserError(f"bytes must be a multiple of N * block_bytes ({n * unit}) for "
                                 f"N={n}, not {p['bytes']}")
+            check_fits("bytes", p["bytes"], preset=p["preset"], ranks=n, ranks_name="N =")
         return p
 
     def points(self, params, quick=False):

@@ -1,6 +1,6 @@
 """Fabric speed: simulated cycles per second of a superpod under saturating uniform traffic.
 
-``epfabric fabric-speed [--backends pysim,verilator] [--cycles N] [--json FILE]``
+``epfabric fabric-speed [--backends pysim,verilator,native] [--cycles N] [--json FILE]``
 (``make fabric-speed``) runs :class:`~epfabric.sim.tb.traffic.TrafficFabric` — by
 default the 2-board × 16-die (32 ranks) ``cm384`` superpod, every rank
 sending uniformly to the other 31 at full rate (UBEP §2.3 Insight 3) — on
@@ -8,15 +8,18 @@ each backend and reports
 
 * ``elaborate_s`` (pysim: building the component and the simulator) or
   ``verilog_s`` + ``build_s`` (Verilator: Verilog generation, then the C++
-  model build; cached by content, so a rerun reports the cache hit);
+  model build; cached by content, so a rerun reports the cache hit; native:
+  the same for :mod:`~epfabric.sim.backends.native` -- the fabric has no
+  shared modules, so its native design is one glue model, stepped by the C++
+  top through ctypes instead of cocotb);
 * ``run_s`` — wall time of ``await bench.wait_high("done")`` alone, measured
   inside the simulator process; no Python runs per cycle on Verilator (a
   native edge trigger), the hardware sources and sinks need no testbench;
 * ``cycles_per_s`` = simulated cycles / ``run_s``;
 
-and the Verilator / pysim ratio of cycles per second measured in the same
-invocation. Measured figures go to the ``--json`` file the command writes,
-not into this docstring.
+and the Verilator / pysim and native / Verilator ratios of cycles per second
+measured in the same invocation. Measured figures go to the ``--json`` file
+the command writes, not into this docstring.
 """
 
 import sys
@@ -39,7 +42,7 @@ __all__ = ["traffic_fabric", "traffic_spec", "speed_intent", "run_backend", "DEF
 
 #: Cycles per backend by default: a few hundred on pysim (~20 cycles/s at 32
 #: ranks), enough on Verilator for a figure stable to a few per cent.
-DEFAULT_CYCLES = {"pysim": 300, "icarus": 2_000, "verilator": 200_000}
+DEFAULT_CYCLES = {"pysim": 300, "icarus": 2_000, "verilator": 200_000, "native": 200_000}
 SPEED_OPT = "-O2"
 
 
@@ -104,6 +107,23 @@ def run_backend(backend, cycles, *, params=None, opt=SPEED_OPT, drain=0):
         Simulator(spec.build())
         row["elaborate_s"] = round(time.monotonic() - t0, 2)
         _say(f"[{backend}] elaborated in {row['elaborate_s']:.1f} s")
+    elif backend == "native":
+        # The fabric has no shared modules: its native design is all glue, one
+        # Verilated model stepped by the C++ top through ctypes (no cocotb).
+        from ...backends.native import build_native
+        from ...backends.native_build import native_design
+        _say(f"[{backend}] generating Verilog ...")
+        t0 = time.monotonic()
+        design = native_design(spec)
+        row["verilog_s"] = round(time.monotonic() - t0, 2)
+        row["verilog_bytes"] = len(design["glue"]) + sum(map(len, design["modules"].values()))
+        _say(f"[{backend}] Verilog {row['verilog_bytes'] / 1e6:.1f} MB in {row['verilog_s']:.1f} s; "
+             f"building native model ({opt}) ...")
+        t0 = time.monotonic()
+        build_native(spec, opt)
+        row["build_s"] = round(time.monotonic() - t0, 2)
+        row["opt"] = opt
+        _say(f"[{backend}] model ready in {row['build_s']:.1f} s")
     else:
         _say(f"[{backend}] generating Verilog ...")
         t0 = time.monotonic()
@@ -222,6 +242,9 @@ class FabricSpeed(Experiment):
         if "verilator" in by and "pysim" in by:
             ratio = round(by["verilator"]["cycles_per_s"] / by["pysim"]["cycles_per_s"], 1)
             lines.append(f"verilator / pysim: {ratio}x (cycles per second, same invocation)")
+        if "native" in by and "verilator" in by:
+            ratio = round(by["native"]["cycles_per_s"] / by["verilator"]["cycles_per_s"], 2)
+            lines.append(f"native / verilator: {ratio}x (cycles per second, same invocation)")
         return "\n".join(lines)
 
 
