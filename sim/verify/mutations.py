@@ -96,6 +96,22 @@ MUTATIONS = [
         "timeout": 120,
     },
     {
+        "name": "inc_nic_tx_rs_fixed_priority",
+        "file": "hw/inc_nic.py",
+        "old": "        m.d.comb += [tx_arb.requests.eq(Cat(rs.flit.valid & inject, "
+               "ag.flit.valid & inject)),\n",
+        "new": "        m.d.comb += [tx_arb.requests.eq(Cat(rs.flit.valid & inject, "
+               "ag.flit.valid & inject & ~(rs.flit.valid & inject))),\n",
+        "description": "the INC NIC's tx gives RS fixed priority over AG (AG asks only when RS "
+                       "does not): whenever both engines' flits become eligible together, RS "
+                       "wins, so a busy RS delays AG(j+1) behind all of RS(j)",
+        "tests": [
+            "tests/hw/test_inc_nic.py::"
+            "test_tx_round_robin_when_ag_and_rs_become_eligible_together",
+        ],
+        "timeout": 120,
+    },
+    {
         "name": "inc_reduce_after_n_minus_2",
         "file": "hw/inc_engine.py",
         "old": "        m.d.comb += last.eq(Mux(hit, slot.count, 0) == n - 2)\n",
@@ -333,6 +349,22 @@ MUTATIONS = [
         "description": "INC-MoE's reducers store their own partial back without adding the "
                        "switch's sum (the root's local reduction is lost)",
         "tests": ["tests/sw/test_moe_layer.py::test_small_case_is_correct_in_both_modes"],
+        "timeout": 180,
+    },
+    {
+        "name": "moe_tail_split_skips_rows",
+        "file": "sw/incmoe/program.py",
+        "edits": [
+            ("            self.add_rows(0, 1 + helpers)\n",
+             "            self.add_rows(0, 2 + helpers)\n"),
+            ("            self.add_rows(1 + g, 1 + n_ag)\n",
+             "            self.add_rows(1 + g, 2 + n_ag)\n"),
+        ],
+        "description": "INC-MoE's tail assistance splits a tail band's rows with step B_AG + 2 "
+                       "instead of B_AG + 1 (owner and helpers): row B_AG + 1 of a band, and one "
+                       "per round after it, is never reduced (a band shows it only with more "
+                       "than B_AG + 2 rows: 3 with one helper, 4 with two)",
+        "tests": ["tests/sw/test_moe_tail.py::test_every_row_of_a_tail_band_is_reduced_once"],
         "timeout": 180,
     },
     {

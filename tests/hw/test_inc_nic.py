@@ -18,7 +18,7 @@ from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
 from epfabric.hw.aiv_core import MemOp, mem_req_layout, mem_rsp_layout
-from epfabric.hw.inc_engine import IncEngine, IncOp
+from epfabric.hw.inc_engine import Completion, IncEngine, IncOp
 from epfabric.hw.inc_nic import IncNic, PostOp
 from epfabric.hw.topology import star
 from utils import tiny_timing
@@ -295,7 +295,11 @@ def test_eight_ranks_inc():
 
 @pytest.mark.parametrize("mode", ["inc", "ring"])
 def test_ag_and_rs_interleave_on_tx(mode):
-    """One NIC, a slow tx (ready one cycle in 16): both engines hold a flit, tx alternates."""
+    """One NIC, a slow tx (ready one cycle in 16): both engines hold a flit, tx alternates.
+
+    The alternation comes from the held flit (the one not sent waits presented while the
+    sent one's engine reads its next row), so fixed priority passes here too; the round robin
+    itself is test_tx_round_robin_when_ag_and_rs_become_eligible_together's."""
     ranks, tmax = 2, 6
     bases, blocks = layout_of(ranks, tmax)
     nic = IncNic(ranks=ranks, tmax=tmax, data_bytes=DATA_BYTES, mode=mode, hbm_blocks=blocks,
@@ -349,6 +353,100 @@ def test_ag_and_rs_interleave_on_tx(mode):
     assert sorted(out["sent"], key=lambda o: o.value) == [ag_op] * tmax + [rs_op] * tmax
     assert all(a != b for a, b in zip(out["sent"], out["sent"][1:])), out["sent"]
     assert out["stable"]
+
+
+def test_tx_round_robin_when_ag_and_rs_become_eligible_together():
+    """Ring mode, rank 1 of 3, rows of rank 0 passing through: after each own flit a passing
+    row arrives, so the other engine's flit waits behind it (own rows are injected only while
+    the forward queue is empty) and both engines hold a flit when it has left. Both become
+    eligible in the same cycle, with no grant held, so the choice is the round robin's alone:
+    it alternates, from RS (requester 0) on. Fixed priority would send all of one engine's
+    rows first (test_ag_and_rs_interleave_on_tx alternates even then: its alternation comes
+    from the held flit on a slow tx, not from the arbiter)."""
+    ranks, tmax, me = 3, 6, 1
+    bases, blocks = layout_of(ranks, tmax)
+    nic = IncNic(ranks=ranks, tmax=tmax, data_bytes=DATA_BYTES, mode="ring", hbm_blocks=blocks,
+                 **bases)
+    mem = MemModel(blocks, [0] * blocks)
+
+    class Top(Elaboratable):
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.nic, m.submodules.mem = nic, mem
+            wiring.connect(m, nic.mem_req, mem.req)
+            wiring.connect(m, mem.rsp, nic.mem_rsp)
+            m.d.comb += nic.rank.eq(me)
+            return m
+
+    out = {"own": [], "passed": 0, "late": 0}
+
+    def own_on_tx(ctx):
+        """The own flit presented on tx (AG or RS), or None (nothing, or a passing row)."""
+        if not ctx.get(nic.tx.valid):
+            return None
+        op = IncOp(ctx.get(nic.tx.payload.op))
+        if op == IncOp.RING_AG and ctx.get(nic.tx.payload.root) == 0:
+            return None                                 # rank 0's row, passing through
+        return op
+
+    async def send(ctx, own):
+        """tx ready for one cycle: the flit presented leaves (an own flit if ``own``, else a
+        passing row)."""
+        ctx.set(nic.tx.ready, 1)
+        await ctx.delay(0)
+        assert ctx.get(nic.tx.valid)
+        op = own_on_tx(ctx)
+        assert (op is not None) == own, (own, op, out)
+        await ctx.tick()
+        ctx.set(nic.tx.ready, 0)
+        if op is None:
+            out["passed"] += 1
+        else:
+            out["own"].append(op)
+
+    async def passing_row(ctx, c):
+        """Rank 0's RING_AG row c arrives on rx (rank 1 writes and forwards it to rank 2)."""
+        ctx.set(nic.rx.payload, {"dst": me, "src": 0, "op": IncOp.RING_AG, "root": 0,
+                                 "epoch": 1, "offset": c, "length": tmax, "chunk": c,
+                                 "compl": Completion.AG, "data": [c] * LANES})
+        ctx.set(nic.rx.valid, 1)
+        for _ in range(50):
+            await ctx.delay(0)
+            taken = ctx.get(nic.rx.ready)
+            await ctx.tick()
+            if taken:
+                break
+        ctx.set(nic.rx.valid, 0)
+
+    async def bench(ctx):
+        ctx.set(nic.tx.ready, 0)
+        await passing_row(ctx, 0)          # before the posts: the engines fill behind it
+        for op, a, b in [(PostOp.CNT, 0, tmax), (PostOp.CNT, 1, tmax), (PostOp.CNT, 2, tmax),
+                         (PostOp.AG, 0, tmax), (PostOp.RS, 0, tmax)]:
+            ctx.set(nic.post.payload, {"op": op, "a": a, "b": b})
+            ctx.set(nic.post.valid, 1)
+            await ctx.delay(0)
+            assert ctx.get(nic.post.ready)
+            await ctx.tick()
+        ctx.set(nic.post.valid, 0)
+        for row in range(1, 2 * tmax + 1):
+            await ctx.tick().repeat(16)    # both engines read their next row meanwhile
+            await send(ctx, own=False)     # the passing row leaves: the forward queue drains
+            for wait in range(20):         # the round robin's choice is presented
+                await ctx.delay(0)
+                if own_on_tx(ctx) is not None:
+                    break
+                await ctx.tick()
+            out["late"] += wait > 1
+            if row < 2 * tmax:
+                await passing_row(ctx, row % tmax)     # the next row arrives behind it
+            await send(ctx, own=True)      # the chosen own flit leaves
+
+    run_sim(Top(), bench)
+    rs_op, ag_op = IncOp.RING_RS, IncOp.RING_AG
+    assert sorted(out["own"], key=lambda o: o.value) == [ag_op] * tmax + [rs_op] * tmax
+    assert out["own"] == [rs_op, ag_op] * tmax, out["own"]
+    assert out["passed"] == 2 * tmax and out["late"] == 0
 
 
 def test_post_to_tx_latency():
