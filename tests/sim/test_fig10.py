@@ -38,10 +38,14 @@ def test_smoke_row_has_the_latencies_of_the_protocols(tiny_row):
 def test_verdict_and_figure(tiny_row, tmp_path):
     _, line = FIG10.verdict(tiny_row)
     assert "every DaF faster than SW: yes" in line and "4 ranks: -" in line
-    # the paper's shape (every DaF faster than SW, DC the worst DaF, SP the best) holds
-    paper = [dict(tiny_row[0], sw_ns=1000, tff_ns=700, dc_ns=800, sp_ns=600, worst_daf="dc")]
+    # the paper's numbers and shape (cut 50 %, 4 us saved at 16 B; every DaF faster than SW,
+    # DC the worst DaF, SP the best) hold; the same ordering at a 40 % cut saving 0.4 us does not
+    paper = [dict(tiny_row[0], sw_ns=8000, tff_ns=4500, dc_ns=5000, sp_ns=4000, worst_daf="dc")]
     assert FIG10.verdict(paper)[0] is True
     assert FIG10.verdict([dict(paper[0], worst_daf="tff")])[0] is False
+    small = [dict(tiny_row[0], sw_ns=1000, tff_ns=700, dc_ns=800, sp_ns=600, worst_daf="dc")]
+    holds, line = FIG10.verdict(small)
+    assert holds is False and "tolerance ±0.5 us: OUTSIDE" in line
     # a row where stop-and-wait wins does not hold, and says so
     slow = [dict(tiny_row[0], tff_ns=tiny_row[0]["sw_ns"] + 1)]
     holds, line = FIG10.verdict(slow)
@@ -82,14 +86,17 @@ def test_unknown_rank_count_is_refused():
 @pytest.mark.slow
 def test_the_quick_grid_keeps_the_papers_direction_and_ordering():
     """8 dies, g = 16 B .. 10 KB: every Data-as-Flag protocol beats stop-and-wait by more than a
-    one-hop trip, DC is the slowest of them at 16 B, SP the fastest or within 5 %."""
+    one-hop trip, DC is the slowest of them at 16 B, SP the fastest or within 5 %. (The verdict
+    also compares the cut and the saving with the paper's; this test does not pin that part.)"""
     require_simulator("verilator")
     params = FIG10.resolve()
     rows = []
     for point in FIG10.points(params, quick=True):
         rows += FIG10.rows_of(point, FIG10.measure(point))
     holds, line = FIG10.verdict(rows)
-    assert holds, line
+    # the direction and the ordering hold; the cut (59-65 %) and the saving (1.9 us at every g)
+    # were outside the paper's 31.0-57.1 % and 3.7-4.6 / ~1 us (docs/results.md): not pinned here
+    assert "every DaF faster than SW: yes" in line and "16 B / 8 ranks: dc" in line, line
     for r in rows:
         assert all(r["sw_ns"] - r[f"{p}_ns"] > ONE_HOP for p in DAF), r
     small = min(rows, key=lambda r: r["bytes"])

@@ -204,6 +204,16 @@ _COMMON = (
 PAPER_RING_GBPS = 130.0
 PAPER_INC_GBPS = (163.0, 172.0)
 PAPER_GAIN = (0.256, 0.318)
+#: tolerance of a time cut against Eq. 5 (points): Eq. 5 is bandwidth-bound, and at the
+#: grid's 512 KiB the ring's 2(N-1) per-step latencies are not fully amortised, which adds a
+#: few points to the measured cut (the 3 points were set with the experiment, 39885bc)
+EQ5_TOLERANCE = 0.03
+#: tolerance of the ring's bandwidth against the paper's "~130 Gb/s" (relative): the paper
+#: gives the value rounded and as approximate
+RING_TOLERANCE = 0.05
+#: tolerance of INC's gain over the ring against the paper's +25.6-31.8 % (points): the
+#: paper's range already spans its sizes; 5 points allow for reading it at another S
+GAIN_TOLERANCE = 0.05
 
 
 class Fig6(Experiment):
@@ -242,17 +252,41 @@ class Fig6(Experiment):
         return out
 
     def verdict(self, rows):
+        """Holds when INC beats the ring at every bandwidth-bound S (>= 64 KiB; strict) and, at
+        the largest S, the model matches Fig. 6 where the paper has a point (N = 4 on
+        ``incmoe-testbed``): the ring's bandwidth within :data:`RING_TOLERANCE` of its ~130 Gb/s
+        and INC's gain over the ring within :data:`GAIN_TOLERANCE` of its +25.6-31.8 %. Where
+        the paper has no point, the time cut must be within :data:`EQ5_TOLERANCE` of Eq. 5
+        instead. (Not both: the paper's own Fig. 6 gain, a 20-24 % time cut, is 9-13 points
+        below Eq. 5's 33.3 %, because its emulated switch loses 14-18 % of 2·BW; Eq. 5 is
+        ``eq5``'s verdict.)"""
         largest = max(rows, key=lambda r: r["bytes"])
         bandwidth_bound = [r for r in rows if r["bytes"] >= 64 * 1024] or [largest]
         ahead = all(r["inc_gbps"] > r["ring_gbps"] for r in bandwidth_bound)
-        cut_ok = abs(largest["time_cut"] - largest["eq5_cut"]) <= 0.03
+        cut_ok = abs(largest["time_cut"] - largest["eq5_cut"]) <= EQ5_TOLERANCE
+        papered = "paper_ring_gbps" in largest
+        if papered:
+            ring_ok = abs(largest["ring_gbps"] / PAPER_RING_GBPS - 1) <= RING_TOLERANCE
+            gain_ok = (PAPER_GAIN[0] - GAIN_TOLERANCE <= largest["gain"]
+                       <= PAPER_GAIN[1] + GAIN_TOLERANCE)
+            near = ring_ok and gain_ok
+        else:
+            near = cut_ok
         text = (f"at {_size(largest['bytes'])}: ring {largest['ring_gbps']:.0f} Gb/s "
-                f"({100 * largest['ring_of_bound']:.1f} % of bound), INC {largest['inc_gbps']:.0f} "
-                f"Gb/s ({100 * largest['inc_of_bound']:.1f} %), {100 * largest['gain']:+.1f} % "
-                f"(paper +25.6-31.8 %: its emulated switch loses 14-18 % of 2·BW; this one reduces "
-                f"at line rate); time cut {100 * largest['time_cut']:.1f} % vs Eq. 5 "
-                f"{100 * largest['eq5_cut']:.1f} %")
-        return ahead and cut_ok, text
+                f"({100 * largest['ring_of_bound']:.1f} % of bound"
+                + (f"; paper ~130, tolerance ±{100 * RING_TOLERANCE:.0f} %: "
+                   f"{'inside' if ring_ok else 'OUTSIDE'}" if papered else "")
+                + f"), INC {largest['inc_gbps']:.0f} Gb/s ({100 * largest['inc_of_bound']:.1f} %), "
+                f"gain {100 * largest['gain']:+.1f} %"
+                + (f" (paper +25.6-31.8 %, tolerance ±{100 * GAIN_TOLERANCE:.0f} points: "
+                   f"{'inside' if gain_ok else 'OUTSIDE'}; its emulated switch loses 14-18 % of "
+                   f"2·BW, this one reduces at line rate)" if papered else "")
+                + f"; INC ahead at every S >= 64 KiB: {'yes' if ahead else 'NO'}; time cut "
+                f"{100 * largest['time_cut']:.1f} % vs Eq. 5 {100 * largest['eq5_cut']:.1f} % "
+                + (f"(tolerance ±{100 * EQ5_TOLERANCE:.0f} points: "
+                   f"{'inside' if cut_ok else 'OUTSIDE'})" if not papered else
+                   "(reported; eq5 holds the model to Eq. 5)"))
+        return ahead and near, text
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots
@@ -316,10 +350,14 @@ class Eq5(Experiment):
         return {"paper_cut": eq5(row["ranks"]), "cut_minus_paper": row["time_cut"] - eq5(row["ranks"])}
 
     def verdict(self, rows):
+        """Holds when every N's measured cut is within :data:`EQ5_TOLERANCE` of Eq. 5."""
         worst = max(abs(r["cut_minus_paper"]) for r in rows)
         text = ", ".join(f"N={r['ranks']}: {100 * r['time_cut']:.1f} % (Eq. 5 {100 * r['paper_cut']:.1f} %)"
                          for r in rows)
-        return worst <= 0.03, f"{text} at S={_size(rows[0]['bytes'])}"
+        return worst <= EQ5_TOLERANCE, (
+            f"{text} at S={_size(rows[0]['bytes'])}; worst {100 * worst:.1f} points off "
+            f"(tolerance ±{100 * EQ5_TOLERANCE:.0f} points: "
+            f"{'inside' if worst <= EQ5_TOLERANCE else 'OUTSIDE'})")
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots

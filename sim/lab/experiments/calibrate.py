@@ -31,6 +31,10 @@ __all__ = ["calibration_fabric", "calibration_ranks", "calibration_pairs", "cali
            "format_report", "Table2", "EXPERIMENT"]
 
 
+#: Table 2's verdict: each class's latency and bandwidth within this fraction of the paper's
+TOLERANCE = 0.01
+
+
 def _shape(preset):
     return {"dies_per_npu": min(2, preset.dies_per_npu),
             "npus_per_board": min(2, preset.npus_per_board),
@@ -221,10 +225,14 @@ class Table2(Experiment):
         lat = max(abs(r["latency_over_paper"] - 1) for r in papered)
         bw = max(abs(r["bandwidth_over_paper"] - 1) for r in papered)
         text = " / ".join(f"{r['latency_ns']:.0f}" for r in papered)
-        return (lat <= 0.01 and bw <= 0.01,
+        # the cm384 preset is calibrated to Table 2, so the measurement must return the table's
+        # values to within a cycle's rounding: 1 % (2 ns of the 218 ns class) either way
+        return (lat <= TOLERANCE and bw <= TOLERANCE,
                 f"{text} ns (worst {100 * lat:.2f} % off), "
                 f"{min(r['bandwidth_gbytes_s'] for r in papered):.1f} GB/s per class "
-                f"(worst {100 * bw:.2f} % off) — the preset is calibrated to Table 2")
+                f"(worst {100 * bw:.2f} % off; tolerance ±{100 * TOLERANCE:.0f} % on each: "
+                f"{'inside' if lat <= TOLERANCE and bw <= TOLERANCE else 'OUTSIDE'}) — "
+                f"the preset is calibrated to Table 2")
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots

@@ -210,11 +210,22 @@ class FabricSpeed(Experiment):
         return row
 
     def verdict(self, rows):
+        """No paper figure: ``None`` when every run moved traffic correctly, ``False`` otherwise.
+
+        The papers give no simulator speed, so there is no number to hold against; a run that
+        sent nothing, misrouted a block or received more than was sent measured a broken
+        fabric, and the verdict says no."""
+        rule = ("tolerance: none on correctness, no misrouted block, traffic sent and no more "
+                "received than sent; no paper figure for speed")
+        wrong = [r["backend"] for r in rows
+                 if r.get("misrouted", 0) or not r.get("sent") or r.get("received", 0) > r["sent"]]
+        if wrong:
+            return False, f"broken run(s) on {', '.join(wrong)} ({rule})"
         by = {r["backend"]: r for r in rows}
         if "verilator" in by and "pysim" in by:
             x = by["verilator"]["cycles_per_s"] / by["pysim"]["cycles_per_s"]
-            return None, f"Verilator {x:.0f}x Amaranth's simulator on the loaded fabric"
-        return None, "cycles/s per backend (the papers give no simulator speed)"
+            return None, f"Verilator {x:.0f}x Amaranth's simulator on the loaded fabric ({rule})"
+        return None, f"cycles/s per backend (the papers give no simulator speed; {rule})"
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots

@@ -227,8 +227,9 @@ class Fig9(Experiment):
                 if base == "cann-expert":
                     holds = holds and order and inside
                 parts.append(f"vs {base}: w/o {ratios['ubep-nomap']:.3f}, UBEP "
-                             f"{ratios['ubep']:.3f} (paper 0.773, 0.699; "
-                             f"{'in' if inside else 'outside'} ±{100 * BAND:.0f} %), ordering "
+                             f"{ratios['ubep']:.3f} (paper 0.773, 0.699; tolerance "
+                             f"±{100 * BAND:.0f} % of the paper's ratio: "
+                             f"{'inside' if inside else 'OUTSIDE'}), ordering "
                              f"{'holds' if order else 'fails'}")
             uniform = spread["ubep"] <= min(spread[v] for v in VARIANTS if v != "ubep")
             holds = holds and uniform

@@ -24,6 +24,11 @@ __all__ = ["Payload", "EXPERIMENT", "closed_form"]
 
 #: INC-MoE §2.2 as printed
 PAPER = {"no_expert_fraction": 0.085, "ranks_needed": 2.74, "extra_ag_bytes": 0.09}
+#: the verdict's tolerances (absolute, as fractions): 8.5 % is printed to 0.1 points and the
+#: closed form gives 8.44 %; half a point covers that rounding and the sampling noise of a
+#: 20k-token quick grid (sigma ~0.1 points) without accepting a neighbouring k (k = 7 and 9
+#: give 11.9 and 6.1 %). "~9 %" is an approximate figure: one point either side
+TOLERANCE = {"no_expert_fraction": 0.005, "extra_ag_bytes": 0.01}
 
 
 def closed_form(experts, topk, ranks):
@@ -88,10 +93,14 @@ class Payload(Experiment):
             return None, "the paper's figures are for E=64, k=8, N=4 only"
         worst = max(abs(r["diff_no_expert_fraction"]) for r in papered)
         extra = sum(r["extra_ag_bytes"] for r in papered) / len(papered)
-        holds = worst <= 0.005 and abs(extra - PAPER["extra_ag_bytes"]) <= 0.01
+        holds = (worst <= TOLERANCE["no_expert_fraction"]
+                 and abs(extra - PAPER["extra_ag_bytes"]) <= TOLERANCE["extra_ag_bytes"])
         return holds, (f"{100 * papered[0]['no_expert_fraction']:.2f} % of (token, remote rank) "
-                       f"pairs need nothing (paper 8.5 %), AG sends {100 * extra:.1f} % more "
-                       f"(paper ~9 %)")
+                       f"pairs need nothing (paper 8.5 %, tolerance "
+                       f"±{100 * TOLERANCE['no_expert_fraction']:.1f} points), AG sends "
+                       f"{100 * extra:.1f} % more (paper ~9 %, tolerance "
+                       f"±{100 * TOLERANCE['extra_ag_bytes']:.0f} point): "
+                       f"{'inside' if holds else 'OUTSIDE'}")
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots

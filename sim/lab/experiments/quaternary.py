@@ -19,7 +19,7 @@ from ...backends import SIMULATORS, ComponentSpec, run
 from ...tb.vector_commands import command, run_commands
 from . import Experiment, Param, register
 
-__all__ = ["search_intent", "Quaternary", "EXPERIMENT"]
+__all__ = ["search_intent", "log4_ceil", "Quaternary", "EXPERIMENT"]
 
 
 async def search_intent(bench, expert_list, targets, n_experts):
@@ -36,6 +36,14 @@ async def search_intent(bench, expert_list, targets, n_experts):
         out.append({"target": target, "expert": expert, "offset": offset,
                     "steps": steps, "cycles": bench.cycle - start})
     return out
+
+
+def log4_ceil(n):
+    """The least ``s`` with ``4 ** s >= n`` (the quaternary search's narrowing commands)."""
+    s = 0
+    while 4 ** s < n:
+        s += 1
+    return s
 
 
 class Quaternary(Experiment):
@@ -94,11 +102,19 @@ class Quaternary(Experiment):
         return rows
 
     def verdict(self, rows):
+        """Holds when every lookup matches numpy (no tolerance) and takes at most
+        ``ceil(log4 E) + 1`` VectorCount commands: Algorithm 1 narrows the range four-fold per
+        command, plus the one count that gives the offset inside the expert (no slack)."""
         ok = all(r["match"] for r in rows)
+        bound = {r["experts"]: log4_ceil(r["experts"]) + 1 for r in rows}
+        within = all(r["steps"] <= bound[r["experts"]] for r in rows)
         steps = sorted({r["steps"] for r in rows})
-        return ok, (f"{sum(r['match'] for r in rows)}/{len(rows)} lookups match numpy, "
-                    f"{'/'.join(map(str, steps))} VectorCount commands each "
-                    f"({rows[0]['count_cycles']} cycles per command)")
+        limit = "/".join(str(b) for b in sorted(set(bound.values())))
+        return ok and within, (
+            f"{sum(r['match'] for r in rows)}/{len(rows)} lookups match numpy (tolerance: none), "
+            f"{'/'.join(map(str, steps))} VectorCount commands each (tolerance: at most "
+            f"ceil(log4 E) + 1 = {limit}: {'inside' if within else 'OUTSIDE'}; "
+            f"{rows[0]['count_cycles']} cycles per command)")
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots

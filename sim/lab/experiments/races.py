@@ -396,10 +396,14 @@ class Races(Experiment):
     def verdict(self, rows):
         bad = [r["scenario"] for r in rows
                if not r["race_observed_unsafe"] or r["race_observed_safe"]]
+        # a yes/no outcome per run, not a measured number: no tolerance, every unsafe variant
+        # must race and no safe one may
+        rule = "tolerance: none, every unsafe variant races and no safe one does"
         if bad:
-            return False, f"expected race missing or safe variant failing in {', '.join(bad)}"
+            return False, (f"expected race missing or safe variant failing in {', '.join(bad)} "
+                           f"({rule})")
         return True, (f"all {len(rows)} unsafe variants show their race "
-                      f"({', '.join(r['scenario'] for r in rows)}); no safe variant does")
+                      f"({', '.join(r['scenario'] for r in rows)}); no safe variant does ({rule})")
 
     def plot(self, rows, path):
         from ..results.plot import table_figure

@@ -289,10 +289,20 @@ class Speed(Experiment):
         return row
 
     def verdict(self, rows):
+        """No paper figure: ``None`` when every run was correct, ``False`` when one was not.
+
+        The papers give no simulator speed, so there is no number to hold against; a speed
+        measured on a run that computed the wrong all-to-all (or whose repeats took different
+        cycles) is no measurement, and the verdict says no."""
         ratio = ratios(rows)
         text = "; ".join(f"{b} at {d} dies: {x}x Amaranth's simulator"
                          for b, by_dies in ratio.items() for d, x in by_dies.items())
-        return None, (text or "cycles/s per backend") + " (the papers give no simulator speed)"
+        wrong = [f"{r['backend']} at {r['dies']} dies" for r in rows if not r.get("correct")]
+        rule = "tolerance: none on correctness, every run bit-exact; no paper figure for speed"
+        if wrong:
+            return False, f"wrong run(s): {', '.join(wrong)} ({rule})"
+        return None, ((text or "cycles/s per backend") + " (the papers give no simulator speed; "
+                      f"{rule})")
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots

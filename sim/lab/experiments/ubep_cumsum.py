@@ -89,10 +89,15 @@ class Fig14(Experiment):
                     for (r1, b) in best for (r2, b2) in best if b2 == b and r2 > r1)
         cells = ", ".join(f"R{r} BS{b}: C={c}" for (r, b), c in sorted(best.items()))
         varies = len(set(best.values())) > 1
+        # the paper gives the trend only (its heatmaps' best C per cell are at another scale),
+        # so there is no number to be near: the trend must hold at every pair of cells, a tie
+        # counting as neither falling nor rising against it, and the best C must vary somewhere
         return falls and rises and varies, (
             f"best C per cell {cells}; {'falls' if falls else 'does NOT fall'} with BS, "
             f"{'rises' if rises else 'does NOT rise'} with R"
-            + ("" if varies else "; the same C wins everywhere (no trend to see)"))
+            + ("" if varies else "; the same C wins everywhere (no trend to see)")
+            + " (tolerance: none, the trend at every pair of cells, ties allowed; the best C "
+            "must differ between cells)")
 
     def rows_with_delta(self, rows):
         cell = {}
