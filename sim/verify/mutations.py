@@ -427,4 +427,18 @@ MUTATIONS = [
         "tests": ["tests/sim/test_native.py::test_skipping_idle_links_changes_nothing"],
         "timeout": 300,
     },
+    {
+        "name": "cann_flag_accepts_previous_epoch",
+        "file": "sw/ubep/cann.py",
+        "old": ("        p.li(14, _local(rank, block, word))\n"
+                "        p.poll(6, 14, 13, \"ge\")                 # the flag carries this run's epoch\n"),
+        "new": ("        p.li(14, _local(rank, block, word))\n"
+                "        p.li(7, 1 << 16)\n"
+                "        p.sub(7, 13, 7)\n"
+                "        p.poll(6, 14, 7, \"ge\")\n"),
+        "description": "CANN's Flag Verification accepts a status word of the previous epoch "
+                       "(epoch - 1): it reads counts that have not arrived",
+        "tests": ["tests/sw/test_combine.py::test_cann_is_correct_at_cm384_latencies"],
+        "timeout": 300,
+    },
 ]

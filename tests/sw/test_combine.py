@@ -70,6 +70,18 @@ def test_a_combine_that_does_not_poll_the_flags_is_caught():
     assert result["runs"][0]["dispatch"]["correct"]
 
 
+def test_cann_is_correct_at_cm384_latencies():
+    """A normal CANN dispatch + combine where a flag takes 218 ns to the other die: a Flag
+    Verification that accepted the previous epoch's flags (the words start at 0, epoch 0)
+    would read the counts before they arrive (mutation ``cann_flag_accepts_previous_epoch``);
+    the tiny preset's flags arrive before anyone looks."""
+    require_simulator("native")          # the cm384 build of the two tests above and below
+    result, _ = run_kernel(K, backend("native"), params={**SMALL, "system": "cann"},
+                           max_cycles=50_000, **{**SHAPE, "preset": "cm384"})
+    assert result["correct"], result["problems"]
+    assert result["runs"][0]["dispatch"]["correct"]
+
+
 def test_ubep_and_cann_combine_give_the_same_payload():
     runs = {s: outcome("pysim", s)[0]["runs"][0] for s in ("cann", "ubep")}
     assert runs["cann"]["y_payload_digest"] == runs["ubep"]["y_payload_digest"]
