@@ -43,6 +43,13 @@ def fast_simulator():
     return "pysim" if missing_reason("verilator") else "verilator"
 
 
+def machine_simulator():
+    """The native backend when present (the UBEP experiments' 4-AIV machine is built for it:
+    :func:`four_aiv_machine` runs share that build), else Amaranth's simulator."""
+    from epfabric.sim.backends import missing_reason
+    return "pysim" if missing_reason("native") else "native"
+
+
 #: watchdog of the small dispatch/combine cases (each takes < 800 cycles): a hang fails in seconds
 KERNEL_CASE_MAX_CYCLES = 4_000
 
@@ -90,6 +97,17 @@ def larger_machine(kernel, params, shape, **sizes):
     import dataclasses
     config = kernel.configs(shape["preset"], shape["topology"], shape["aivs"], params)[0]
     return dataclasses.replace(config, **sizes)
+
+
+#: the UBEP experiments' test machine (tests/sim/test_ubep_runs.py): the tiny preset's two dies
+#: of 4 AIVs, sized for every small dispatch case; one native build serves them all
+ENVELOPE_TINY = {"hbm_blocks": 256, "ubuf_rows": 16, "imem_depth": 1024, "trace_depth": 128}
+
+
+def four_aiv_machine(kernel, params):
+    """The shared 2-die x 4-AIV tiny machine (:data:`ENVELOPE_TINY`), checked to hold ``params``."""
+    shape = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=4)
+    return larger_machine(kernel, params, shape, **ENVELOPE_TINY)
 
 
 def run_on_machine(kernel, simulator, config, params, max_cycles=KERNEL_CASE_MAX_CYCLES):

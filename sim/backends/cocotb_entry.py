@@ -56,11 +56,10 @@ class CocotbTestbench(Testbench):
         # a Python coroutine; cocotb's default picks the Python clock unless
         # COCOTB_TRUST_INERTIAL_WRITES is set, which ran Python on every edge.
         Clock(self._dut.clk, CLOCK_PERIOD_NS, unit="ns", impl="gpi").start(start_high=False)
-        # Verilator's Verilog is reset-less (verilog.simulation.verilog_of); Icarus's has a
-        # reset, pulsed here because its edges first evaluate the always @*
-        # blocks, which Icarus does not run at time 0. Registers start at their
-        # init values either way. Drive every input to 0 from the start: an
-        # undriven input is Z in Icarus, and the registers it feeds would be X.
+        # The simulation Verilog is reset-less (verilog.verilog_of): registers start at
+        # their init values; a Verilog with a rst port (none today) gets it pulsed.
+        # Drive every input to 0 from the start: an undriven input is Z in Icarus,
+        # and the registers it feeds would be X.
         has_rst = os.environ.get("EPFABRIC_HAS_RST") == "1"
         if has_rst:
             self._dut.rst.value = 1

@@ -2,7 +2,7 @@
 
 Differs from ``epfabric verilog`` (FPGA flows) in three ways, all measured to
 matter for generation or Verilator's speed and all invisible in results: the
-``sync`` domain is reset-less for Verilator, tops that repeat a block define it
+``sync`` domain is reset-less for Verilator and Icarus, tops that repeat a block define it
 once (``hierarchical_verilog``), and a large memory whose initial contents are
 all zero (a die's HBM slice) is zeroed by a loop in an ``initial`` block
 instead of one constant per row (:func:`_zero_by_loop`). Icarus' Verilog also
@@ -36,26 +36,30 @@ _VERILOG = {}
 def verilog_of(spec, simulator="verilator"):
     """Simulation Verilog of ``spec``'s component for ``simulator``, top module ``top``.
 
-    Memoised per process. For Verilator the ``sync`` domain is *reset-less*:
-    every register starts at its init value through a Verilog initialiser, as
-    in Amaranth's simulator, and there is no ``rst`` port. With a ``rst``
-    input, the next-state logic of every register reads a top-level input and
-    Verilator re-evaluates all of it on every ``eval()`` (its
-    input-combinational region); measured on the 4-die machine, that was
-    most of the run time. Icarus keeps the synchronous reset and the bench
-    pulses it at start. Register values are the same either way (reset
-    values are the init values); the cross-simulator tests check cycles and
-    results are identical. ``epfabric verilog`` (for FPGA flows) keeps the
-    reset.
+    Memoised per process. The ``sync`` domain is *reset-less* for both
+    Verilator and Icarus: every register starts at its init value through a
+    Verilog initialiser, as in Amaranth's simulator, and there is no ``rst``
+    port. With a ``rst`` input, the next-state logic of every register reads
+    a top-level input and Verilator re-evaluates all of it on every
+    ``eval()`` (its input-combinational region); measured on the 4-die
+    machine, that was most of the run time. Register values are the same
+    either way (reset values are the init values); the cross-simulator tests
+    check cycles and results are identical. ``epfabric verilog`` (for FPGA
+    flows) keeps the reset.
 
-    Icarus' Verilog gets :func:`_kick_at_time_zero`: without it, an
-    ``always @*`` block whose inputs all settle at time 0 never runs and its
-    outputs stay ``x`` (the reset pulse does not help: it changes no register's
-    value, their initialisers already hold the reset values).
+    Icarus' text is Verilator's with :func:`_kick_at_time_zero` applied: without
+    it, an ``always @*`` block whose inputs all settle at time 0 never runs and
+    its outputs stay ``x``. The kick is a text edit of the converted Verilog, so
+    both simulators share one conversion (cached on disk): Icarus used to get
+    a converted design of its own, with a reset, which cost the test suite
+    about 100 s of Verilog generation for the same hardware.
     """
     reset_less = not has_reset(simulator)
-    key = (spec.to_json(), reset_less)
-    if key not in _VERILOG:
+    key = (spec.to_json(), reset_less, simulator == "icarus")
+    if key in _VERILOG:
+        return _VERILOG[key]
+    base_key = (spec.to_json(), reset_less, False)
+    if base_key not in _VERILOG:
         t0 = time.monotonic()
         # On disk, keyed by the spec and the source of everything that builds it.
         path = _cache_path("design", f"{spec.to_json()}\0{reset_less}\0{_factory_source(spec)}")
@@ -63,14 +67,16 @@ def verilog_of(spec, simulator="verilator"):
         with open(path.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if path.exists():
-                _VERILOG[key] = path.read_text()
-                return _VERILOG[key]
-            _VERILOG[key] = _convert(spec, reset_less)
-            write_atomic(path, _VERILOG[key])
+                _VERILOG[base_key] = path.read_text()
+            else:
+                _VERILOG[base_key] = _convert(spec, reset_less)
+                write_atomic(path, _VERILOG[base_key])
         dt = time.monotonic() - t0
         if dt > PROGRESS_AFTER_S:
             progress(f"Verilog of {spec.factory.rpartition(':')[2]}: "
-                      f"{len(_VERILOG[key]) / 1e6:.1f} MB in {dt:.0f} s")
+                     f"{len(_VERILOG[base_key]) / 1e6:.1f} MB in {dt:.0f} s")
+    if simulator == "icarus":
+        _VERILOG[key] = _kick_at_time_zero(_VERILOG[base_key])
     return _VERILOG[key]
 
 
@@ -79,16 +85,14 @@ def _convert(spec, reset_less):
 
     from ...hw.instances import shared_modules
     kw = {"missing_domain": lambda name: ClockDomain(name, reset_less=True)} if reset_less else {}
-    # Icarus (the simulator with a reset) needs its always @* blocks kicked at time 0.
-    kick = not reset_less
     with shared_modules():
         top, parts = spec.build(), {}
     if hasattr(top, "hierarchical_verilog"):
         # Repeated blocks as one shared module (e.g. System's dies, cores,
         # links and switches): converted once each, whatever the instance count.
         top, parts = top.hierarchical_verilog(reset=not reset_less)
-    texts = [_to_verilog(top, TOPLEVEL, kw, kick)]
-    texts += [part_verilog(name, part, reset_less, kw, kick) for name, part in parts.items()]
+    texts = [_to_verilog(top, TOPLEVEL, kw)]
+    texts += [part_verilog(name, part, reset_less, kw) for name, part in parts.items()]
     return "\n".join(texts)
 
 
@@ -283,5 +287,6 @@ def _cache_path(kind, key):
 
 
 def has_reset(simulator):
-    """Whether ``simulator``'s Verilog has a ``rst`` port (see :func:`verilog_of`)."""
-    return simulator != "verilator"
+    """Whether ``simulator``'s Verilog has a ``rst`` port (see :func:`verilog_of`): no
+    simulator's does (Verilator and Icarus get the same reset-less design)."""
+    return simulator not in ("verilator", "icarus")

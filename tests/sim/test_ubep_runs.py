@@ -9,14 +9,12 @@ from epfabric.sim.lab.experiments.ubep_runs import (ENVELOPE, STAGES, cap_for, c
                                                     config_of, grid, measure_dispatch, phase_stack,
                                                     shape_of)
 from epfabric.sw.kernels import run_kernel
-from utils import require_simulator
+from utils import ENVELOPE_TINY, require_simulator   # one machine (build) for every run below
 
 UBEP_FIGURES = ("fig3b", "fig7a", "fig7b", "fig7c", "fig8", "fig13", "fig14")
 #: the native backend (Verilator models of the die, links and switches, stepped from C++):
 #: the same cycles as the flat model (cross-simulator tests), a cheaper build
 TINY = {"preset": "tiny", "backend": "native", "aivs": 4}
-#: one machine for every run below (one build): big enough for every cell
-ENVELOPE_TINY = {"hbm_blocks": 256, "ubuf_rows": 16, "imem_depth": 1024, "trace_depth": 128}
 CELL = {"ranks": 2, "topology": "superpod:2,1,1", "experts": 8, "batch": 8, "topk": 2,
         "hidden_blocks": 1, "seed": 3}
 

@@ -7,7 +7,7 @@ from epfabric.sim.backends.machine import backend
 from epfabric.sw.buffer import Buffer, DispatchError
 from epfabric.sw.ubep.reference import combine_out, dispatch_out
 from epfabric.sw.ubep.workload import Workload
-from utils import require_simulator
+from utils import fast_simulator, require_simulator
 
 # the dispatch/combine tests' shape: the same hardware, so one Verilator build serves all
 SHAPE = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=2, batch=4, topk=2, experts=4,
@@ -151,12 +151,13 @@ def test_a_topology_string_is_parsed():
         Buffer(backend("pysim"), system="ubep", **{**SHAPE, "topology": "superpod:two"})
 
 
-def test_ubep_then_cann_on_one_buffer(pysim_buf):
+def test_ubep_then_cann_on_one_buffer():
     """A CANN call after a UBEP one used to hang at SyncAll #1 (CTRL[0] lagged 2·A an epoch).
 
     Also: y comes back in the machine's word type, uint32, whatever x's integer dtype.
+    On Verilator when present: the two-round test's build (the same machine).
     """
-    buf = pysim_buf
+    buf = Buffer(backend(fast_simulator()), system="ubep", **SHAPE)
     for seed, system in ((1, "ubep"), (2, "cann")):
         x, idx, wts = _inputs(seed)
         x = x.astype(np.uint32)

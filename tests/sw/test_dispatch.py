@@ -9,8 +9,8 @@ from epfabric.sw.kernels import KERNELS, run_kernel
 from epfabric.sw.kernels.dispatch import layout_of
 from epfabric.sw.machine import Machine, WatchdogTimeout
 from epfabric.sw.ubep.cann import PHASES
-from utils import (KERNEL_CASE_MAX_CYCLES, fast_simulator, kernel_cases, larger_machine,
-                   require_simulator, run_on_machine)
+from utils import (KERNEL_CASE_MAX_CYCLES, fast_simulator, four_aiv_machine, kernel_cases,
+                   larger_machine, machine_simulator, require_simulator, run_on_machine)
 
 K = KERNELS["dispatch"]
 #: the smallest case with remote traffic both ways, more than one expert per rank and two AIVs
@@ -152,10 +152,8 @@ def test_ubep_slices_that_start_inside_an_expert():
             p = int((cum <= a * per).sum())
             offsets.append(a * per - (int(cum[p - 1]) if p else 0))
     assert any(offsets), offsets                                   # the case tests what it says
-    result, _ = run_kernel(K, backend("pysim"), params=params, preset="tiny",
-                           topology=SHAPE["topology"], aivs=4,
-                           max_cycles=KERNEL_CASE_MAX_CYCLES)
-    assert result["correct"], result["problems"]
+    run = run_on_machine(K, machine_simulator(), four_aiv_machine(K, params), params)
+    assert run["correct"], run["problems"]
 
 
 def test_ubep_mapper_pieces():
@@ -250,15 +248,12 @@ def test_the_expert_split_gives_an_aiv_the_slots_of_its_experts_only():
 
 
 def test_identity_mapping_with_two_token_aivs():
-    """Two T-AIVs cut the slot sequence in expert order (π = identity, not [0, 2, 1, 3]),
-    bit-exact."""
-    result, _ = run_kernel(K, backend("pysim"),
-                           params={**SMALL, "system": "ubep", "cumsum_aivs": 1,
-                                   "mapping": "identity"},
-                           preset="tiny", topology=SHAPE["topology"], aivs=3,
-                           max_cycles=KERNEL_CASE_MAX_CYCLES)
-    assert result["correct"], result["problems"]
-    assert len(result["runs"][0]["send_cycles"]) == 2 * 2
+    """Two T-AIVs (4 AIVs, 2 CalCumSum) cut the slot sequence in expert order (π = identity,
+    not [0, 2, 1, 3]), bit-exact."""
+    params = {**SMALL, "system": "ubep", "cumsum_aivs": 2, "mapping": "identity"}
+    run = run_on_machine(K, machine_simulator(), four_aiv_machine(K, params), params)
+    assert run["correct"], run["problems"]
+    assert len(run["send_cycles"]) == 2 * 2
 
 
 def test_remapping_and_the_hot_share():
@@ -381,11 +376,10 @@ def test_the_expert_split_and_three_token_aivs_at_k3_and_three_experts_per_rank(
     cann = run_on_machine(K, fast_simulator(), ODD_MACHINE,
                           {**params, "system": "cann", "send_split": "expert"})
     assert cann["correct"], cann["problems"]
-    ubep, _ = run_kernel(K, backend("pysim"), params={**params, "system": "ubep",
-                                                      "cumsum_aivs": 1},
-                         max_cycles=KERNEL_CASE_MAX_CYCLES, **{**SHAPE, "aivs": 4})
+    params = {**params, "system": "ubep", "cumsum_aivs": 1}
+    ubep = run_on_machine(K, machine_simulator(), four_aiv_machine(K, params), params)
     assert ubep["correct"], ubep["problems"]
-    assert cann["out_payload_digest"] == ubep["runs"][0]["out_payload_digest"]
+    assert cann["out_payload_digest"] == ubep["out_payload_digest"]
 
 
 def _names(program):
