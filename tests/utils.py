@@ -110,6 +110,21 @@ def four_aiv_machine(kernel, params):
     return larger_machine(kernel, params, shape, **ENVELOPE_TINY)
 
 
+def cm384_machine():
+    """The flag tests' machine: two cm384 dies (a flag takes 218 ns to the other one) of 2 AIVs,
+    sized for the small dispatch/combine case with 4-block tokens (with 2, a token's last
+    block still arrives before the receiver reaches it); one native build serves every run
+    on it (:func:`run_on_machine`)."""
+    from epfabric.sw.kernels import KERNELS
+    shape = dict(preset="cm384", topology=("superpod", 2, 1, 1), aivs=2)
+    return larger_machine(KERNELS["combine"], {"batch": 4, "topk": 2, "experts": 4,
+                                               "hidden_blocks": 4}, shape)
+
+
+#: watchdog of the runs on :func:`cm384_machine` (each takes < 10,000 cycles)
+CM384_MAX_CYCLES = 50_000
+
+
 def run_on_machine(kernel, simulator, config, params, max_cycles=KERNEL_CASE_MAX_CYCLES):
     """One run of ``kernel`` at ``params`` on the machine ``config``; the run's entry
     (``{"cycles", **check}``, as in :func:`~epfabric.sw.kernels.run_kernel`'s ``runs``).

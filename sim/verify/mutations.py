@@ -438,7 +438,29 @@ MUTATIONS = [
                 "        p.poll(6, 14, 7, \"ge\")\n"),
         "description": "CANN's Flag Verification accepts a status word of the previous epoch "
                        "(epoch - 1): it reads counts that have not arrived",
-        "tests": ["tests/sw/test_combine.py::test_cann_is_correct_at_cm384_latencies"],
+        "tests": ["tests/sw/test_combine.py::test_correct_at_cm384_latencies"],
+        "timeout": 300,
+    },
+    {
+        "name": "ubep_reorder_polls_first_block_only",
+        "file": "sw/ubep/ubep.py",
+        "old": ("            if sync == \"tff\":\n"
+                "                p.poll(11, 15, 12, \"eq\")           # Data-as-Flag: this block has arrived\n"),
+        "new": ("            if sync == \"tff\" and _b == 0:\n"
+                "                p.poll(11, 15, 12, \"eq\")\n"),
+        "description": "UBEP's Token-Reordering polls the Data-as-Flag word of a token's first "
+                       "block only and copies the others as they are",
+        "tests": ["tests/sw/test_combine.py::test_correct_at_cm384_latencies"],
+        "timeout": 300,
+    },
+    {
+        "name": "combine_reads_block_0_only",
+        "file": "sw/ubep/combine.py",
+        "old": "            p.addi(6, 6, b)\n",
+        "new": "            p.addi(6, 6, 0)\n",
+        "description": "the combine sums block 0 of every answer into each block of the "
+                       "token's output row",
+        "tests": ["tests/sw/test_combine.py::test_correct_at_cm384_latencies"],
         "timeout": 300,
     },
 ]

@@ -7,7 +7,7 @@ from epfabric.sw.kernels import KERNELS, run_kernel
 from epfabric.sw.kernels.dispatch import layout_of
 from epfabric.sw.ubep.reference import slot_index
 from epfabric.sw.ubep.combine import PHASES
-from utils import (KERNEL_CASE_MAX_CYCLES, fast_simulator, kernel_cases, larger_machine,
+from utils import (CM384_MAX_CYCLES, KERNEL_CASE_MAX_CYCLES, cm384_machine, fast_simulator, kernel_cases, larger_machine,
                    require_simulator, run_on_machine)
 
 K = KERNELS["combine"]
@@ -61,25 +61,30 @@ def test_the_checker_sees_a_wrong_answer():
 
 def test_a_combine_that_does_not_poll_the_flags_is_caught():
     """On cm384 an answer takes 218 ns to the other die: a source that does not poll sums zeros."""
-    require_simulator("native")          # one cm384 build serves this and test_dispatch's control
-    result, _ = run_kernel(K, backend("native"),
-                           params={**SMALL, "system": "ubep", "broken": "no_flag_poll"},
-                           max_cycles=50_000, **{**SHAPE, "preset": "cm384"})
-    assert not result["correct"]
-    assert any("YOUT token" in p for p in result["problems"])
-    assert result["runs"][0]["dispatch"]["correct"]
+    require_simulator("native")          # one cm384 build serves this and test_dispatch's
+    run = run_on_machine(K, "native", cm384_machine(),
+                         {**SMALL, "system": "ubep", "broken": "no_flag_poll"},
+                         max_cycles=CM384_MAX_CYCLES)
+    assert not run["correct"]
+    assert any("YOUT token" in p for p in run["problems"])
+    assert run["dispatch"]["correct"]
 
 
-def test_cann_is_correct_at_cm384_latencies():
-    """A normal CANN dispatch + combine where a flag takes 218 ns to the other die: a Flag
-    Verification that accepted the previous epoch's flags (the words start at 0, epoch 0)
-    would read the counts before they arrive (mutation ``cann_flag_accepts_previous_epoch``);
-    the tiny preset's flags arrive before anyone looks."""
-    require_simulator("native")          # the cm384 build of the two tests above and below
-    result, _ = run_kernel(K, backend("native"), params={**SMALL, "system": "cann"},
-                           max_cycles=50_000, **{**SHAPE, "preset": "cm384"})
-    assert result["correct"], result["problems"]
-    assert result["runs"][0]["dispatch"]["correct"]
+@pytest.mark.parametrize("system, blocks", [("cann", 1), ("cann", 4), ("ubep", 4)])
+def test_correct_at_cm384_latencies(system, blocks):
+    """Normal dispatch + combine runs where a flag takes 218 ns to the other die, with 1- and
+    4-block tokens. They catch what the tiny preset's latencies hide (its flags arrive before
+    anyone looks): a CANN Flag Verification that accepts the previous epoch's flags (the
+    words start at 0, epoch 0; mutation ``cann_flag_accepts_previous_epoch``), a UBEP
+    reorder that polls only a token's first block (``ubep_reorder_polls_first_block_only``)
+    and a combine that sums block 0 of the answers into every block
+    (``combine_reads_block_0_only``)."""
+    require_simulator("native")          # the cm384 build of the flag tests above and below
+    run = run_on_machine(K, "native", cm384_machine(),
+                         {**SMALL, "system": system, "hidden_blocks": blocks},
+                         max_cycles=CM384_MAX_CYCLES)
+    assert run["correct"], run["problems"]
+    assert run["dispatch"]["correct"], run["dispatch"]["problems"]
 
 
 def test_ubep_and_cann_combine_give_the_same_payload():

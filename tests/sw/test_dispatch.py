@@ -9,7 +9,7 @@ from epfabric.sw.kernels import KERNELS, run_kernel
 from epfabric.sw.kernels.dispatch import layout_of
 from epfabric.sw.machine import Machine, WatchdogTimeout
 from epfabric.sw.ubep.cann import PHASES
-from utils import (KERNEL_CASE_MAX_CYCLES, fast_simulator, four_aiv_machine, kernel_cases,
+from utils import (CM384_MAX_CYCLES, KERNEL_CASE_MAX_CYCLES, cm384_machine, fast_simulator, four_aiv_machine, kernel_cases,
                    larger_machine, machine_simulator, require_simulator, run_on_machine)
 
 K = KERNELS["dispatch"]
@@ -76,11 +76,11 @@ def test_the_checker_sees_wrong_counts_and_a_wrong_expand(region):
 
 def test_a_reorder_that_does_not_wait_for_the_flags_is_caught():
     """On cm384 the flags take 218 ns to the other die: a reorder that does not wait reads 0s."""
-    require_simulator("native")          # one cm384 build serves this and test_combine's control
-    result, _ = run_kernel(K, backend("native"), params={**SMALL, "broken": "no_flag_wait"},
-                           max_cycles=50_000, **{**SHAPE, "preset": "cm384"})
-    assert not result["correct"]
-    assert any("COUNTS" in p or "OUT token" in p for p in result["problems"])
+    require_simulator("native")          # one cm384 build serves this and test_combine's
+    run = run_on_machine(K, "native", cm384_machine(), {**SMALL, "broken": "no_flag_wait"},
+                         max_cycles=CM384_MAX_CYCLES)
+    assert not run["correct"]
+    assert any("COUNTS" in p or "OUT token" in p for p in run["problems"])
 
 
 def test_a_syncall_waiting_for_one_core_too_many_hangs_and_the_watchdog_says_where():
