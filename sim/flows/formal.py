@@ -199,12 +199,14 @@ def run_covers(name, prop, *, depth=None, solver=None, timeout=DEFAULT_TIMEOUT, 
                overrides=None):
     """Non-vacuity: ``(reached, unreached)`` counts of the harness's ``Cover`` statements.
 
+    ``depth`` defaults to the property's ``cover_depth`` (else its ``depth``).
+
     A property that holds because its harness never does anything would
     pass every check; each harness covers the event it is about (a block
     written and read back, a tracked flit delivered, a bound met exactly) and
     sby's cover mode must reach every one within ``depth`` cycles.
     """
-    depth = prop.depth if depth is None else depth
+    depth = (prop.cover_depth or prop.depth) if depth is None else depth
     solver = solver or prop.solver
     workdir = Path(build if build is not None else formal_dir()) / f"{name}.cover"
     if workdir.exists():

@@ -15,9 +15,9 @@ reports proved / counterexample / unknown (``epfabric prove``).
 from dataclasses import dataclass, field
 from typing import Callable
 
-from amaranth.hdl import ClockDomain, Const, Elaboratable, Module
+from amaranth.hdl import ClockDomain, Const, Elaboratable, Fragment, Module
 
-__all__ = ["FormalProperty", "Harness", "all_equal", "MODULES"]
+__all__ = ["FormalProperty", "Harness", "Elaborated", "all_equal", "MODULES"]
 
 #: harness modules of this package, in the order ``epfabric prove --all`` runs them
 MODULES = ("ub_port", "switch", "link", "inc_engine", "decoder")
@@ -53,6 +53,9 @@ class FormalProperty:
     solver : str
         SMT solver that does this property fastest (``yices`` or
         ``boolector``; Boolector wins on the INC engine's 32-bit sums).
+    cover_depth : int or None
+        Depth of the non-vacuity cover run (default ``depth``): an induction
+        proof is short (k steps) while its covers may need more cycles.
     """
     harness: Callable
     mode: str
@@ -63,6 +66,7 @@ class FormalProperty:
     slow: bool = False
     gtkw: tuple = ()
     solver: str = "yices"
+    cover_depth: int = None
 
     def __post_init__(self):
         if self.mode not in ("prove", "bmc"):
@@ -99,6 +103,37 @@ class Harness(Elaboratable):
 
     def check(self, m):
         raise NotImplementedError
+
+
+class Elaborated(Elaboratable):
+    """A block elaborated by the harness itself, so its internal signals can be named.
+
+    An induction proof needs invariants over a block's registers, which are
+    local variables of its ``elaborate``. The harness elaborates the block
+    once (``Fragment.get``) and adds this wrapper as the submodule: the very
+    same fragment is converted, so the block's logic (and its simulation
+    Verilog) is exactly what it was; :meth:`__getitem__` finds a signal of
+    that fragment by its name. Only reading these signals is allowed — the
+    harness never drives them.
+    """
+
+    def __init__(self, block, platform=None):
+        self.block = block
+        self.fragment = Fragment.get(block, platform)
+        self._signals = {}
+        for stmts in self.fragment.statements.values():
+            for stmt in stmts:
+                for sig in list(stmt._lhs_signals()) + list(stmt._rhs_signals()):
+                    self._signals.setdefault(sig.name, {})[id(sig)] = sig
+
+    def __getitem__(self, name):
+        found = self._signals.get(name, {})
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} signals named {name!r} in {self.block!r}")
+        return next(iter(found.values()))
+
+    def elaborate(self, platform):
+        return self.fragment
 
 
 def all_equal(values):

@@ -17,16 +17,28 @@ chosen by the solver: its ``o_stream.valid`` rises exactly ``latency``
 cycles after the cycle it was accepted in, and it is the flit that comes out
 (flits are tagged, so a lost, duplicated or reordered flit fails too).
 
+Both are proved by k-induction (no bound). The harnesses elaborate the link
+themselves (:class:`~epfabric.sim.tb.formal.Elaborated`) to state invariants
+over its registers — the link's Verilog is untouched: the credit never
+exceeds its ceiling and pays for every window's excess (rate); the ring's
+pointers agree with ``level``/``released``, and each entry's ``wait``,
+``held`` and ``since`` agree with the arrival times a shadow age per ring
+slot records (latency). Each invariant says in a comment why it holds in
+every reachable state; the base case (``depth`` cycles from the initial
+state) checks that it does.
+
 Negative controls: ``LinkRate(slack=1)`` builds the link with one block more
-burst than the bound claims; ``LinkLatency(claim=latency - 1)`` claims a
-latency the link does not have.
+burst than the bound claims (the base case breaks the credit invariant at
+step 1: the link holds more credit than the claimed burst pays for);
+``LinkLatency(claim=latency - 1)`` claims a latency the link does not have
+(the base case, 6 cycles, breaks the latency assertion itself at step 4).
 """
 
 from amaranth.asserts import AnySeq
 from amaranth.hdl import Assert, Cover, Mux, Signal, signed
 
 from ....hw.link import Link, flit_layout
-from . import FormalProperty, Harness
+from . import Elaborated, FormalProperty, Harness
 
 __all__ = ["LinkRate", "LinkLatency", "PROPERTIES"]
 
@@ -51,7 +63,8 @@ class LinkRate(Harness):
                          burst=burst + slack)
 
     def check(self, m):
-        m.submodules.link = link = self.link
+        link = self.link
+        m.submodules.link = blk = Elaborated(link)
         cost = self.block_bytes * self.rate_den
         cap = self.burst * cost
         m.d.comb += [link.i_stream.valid.eq(AnySeq(1)),
@@ -70,6 +83,27 @@ class LinkRate(Harness):
             m.d.sync += [started.eq(1), excess.eq(Mux(now < -cap, -cap, now))]
             m.d.comb += Assert(now <= cap, "more than rate x window + burst bytes sent")
         m.d.comb += Cover(started & (now == cap))     # the bound is reached: it is tight
+
+        # Invariants (what makes the property inductive; k-induction otherwise
+        # starts from a credit above its ceiling or a window whose excess
+        # already exceeds what the credit paid for):
+        credit = blk["credit"]
+        link_cap = link.burst * cost
+        # the credit starts at its ceiling and every update saturates there
+        m.d.comb += Assert(credit <= link_cap, "inv: credit above its ceiling")
+        with m.If(started):
+            # every byte of the window beyond the rate was paid from the credit
+            # the window began with (at most cap + rate_num: the credit of the
+            # cycle before the window plus one cycle's growth): each cycle the
+            # excess drops by rate_num while the credit grows by at most
+            # rate_num, and a flit adds its cost to one and takes it from the
+            # other. So excess + credit <= cap + rate_num holds in every window
+            # (the clamp of the excess at -cap only lowers it), and with a flit
+            # needing credit >= cost it gives the assertion.
+            m.d.comb += [Assert(excess + credit <= cap + self.rate_num,
+                                "inv: window excess not paid by the credit"),
+                         # the clamp: no wrap-around of the signed excess
+                         Assert(excess >= -cap, "inv: excess below its clamp")]
 
 
 class LinkLatency(Harness):
@@ -93,7 +127,8 @@ class LinkLatency(Harness):
                          burst=burst)
 
     def check(self, m):
-        m.submodules.link = link = self.link
+        link = self.link
+        m.submodules.link = blk = Elaborated(link)
         inp, out = link.i_stream, link.o_stream
         sent, seen = Signal(name="sent_t"), Signal(name="seen_t")
         age = Signal(range(self.claim + 2), name="age_t")
@@ -114,18 +149,105 @@ class LinkLatency(Harness):
         with m.If(sent & ~seen):
             m.d.comb += Assert(age <= self.claim, "tracked flit late")
         m.d.comb += Cover(seen)
+        # only the tracked flit sets seen, and it had to be sent first
+        m.d.comb += Assert(~seen | sent, "inv: seen before sent")
+        self.invariants(m, blk, sent & ~seen, age)
+
+    def invariants(self, m, blk, inside, age_t):
+        """What makes the latency inductive: the ring's pointers, counts and waits as reset made them.
+
+        Without these, k-induction starts from a ring whose pointers disagree
+        with ``level``/``released``, or whose ``wait`` fields, ``held`` and
+        ``since`` schedule an entry's release at a time no arrival gives.
+        The harness keeps a shadow age per ring slot (cycles since the flit
+        in it was accepted: 1 on the cycle after, saturating at the latency)
+        and ties the link's state to it. ``inside``: the tracked flit is in
+        the link; ``age_t`` its age.
+        """
+        link = self.link
+        lat, depth = link.latency, link.depth
+        width = len(link.i_stream.payload.as_value())
+        produce, head, due_ptr = blk["produce"], blk["head"], blk["due_ptr"]
+        level, released, since, held = blk["level"], blk["released"], blk["since"], blk["held"]
+        ring = [blk[f"ring{j}"] for j in range(depth)]
+        accept = link.i_stream.valid & link.i_stream.ready
+
+        def off(j, base):                  # (j - base) mod depth
+            return Mux(base <= j, j - base, j + depth - base)
+
+        # Pointers and counts: level entries from head to produce, the first
+        # `released` of them released (due_ptr follows them). Each of the
+        # three pointers moves by one (mod depth) exactly when its count says
+        # so, from all-zero at reset.
+        m.d.comb += [Assert(level <= depth, "inv: level"),
+                     Assert(released <= level, "inv: released <= level"),
+                     Assert(produce < depth, "inv: produce"), Assert(head < depth, "inv: head"),
+                     Assert(due_ptr < depth, "inv: due_ptr"),
+                     Assert(off(produce, head) == Mux(level == depth, 0, level),
+                            "inv: produce = head + level"),
+                     Assert(off(due_ptr, head) == Mux(released == depth, 0, released),
+                            "inv: due_ptr = head + released"),
+                     # output always ready: a released entry leaves in the cycle
+                     # after its release, so at most one is ever waiting
+                     Assert(released <= 1, "inv: at most one released entry")]
+
+        ages = [Signal(range(lat + 1), name=f"slot{j}_age") for j in range(depth)]
+        for j, a in enumerate(ages):
+            with m.If(accept & (produce == j)):
+                m.d.sync += a.eq(1)
+            with m.Elif(a != lat):
+                m.d.sync += a.eq(a + 1)
+        live = [off(j, head) < level for j in range(depth)]
+        unrel = [off(j, due_ptr) < level - released for j in range(depth)]
+        wait = [r[width:] for r in ring]
+        tagged = [r[2:4] == 1 for r in ring]        # payload: dst, src, data (the tag)
+        for j in range(depth):
+            nxt = (j + 1) % depth
+            with m.If(unrel[j]):
+                # an entry is released lat - 1 cycles after its arrival (when
+                # its age is lat - 1), so an unreleased one is younger than
+                # that; its wait is min(gap, lat - 1) - 1 <= lat - 2
+                m.d.comb += [Assert((ages[j] >= 1) & (ages[j] <= lat - 1), "inv: unreleased age"),
+                             Assert(wait[j] <= lat - 2, "inv: wait")]
+                # the first unreleased entry is due when held reaches its wait:
+                # the cycles left, wait - held, are lat - 1 - age
+                with m.If(due_ptr == j):
+                    m.d.comb += Assert(held + lat - 1 == wait[j] + ages[j], "inv: held")
+                # the next one arrived `gap` cycles later (gap <= lat - 2 as
+                # both are unreleased) and waits gap - 1 after this one's release
+                with m.If(off(j, due_ptr) + 1 < level - released):
+                    m.d.comb += Assert(wait[nxt] + 1 == ages[j] - ages[nxt], "inv: gap")
+            with m.Elif(live[j]):
+                # released one cycle after it was due at age lat - 1
+                m.d.comb += Assert(ages[j] == lat, "inv: released age")
+            # since = cycles since the last arrival (saturating at lat - 1):
+            # the age of the newest entry
+            with m.If((level != 0) & (produce == nxt)):
+                m.d.comb += Assert(since == Mux(ages[j] >= lat - 1, lat - 1, ages[j]), "inv: since")
+            # the tracked flit is the only tagged flit in the ring, and its
+            # age is the harness's (both count from its acceptance)
+            with m.If(live[j] & tagged[j]):
+                m.d.comb += Assert(inside & (ages[j] == age_t), "inv: tagged entry")
+        m.d.comb += Assert(sum(live[j] & tagged[j] for j in range(depth)) == inside,
+                           "inv: the tracked flit is in the ring once")
+        # nothing left (or nothing ever came): the last arrival is lat - 1 or
+        # more cycles ago, and held was cleared by the last release
+        with m.If(level == 0):
+            m.d.comb += Assert(since == lat - 1, "inv: since of an empty link")
+        with m.If(level == released):
+            m.d.comb += Assert(held == 0, "inv: held of a link with nothing unreleased")
 
 
 PROPERTIES = {
     "link.rate": FormalProperty(
-        LinkRate, mode="bmc", depth=24, expect="pass",
+        LinkRate, mode="prove", depth=2, cover_depth=24, expect="pass",
         doc="link at 3/2 B/cycle, 4 B blocks, burst 2: any window of W cycles carries at most "
             "rate x (W-1) + burst bytes",
         params={},
         gtkw=("window_start", "window_open", "excess_now", "link.i_stream__valid",
               "link.i_stream__ready")),
     "link.latency": FormalProperty(
-        LinkLatency, mode="bmc", depth=20, expect="pass",
+        LinkLatency, mode="prove", depth=6, cover_depth=20, expect="pass",
         doc="latency-4 link, output always ready: a flit's valid rises exactly 4 cycles after "
             "it was accepted",
         params={},
