@@ -463,4 +463,15 @@ MUTATIONS = [
         "tests": ["tests/sw/test_combine.py::test_correct_at_cm384_latencies"],
         "timeout": 300,
     },
+    {
+        "name": "ubep_tcnt_no_flag_poll",
+        "file": "sw/ubep/ubep.py",
+        "old": ("        p.li(14, _local(rank, lay.TCNT + blk))\n"
+                "        p.poll(5, 14, 13, \"eq\")\n"),
+        "new": "        p.li(14, _local(rank, lay.TCNT + blk))\n",
+        "description": "a UBEP T-AIV reads a peer's TCNT counts block without polling its "
+                       "Token-Flag-Fused flag word",
+        "tests": ["tests/sw/test_dispatch.py::test_ubep_token_aivs_wait_for_each_others_counts"],
+        "timeout": 300,
+    },
 ]

@@ -156,6 +156,19 @@ def test_ubep_slices_that_start_inside_an_expert():
     assert run["correct"], run["problems"]
 
 
+def test_ubep_token_aivs_wait_for_each_others_counts():
+    """Three T-AIVs count 3, 3 and 4 of 10 experts over BS 16 x top-8 (128 slots): the third
+    needs a second VectorCount, so the others reach its TCNT block before it is published and
+    must poll its flag (a T-AIV that reads it without polling takes zeros and the receivers
+    wait for tokens that never come: mutation ``ubep_tcnt_no_flag_poll``)."""
+    from epfabric.sw.ubep.ubep import count_chunks
+    params = {"batch": 16, "topk": 8, "experts": 10, "system": "ubep", "cumsum_aivs": 1}
+    assert [e1 - e0 for e0, e1, _ in count_chunks(10, 3, 128)] == [3, 3, 4]
+    run = run_on_machine(K, machine_simulator(), four_aiv_machine(K, params), params,
+                         max_cycles=20_000)
+    assert run["correct"], run["problems"]
+
+
 def test_ubep_mapper_pieces():
     from epfabric.sw.ubep.ubep import default_cumsum_aivs, transposition
     assert transposition(8, 3) == [0, 3, 6, 1, 4, 7, 2, 5]      # 3 x 3 matrix, one padding cell
