@@ -48,7 +48,7 @@ class Report:
     def to_json(self, **kw):
         return json.dumps(self.to_dict(), **kw)
 
-    def chrome_trace(self, cycle_ns, spans=None, label="", phases=None):
+    def chrome_trace(self, cycle_ns, spans=None, label="", phases=None, flows=None):
         """MARK events in the Chrome/Perfetto trace-event format (``chrome://tracing``).
 
         One process per rank, one thread per AIV, an instant event per MARK;
@@ -61,6 +61,27 @@ class Report:
         (``{phase-end event: name}``, a kernel's ``trace_phases``) turns an AIV's
         phase-end MARKs into back-to-back slices from cycle 0: each slice runs from
         the AIV's previous phase end to this one and is named after the phase.
+
+        ``flows`` (``[(name, (rank, core, slice), (rank, core, slice))]``, a
+        kernel's ``trace_flows``: a message the sender's slice writes and the
+        receiver's slice waits for) become flow arrows: a ``"s"`` event just inside
+        the start of the sender AIV's first slice of that name (half a cycle in,
+        at most half the slice: the message is written after the slice starts) and
+        a ``"f"`` event (``"bp": "e"``, bound to its enclosing slice) just inside
+        the end of the receiver's first slice of that name (the receiver has
+        seen the message by the time that slice ends), ids from 1 in list order.
+        A flow whose slice is not in the trace, or whose end would precede its
+        start, is left out and counted in ``otherData["flows_unmatched"]``.
+
+        Counters (``"C"`` events, one track per counter and rank, named
+        ``"<counter> (end-of-run total)"``): :attr:`counters` are cumulative
+        totals since reset read once, after the run stopped (e.g. the fabric's
+        ``tx_blocks``/``rx_blocks``/``tx_stalls`` per rank) — no time series
+        exists, so each track has one sample, at the run's last cycle
+        (``cycles``). A counter with one value for the whole machine
+        (``inc_slot_stalls``) goes on rank 0's process, named ``"... (machine,
+        end-of-run total)"``. Per-cycle link occupancy and UB port commits are
+        only in a waveform (``--vcd``), not in the report.
         """
         events = []
         for rank in sorted({t["rank"] for t in self.trace}):
@@ -97,7 +118,54 @@ class Report:
             events.append(self._instant(t, cycle_ns))
         for marks in open_.values():      # starts that never ended stay instants
             events += [self._instant(t, cycle_ns) for t in marks]
-        return {"traceEvents": events, "displayTimeUnit": "ns"}
+        flow_events, unmatched = self._flows(events, flows or (), cycle_ns)
+        events += flow_events + self._counter_events(cycle_ns)
+        return {"traceEvents": events, "displayTimeUnit": "ns",
+                "otherData": {"flows_unmatched": unmatched}}
+
+    @staticmethod
+    def _flows(events, flows, cycle_ns):
+        """``("s", "f")`` event pairs of ``flows`` (:meth:`chrome_trace`) between the slices
+        in ``events``; and how many flows were left out."""
+        slices = {}                       # (rank, core, name) -> its first slice's cycles
+        for e in events:
+            if e["ph"] == "X":
+                slices.setdefault((e["pid"], e["tid"], e["name"]),
+                                  (e["args"]["start_cycle"], e["args"]["end_cycle"]))
+        out, unmatched = [], 0
+        for name, src, dst in flows:
+            a, b = slices.get(tuple(src)), slices.get(tuple(dst))
+            if a is None or b is None:
+                unmatched += 1
+                continue
+            start = a[0] + min(0.5, (a[1] - a[0]) / 2)      # cycles: inside the sender's slice
+            end = b[1] - min(0.5, (b[1] - b[0]) / 2)        # and inside the receiver's
+            if end < start:
+                unmatched += 1
+                continue
+            fid = len(out) // 2 + 1
+            common = {"name": name, "cat": "flow", "id": fid}
+            out.append({**common, "ph": "s", "pid": src[0], "tid": src[1],
+                        "ts": start * cycle_ns / 1000.0, "args": {"slice": src[2]}})
+            out.append({**common, "ph": "f", "bp": "e", "pid": dst[0], "tid": dst[1],
+                        "ts": end * cycle_ns / 1000.0, "args": {"slice": dst[2]}})
+        return out, unmatched
+
+    def _counter_events(self, cycle_ns):
+        """One ``"C"`` event per counter and rank at the run's end (:meth:`chrome_trace`)."""
+        ranks = sorted({c["rank"] for c in self.cores} | {t["rank"] for t in self.trace})
+        ts = self.cycles * cycle_ns / 1000.0
+        out = []
+        for name, values in self.counters.items():
+            values = list(values)
+            if len(values) == 1 and len(ranks) != 1:
+                tracks = [(ranks[0] if ranks else 0, f"{name} (machine, end-of-run total)")]
+            else:                         # one value per rank
+                tracks = [(ranks[i] if len(ranks) == len(values) else i,
+                           f"{name} (end-of-run total)") for i in range(len(values))]
+            out += [{"name": track, "ph": "C", "pid": pid, "ts": ts, "args": {"value": value}}
+                    for (pid, track), value in zip(tracks, values)]
+        return out
 
     @staticmethod
     def _instant(t, cycle_ns):

@@ -150,9 +150,12 @@ def prepare(args):
                 print(line)
             print("correct" if result["correct"] else
                   "INCORRECT: " + "; ".join(result["problems"]))
-            for run, report in zip(result["runs"], reports):
+            flows = getattr(kernel, "trace_flows", None) if args.trace else None
+            run_configs = (kernel.configs(preset, topology, args.aivs, params) if flows
+                           else [None] * len(reports))
+            for run, report, config in zip(result["runs"], reports, run_configs):
                 traced.append((_run_label(sweep and (sweep[0], value), run, len(reports)),
-                               report))
+                               report, flows(config, params) if flows else None))
             results.append(result)
             status |= 0 if result["correct"] else 1
         if sweep:
@@ -259,14 +262,20 @@ def _run_label(swept, run, runs):
 
 
 def _write_trace(path, labelled, cycle_ns, spans=None, phases=None):
-    """One trace of every ``(label, report)``: each run's ranks are processes named
-    ``label: rank r`` (pids 1000 apart)."""
+    """One trace of every ``(label, report, flows)``: each run's ranks are processes named
+    ``label: rank r`` (pids 1000 apart), its flow ids 1,000,000 apart; ``flows`` is the
+    kernel's ``trace_flows`` of the run (or ``None``), see ``Report.chrome_trace``.
+    ``otherData["flows_unmatched"]`` sums the flows left out."""
     from ..output import write_atomic
-    events = []
-    for i, (label, rep) in enumerate(labelled):
-        tr = rep.chrome_trace(cycle_ns, spans, label=label, phases=phases)["traceEvents"]
-        for ev in tr:  # one trace per run: separate them by pid range
+    events, unmatched = [], 0
+    for i, (label, rep, flows) in enumerate(labelled):
+        tr = rep.chrome_trace(cycle_ns, spans, label=label, phases=phases, flows=flows)
+        unmatched += tr["otherData"]["flows_unmatched"]
+        for ev in tr["traceEvents"]:  # one trace per run: separate them by pid range
             ev["pid"] = ev["pid"] + 1000 * i
-        events += tr
-    write_atomic(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
+            if "id" in ev:
+                ev["id"] += 1_000_000 * i
+        events += tr["traceEvents"]
+    write_atomic(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ns",
+                                   "otherData": {"flows_unmatched": unmatched}}))
     print(f"wrote {path} (open in ui.perfetto.dev or chrome://tracing)")

@@ -101,6 +101,44 @@ class Combine(Dispatch):
                     combine.EVENTS["c_sync"]: "Combine flag wait + SyncAll",
                     combine.EVENTS["c_combine"]: "Combine sum"}
 
+    def trace_flows(self, config, params):
+        """Flow arrows of the combine run's trace (its report holds the combine's MARKs only):
+
+        * CANN: "flag" from AIV ``a`` of rank ``d``'s "Combine send" (after its fence it
+          writes ``CSTATUS[d]`` on each source rank ``s`` of ``split(R, A, a)``) to the AIV
+          of rank ``s`` whose "Combine flag wait + SyncAll" polls ``CSTATUS[d]``
+          (``d`` in its ``split(R, A, ·)``).
+        * UBEP: "answers" from the AIV ``q mod A`` of the expert's rank ``d``
+          (``q = e_l·R + s``), whose "Combine send" sends the pair's rows to source ``s``,
+          to the AIV of rank ``s`` whose "Combine sum" polls the answer of token ``t``
+          (``t`` in its ``split(BS, A, ·)``), for every slot of the run's routing (from its
+          seed). None with ``broken="no_flag_poll"`` (nothing polls).
+        """
+        from ..ubep.cann import split
+        from .dispatch import workload_of
+        R, A = config.ranks, config.aivs_per_die
+        flows = set()
+        if params["system"] == "cann":
+            for d in range(R):
+                for a in range(A):
+                    for s in range(*split(R, A, a)):
+                        waiter = next(b for b in range(A) if d in range(*split(R, A, b)))
+                        flows.add(("flag", (d, a, "Combine send"),
+                                   (s, waiter, "Combine flag wait + SyncAll")))
+            return sorted(flows)
+        if params.get("combine_broken") == "no_flag_poll":
+            return []
+        epr = params["experts"] // R
+        w = workload_of(params, R, config.words_per_block)
+        for s in range(R):
+            for t in range(w.batch):
+                summer = next(b for b in range(A) if t in range(*split(w.batch, A, b)))
+                for e in w.topk_idx[s][t].tolist():
+                    d, e_l = divmod(e, epr)
+                    flows.add(("answers", (d, (e_l * R + s) % A, "Combine send"),
+                               (s, summer, "Combine sum")))
+        return sorted(flows)
+
     def resolve_params(self, params):
         p = dict(params or {})
         broken = p.pop("broken", None) or p.pop("combine_broken", None)

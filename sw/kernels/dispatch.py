@@ -267,6 +267,63 @@ class Dispatch(Kernel):
                **{name: values for name, (_, values) in OPTIONS.items()}}
     trace_phases = TRACE_PHASES
     default_preset = "cm384"
+
+    def trace_flows(self, config, params):
+        """Flow arrows of the Perfetto trace (``Report.chrome_trace``'s ``flows``): one per
+        (sender AIV, receiver AIV) pair a message passes between, from the programs'
+        addressing (and, for UBEP's tokens, the run's routing, drawn from its seed):
+
+        * CANN: "status flag" from AIV ``a`` of rank ``s``'s "SendFlag: status" (it writes
+          ``STATUS[e_l·R + s]`` on rank ``d`` for each of its experts ``e = d·epr + e_l``) to
+          the AIV of rank ``d`` whose "Flag Verification" slice polls that entry
+          (``SplitToCore(R·epr, A)``). None with ``broken="no_flag_wait"`` (nothing polls).
+        * UBEP: "tokens" from T-AIV ``a`` of rank ``s``'s "Token-Sending" (its slice of the
+          remapped slot sequence) to the AIV of the expert's rank whose "Token-Reordering"
+          polls and copies the pair ``q = e_l·R + s`` (``q mod A``); and "count" from C-AIV
+          ``c``'s "TokenCnt" (``CNT[q]`` on the expert's rank, for its experts) to the same
+          reordering AIV, which polls ``CNT[q]``.
+        """
+        R, A = config.ranks, config.aivs_per_die
+        E = params["experts"]
+        epr = E // R
+        flows = set()
+        if params["system"] == "cann":
+            if params.get("broken") == "no_flag_wait":
+                return []
+            owner = {}
+            for a in range(A):
+                q0, q1 = cann.split(R * epr, A, a)
+                owner.update({q: a for q in range(q0, q1)})
+            for s in range(R):
+                for a in range(A):
+                    e0, e1 = cann.split(E, A, a)
+                    for e in range(e0, e1):
+                        d, e_l = divmod(e, epr)
+                        flows.add(("status flag", (s, a, "SendFlag: status"),
+                                   (d, owner[e_l * R + s], "Flag Verification")))
+            return sorted(flows)
+        C = cumsum_aivs(config, params)
+        n_tok = A - C
+        for s in range(R):
+            for c in range(C):
+                e0, e1 = cann.split(E, C, c)
+                for e in range(e0, e1):
+                    d, e_l = divmod(e, epr)
+                    flows.add(("count", (s, n_tok + c, "TokenCnt"),
+                               (d, (e_l * R + s) % A, "Token-Reordering")))
+        w = workload_of(params, R, config.words_per_block)
+        S = w.batch * w.topk
+        per = -(-S // n_tok)
+        for s in range(R):
+            slots = np.bincount(w.topk_idx[s].reshape(-1), minlength=E).tolist()
+            T = 0                                  # position in the remapped slot sequence
+            for x in ubep.remapping(E, n_tok, option(params, "mapping")):
+                d, e_l = divmod(x, epr)
+                for _ in range(slots[x]):          # x's slots, token-major
+                    flows.add(("tokens", (s, T // per, "Token-Sending"),
+                               (d, (e_l * R + s) % A, "Token-Reordering")))
+                    T += 1
+        return sorted(flows)
     default_aivs = (4,)
     default_max_cycles = 2_000_000
 

@@ -329,6 +329,74 @@ def test_both_systems_in_one_trace(tmp_path, capsys):
         for a, b in zip(slices, slices[1:]):                  # back to back: they tile the run
             assert a["args"]["end_cycle"] == b["args"]["start_cycle"]
             assert a["ts"] + a["dur"] == pytest.approx(b["ts"])
+    import re
+    ubep_cycles, cann_cycles = map(int, re.search(r"latency (\d+) / (\d+) cycles",
+                                                  capsys.readouterr().out).groups())
+    _check_flows_and_counters(json.loads(trace.read_text()), names,
+                              {"system=cann": cann_cycles, "system=ubep": ubep_cycles})
+
+
+def _check_flows_and_counters(doc, names, run_cycles):
+    """The flow arrows and counter tracks of test_both_systems_in_one_trace's file."""
+    from epfabric.sw.kernels.dispatch import workload_of
+    events = doc["traceEvents"]
+    assert doc["otherData"] == {"flows_unmatched": 0}
+    slices = {}
+    for e in events:
+        if e["ph"] == "X":
+            slices.setdefault((e["pid"], e["tid"], e["name"]), []).append(e)
+
+    def inside(e, name):                      # a slice of that name on e's thread holds e
+        return any(x["ts"] <= e["ts"] <= x["ts"] + x["dur"]
+                   for x in slices.get((e["pid"], e["tid"], name), ()))
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert len(starts) == len([e for e in events if e["ph"] == "s"])    # ids unique
+    assert starts.keys() == ends.keys() and starts
+    pairs = {}                                # (system, flow name) -> {(src, dst) thread pairs}
+    for i, s in starts.items():
+        f = ends[i]
+        assert f["name"] == s["name"] and f["bp"] == "e" and f["cat"] == s["cat"] == "flow"
+        assert f["ts"] >= s["ts"]
+        assert s["pid"] // 1000 == f["pid"] // 1000                       # one run's ranks
+        assert inside(s, s["args"]["slice"]) and inside(f, f["args"]["slice"]), (s, f)
+        system = names[s["pid"]].split(":")[0]
+        pairs.setdefault((system, s["name"]), set()).add(
+            ((s["pid"] % 1000, s["tid"]), (f["pid"] % 1000, f["tid"])))
+    # CANN, 2 ranks x 2 AIVs, 2 experts: AIV a writes expert a's status to rank a, entry
+    # q = s, which AIV q of rank a verifies
+    assert pairs.pop(("system=cann", "status flag")) == {
+        ((s, a), (a, s)) for s in range(2) for a in range(2)}
+    # UBEP: every token arrow ends on the rank of a routed expert, one per (source, dest. rank)
+    k = KERNELS["dispatch"]
+    params = k.resolve_params({"system": "ubep", "batch": 2, "topk": 1, "experts": 2})
+    config = k.configs("tiny", ("superpod", 2, 1, 1), 2, params)[0]
+    w = workload_of(params, 2, config.words_per_block)
+    routed = {(s, int(e) // w.epr) for s in range(2) for e in w.topk_idx[s].reshape(-1)}
+    tokens = pairs.pop(("system=ubep", "tokens"))
+    assert {(src[0], dst[0]) for src, dst in tokens} == routed
+    assert all(src[1] == 0 for src, _ in tokens)              # the T-AIV (C = 1 of 2 AIVs)
+    assert {src for src, _ in pairs.pop(("system=ubep", "count"))} == {(0, 1), (1, 1)}
+    assert not pairs
+    # counters: one end-of-run sample per (run, rank, counter), at the run's last cycle
+    counters = [e for e in events if e["ph"] == "C"]
+    by_run = {}
+    for e in counters:
+        assert e["name"].endswith("(end-of-run total)") and list(e["args"]) == ["value"]
+        by_run.setdefault(names[e["pid"]].split(":")[0], []).append(e)
+    assert sorted(by_run) == ["system=cann", "system=ubep"]
+    for system, evs in by_run.items():
+        assert len({(e["pid"], e["name"]) for e in evs}) == len(evs) == 2 * 3
+        assert {e["ts"] for e in evs} == {run_cycles[system] / 1000.0}   # tiny: 1 ns cycles
+        last = max(x["ts"] + x["dur"] for (pid, _, _), xs in slices.items() for x in xs
+                   if names[pid].startswith(system))
+        assert evs[0]["ts"] >= last - 1e-9                    # after every AIV's last phase
+        value = {(e["pid"] % 1000, e["name"].split()[0]): e["args"]["value"] for e in evs}
+        assert sum(value[r, "tx_blocks"] for r in range(2)) == \
+            sum(value[r, "rx_blocks"] for r in range(2))      # every flit sent was delivered
+        for s in range(2):                                    # at least its remote tokens
+            remote = sum(int(e) // w.epr != s for e in w.topk_idx[s].reshape(-1))
+            assert value[s, "tx_blocks"] >= remote * w.hidden_blocks
 
 
 def _routing_file(tmp_path, ranks=2):
