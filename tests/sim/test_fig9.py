@@ -32,6 +32,24 @@ def test_the_four_variants_run_on_one_build_and_are_bit_exact(tiny_rows):
 
 def test_the_rows_are_the_measured_times_and_their_spread(tiny_rows):
     by = {r["variant"]: r for r in tiny_rows}
+    # against the raw MARK trace of a run of its own: node 0's T-AIVs, init -> send MARK, in µs
+    from epfabric.sim.backends.machine import backend
+    from epfabric.sw.kernels import KERNELS, run_kernel
+    from epfabric.sw.presets import PRESETS
+    from epfabric.sw.ubep.ubep import EVENTS
+    point = FIG9.resolve(**TINY, backend="verilator")
+    params = {k: point[k] for k in ("batch", "topk", "experts", "hidden_blocks", "seed", "hot",
+                                    "hot_share", "cumsum_aivs")}
+    _, reports = run_kernel(KERNELS["dispatch"], backend("verilator"), preset="tiny",
+                            topology=("superpod", 2, 1, 1), aivs=2,
+                            params={**params, **VARIANTS["ubep"]})
+    rep = reports[0]
+    sent = {t["core"]: t["cycle"] for t in rep.marks(event=EVENTS["send"], rank=0)}
+    began = {t["core"]: t["cycle"] for t in rep.marks(event=EVENTS["init"], rank=0)}
+    ns = PRESETS["tiny"].cycle_ns
+    assert len(sent) == by["ubep"]["send_aivs"] == 1
+    assert by["ubep"]["per_aiv_us"] == [round((sent[c] - began[c]) * ns / 1000, 4)
+                                        for c in sorted(sent)]
     for r in tiny_rows:
         times = r["per_aiv_us"]
         assert all(t > 0 for t in times)
