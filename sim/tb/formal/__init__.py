@@ -17,7 +17,7 @@ from typing import Callable
 
 from amaranth.hdl import ClockDomain, Const, Elaboratable, Fragment, Module
 
-__all__ = ["FormalProperty", "Harness", "Elaborated", "all_equal", "MODULES"]
+__all__ = ["FormalProperty", "Harness", "Elaborated", "FragmentSignals", "all_equal", "MODULES"]
 
 #: harness modules of this package, in the order ``epfabric prove --all`` runs them
 MODULES = ("ub_port", "switch", "link", "inc_engine", "decoder")
@@ -105,23 +105,13 @@ class Harness(Elaboratable):
         raise NotImplementedError
 
 
-class Elaborated(Elaboratable):
-    """A block elaborated by the harness itself, so its internal signals can be named.
+class FragmentSignals:
+    """The signals one elaborated fragment's statements mention, found by name."""
 
-    An induction proof needs invariants over a block's registers, which are
-    local variables of its ``elaborate``. The harness elaborates the block
-    once (``Fragment.get``) and adds this wrapper as the submodule: the very
-    same fragment is converted, so the block's logic (and its simulation
-    Verilog) is exactly what it was; :meth:`__getitem__` finds a signal of
-    that fragment by its name. Only reading these signals is allowed — the
-    harness never drives them.
-    """
-
-    def __init__(self, block, platform=None):
-        self.block = block
-        self.fragment = Fragment.get(block, platform)
+    def __init__(self, fragment, what):
+        self.fragment, self.what = fragment, what
         self._signals = {}
-        for stmts in self.fragment.statements.values():
+        for stmts in fragment.statements.values():
             for stmt in stmts:
                 for sig in list(stmt._lhs_signals()) + list(stmt._rhs_signals()):
                     self._signals.setdefault(sig.name, {})[id(sig)] = sig
@@ -129,8 +119,46 @@ class Elaborated(Elaboratable):
     def __getitem__(self, name):
         found = self._signals.get(name, {})
         if len(found) != 1:
-            raise KeyError(f"{len(found)} signals named {name!r} in {self.block!r}")
+            raise KeyError(f"{len(found)} signals named {name!r} in {self.what!r}")
         return next(iter(found.values()))
+
+    def all(self, name):
+        """Every signal called ``name`` (blocks built by one helper share names)."""
+        return list(self._signals.get(name, {}).values())
+
+    def sub(self, name):
+        """The signals of the elaborated submodule ``name``."""
+        for frag, sub_name, _ in self.fragment.subfragments:
+            if sub_name == name:
+                return FragmentSignals(frag, f"{self.what}.{name}")
+        raise KeyError(f"no submodule {name!r} in {self.what!r}")
+
+
+class Elaborated(Elaboratable):
+    """A block elaborated by the harness itself, so its internal signals can be named.
+
+    An induction proof needs invariants over a block's registers, which are
+    local variables of its ``elaborate``. The harness elaborates the block
+    once (``Fragment.get``) and adds this wrapper as the submodule: the very
+    same fragment is converted, so the block's logic (and its simulation
+    Verilog) is exactly what it was; ``blk["name"]`` finds a signal of that
+    fragment by its name (``blk.all``, ``blk.sub``: see
+    :class:`FragmentSignals`). The harness only reads these signals.
+    """
+
+    def __init__(self, block, platform=None):
+        self.block = block
+        self.fragment = Fragment.get(block, platform)
+        self.signals = FragmentSignals(self.fragment, block)
+
+    def __getitem__(self, name):
+        return self.signals[name]
+
+    def all(self, name):
+        return self.signals.all(name)
+
+    def sub(self, name):
+        return self.signals.sub(name)
 
     def elaborate(self, platform):
         return self.fragment

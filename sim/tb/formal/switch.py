@@ -18,6 +18,16 @@ With ``fair=True`` every output is always ready and *A* must leave within
 ``bound`` cycles of entering the switch (bounded response: nothing starves,
 and a lost flit is caught even when no *B* follows it).
 
+All three (``switch.order``, ``switch.order3``, ``switch.response``) are
+proved by k-induction, with no bound: the harness elaborates the switch
+itself (:class:`~epfabric.sim.tb.formal.Elaborated`; the switch's Verilog is
+untouched) and asserts the invariants of every reachable state
+(:meth:`SwitchScoreboard.order_invariants`: FIFO pointers agree with the
+fill level, the output registers hold flits for their port, *A* and *B*
+each sit in one place while inside, on their flow, *A* ahead of *B*;
+:meth:`SwitchScoreboard.response_invariants`: how old *A* can be at each
+place). ``switch.order_deep`` keeps the old BMC run without the invariants.
+
 ``drop_on_collision=True`` puts :class:`CollisionDropper` in front of the
 switch — a broken switch that acknowledges but discards input 1's flit when
 input 0 offers a flit for the same output in the same cycle (the negative
@@ -25,13 +35,13 @@ control).
 """
 
 from amaranth.asserts import AnyConst, AnySeq
-from amaranth.hdl import Assert, Assume, Cover, Module, Signal
+from amaranth.hdl import Assert, Assume, Const, Cover, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ....hw.link import flit_layout
 from ....hw.switch import Switch
-from . import FormalProperty, Harness
+from . import Elaborated, FormalProperty, Harness
 
 __all__ = ["SwitchScoreboard", "CollisionDropper", "PROPERTIES"]
 
@@ -39,15 +49,17 @@ __all__ = ["SwitchScoreboard", "CollisionDropper", "PROPERTIES"]
 class CollisionDropper(wiring.Component):
     """A broken switch: a real one whose input 1 loses its flit on a collision with input 0."""
 
-    def __init__(self, switch):
+    def __init__(self, switch, block=None):
         self.switch = switch
+        self.block = block if block is not None else switch   # an Elaborated view of it
         sig = stream.Signature(switch.payload)
         super().__init__({"i_stream": In(sig).array(switch.ports),
                           "o_stream": Out(sig).array(switch.ports)})
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.switch = sw = self.switch
+        m.submodules.switch = self.block
+        sw = self.switch
         for p in range(sw.ports):
             wiring.connect(m, sw.o_stream[p], wiring.flipped(self.o_stream[p]))
             if p != 1:
@@ -73,19 +85,30 @@ class SwitchScoreboard(Harness):
         Cycles within which a tracked flit must leave (``fair`` only).
     drop_on_collision : bool
         Check the broken :class:`CollisionDropper` instead.
+    invariants : bool
+        Also assert the invariants that make the property inductive
+        (:meth:`order_invariants`; needed by ``mode="prove"``).
     """
 
-    def __init__(self, *, ports=2, depth=2, fair=False, bound=8, drop_on_collision=False):
+    def __init__(self, *, ports=2, depth=2, fair=False, bound=8, drop_on_collision=False,
+                 invariants=True):
         super().__init__()
         self.ports, self.depth = ports, depth
         self.fair, self.bound = fair, bound
         layout = flit_layout(ranks=ports, data_bits=2)      # the tag
         self.switch = Switch(ports=ports, depth=depth, payload=layout, counter_width=1)
-        self.dut = CollisionDropper(self.switch) if drop_on_collision else self.switch
+        self.invariants = invariants
+        self.drop_on_collision = drop_on_collision
 
     def check(self, m):
         n = self.ports
-        m.submodules.dut = dut = self.dut
+        self.blk = Elaborated(self.switch)
+        if self.drop_on_collision:
+            dut = CollisionDropper(self.switch, self.blk)
+            m.submodules.dut = dut
+        else:
+            dut = self.switch
+            m.submodules.dut = self.blk
         dst_bits = len(dut.i_stream[0].payload.dst)
         src_sel = Signal(range(n), name="flow_src")        # the checked flow: input ...
         dst_sel = Signal(dst_bits, name="flow_dst")        # ... to output
@@ -131,6 +154,10 @@ class SwitchScoreboard(Harness):
                     m.d.sync += got_b.eq(1)
         m.d.comb += Assert(~got_a | sent_a)
         m.d.comb += Assert(~got_b | sent_b)
+        if self.invariants:
+            pos_a, a_out = self.order_invariants(m, src_sel, dst_sel, sent_a, sent_b, got_a, got_b)
+            if self.fair:
+                self.response_invariants(m, src_sel, sent_a, got_a, age, pos_a, a_out)
         if self.fair:
             with m.If(sent_a & ~got_a):
                 m.d.sync += age.eq(age + 1)
@@ -138,26 +165,146 @@ class SwitchScoreboard(Harness):
         # non-vacuity: both tagged flits can make it through
         m.d.comb += Cover(got_b)
 
+    def order_invariants(self, m, src_sel, dst_sel, sent_a, sent_b, got_a, got_b):
+        """Invariants of every reachable state that make no-loss/no-duplication/order inductive.
+
+        k-induction otherwise starts from states no trace reaches: FIFO
+        pointers that disagree with the fill level, a tagged flit in the
+        wrong FIFO or twice, *B* ahead of *A*, an output register holding a
+        flit for another port. Each assertion below says why it holds.
+        """
+        n, depth = self.ports, self.depth
+        layout = self.switch.payload
+        blk = self.blk
+        sync = blk.fragment.statements["sync"]
+
+        def off(j, base):                  # (j - base) mod depth
+            return Mux(base <= j, j - base, j + depth - base)
+
+        # (location, "tag is A", "tag is B", position for the order) of every
+        # place a flit can be: live input-FIFO entries and full output registers
+        places = []
+        for i in range(n):
+            produce, consume = blk[f"in{i}_produce"], blk[f"in{i}_consume"]
+            level = blk[f"in{i}_level"]
+            # input i's ring registers: the ones its push writes (ring_storage
+            # names every ring's registers ring0, ring1, ...)
+            regs = {}
+            for stmt in sync:
+                if any(sig.name == f"in{i}_push" for sig in stmt._rhs_signals()):
+                    for sig in stmt._lhs_signals():
+                        if sig.name.startswith("ring"):
+                            regs[int(sig.name[4:])] = sig
+            assert sorted(regs) == list(range(depth)), (i, sorted(regs))
+            # a FIFO: produce and consume move by one (mod depth) on push and
+            # pop, level counts the difference, from all-zero at reset
+            m.d.comb += [Assert(level <= depth, f"inv: in{i} level"),
+                         Assert(produce < depth, f"inv: in{i} produce"),
+                         Assert(consume < depth, f"inv: in{i} consume"),
+                         Assert(off(produce, consume) == Mux(level == depth, 0, level),
+                                f"inv: in{i} produce = consume + level")]
+            for j in range(depth):
+                flit = layout(regs[j])
+                live = off(j, consume) < level
+                pos = off(j, consume) + 1          # 1 = head of the FIFO
+                places.append((f"in{i}[{j}]", live, flit, pos,
+                               # a tagged flit is only ever offered on input
+                               # src_sel with destination dst_sel
+                               (src_sel == i) & (flit.dst == dst_sel)))
+        for o in range(n):
+            valid, reg = blk[f"ovalid{o}"], blk[f"odata{o}"]
+            flit = layout(reg)
+            # the arbiter of output o only loads a head that wants o
+            m.d.comb += Assert(~valid | (flit.dst == o), f"inv: out{o} holds a flit for o")
+            places.append((f"out{o}", valid, flit, Const(0, 2), dst_sel == o))
+        if n > 2:
+            for o in range(n):
+                ptr = blk.sub(f"arb{o}")["ptr"]
+                # the pointer is a grant index + 1 wrapped, or 0
+                m.d.comb += Assert(ptr < n, f"inv: arb{o} pointer")
+
+        in_a = [live & (flit.data == 1) for _, live, flit, _, _ in places]
+        in_b = [live & (flit.data == 2) for _, live, flit, _, _ in places]
+        for (where, live, flit, pos, ok), a, b in zip(places, in_a, in_b):
+            with m.If(live):
+                # tags are 0, 1 (A) and 2 (B); only the flow's flits carry one;
+                # every destination offered is a port (the harness assumes it)
+                m.d.comb += [Assert(flit.data != 3, f"inv: {where} tag 3"),
+                             Assert(flit.dst < n, f"inv: {where} destination")]
+                with m.If(flit.data != 0):
+                    m.d.comb += Assert(ok, f"inv: {where} tagged flit off its flow")
+        # A is in the switch exactly once from its acceptance until it leaves
+        # (nothing is dropped or copied: the property itself), same for B
+        m.d.comb += [Assert(sum(in_a) == (sent_a & ~got_a), "inv: A in the switch once"),
+                     Assert(sum(in_b) == (sent_b & ~got_b), "inv: B in the switch once"),
+                     # B is tagged after A was accepted; A leaves first
+                     Assert(~sent_b | sent_a, "inv: B sent before A"),
+                     Assert(~got_b | got_a, "inv: B out before A")]
+        # while both are inside, A is ahead of B in their FIFO or already in
+        # the output register: one FIFO per input, popped in order, into the
+        # output both want
+        pos_a = sum(Mux(a, pos, 0) for (_, _, _, pos, _), a in zip(places, in_a))
+        pos_b = sum(Mux(b, pos, 0) for (_, _, _, pos, _), b in zip(places, in_b))
+        with m.If(sent_b & ~got_b & ~got_a):
+            m.d.comb += Assert(pos_a < pos_b, "inv: A ahead of B")
+        a_out = sum(a for (where, *_), a in zip(places, in_a) if where.startswith("out"))
+        return pos_a, a_out
+
+    def response_invariants(self, m, src_sel, sent_a, got_a, age, pos_a, a_out):
+        """Invariants that make the bounded response inductive (2 ports, FIFOs of 2, outputs ready).
+
+        With every output ready, an output register holds a flit for one
+        cycle and each arbiter is asked every cycle; a head that is not
+        popped lost its output to the other input, so the round-robin
+        pointer favours it the next cycle: it is popped then. That gives
+        how old A can be at each place (``bound`` = the claimed response):
+
+        * in an output register: it leaves this cycle, ``age <= bound - 1``;
+        * head of its FIFO, popped this cycle: it waited at most one cycle as
+          head, ``age <= bound - 2``; not popped: it became head this cycle
+          (it entered an empty FIFO, or moved up from second), ``age <= bound - 3``;
+        * second in its FIFO: it entered last cycle behind a head that was
+          not popped then (the FIFO of 2 was not full), so that head is
+          popped now: ``age <= bound - 4`` and the head is popped.
+        """
+        assert self.ports == 2 and self.depth == 2, "response invariants: 2 ports, depth 2"
+        blk, bound = self.blk, self.bound
+        pop = Signal(name="src_pop")
+        for i in range(self.ports):
+            with m.If(src_sel == i):
+                m.d.comb += pop.eq(blk[f"in{i}_pop"])
+        # age counts from the cycle after A's acceptance
+        m.d.comb += Assert(sent_a | (age == 0), "inv: age of A before it is sent")
+        with m.If(sent_a & ~got_a):
+            with m.If(a_out):
+                m.d.comb += Assert(age <= bound - 1, "inv: age of A in an output register")
+            with m.If(pos_a == 1):
+                m.d.comb += Assert(age <= Mux(pop, bound - 2, bound - 3), "inv: age of A as head")
+            with m.If(pos_a == 2):
+                m.d.comb += [Assert(pop, "inv: head ahead of A not popped"),
+                             Assert(age <= bound - 4, "inv: age of A second in its FIFO")]
+
 
 PROPERTIES = {
     "switch.order": FormalProperty(
-        SwitchScoreboard, mode="bmc", depth=12, expect="pass",
+        SwitchScoreboard, mode="prove", depth=4, cover_depth=12, expect="pass",
         doc="2-port switch, any traffic and back-pressure: no flit of a flow lost, duplicated, "
             "misrouted or reordered",
         params={"ports": 2, "depth": 2},
         gtkw=("flow_src", "flow_dst", "sent_a", "sent_b", "got_a", "got_b")),
     "switch.response": FormalProperty(
-        SwitchScoreboard, mode="bmc", depth=12, expect="pass",
+        SwitchScoreboard, mode="prove", depth=6, cover_depth=12, expect="pass",
         doc="2-port switch, outputs always ready: a flit is handed over after at most 4 cycles "
             "of waiting (a bound of 3 gives a counterexample)",
         params={"ports": 2, "depth": 2, "fair": True, "bound": 4},
         gtkw=("flow_src", "flow_dst", "sent_a", "got_a", "age_a")),
     "switch.order_deep": FormalProperty(
         SwitchScoreboard, mode="bmc", depth=20, expect="pass", slow=True,
-        doc="switch.order to 20 cycles",
-        params={"ports": 2, "depth": 2}),
+        doc="switch.order to 20 cycles (BMC without the induction invariants: the property "
+            "alone, as before the proof)",
+        params={"ports": 2, "depth": 2, "invariants": False}),
     "switch.order3": FormalProperty(
-        SwitchScoreboard, mode="bmc", depth=12, expect="pass", slow=True,
+        SwitchScoreboard, mode="prove", depth=4, cover_depth=12, expect="pass",
         doc="3-port switch, any traffic and back-pressure: no loss, duplication, misrouting "
             "or reordering",
         params={"ports": 3, "depth": 2}),
