@@ -65,6 +65,21 @@ def test_broken_variant_fails_its_property(name, tmp_path):
     assert os.path.exists(o.vcd)
 
 
+def test_block_properties_are_unbounded():
+    """Issue 33: the switch's, link's and INC engine's CI properties are k-induction proofs."""
+    for name, p in PROPS.items():
+        if name.split(".")[0] in ("switch", "link", "inc_engine") and not p.slow:
+            assert p.mode == "prove", name
+
+
+@pytest.mark.parametrize("name", ["switch.order", "switch.response", "inc_engine.reduce3"])
+def test_induction_needs_the_invariants(name, tmp_path):
+    """Without its invariants the induction step fails (unreachable start states): they carry the proof."""
+    o = run_property(name, PROPS[name], build=tmp_path / "b", waveforms=tmp_path / "w",
+                     overrides={"invariants": False})
+    assert o.result == "unknown" and "UNKNOWN" in o.detail
+
+
 def test_every_block_has_a_negative_control():
     blocks = {n.split(".")[0] for n, p in PROPS.items() if p.expect == "pass"}
     assert blocks <= {n.split(".")[0] for n in BROKEN}
