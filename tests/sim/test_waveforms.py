@@ -29,7 +29,8 @@ SMALL = ["--preset", "tiny", "--topology", "superpod:2,1,1", "--aivs", "2"]
 
 
 def counter_vcd(path, cycles=200, root=("bench", "top")):
-    """A VCD of a 10 ns clock and a cycle counter (1 fs units, as Amaranth writes)."""
+    """A VCD of a 1 ns clock (``CLOCK_PERIOD_NS``) and a cycle counter (1 fs units, as Amaranth
+    writes): cycle c starts at (c - 0.5) ns."""
     lines = ["$timescale 1 fs $end"]
     lines += [f"$scope module {s} $end" for s in root]
     lines += ["$var wire 1 ! clk $end", "$var wire 8 \" cycle $end",
@@ -38,8 +39,8 @@ def counter_vcd(path, cycles=200, root=("bench", "top")):
     lines += ["$upscope $end"] * len(root) + ["$enddefinitions $end", "#0", "0!", "b0 \"",
                                                "b0 #", "sIDLE $", "b0 %"]
     for c in range(1, cycles + 1):
-        lines += [f"#{c * 10_000_000 - 5_000_000}", "1!", f"b{c:b} \"", f"b{c % 3:b} #",
-                  f"#{c * 10_000_000}", "0!"]
+        lines += [f"#{c * 1_000_000 - 500_000}", "1!", f"b{c:b} \"", f"b{c % 3:b} #",
+                  f"#{c * 1_000_000}", "0!"]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -55,14 +56,14 @@ class State(Enum):
 def test_vcd_header_names_as_gtkwave_spells_them(tmp_path):
     dump = read_dump(counter_vcd(tmp_path / "c.vcd"))
     assert dump.format == "vcd" and dump.timescale == pytest.approx(1e-15)
-    assert dump.end() == 200 * 10_000_000
+    assert dump.end() == 200 * 1_000_000
     cycle = dump.find("cycle")
     assert cycle.scope == ("bench", "top") and cycle.gtkw_name == "bench.top.cycle[7:0]"
     assert dump.find("mode").gtkw_name == "bench.top.mode"          # a string: no range
     assert dump.find("req.op").gtkw_name == "bench.top.\\req.op[3:0]"
     assert dump.find("nope") is None and dump.find("bench", "cycle") is None
     changes = dump.changes([cycle])
-    assert dump.value_at(cycle, 7 * 10_000_000 - 5_000_000, changes) == "111"
+    assert dump.value_at(cycle, 7 * 1_000_000 - 500_000, changes) == "111"
 
 
 def test_vcd_header_verilator_style(tmp_path):
@@ -141,7 +142,7 @@ def test_sanitize_vcd(tmp_path):
 def test_write_gtkw_window_markers_groups(tmp_path):
     vcd = counter_vcd(tmp_path / "c.vcd")
     gtkw = tmp_path / "c.gtkw"
-    at = lambda c: c * 10_000_000 - 5_000_000                   # noqa: E731 (cycle c starts)
+    at = lambda c: c * 1_000_000 - 500_000                   # noqa: E731 (cycle c starts)
     rows = [Comment("what this shows"),
             Group("first", [Comment("look here"), Trace(("cycle",), "cycle", fmt="dec"),
                             Trace(("state",), "state", enum=State),
@@ -171,12 +172,12 @@ def test_window_at_the_end_falls_back_to_the_whole_dump(tmp_path):
     """GTKWave ignores [timestart] when a page after it runs past the end; don't rely on it."""
     vcd = counter_vcd(tmp_path / "c.vcd", cycles=40)
     gtkw = tmp_path / "c.gtkw"
-    write_gtkw(gtkw, vcd, [Trace(("cycle",))], markers=[Marker("late", 395_000_000)],
-               window=(300_000_000, 400_000_000))
+    write_gtkw(gtkw, vcd, [Trace(("cycle",))], markers=[Marker("late", 39_500_000)],
+               window=(30_000_000, 40_000_000))
     save = read_gtkw(gtkw)
     assert save.timestart == 0
-    t0, t1 = save.window(end=400_000_000)
-    assert t0 == 0 and t1 == pytest.approx(400_000_000, rel=0.02)
+    t0, t1 = save.window(end=40_000_000)
+    assert t0 == 0 and t1 == pytest.approx(40_000_000, rel=0.02)
 
 
 def test_zoom_formula():
@@ -209,8 +210,9 @@ def test_parse_scopes():
 
 # --- epfabric run --vcd --------------------------------------------------------------------------
 
-def check_run_waveform(dump_path, die=1, core=0):
-    """The .gtkw of a machine run: traces exist, A/B on the run's start/end, window holds both."""
+def check_run_waveform(dump_path, die=1, core=0, cycles=None):
+    """The .gtkw of a machine run: traces exist, A/B on the run's start/end, window holds both;
+    with ``cycles`` (the run's, as printed) A to B spans that many ns, one per cycle."""
     gtkw = dump_path.with_suffix(".gtkw")
     save = read_gtkw(gtkw)
     dump = read_dump(dump_path)
@@ -232,7 +234,15 @@ def check_run_waveform(dump_path, die=1, core=0):
         assert dump.value_at(running, start, changes) == "1"
         assert dump.value_at(running, start - 1, changes) == "0"
         assert dump.value_at(running, end, changes) == "0"
+    if cycles is not None:       # waveform time = model time: one cycle is 1 ns
+        assert abs((end - start) * dump.timescale * 1e9 - cycles) <= CLOCK_PERIOD_NS
     return save
+
+
+def printed_cycles(out):
+    """The cycle count of ``epfabric run``'s ``[backend] N cycles in`` line."""
+    (n,) = re.findall(r"^\[\w+\] (\d+) cycles in ", out, re.M)
+    return int(n)
 
 
 @pytest.mark.parametrize("simulator", ["pysim", "icarus",
@@ -248,8 +258,9 @@ def test_run_vcd_on_every_backend(simulator, tmp_path, capsys):
     vcd = tmp_path / "pp.vcd"
     assert main(["run", "pingpong", *SMALL, "--backend", simulator, "--vcd", str(vcd),
                  "--vcd-scope", "1:0", "--max-cycles", "2000"]) == 0
-    assert f"wrote {vcd} + pp.gtkw" in capsys.readouterr().out
-    save = check_run_waveform(vcd)
+    out = capsys.readouterr().out
+    assert f"wrote {vcd} + pp.gtkw" in out
+    save = check_run_waveform(vcd, cycles=printed_cycles(out))
     state = next(t for t, a in save.aliases.items() if a == "state")
     if simulator == "pysim":
         assert not save.filters          # Amaranth writes enum states as strings
@@ -260,7 +271,7 @@ def test_run_vcd_on_every_backend(simulator, tmp_path, capsys):
         fst = tmp_path / "pp.fst"
         assert main(["run", "pingpong", *SMALL, "--backend", simulator, "--vcd", str(fst),
                      "--vcd-scope", "1:0", "--max-cycles", "2000"]) == 0
-        check_run_waveform(fst)
+        check_run_waveform(fst, cycles=printed_cycles(capsys.readouterr().out))
         assert fst.stat().st_size * 5 < vcd.stat().st_size
 
 
@@ -270,7 +281,7 @@ def test_race_waveform_on_every_simulator(simulator, tmp_path):
     from epfabric.sim.lab.experiments import races
     spec = ComponentSpec("epfabric.sim.lab.experiments.races:race_top", {"scenario": "torn_read"})
     wave = Waveform(tmp_path / f"torn-{simulator}.vcd", watch=("unsafe.done",))
-    result, _cycles = run(spec, races._race_intent, simulator=simulator, waveform=wave)
+    result, ran = run(spec, races._race_intent, simulator=simulator, waveform=wave)
     if simulator != "pysim":      # the same hardware: the same measured outputs
         assert result == races.run_scenario("torn_read", waveform=False)["measured"]
     assert result["unsafe"]["wrong"] == 1 and result["safe"]["wrong"] == 0
@@ -289,8 +300,14 @@ def test_race_waveform_on_every_simulator(simulator, tmp_path):
     (rise,) = [t for t, v in run_info["edges"]["unsafe.done"] if v == 1]
     (done,) = [t for t, v in changes[cycle.ident] if int(v, 2) == result["unsafe"]["done_cycle"] + 1]
     assert abs(dump.to_units(rise) - done) <= dump.to_units(CLOCK_PERIOD_NS * 1e-9) // 2
-    # the waveform's time is the model's: cycle n of the counter sits near n ns (1 ns cycles)
-    assert abs(done * dump.timescale * 1e9 - (result["unsafe"]["done_cycle"] + 1)) <= 3
+    # the waveform's time is the model's, 1 ns a cycle: the dump ends at the run's cycles in ns
+    # (± one cycle), cycle c starts at (c - 0.5) ns (its rising edge) and marker A sits there
+    def ns(t):
+        return t * dump.timescale * 1e9
+    assert dump.to_units(CLOCK_PERIOD_NS * 1e-9) == round(1e-9 / dump.timescale)
+    assert abs(ns(dump.end()) - ran) <= CLOCK_PERIOD_NS
+    assert ns(done) == pytest.approx(result["unsafe"]["done_cycle"] + 1 - 0.5)
+    assert ns(save.markers["A"]) == pytest.approx(result["unsafe"]["wrong_cycle"] - 0.5)
     if simulator != "pysim":      # enum states by name through a translate filter
         assert any(f.endswith(".ReaderState.txt") for f in save.filters)
 
