@@ -200,7 +200,7 @@ class LinkLatency(Harness):
         live = [off(j, head) < level for j in range(depth)]
         unrel = [off(j, due_ptr) < level - released for j in range(depth)]
         wait = [r[width:] for r in ring]
-        tagged = [r[2:4] == 1 for r in ring]        # payload: dst, src, data (the tag)
+        tagged = [link.payload(r[:width]).data == 1 for r in ring]     # the tag
         for j in range(depth):
             nxt = (j + 1) % depth
             with m.If(unrel[j]):
