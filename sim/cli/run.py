@@ -161,6 +161,8 @@ def prepare(args):
         if sweep:
             for line in _compare(sweep, results):
                 print(line)
+            for line in _stage_table(sweep, results):
+                print(line)
         if args.trace:
             _write_trace(args.trace, traced, get_preset(preset).cycle_ns,
                          getattr(kernel, "trace_spans", None),
@@ -194,6 +196,42 @@ def _compare(sweep, results):
                                  + f": {name}={value} / {name}={values[0]} latency "
                                  f"{b[key]} / {a[key]} cycles = {r:.2f} "
                                  f"({100 * (1 - r):+.1f} % cut)")
+    return lines
+
+
+def _stage_table(sweep, results):
+    """UBEP Fig. 8's stages side by side for a ``--system`` sweep of a dispatch (or a
+    combine's dispatch): mean cycles over each kind of AIV (CANN's, UBEP's T- and C-AIVs),
+    from each AIV's phase-end MARKs (:func:`~epfabric.sim.lab.experiments.ubep_runs.phase_stack`).
+    Empty for any other sweep."""
+    from ..lab.experiments.ubep_runs import STAGES, phase_stack
+    if sweep[0] != "system":
+        return []
+    rows = []
+    for value, result in zip(sweep[1], results):
+        run = result["runs"][0]
+        run = run.get("dispatch") if "dispatch" in run else run
+        if not run or not run.get("phases"):
+            return []
+        groups = {}
+        for phases in run["phases"].values():
+            try:
+                stack = phase_stack(value, phases)
+            except KeyError:
+                return []                      # not a dispatch's phases
+            role = value if value == "cann" else ("T-AIVs" if "send" in phases else "C-AIVs")
+            groups.setdefault(role, []).append(stack)
+        for role, stacks in groups.items():
+            label = role if role == value else f"{value} {role}"
+            rows.append((f"{label} ({len(stacks)})",
+                         [sum(st[s] for st in stacks) / len(stacks) for s in STAGES]))
+    names = {"flag_verify": "flag+verify"}
+    head = [names.get(s, s) for s in STAGES]
+    width = max(len(r[0]) for r in rows)
+    lines = ["dispatch stages (UBEP Fig. 8; cycles, mean over the AIVs of each kind):",
+             "  " + " " * width + "".join(f"{h:>13}" for h in head)]
+    lines += ["  " + f"{label:<{width}}" + "".join(f"{v:13.1f}" for v in vals)
+              for label, vals in rows]
     return lines
 
 

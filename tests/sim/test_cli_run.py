@@ -429,3 +429,20 @@ def test_a_routing_file_of_other_ranks_is_one_line(tmp_path, capsys, no_simulati
     err = capsys.readouterr().err.strip()
     assert err == (f"epfabric run: error: routing={path!r} has 1 ranks (its shape (1, 4, 2)); "
                    f"the machine has 2")
+
+
+def test_a_system_sweep_prints_fig8s_stages_side_by_side():
+    """Per kind of AIV, the mean of each stage (hand-worked from phase ends)."""
+    from epfabric.sim.cli.run import _stage_table
+    cann = {"0.0": {"init": 10, "send": 30, "verify": 45, "cumsum": 50, "reorder": 70},
+            "0.1": {"init": 20, "send": 40, "verify": 55, "cumsum": 60, "reorder": 90}}
+    ubep = {"0.0": {"init": 12, "send": 40, "reorder": 90},
+            "0.1": {"init": 12, "count": 20, "cumsum": 35, "reorder": 90}}
+    results = [{"runs": [{"phases": cann}]}, {"runs": [{"dispatch": {"phases": ubep}}]}]
+    lines = _stage_table(("system", ["cann", "ubep"]), results)
+    assert lines[1].split() == ["init", "sending", "flag+verify", "cumsum", "reorder"]
+    assert lines[2].split() == ["cann", "(2)", "15.0", "20.0", "15.0", "5.0", "25.0"]
+    assert lines[3].split() == ["ubep", "T-AIVs", "(1)", "12.0", "28.0", "0.0", "0.0", "50.0"]
+    assert lines[4].split() == ["ubep", "C-AIVs", "(1)", "12.0", "0.0", "8.0", "15.0", "55.0"]
+    assert _stage_table(("seed", [1, 2]), results) == []
+    assert _stage_table(("system", ["cann"]), [{"runs": [{"phases": {"0.0": {"a": 1}}}]}]) == []
