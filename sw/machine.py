@@ -26,7 +26,7 @@ from .isa import INC_COUNTERS, address, split_address
 from .presets import get_preset
 from .report import Report, WatchdogTimeout
 
-__all__ = ["Backend", "Machine", "Report", "WatchdogTimeout", "MachineConfig"]
+__all__ = ["region_names", "Backend", "Machine", "Report", "WatchdogTimeout", "MachineConfig"]
 
 
 class Backend(abc.ABC):
@@ -51,6 +51,25 @@ def _words(name, words):
     if isinstance(words, (str, bytes)) or not hasattr(words, "__iter__"):
         raise UserTypeError(f"{name} must be a sequence of 32-bit words, not {words!r}")
     return [check_word(f"{name}[{i}]", w) for i, w in enumerate(words)]
+
+
+def region_names(regions, words_per_block):
+    """A :attr:`Machine.describe` for a kernel's memory map.
+
+    ``regions`` is ``[(name, first block, blocks, words)]``: ``words`` is ``None``
+    for a region of DataBlocks (``RECV block 3 word 0``) or ``{n: what}`` for a
+    word-addressed one, whose word ``n`` counts across its blocks (``SYNC[1]
+    (global arrivals)``; a word without an entry is named by index only).
+    """
+    def describe(block, word=0):
+        for name, first, count, words in regions:
+            if first <= block < first + count:
+                if words is None:
+                    return f"{name} block {block - first} word {word}"
+                n = (block - first) * words_per_block + word
+                return f"{name}[{n}]" + (f" ({words[n]})" if n in words else "")
+        return f"outside the kernel's layout (block {block})"
+    return describe
 
 
 class Machine:

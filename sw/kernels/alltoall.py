@@ -21,6 +21,7 @@ import numpy as np
 from ...hw.validate import UserError
 from ..assembler import Program
 from ..isa import address
+from ..machine import region_names
 from . import Kernel, pow2_at_least, register
 
 __all__ = ["FLAG", "RECV", "layout", "program", "tokens", "blocks_needed", "marks_needed",
@@ -109,6 +110,10 @@ class AllToAll(Kernel):
             # the checker counts DONE marks: a full trace buffer drops them
             raise UserError(f"alltoall needs trace_depth >= {marks_needed(cfg)} (2 MARKs per core), "
                             f"not {cfg.trace_depth}")
+        recv, send = layout(cfg)
+        n = cfg.ranks * cfg.aivs_per_die
+        machine.describe = region_names([("RECV", recv, n, None), ("SEND", send, n, None)],
+                                        cfg.words_per_block)
         tok = tokens(cfg, params["seed"])
         _, send = layout(cfg)
         for r in range(cfg.ranks):

@@ -84,6 +84,7 @@ from ..config import MachineConfig
 from ..dataflag import (BLOCK_BYTES, FLAG_BYTES, RESERVED_SENTINEL, SENTINEL_WORD, TFF_PAYLOAD_BYTES,
                         TFF_TAG, dc_checksum)
 from ..isa import address
+from ..machine import region_names
 from ..presets import get_preset
 from . import Kernel, pow2_at_least, register
 
@@ -342,6 +343,11 @@ class Daf(Kernel):
         cfg = machine.config
         protocol, nbytes, broken = params["protocol"], params["bytes"], params["broken"]
         lay = layout(cfg, protocol, nbytes)
+        per = lay.nb + 1
+        machine.describe = region_names(
+            [("SIG", lay.SIG, cfg.ranks, None), ("SIG_GUARD", lay.SIG_GUARD, 1, None),
+             ("RECV", lay.RECV, cfg.ranks * per, None), ("OUT", lay.OUT, cfg.ranks * per, None),
+             ("SEND", lay.SEND, lay.end - lay.SEND, None)], cfg.words_per_block)
         if cfg.hbm_blocks < lay.end:
             raise UserError(f"daf ({protocol}, {nbytes} B on {cfg.ranks} ranks) needs hbm_blocks "
                             f">= {lay.end}, not {cfg.hbm_blocks}")

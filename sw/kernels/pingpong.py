@@ -16,6 +16,7 @@ from tabulate import tabulate
 
 from ..assembler import Program
 from ..isa import address
+from ..machine import region_names
 from . import Kernel, register
 
 __all__ = ["START", "END", "peers", "programs", "ROUNDS", "PingPong", "KERNEL"]
@@ -98,6 +99,8 @@ class PingPong(Kernel):
         return {"hbm_blocks": 8, "imem_depth": 128}
 
     def load(self, machine, params):
+        machine.describe = region_names([("PING", PING, PONG - PING, None), ("PONG", PONG, 3, None)],
+                                        machine.config.words_per_block)
         for (rank, core), prog in programs(machine.config).items():
             machine.load_program(rank, core, prog)
 

@@ -23,6 +23,7 @@ from tabulate import tabulate
 from ...hw.validate import UserError, check_int
 from ..assembler import Program
 from ..isa import address
+from ..machine import region_names
 from . import Kernel, pow2_at_least, register
 
 __all__ = ["ENTER", "LEAVE", "MAX_EPOCHS", "program", "SyncAll", "KERNEL"]
@@ -100,6 +101,9 @@ class SyncAll(Kernel):
     def load(self, machine, params):
         """Load the barrier on every core of ``machine`` (counters start at 0); returns ``epochs``."""
         epochs = self.resolve_params(params)["epochs"]
+        machine.describe = region_names(
+            [("SYNC", 0, 1, {LOCAL: "this die's arrivals", GLOBAL: "rank 0: dies arrived",
+                             RELEASE: "this die's release"})], machine.config.words_per_block)
         for rank in range(machine.ranks):
             machine.write_mem(rank, address(0, 0, 0), [0, 0, 0])
             for core in range(machine.config.aivs_per_die):

@@ -94,3 +94,12 @@ def test_machine_sizes_fit_the_kernel():
     # the kernel's own configuration of that shape is sized by machine_sizes
     (config,) = KERNEL.configs("cm384", ("superpod", 2, 8, 2), 2)
     assert {k: getattr(config, k) for k in sizes} == sizes
+
+
+def test_the_watchdog_names_the_receive_and_send_slots():
+    m = machine()
+    KERNELS["alltoall"].load(m, KERNELS["alltoall"].resolve_params({}))
+    recv, send = alltoall.layout(m.config)
+    assert m.describe(recv + 1, 0) == "RECV block 1 word 0"
+    assert m.describe(send, 5) == "SEND block 0 word 5"
+    assert m.describe(0, 0) == "outside the kernel's layout (block 0)"

@@ -180,7 +180,8 @@ def test_sentinel_payload_hangs_sp_and_the_watchdog_names_the_waiting_core():
     lay = daf.layout(MachineConfig("tiny", topology=SHAPE["topology"]), "sp", NBYTES)
     # rank 0's message to rank 1 is received by rank 1's core (1 - 0 - 1) mod 2 = 0, block 0
     assert (f"rank 1 core 0 (pc" in str(info.value)
-            and f"(rank 1 block {lay.recv(0, 0)} word 0)" in str(info.value)), str(info.value)
+            and f"(rank 1 block {lay.recv(0, 0)} word 0) = RECV block 0 word 0"
+            in str(info.value)), str(info.value)
     assert str(info.value).count("waits on") == 1        # nobody else hangs
 
 

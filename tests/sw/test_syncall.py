@@ -78,3 +78,19 @@ def _delayed(program, spins=40):
     p.addi(15, 15, -1)
     p.bne(15, 0, "spin")
     return p.assemble() + program.assemble()
+
+
+def test_a_barrier_waiting_for_a_core_too_many_names_its_counter():
+    """The watchdog names the word a hung core polls by its role in the barrier."""
+    from epfabric.sw.machine import WatchdogTimeout
+    m = machine()
+    KERNEL.load(m, {"epochs": 1})
+    greedy = MachineConfig(**{**m.config.to_dict(), "aivs_per_die": 3})  # waits for 3 of 2
+    for rank in range(m.ranks):
+        for core in range(m.config.aivs_per_die):
+            m.load_program(rank, core, syncall.program(greedy, rank, core, epochs=1))
+    with pytest.raises(WatchdogTimeout) as info:
+        m.run(400)
+    text = str(info.value)
+    assert "= SYNC[0] (this die's arrivals)" in text or "= SYNC[2] (this die's release)" in text
+    assert "outside the kernel's layout" not in text, text
