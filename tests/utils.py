@@ -100,9 +100,9 @@ def larger_machine(kernel, params, shape, **sizes):
 
 
 #: the UBEP experiments' test machine (tests/sim/test_ubep_runs.py): the tiny preset's two dies
-#: of 4 AIVs, sized for every small dispatch case (up to BS 16 x top-8 over 10 experts); one
-#: native build serves them all
-ENVELOPE_TINY = {"hbm_blocks": 1024, "ubuf_rows": 16, "imem_depth": 1024, "trace_depth": 128}
+#: of 4 AIVs, sized for every small dispatch case (up to BS 16 x top-8 over 10 experts, and the
+#: GLM-shaped one, whose unrolled programs take 8 K instructions); one native build serves them
+ENVELOPE_TINY = {"hbm_blocks": 1024, "ubuf_rows": 16, "imem_depth": 8192, "trace_depth": 128}
 
 
 def four_aiv_machine(kernel, params):

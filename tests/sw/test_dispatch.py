@@ -490,14 +490,15 @@ def test_an_option_that_contradicts_the_model_is_refused(params, message):
 
 def test_a_glm_shaped_dispatch_on_two_ranks():
     """GLM-4.7's top-8 and blocks per token (20 raw, 22 with TFF) with 5 experts per rank (10
-    experts on two ranks: the full model needs 16 or 32 ranks, see the slow test)."""
+    experts on two ranks of 4 AIVs: the full model needs 16 or 32 ranks, see the slow test)."""
     from epfabric.sw.kernels.dispatch import model_shape
     runs = {}
     for system in ("cann", "ubep"):
         params = {**model_shape("glm-4.7", system), "experts": 10, "batch": 1, "system": system}
-        result, _ = run_kernel(K, backend("pysim"), params=params, max_cycles=20_000, **SHAPE)
-        assert result["correct"], (system, result["problems"])
-        runs[system] = result["runs"][0]
+        run = run_on_machine(K, machine_simulator(), four_aiv_machine(K, params), params,
+                             max_cycles=20_000)
+        assert run["correct"], (system, run["problems"])
+        runs[system] = run
     assert runs["cann"]["recv_count"] == runs["ubep"]["recv_count"]
 
 
