@@ -31,6 +31,7 @@ import re
 import time
 from pathlib import Path
 
+from ...hw.validate import UserError
 from ..output import PROGRESS_AFTER_S, progress, write_atomic
 from .verilog import _add_zero_loops, _cache_path, _factory_source, _zero_by_loop, part_verilog
 
@@ -38,6 +39,10 @@ __all__ = ["native_design", "GLUE", "glue_port", "decode_verilator_name"]
 
 #: Verilog name of the glue module.
 GLUE = "glue"
+#: Amaranth's netlist keeps a module's input ports in one cell of at most 2**16 bits
+#: (``amaranth.hdl._nir.Net.from_cell``): a glue with more input bits cannot be converted
+#: (32 dies x 48 AIVs: issue 29 would emit the glue as text from the wiring instead)
+GLUE_INPUT_BITS = 1 << 16
 
 _DESIGNS = {}
 #: this file's text: part of the disk cache key (the glue depends on it)
@@ -162,6 +167,12 @@ def _convert(spec, on_module=None):
     for i, port, signal in inputs:
         if signal in live:
             ports[glue_port(i, port)] = (signal, PortDirection.Input)
+    in_bits = sum(len(v) for v, d in ports.values() if d == PortDirection.Input)
+    if in_bits >= GLUE_INPUT_BITS:
+        raise UserError(f"the native backend cannot build this machine yet: its glue reads "
+                        f"{in_bits} bits of the blocks' outputs, and Amaranth converts a module "
+                        f"with fewer than {GLUE_INPUT_BITS} input bits (at 48 AIVs a die, 16 dies "
+                        f"fit and 32 do not); use fewer dies or AIVs")
     with _zero_by_loop():
         text, _names = rtlil.convert_fragment(fragment, ports, GLUE, emit_src=False, **kw)
     glue = _add_zero_loops(_glue_verilog(text))

@@ -122,3 +122,14 @@ def test_skipping_idle_links_changes_nothing(seed, monkeypatch):
     off, none = _alltoall(seed, False, monkeypatch)
     assert on == off
     assert skipped > 0 and none == 0
+
+
+def test_a_glue_too_wide_for_amaranth_is_refused_in_one_line(monkeypatch):
+    """32 dies x 48 AIVs failed inside Amaranth (``assert bit in range(1 << 16)``); the limit
+    on the glue's input bits is named instead (here lowered to below this small machine's)."""
+    from epfabric.hw.validate import UserError
+    from epfabric.sim.backends import native_build
+    monkeypatch.setattr(native_build, "GLUE_INPUT_BITS", 64)
+    with pytest.raises(UserError, match=r"^the native backend cannot build this machine yet: "
+                                        r"its glue reads \d+ bits of the blocks' outputs"):
+        native_build._convert(_spec())
