@@ -57,20 +57,12 @@ class CocotbTestbench(Testbench):
         # COCOTB_TRUST_INERTIAL_WRITES is set, which ran Python on every edge.
         Clock(self._dut.clk, CLOCK_PERIOD_NS, unit="ns", impl="gpi").start(start_high=False)
         # The simulation Verilog is reset-less (verilog.verilog_of): registers start at
-        # their init values; a Verilog with a rst port (none today) gets it pulsed.
-        # Drive every input to 0 from the start: an undriven input is Z in Icarus,
-        # and the registers it feeds would be X.
-        has_rst = os.environ.get("EPFABRIC_HAS_RST") == "1"
-        if has_rst:
-            self._dut.rst.value = 1
+        # their init values. Drive every input to 0 from the start: an undriven input is
+        # Z in Icarus, and the registers it feeds would be X.
         for path, member, _obj in self.component.signature.flatten(self.component):
             if member.flow == In:
                 self._handle(".".join(str(p) for p in path)).value = 0
         await FallingEdge(self._dut.clk)
-        if has_rst:
-            await FallingEdge(self._dut.clk)
-            self._dut.rst.value = 0
-            await FallingEdge(self._dut.clk)
 
     def set(self, path, value):
         self._handle(path).value = self.pack(path, value)

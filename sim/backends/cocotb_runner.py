@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from ..output import PROGRESS_AFTER_S, build_cache_dir, build_once, progress, waveform_dir
-from .verilog import TOPLEVEL, has_reset, verilog_of
+from .verilog import TOPLEVEL, verilog_of
 from .waveforms import Waveform, sanitize_vcd
 from .testbench import SimulationError, intent_ref
 from .toolchain import OPT_LEVELS, verilator_env
@@ -306,7 +306,6 @@ def run_cocotb(spec, intent, args, simulator, waveform=None, opt=None):
             "EPFABRIC_INTENT": ref,
             "EPFABRIC_ARGS_FILE": str(args_file),
             "EPFABRIC_RESULT": str(result_file),
-            "EPFABRIC_HAS_RST": str(int(has_reset(simulator))),
             "EPFABRIC_PROGRESS": str(Path(tdir) / "progress"),
             "PYTHONPATH": pythonpath,
             "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),

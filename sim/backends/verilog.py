@@ -96,7 +96,7 @@ def _convert(spec, reset_less):
     return "\n".join(texts)
 
 
-def part_verilog(name, part, reset_less, kw, kick=False):
+def part_verilog(name, part, reset_less, kw):
     """Verilog of shared module ``name`` (a ``hierarchical_verilog`` part).
 
     Cached on disk by what defines it, so another shape with the same die
@@ -107,7 +107,7 @@ def part_verilog(name, part, reset_less, kw, kick=False):
     if path.exists():
         mark_used(part)         # converted before: its Verilog is on disk
         return path.read_text()
-    text = _to_verilog(part, name, kw, kick)
+    text = _to_verilog(part, name, kw)
     write_atomic(path, text)
     return text
 
@@ -117,12 +117,11 @@ def part_verilog(name, part, reset_less, kw, kick=False):
 ZERO_LOOP_BITS = 1 << 20
 
 
-def _to_verilog(design, name, kw, kick=False):
+def _to_verilog(design, name, kw):
     from amaranth.back import verilog
     with _zero_by_loop():
         text = verilog.convert(design, name=name, emit_src=False, **kw)
-    text = _add_zero_loops(text)
-    return _kick_at_time_zero(text) if kick else text
+    return _add_zero_loops(text)
 
 
 #: Yosys' trigger of a module's ``always @*`` blocks:

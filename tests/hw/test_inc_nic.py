@@ -293,14 +293,8 @@ def test_eight_ranks_inc():
             assert (unpack(out["mem"][r][bases["rsin_base"] + c]) == want).all()
 
 
-@pytest.mark.parametrize("mode", ["inc", "ring"])
-def test_ag_and_rs_interleave_on_tx(mode):
-    """One NIC, a slow tx (ready one cycle in 16): both engines hold a flit, tx alternates.
-
-    The alternation comes from the held flit (the one not sent waits presented while the
-    sent one's engine reads its next row), so fixed priority passes here too; the round robin
-    itself is test_tx_round_robin_when_ag_and_rs_become_eligible_together's."""
-    ranks, tmax = 2, 6
+def _nic_on_memory(ranks, tmax, mode, rank):
+    """``(nic, top)``: one rank's NIC on a zeroed memory of its layout, rank input tied."""
     bases, blocks = layout_of(ranks, tmax)
     nic = IncNic(ranks=ranks, tmax=tmax, data_bytes=DATA_BYTES, mode=mode, hbm_blocks=blocks,
                  **bases)
@@ -312,9 +306,21 @@ def test_ag_and_rs_interleave_on_tx(mode):
             m.submodules.nic, m.submodules.mem = nic, mem
             wiring.connect(m, nic.mem_req, mem.req)
             wiring.connect(m, mem.rsp, nic.mem_rsp)
-            m.d.comb += nic.rank.eq(1)
+            m.d.comb += nic.rank.eq(rank)
             return m
 
+    return nic, Top()
+
+
+@pytest.mark.parametrize("mode", ["inc", "ring"])
+def test_ag_and_rs_interleave_on_tx(mode):
+    """One NIC, a slow tx (ready one cycle in 16): both engines hold a flit, tx alternates.
+
+    The alternation comes from the held flit (the one not sent waits presented while the
+    sent one's engine reads its next row), so fixed priority passes here too; the round robin
+    itself is test_tx_round_robin_when_ag_and_rs_become_eligible_together's."""
+    ranks, tmax = 2, 6
+    nic, top = _nic_on_memory(ranks, tmax, mode, rank=1)
     out = {}
 
     async def bench(ctx):
@@ -347,7 +353,7 @@ def test_ag_and_rs_interleave_on_tx(mode):
             await ctx.tick()
         out["sent"], out["stable"] = sent, stable
 
-    run_sim(Top(), bench)
+    run_sim(top, bench)
     ag_op, rs_op = (IncOp.AG, IncOp.RS) if mode == "inc" else (IncOp.RING_AG, IncOp.RING_RS)
     # rank 1 of 2: tmax own rows to gather, tmax rows of rank 0's block to reduce
     assert sorted(out["sent"], key=lambda o: o.value) == [ag_op] * tmax + [rs_op] * tmax
@@ -364,19 +370,7 @@ def test_tx_round_robin_when_ag_and_rs_become_eligible_together():
     rows first (test_ag_and_rs_interleave_on_tx alternates even then: its alternation comes
     from the held flit on a slow tx, not from the arbiter)."""
     ranks, tmax, me = 3, 6, 1
-    bases, blocks = layout_of(ranks, tmax)
-    nic = IncNic(ranks=ranks, tmax=tmax, data_bytes=DATA_BYTES, mode="ring", hbm_blocks=blocks,
-                 **bases)
-    mem = MemModel(blocks, [0] * blocks)
-
-    class Top(Elaboratable):
-        def elaborate(self, platform):
-            m = Module()
-            m.submodules.nic, m.submodules.mem = nic, mem
-            wiring.connect(m, nic.mem_req, mem.req)
-            wiring.connect(m, mem.rsp, nic.mem_rsp)
-            m.d.comb += nic.rank.eq(me)
-            return m
+    nic, top = _nic_on_memory(ranks, tmax, "ring", rank=me)
 
     out = {"own": [], "passed": 0, "late": 0}
 
@@ -442,7 +436,7 @@ def test_tx_round_robin_when_ag_and_rs_become_eligible_together():
                 await passing_row(ctx, row % tmax)     # the next row arrives behind it
             await send(ctx, own=True)      # the chosen own flit leaves
 
-    run_sim(Top(), bench)
+    run_sim(top, bench)
     rs_op, ag_op = IncOp.RING_RS, IncOp.RING_AG
     assert sorted(out["own"], key=lambda o: o.value) == [ag_op] * tmax + [rs_op] * tmax
     assert out["own"] == [rs_op, ag_op] * tmax, out["own"]
