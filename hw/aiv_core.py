@@ -14,7 +14,7 @@ from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from .decoder import Decoder
 from .isa import (BLOCK_BYTES, INC_COUNTERS, INSTRUCTIONS, NUM_REGS, RANK_BITS, Cond, Csr, Opcode,
-                  VecOp, address_layout, insn_layout)
+                  VecOp, insn_layout)
 from .validate import UserError, check_choice, check_int, check_multiple, check_pow2
 from .vector_unit import VectorUnit
 
@@ -37,8 +37,12 @@ class MemOp(enum.Enum, shape=3):
 
 
 def mem_req_layout(data_bytes):
-    """Memory request: ``op``, byte ``addr`` (rank/block/word), ``data``."""
-    return data.StructLayout({"op": MemOp, "addr": address_layout,
+    """Memory request: ``op``, byte ``addr``, ``data``.
+
+    ``addr`` is the 32-bit byte address as the core computed it; the system splits it into
+    rank, block and word by its ``rank_bits`` (:func:`epfabric.hw.isa.address_layout`).
+    """
+    return data.StructLayout({"op": MemOp, "addr": unsigned(32),
                               "data": unsigned(data_bytes * 8)})
 
 

@@ -2,7 +2,8 @@
 
 docs/spec/design.md block 6. UBEP §3.3–3.4: the AIV cores of a die issue word stores,
 DataBlock stores, fetch-adds, loads and polls against a global address space
-``rank[31:24] block[23:9] word[8:2]`` (:data:`epfabric.hw.isa.address_layout`).
+``rank[31:24] block[23:9] word[8:2]`` (:func:`epfabric.hw.isa.address_layout`; a machine
+with ``rank_bits`` < 8 narrows the rank field to the top ``rank_bits`` and widens the block's).
 A :class:`Die` is its cores (:class:`~epfabric.hw.aiv_core.AIVCore`), their
 enables and status outputs, its UB memory
 (:class:`~epfabric.hw.ub_port.UBMemory`) and a
@@ -59,6 +60,7 @@ from .arbiter import RoundRobin
 from .host import HostSignature, HostTarget
 from .instances import SharedModule
 from .router import DieRouter, FlitKind, flit_layout, rsp_depth_bound
+from .isa import RANK_BITS, check_rank_bits
 from .ub_port import UBMemory
 from .validate import check_bool, check_int, check_pow2
 
@@ -88,6 +90,9 @@ class Die(wiring.Component):
     hbm_blocks : int
         DataBlocks in the die's HBM slice (a power of two; a block address
         is taken modulo ``hbm_blocks``).
+    rank_bits : int
+        Width of an address's rank field (1..8, default 8; at most
+        ``2**(23 - rank_bits)`` blocks: :func:`epfabric.hw.isa.address_layout`).
     hbm_latency : int
         HBM read latency *L* in cycles.
     rsp_depth : int or None
@@ -155,7 +160,8 @@ class Die(wiring.Component):
 
     def __init__(self, *, rank=0, ranks=1, aivs=1, imem_depth=64, ubuf_rows=2, hbm_blocks=16,
                  data_bytes=32, lanes=4, width=16, max_outstanding=4, hbm_latency=2,
-                 rsp_depth=None, core_module=None, non_atomic_port=False, nic=None, cube_cycles=1):
+                 rsp_depth=None, core_module=None, non_atomic_port=False, nic=None, cube_cycles=1,
+                 rank_bits=RANK_BITS):
         if core_module is not None and not isinstance(core_module, SharedModule):
             raise TypeError(f"core_module must be a SharedModule or None, not {core_module!r}")
         self.core_module = core_module
@@ -163,7 +169,8 @@ class Die(wiring.Component):
         if rank is not None:
             check_int("rank", rank, 0, ranks - 1)
         check_int("aivs", aivs, 1, 256)
-        check_pow2("hbm_blocks", hbm_blocks, 1, 1 << 15)
+        check_pow2("hbm_blocks", hbm_blocks, 1, 1 << 23)
+        self.rank_bits = check_rank_bits(rank_bits, ranks, hbm_blocks)
         check_int("max_outstanding", max_outstanding, 1, MAX_WINDOW)
         check_int("hbm_latency", hbm_latency, 1, 256)
         if nic is not None:
@@ -171,7 +178,8 @@ class Die(wiring.Component):
             if not isinstance(nic, dict):
                 raise TypeError(f"nic must be a dict of IncNic parameters or None, not {nic!r}")
             check_int("cube_cycles", cube_cycles, 1, 1 << 16)
-            self.nic = IncNic(ranks=ranks, data_bytes=data_bytes, hbm_blocks=hbm_blocks, **nic)
+            self.nic = IncNic(ranks=ranks, data_bytes=data_bytes, hbm_blocks=hbm_blocks,
+                              rank_bits=rank_bits, **nic)
         else:
             self.nic = None
         self.nic_params, self.cube_cycles = nic, cube_cycles
@@ -201,7 +209,7 @@ class Die(wiring.Component):
         self.router = DieRouter(ranks=ranks, aivs=requesters, hbm_blocks=hbm_blocks,
                                 data_bytes=data_bytes,
                                 hbm_latency=hbm_latency, rsp_depth=rsp_depth,
-                                max_outstanding=max_outstanding)
+                                max_outstanding=max_outstanding, rank_bits=rank_bits)
         self.flit = self.router.flit
         super().__init__({
             "tx": Out(stream.Signature(self.flit)),

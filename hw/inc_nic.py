@@ -24,7 +24,7 @@ from .aiv_core import ACK_COUNT_BITS, MemOp, mem_req_layout, mem_rsp_layout
 from .arbiter import RoundRobin
 from .inc_endpoint import MODES
 from .inc_engine import EPOCH_BITS, Completion, IncOp, inc_flit_layout, reduce_lanes
-from .isa import BLOCK_BITS, RANK_BITS
+from .isa import BLOCK_BITS, RANK_BITS, address_layout, block_bits, check_rank_bits
 from .validate import UserError, check_choice, check_int, check_multiple, check_pow2
 
 __all__ = ["PostOp", "post_layout", "IncNic", "IssueEngine", "VERILOG_EXPORTS"]
@@ -208,8 +208,10 @@ class IncNic(wiring.Component):
     xg_base, z_base, rsin_base : int
         First DataBlock of the XG, Z and RSIN regions in the die's HBM.
     hbm_blocks : int
-        DataBlocks of the die's HBM (a power of two <= 2**15); every region
-        must fit and no two may overlap.
+        DataBlocks of the die's HBM (a power of two <= ``2**(23 - rank_bits)``); every
+        region must fit and no two may overlap.
+    rank_bits : int
+        Width of an address's rank field (default 8; :func:`epfabric.hw.isa.address_layout`).
     post_depth : int
         Entries of each post queue (>= 2).
 
@@ -241,12 +243,13 @@ class IncNic(wiring.Component):
     FORWARD_DEPTH = 4
 
     def __init__(self, *, ranks, tmax, data_bytes, mode, xg_base, z_base, rsin_base, hbm_blocks,
-                 post_depth=4):
+                 post_depth=4, rank_bits=RANK_BITS):
         check_int("ranks", ranks, 2, 1 << RANK_BITS)
+        self.rank_bits = check_rank_bits(rank_bits, ranks)
         check_int("tmax", tmax, 1)
         check_multiple("data_bytes", data_bytes, 32, 32, 512)
         check_choice("mode", mode, MODES)
-        check_pow2("hbm_blocks", hbm_blocks, 1, 1 << BLOCK_BITS)
+        check_pow2("hbm_blocks", hbm_blocks, 1, 1 << block_bits(rank_bits))
         check_int("post_depth", post_depth, 2)
         regions = (("xg_base", xg_base, ranks * tmax), ("z_base", z_base, ranks * tmax),
                    ("rsin_base", rsin_base, tmax))
@@ -320,17 +323,18 @@ class IncNic(wiring.Component):
             m.d.sync += rd_busy.eq(0)
         # requesters: 0 receive write, 1 AG read, 2 RS read, 3 ring receive read
         reqs = [Signal(name=f"mreq{i}") for i in range(4)]
-        blocks = [Signal(BLOCK_BITS, name=f"mblock{i}") for i in range(4)]
+        blocks = [Signal(block_bits(self.rank_bits), name=f"mblock{i}") for i in range(4)]
         # round robin, the grant held while not ready (a request stays until accepted)
         mem_arb = m.submodules.mem_arb = RoundRobin(count=4, hold=True)
         grant = mem_arb.grant
         m.d.comb += [mem_arb.requests.eq(Cat(*reqs)), mem_arb.ready.eq(self.mem_req.ready)]
         wr_data = Signal(8 * self.data_bytes)
         mq = self.mem_req.payload
+        mq_addr = data.View(address_layout(self.rank_bits), mq.addr)
         m.d.comb += [self.mem_req.valid.eq(mem_arb.valid),
                      mq.op.eq(Mux(grant == 0, MemOp.WRITE_BLOCK, MemOp.READ_BLOCK)),
-                     mq.addr.rank.eq(me), mq.addr.block.eq(Array(blocks)[grant]),
-                     mq.addr.word.eq(0), mq.addr.byte.eq(0),
+                     mq_addr.rank.eq(me), mq_addr.block.eq(Array(blocks)[grant]),
+                     mq_addr.word.eq(0), mq_addr.byte.eq(0),
                      mq.data.eq(Mux(grant == 0, wr_data, 0))]
         fire = self.mem_req.valid & self.mem_req.ready
         granted = [Signal(name=f"mgrant{i}") for i in range(4)]
@@ -382,7 +386,7 @@ class IncNic(wiring.Component):
             m.d.sync += self.bar_count.eq(self.bar_count + 1)
         busy_parts = [wr_valid, pend != 0]
         wr_block = blocks[0]
-        wr_next_block = Signal(BLOCK_BITS)
+        wr_next_block = Signal(block_bits(self.rank_bits))
         m.d.sync += wr_block.eq(wr_next_block)
         # wr_block is a register: loaded with wr_next_block whenever a new write is taken
         fwd = None

@@ -23,8 +23,13 @@ Machine model
 * 16 scalar registers ``r0`` .. ``r15`` of 32 bits; ``r0`` reads 0 and ignores
   writes.
 * Memory addresses are 32-bit byte addresses that name the rank (die):
-  ``[31:24]`` rank, ``[23:9]`` DataBlock index in that rank's HBM slice,
+  ``[31:32-rb]`` rank, ``[31-rb:9]`` DataBlock index in that rank's HBM slice,
   ``[8:2]`` 32-bit word in the block, ``[1:0]`` ignored (word aligned).
+  ``rb`` is the machine's ``rank_bits``: 8 by default (``[31:24]`` rank, 2**15
+  blocks, up to 256 ranks); a machine of fewer ranks may narrow it to give a
+  rank more blocks (16 ranks, ``rank_bits=4``: 2**19 blocks). The rank field
+  stays at the top so one addition forms a remote address from a local one,
+  as before; 32-bit registers and cycle counts do not change.
   :func:`address` builds one. A rank is local or remote only to the system
   that routes the request; the core treats every address alike.
 * The UBuf (the core's local buffer) is addressed the same way without a rank:
@@ -81,7 +86,8 @@ from .vector_unit import Cond, VecOp
 __all__ = ["WORD_BITS", "OPCODE_BITS", "NUM_REGS", "REG_BITS", "COND_BITS", "Field", "Instruction",
            "INSTRUCTIONS", "INC_COUNTERS", "BY_MNEMONIC", "BY_OPCODE", "RESERVED", "Cond", "VecOp", "Csr",
            "Opcode", "insn_layout", "encode", "decode", "address", "split_address",
-           "address_layout", "RANK_BITS", "BLOCK_BITS", "BLOCK_BYTES", "WORDS_PER_BLOCK"]
+           "address_layout", "block_bits", "check_rank_bits", "rank_bits_for", "RANK_BITS",
+           "BLOCK_BITS", "BLOCK_BYTES", "WORDS_PER_BLOCK"]
 
 WORD_BITS = 32
 OPCODE_BITS = 6
@@ -389,23 +395,47 @@ def decode(word):
     return insn.mnemonic, out
 
 
-#: Layout of a 32-bit memory byte address (see the module docstring).
-address_layout = data.StructLayout({
-    "byte": 2,
-    "word": 7,
-    "block": BLOCK_BITS,
-    "rank": RANK_BITS,
-})
+def block_bits(rank_bits=RANK_BITS):
+    """Bits of an address's DataBlock field when its rank field is ``rank_bits`` wide."""
+    return WORD_BITS - 9 - rank_bits
 
 
-def address(rank, block, word=0):
+def check_rank_bits(rank_bits, ranks=None, hbm_blocks=None):
+    """``UserError`` unless ``rank_bits`` (1..8) names ``ranks`` ranks of ``hbm_blocks`` blocks."""
+    check_int("rank_bits", rank_bits, 1, RANK_BITS)
+    if ranks is not None and ranks > 1 << rank_bits:
+        raise UserError(f"rank_bits={rank_bits} addresses {1 << rank_bits} ranks, not {ranks}")
+    if hbm_blocks is not None and hbm_blocks > 1 << block_bits(rank_bits):
+        raise UserError(f"hbm_blocks={hbm_blocks} does not fit an address with rank_bits="
+                        f"{rank_bits} (at most {1 << block_bits(rank_bits)} blocks a rank; "
+                        f"fewer rank bits give more)")
+    return rank_bits
+
+
+def rank_bits_for(ranks, hbm_blocks):
+    """``rank_bits`` of a machine: 8 (the default layout) if ``hbm_blocks`` fits it, else the
+    fewest bits that name ``ranks`` (``UserError`` if even that leaves too few blocks)."""
+    if hbm_blocks <= 1 << BLOCK_BITS:
+        return RANK_BITS
+    return check_rank_bits(max(1, (ranks - 1).bit_length()), ranks, hbm_blocks)
+
+
+def address_layout(rank_bits=RANK_BITS):
+    """Layout of a 32-bit memory byte address (see the module docstring)."""
+    check_rank_bits(rank_bits)
+    return data.StructLayout({"byte": 2, "word": 7, "block": block_bits(rank_bits),
+                              "rank": rank_bits})
+
+
+def address(rank, block, word=0, rank_bits=RANK_BITS):
     """Byte address of ``word`` in DataBlock ``block`` of rank ``rank``'s HBM slice."""
-    for name, value, bits in (("rank", rank, RANK_BITS), ("block", block, BLOCK_BITS),
+    for name, value, bits in (("rank", rank, rank_bits), ("block", block, block_bits(rank_bits)),
                               ("word", word, 7)):
         check_int(name, value, 0, (1 << bits) - 1)
-    return (rank << 24) | (block << 9) | (word << 2)
+    return (rank << (WORD_BITS - rank_bits)) | (block << 9) | (word << 2)
 
 
-def split_address(addr):
+def split_address(addr, rank_bits=RANK_BITS):
     """``(rank, block, word)`` of a byte address."""
-    return (addr >> 24) & 0xFF, (addr >> 9) & ((1 << BLOCK_BITS) - 1), (addr >> 2) & 127
+    return (addr >> (WORD_BITS - rank_bits)) & ((1 << rank_bits) - 1), \
+        (addr >> 9) & ((1 << block_bits(rank_bits)) - 1), (addr >> 2) & 127

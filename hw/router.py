@@ -2,7 +2,8 @@
 
 docs/spec/design.md block 6, UBEP §3.3–3.4. The AIV cores of a die issue word stores,
 DataBlock stores, fetch-adds, loads and polls against a global address space
-``rank[31:24] block[23:9] word[8:2]`` (:data:`epfabric.hw.isa.address_layout`).
+``rank[31:24] block[23:9] word[8:2]`` (:func:`epfabric.hw.isa.address_layout`; a machine
+with ``rank_bits`` < 8 narrows the rank field to the top ``rank_bits`` and widens the block's).
 :class:`DieRouter` sits between the cores' ``mem_req``/``mem_rsp`` streams,
 the die's UB memory (:class:`~epfabric.hw.ub_port.UBMemory`: the atomic UB
 port and the HBM read ports), the fabric ``tx``/``rx`` flit streams and the
@@ -101,6 +102,7 @@ from .arbiter import RoundRobin
 from .hbm import ReadPortSignature, check_blocks, check_data_bytes
 from .host import HostMemorySignature
 from .ub_port import UBOp, request_layout, response_layout
+from .isa import RANK_BITS, address_layout, check_rank_bits
 from .validate import check_int, check_pow2
 
 __all__ = ["FlitKind", "flit_layout", "rsp_depth_bound", "answer_layout", "ack_layout",
@@ -266,7 +268,7 @@ class TxMux(wiring.Component):
 
     Parameters
     ----------
-    ranks, aivs, hbm_blocks, data_bytes, max_outstanding : int
+    ranks, aivs, hbm_blocks, data_bytes, max_outstanding, rank_bits : int
         As for :class:`DieRouter`.
 
     Attributes
@@ -283,8 +285,10 @@ class TxMux(wiring.Component):
         Flits into the fabric.
     """
 
-    def __init__(self, *, ranks, aivs, hbm_blocks, data_bytes, max_outstanding):
+    def __init__(self, *, ranks, aivs, hbm_blocks, data_bytes, max_outstanding,
+                 rank_bits=RANK_BITS):
         self.aivs, self.hbm_blocks = aivs, hbm_blocks
+        self.rank_bits = check_rank_bits(rank_bits, ranks, hbm_blocks)
         self.flit = flit_layout(ranks, aivs, data_bytes, hbm_blocks)
         super().__init__({
             "rank": In(range(max(2, ranks))),
@@ -319,10 +323,11 @@ class TxMux(wiring.Component):
                          self.acks.ready.eq(self.tx.ready)]
         for i, r in enumerate(self.requests):
             with m.If(tx_any & (tx_grant == i + 2)):
-                m.d.comb += [tx.dst.eq(r.payload.addr.rank), tx.src.eq(rank),
+                a = data.View(address_layout(self.rank_bits), r.payload.addr)
+                m.d.comb += [tx.dst.eq(a.rank), tx.src.eq(rank),
                              tx.kind.eq(FlitKind.REQ), tx.op.eq(r.payload.op), tx.core.eq(i),
-                             tx.addr.block.eq(r.payload.addr.block[:blk_bits]),
-                             tx.addr.word.eq(r.payload.addr.word), tx.data.eq(r.payload.data),
+                             tx.addr.block.eq(a.block[:blk_bits]),
+                             tx.addr.word.eq(a.word), tx.data.eq(r.payload.data),
                              tx.small.eq(r.payload.op != MemOp.WRITE_BLOCK),
                              r.ready.eq(self.tx.ready)]
         return m
@@ -347,10 +352,13 @@ class DieRouter(wiring.Component):
     aivs : int
         Cores on the die, 1..256.
     hbm_blocks : int
-        DataBlocks in the die's HBM slice (a power of two, 1..32768; a
-        block address is taken modulo ``hbm_blocks``).
+        DataBlocks in the die's HBM slice (a power of two, at most
+        ``2**(23 - rank_bits)``; a block address is taken modulo ``hbm_blocks``).
     data_bytes : int
         Modelled bytes per block (multiple of 32, 32..512).
+    rank_bits : int
+        Width of an address's rank field, its top bits (1..8, default 8:
+        :func:`epfabric.hw.isa.address_layout`).
     hbm_latency : int
         Read latency *L* of the UB memory's read ports (1..256): the depth
         of the tag pipeline of read port ``aivs``.
@@ -390,10 +398,11 @@ class DieRouter(wiring.Component):
     """
 
     def __init__(self, *, ranks=2, aivs=2, hbm_blocks=16, data_bytes=32, hbm_latency=2,
-                 rsp_depth=2, max_outstanding=4):
+                 rsp_depth=2, max_outstanding=4, rank_bits=RANK_BITS):
         check_int("ranks", ranks, 1, 256)
         check_int("aivs", aivs, 1, 256)
-        check_pow2("hbm_blocks", hbm_blocks, 1, 1 << 15)
+        check_pow2("hbm_blocks", hbm_blocks, 1, 1 << 23)
+        self.rank_bits = check_rank_bits(rank_bits, ranks, hbm_blocks)
         check_data_bytes(data_bytes)
         check_int("hbm_latency", hbm_latency, 1, 256)
         check_int("rsp_depth", rsp_depth, 1)
@@ -428,10 +437,11 @@ class DieRouter(wiring.Component):
         reqs = [self.mem_req[i] for i in range(n)]
         is_local = [Signal(name=f"c{i}_local") for i in range(n)]
         is_read = [Signal(name=f"c{i}_read") for i in range(n)]
+        addrs = [data.View(address_layout(self.rank_bits), r.payload.addr) for r in reqs]
         for i, r in enumerate(reqs):
             op = r.payload.op
             m.d.comb += [
-                is_local[i].eq(r.payload.addr.rank == rank),
+                is_local[i].eq(addrs[i].rank == rank),
                 is_read[i].eq((op == MemOp.READ_WORD) | (op == MemOp.READ_BLOCK)),
             ]
         want_ub = [r.valid & is_local[i] & ~is_read[i] for i, r in enumerate(reqs)]
@@ -489,8 +499,8 @@ class DieRouter(wiring.Component):
                                  tag_rcore.eq(rx.core)]
             for i, r in enumerate(reqs):
                 with m.If(ub_grant == i):
-                    m.d.comb += [ub.payload.addr.eq(r.payload.addr.block[:blk_bits]),
-                                 ub.payload.word.eq(r.payload.addr.word),
+                    m.d.comb += [ub.payload.addr.eq(addrs[i].block[:blk_bits]),
+                                 ub.payload.word.eq(addrs[i].word),
                                  ub.payload.data.eq(r.payload.data),
                                  r.ready.eq(ub.ready)]
                     _ub_op(m, r.payload.op, ub.payload.op)
@@ -502,8 +512,8 @@ class DieRouter(wiring.Component):
         for i, r in enumerate(reqs):
             port = self.ub_read[i]
             m.d.comb += [port.req.valid.eq(want_rd[i]),
-                         port.req.payload.addr.eq(r.payload.addr.block[:blk_bits]),
-                         port.req.payload.word.eq(r.payload.addr.word)]
+                         port.req.payload.addr.eq(addrs[i].block[:blk_bits]),
+                         port.req.payload.word.eq(addrs[i].word)]
             with m.If(want_rd[i]):
                 m.d.comb += r.ready.eq(1)
                 m.d.sync += rd_block[i].eq(r.payload.op == MemOp.READ_BLOCK)
@@ -598,7 +608,8 @@ class DieRouter(wiring.Component):
         # --- tx: round robin over the RSP queue, the acks and every core's remote requests ---------
         m.submodules.tx_mux = txm = TxMux(ranks=self.ranks, aivs=n, hbm_blocks=self.hbm_blocks,
                                           data_bytes=self.data_bytes,
-                                          max_outstanding=self.max_outstanding)
+                                          max_outstanding=self.max_outstanding,
+                                          rank_bits=self.rank_bits)
         m.d.comb += [txm.rank.eq(rank), txm.answers.valid.eq(rspq.r_rdy),
                      txm.answers.payload.eq(rspq.r_data), rspq.r_en.eq(txm.answers.ready)]
         wiring.connect(m, acks.ack, txm.acks)

@@ -16,6 +16,7 @@ from .die import Die, flit_layout
 from .inc_engine import IncEngine, inc_flit_layout
 from .host import HostSignature, HostTarget, register_inputs, run_control
 from .instances import Sharing, mark_used, shared_modules_active
+from .isa import RANK_BITS
 from .topology import check_topology, star, superpod, topology_ranks
 from .validate import UserError, check_int
 
@@ -112,8 +113,9 @@ class System(wiring.Component):
         AIV cores per die (1..256).
     imem_depth, ubuf_rows, data_bytes, lanes, width, max_outstanding
         Of every :class:`~epfabric.hw.aiv_core.AIVCore`.
-    hbm_blocks, hbm_latency, rsp_depth
-        Of every :class:`~epfabric.hw.die.Die`.
+    hbm_blocks, hbm_latency, rsp_depth, rank_bits
+        Of every :class:`~epfabric.hw.die.Die` (``rank_bits``: the address's rank field,
+        default 8; :func:`epfabric.hw.isa.address_layout`).
     trace_depth : int
         Entries of the MARK trace buffer (1..65535).
     switch_depth : int
@@ -156,13 +158,16 @@ class System(wiring.Component):
     def __init__(self, *, timing, topology, aivs_per_die=1, imem_depth=64, ubuf_rows=2,
                  hbm_blocks=16, data_bytes=32, lanes=4, trace_depth=64, width=16,
                  max_outstanding=512, hbm_latency=2, rsp_depth=None, switch_depth=4,
-                 shared=None, non_atomic_port=False, nic=None, inc_slots=16, cube_cycles=1):
+                 shared=None, non_atomic_port=False, nic=None, inc_slots=16, cube_cycles=1,
+                 rank_bits=RANK_BITS):
         self._params = dict(timing=timing, topology=topology, aivs_per_die=aivs_per_die,
                             imem_depth=imem_depth, ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks,
                             data_bytes=data_bytes, lanes=lanes, trace_depth=trace_depth, width=width,
                             max_outstanding=max_outstanding, hbm_latency=hbm_latency,
                             rsp_depth=rsp_depth, switch_depth=switch_depth,
                             non_atomic_port=non_atomic_port)
+        if rank_bits != RANK_BITS:     # a default machine's parameters (and Verilog) as before
+            self._params.update(rank_bits=rank_bits)
         if nic is not None:
             self._params.update(nic=nic, inc_slots=inc_slots, cube_cycles=cube_cycles)
             check_int("inc_slots", inc_slots, 1, 1 << 12)
@@ -189,7 +194,7 @@ class System(wiring.Component):
                           ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks, data_bytes=data_bytes,
                           lanes=lanes, width=width, max_outstanding=max_outstanding,
                           hbm_latency=hbm_latency, rsp_depth=rsp_depth,
-                          non_atomic_port=non_atomic_port)
+                          non_atomic_port=non_atomic_port, rank_bits=rank_bits)
         if nic is not None:
             if kind != "star":
                 raise UserError(f"an INC machine (nic) needs a star topology, not {topology!r}")

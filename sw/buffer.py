@@ -40,7 +40,6 @@ import numpy as np
 
 from ..hw.validate import UserError
 from .config import parse_topology
-from .isa import address
 from .machine import Machine
 from .ubep.workload import Workload
 
@@ -147,14 +146,14 @@ class Buffer:
     def _restore(self):
         self.machine.clear()
         for (r, block), words in sorted(self._state.items()):
-            self.machine.write_mem(r, address(0, block), words)
+            self.machine.write_mem(r, self.machine.address(0, block), words)
 
     def _save(self):
         wpb = self.config.words_per_block
         for lo, n in self._persistent():
             for block in range(lo, lo + n):
                 for r in range(self.ranks):
-                    self._state[(r, block)] = self.machine.read_mem(r, address(0, block), wpb)
+                    self._state[(r, block)] = self.machine.read_mem(r, self.machine.address(0, block), wpb)
 
     def _read_back_too(self):
         ranges = list(self.machine._read_ranges) + self._persistent()
@@ -292,7 +291,7 @@ class Buffer:
                 n_e = 0
                 for s in range(R):
                     block, word = lay.word_at(lay.COUNTS, e_l * R + s)
-                    n = self.machine.read_mem(d, address(0, block, word))[0]
+                    n = self.machine.read_mem(d, self.machine.address(0, block, word))[0]
                     hits = np.argwhere(w.topk_idx[s] == e)[:n]        # (t, i), token order
                     src += [(s, int(t)) for t, _ in hits]
                     slot_of += [(int(i), e_l) for _, i in hits]
@@ -344,7 +343,7 @@ class Buffer:
             raise DispatchError("combine differs from numpy: " + "; ".join(verdict["problems"]))
         self._save()
         lay = self.layout
-        y = [np.array(self.machine.read_mem(s, address(0, lay.YOUT),
+        y = [np.array(self.machine.read_mem(s, self.machine.address(0, lay.YOUT),
                                             w.batch * w.hidden_blocks * 128),
                       dtype=np.uint32).reshape(w.batch, w.hidden_blocks, 128)[:, :, :w.words]
              for s in range(self.ranks)]

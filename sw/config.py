@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 from ..hw.inc_endpoint import MODES, agrs_control_map, agrs_memory_map
 from ..hw.aiv_core import MAX_WINDOW
+from ..hw.isa import RANK_BITS, check_rank_bits
 from ..hw.system import MAX_AIVS_PER_DIE
 from ..hw.topology import check_topology, topology_ranks
 from ..hw.validate import UserError, check_bool, check_choice, check_int, check_multiple, check_pow2
@@ -93,6 +94,10 @@ class MachineConfig:
     nic_tmax: int = 0
     #: aggregator slots of the INC engine (a power of two; >= ranks * band rows avoids stalls)
     inc_slots: int = 0
+    #: width of an address's rank field (:func:`epfabric.hw.isa.address_layout`): 8 (256
+    #: ranks, 2**15 blocks a rank) or fewer, for more blocks a rank; the programs must be
+    #: built for it (a kernel that needs more blocks picks it: :func:`~epfabric.hw.isa.rank_bits_for`)
+    rank_bits: int = RANK_BITS
 
     #: the JSON-facing factory of the top (``ComponentSpec`` of a backend)
     factory = "epfabric.sw.tops:aiv_system"
@@ -108,7 +113,8 @@ class MachineConfig:
         check_int("aivs_per_die", self.aivs_per_die, 1, MAX_AIVS_PER_DIE)
         check_pow2("imem_depth", self.imem_depth, 2, 65536)
         check_pow2("ubuf_rows", self.ubuf_rows, 1, 1024)
-        check_pow2("hbm_blocks", self.hbm_blocks, 1, 1 << 15)
+        check_pow2("hbm_blocks", self.hbm_blocks, 1, 1 << 23)
+        check_rank_bits(self.rank_bits, self.ranks, self.hbm_blocks)
         check_multiple("data_bytes", self.data_bytes, 32, 32, 512)
         check_pow2("lanes", self.lanes, 1, 64)
         check_int("trace_depth", self.trace_depth, 1, 65535)
@@ -198,6 +204,8 @@ class MachineConfig:
             del d["non_atomic_port"]
         if self.width == 16:
             del d["width"]
+        if self.rank_bits == RANK_BITS:
+            del d["rank_bits"]
         if not self.has_nic:
             for k in ("nic_mode", "nic_tmax", "inc_slots"):
                 del d[k]
@@ -225,6 +233,10 @@ class AgrsConfig:
     factory = "epfabric.sw.tops:agrs_system"
     kind = "agrs"
     has_trace = False
+    #: the host's addresses name a block of the addressed rank's own buffers (the endpoints
+    #: decode ``addr[31:9]`` as the block; there is no rank field), so the driver builds
+    #: them with the narrowest rank field: 2**22 blocks a rank
+    rank_bits = 1
 
     def __post_init__(self):
         preset = _named_preset(self)

@@ -22,7 +22,7 @@ from ..hw.aiv_core import INC_WAIT_ADDR
 from ..hw.host import HostTarget
 from ..hw.validate import UserError, UserTypeError, check_int, check_word
 from .config import MachineConfig
-from .isa import INC_COUNTERS, address, split_address
+from .isa import INC_COUNTERS, RANK_BITS, address, split_address
 from .presets import get_preset
 from .report import Report, WatchdogTimeout
 
@@ -151,7 +151,7 @@ class Machine:
     def _check_addr(self, rank, addr, n=1):
         check_int("rank", rank, 0, self.ranks - 1)
         check_int("addr", addr, 0)
-        r, block, word = split_address(addr)
+        r, block, word = split_address(addr, self.rank_bits)
         if r != 0 or addr & 3:
             raise UserError(f"addr must be a word-aligned local byte address "
                             f"(block << 9 | word << 2), not {addr:#x}")
@@ -217,7 +217,7 @@ class Machine:
         wpb = self.config.words_per_block
         readback = self._readback[rank]
         for i in range(n):
-            _, block, word = split_address(addr + 4 * i)
+            _, block, word = split_address(addr + 4 * i, self.rank_bits)
             if word >= wpb:
                 out.append(0)
                 continue
@@ -236,7 +236,7 @@ class Machine:
         writes = self._program_writes(rows)
         blocks = {}
         for (rank, addr), w in sorted(self._mem.items()):
-            _, block, word = split_address(addr)
+            _, block, word = split_address(addr, self.rank_bits)
             if word < wpb:  # words beyond data_bytes are not modelled
                 blocks.setdefault((rank, block), {})[word] = w
         for (rank, block), words in sorted(blocks.items()):
@@ -329,7 +329,7 @@ class Machine:
                 lines.append(f"rank {c['rank']} core {c['core']} (pc {c['pc']}) waits on its "
                              f"die's INC {counter} counter (incwait)")
             elif c["waiting"]:
-                r, block, word = split_address(c["wait_addr"])
+                r, block, word = split_address(c["wait_addr"], self.rank_bits)
                 what = f" = {self.describe(block, word)}" if self.describe else ""
                 lines.append(f"rank {c['rank']} core {c['core']} (pc {c['pc']}) waits on "
                              f"address {c['wait_addr']:#010x} (rank {r} block {block} word {word})"
@@ -339,7 +339,11 @@ class Machine:
                              + (" (faulted)" if c.get("fault") else ""))
         return "; ".join(lines)
 
-    @staticmethod
-    def address(rank, block, word=0):
-        """Global byte address (for programs): see :func:`epfabric.hw.isa.address`."""
-        return address(rank, block, word)
+    @property
+    def rank_bits(self):
+        """Width of the address's rank field on this machine (8 unless narrowed)."""
+        return getattr(self.config, "rank_bits", RANK_BITS)
+
+    def address(self, rank, block, word=0):
+        """Global byte address (for programs) on this machine: see :func:`epfabric.hw.isa.address`."""
+        return address(rank, block, word, self.rank_bits)

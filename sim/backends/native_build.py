@@ -105,13 +105,6 @@ def _convert(spec, on_module=None):
     found = []      # the top's shared-module instances, recorded when it is elaborated
     if hasattr(top, "hierarchical_verilog"):
         top, parts = top.hierarchical_verilog(reset=False, expose=found)
-    # The shared modules first: each instantiated one goes to on_module while the glue converts.
-    texts = {name: part_verilog(name, part, True, kw) for name, part in parts.items()}
-    inner = {d for name in texts for d in _with_dependencies(name, texts, names=True)[1:]}
-    modules = {name: _with_dependencies(name, texts) for name in sorted(texts) if name not in inner}
-    for name, text in modules.items():
-        if on_module is not None:
-            on_module(name, text)
     ports = {}
     for path, member, value in top.signature.flatten(top):
         if hasattr(value, "as_value"):
@@ -168,11 +161,28 @@ def _convert(spec, on_module=None):
         if signal in live:
             ports[glue_port(i, port)] = (signal, PortDirection.Input)
     in_bits = sum(len(v) for v, d in ports.values() if d == PortDirection.Input)
-    if in_bits >= GLUE_INPUT_BITS:
+    if in_bits >= GLUE_INPUT_BITS:     # checked before any module is converted or built
+        widest = {}
+        for name, (v, d) in ports.items():
+            if d == PortDirection.Input:
+                kind = re.sub(r"^n\d+_", "", name)
+                n, bits = widest.get(kind, (0, 0))
+                widest[kind] = (n + 1, bits + len(v))
+        kind, (n, bits) = max(widest.items(), key=lambda kv: kv[1][1])
         raise UserError(f"the native backend cannot build this machine yet: its glue reads "
-                        f"{in_bits} bits of the blocks' outputs, and Amaranth converts a module "
-                        f"with fewer than {GLUE_INPUT_BITS} input bits (at 48 AIVs a die, 16 dies "
-                        f"fit and 32 do not); use fewer dies or AIVs")
+                        f"{in_bits} bits of the blocks' outputs ({bits} of them {n} x {kind}), "
+                        f"and Amaranth converts a module with fewer than {GLUE_INPUT_BITS} "
+                        f"input bits; a switch too wide to be an instance stays in the glue and "
+                        f"reads its links (16 ports of 512 B flits); use fewer dies, AIVs or "
+                        f"data_bytes (issue 29: emit the glue as text)")
+    # The shared modules, then the glue: each instantiated one goes to on_module (which may
+    # start its build) before the glue converts.
+    texts = {name: part_verilog(name, part, True, kw) for name, part in parts.items()}
+    inner = {d for name in texts for d in _with_dependencies(name, texts, names=True)[1:]}
+    modules = {name: _with_dependencies(name, texts) for name in sorted(texts) if name not in inner}
+    for name, text in modules.items():
+        if on_module is not None:
+            on_module(name, text)
     with _zero_by_loop():
         text, _names = rtlil.convert_fragment(fragment, ports, GLUE, emit_src=False, **kw)
     glue = _add_zero_loops(_glue_verilog(text))

@@ -101,7 +101,7 @@ async def run_program(bench, words, memory, *, latency=MEM_LATENCY, events=(), m
         if await bench.get("mem_req.valid"):
             req = bench.decode("mem_req.payload", await bench.get("mem_req.payload"))
             op = MemOp(req.op)
-            addr = req.addr.as_value().value & ~3
+            addr = int(req.addr) & ~3
             value = int(req.data)
             requests.append([now, op.name, addr])
             base = addr & ~511

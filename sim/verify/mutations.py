@@ -428,11 +428,22 @@ MUTATIONS = [
         "timeout": 300,
     },
     {
+        "name": "router_rank_field_fixed_at_8_bits",
+        "file": "hw/router.py",
+        "old": "        addrs = [data.View(address_layout(self.rank_bits), r.payload.addr) for r in reqs]\n",
+        "new": "        addrs = [data.View(address_layout(), r.payload.addr) for r in reqs]\n",
+        "description": "the die router decides local/remote from the default 8-bit rank field "
+                       "whatever the machine's rank_bits (issue 29's narrowed addresses)",
+        "tests": ["tests/sw/test_dispatch.py::test_a_one_bit_rank_field_gives_the_same_run",
+                  "tests/hw/test_router.py::test_a_narrow_rank_field_routes_by_the_top_bits"],
+        "timeout": 300,
+    },
+    {
         "name": "cann_flag_accepts_previous_epoch",
         "file": "sw/ubep/cann.py",
-        "old": ("        p.li(14, _local(rank, block, word))\n"
+        "old": ("        p.li(14, lay.address(rank, block, word))\n"
                 "        p.poll(6, 14, 13, \"ge\")                 # the flag carries this run's epoch\n"),
-        "new": ("        p.li(14, _local(rank, block, word))\n"
+        "new": ("        p.li(14, lay.address(rank, block, word))\n"
                 "        p.li(7, 1 << 16)\n"
                 "        p.sub(7, 13, 7)\n"
                 "        p.poll(6, 14, 7, \"ge\")\n"),
@@ -466,9 +477,9 @@ MUTATIONS = [
     {
         "name": "ubep_tcnt_no_flag_poll",
         "file": "sw/ubep/ubep.py",
-        "old": ("        p.li(14, _local(rank, lay.TCNT + blk))\n"
+        "old": ("        p.li(14, lay.address(rank, lay.TCNT + blk))\n"
                 "        p.poll(5, 14, 13, \"eq\")\n"),
-        "new": "        p.li(14, _local(rank, lay.TCNT + blk))\n",
+        "new": "        p.li(14, lay.address(rank, lay.TCNT + blk))\n",
         "description": "a UBEP T-AIV reads a peer's TCNT counts block without polling its "
                        "Token-Flag-Fused flag word",
         "tests": ["tests/sw/test_dispatch.py::test_ubep_token_aivs_wait_for_each_others_counts"],

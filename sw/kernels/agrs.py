@@ -23,18 +23,17 @@ a run does depends only on the configuration and the control registers
 import numpy as np
 
 from ...hw.inc_endpoint import MODES, agrs_memory_map
-from ...hw.isa import BLOCK_BITS
+from ...hw.isa import block_bits
 from ...hw.validate import UserError, check_bool, check_int
 from ..config import AgrsConfig
-from ..isa import address
 from ..presets import get_preset
 from . import Kernel, register
 
 __all__ = ["make_case", "check_counts", "reference", "bound_gbps", "max_tmax", "max_bytes",
            "check_fits", "check_tmax", "Agrs", "KERNEL"]
 
-#: DataBlocks one rank can address (``hw/isa.py``: BLOCK_BITS block bits per rank).
-RANK_BLOCKS = 1 << BLOCK_BITS
+#: DataBlocks the host can address in one rank's buffers (``AgrsConfig.rank_bits``).
+RANK_BLOCKS = 1 << block_bits(AgrsConfig.rank_bits)
 
 
 def max_tmax(ranks):
@@ -60,7 +59,7 @@ def max_bytes(preset, ranks):
 
 
 def _layout_note(ranks, tmax_limit=None):
-    return (f"a rank addresses 2**{BLOCK_BITS} blocks and the gather, reduced and RS buffers "
+    return (f"a rank addresses 2**{block_bits(AgrsConfig.rank_bits)} blocks and the gather, reduced and RS buffers "
             f"take (2*{ranks}+1)*tmax of them"
             + ("" if tmax_limit is None else f", so tmax <= {tmax_limit}"))
 
@@ -183,9 +182,9 @@ class Agrs(Kernel):
         mm = cfg.memory_map
         for r in range(cfg.ranks):
             for i, row in enumerate(case["ag_in"][r]):
-                machine.write_mem(r, address(0, mm["ag"] + r * cfg.tmax + i), [_u32(v) for v in row])
+                machine.write_mem(r, machine.address(0, mm["ag"] + r * cfg.tmax + i), [_u32(v) for v in row])
             for a, row in enumerate(case["rs_in"][r]):
-                machine.write_mem(r, address(0, mm["rs"] + a), [_u32(v) for v in row])
+                machine.write_mem(r, machine.address(0, mm["rs"] + a), [_u32(v) for v in row])
         ctrl = cfg.control_map
         for q, c in enumerate(case["counts"]):
             machine.write_control(ctrl["counts"] + q, c)
@@ -201,11 +200,11 @@ class Agrs(Kernel):
         problems = []
         for r in range(cfg.ranks):
             for row, want in gathered.items():
-                got = [_s32(v) for v in machine.read_mem(r, address(0, mm["ag"] + row), cfg.lanes)]
+                got = [_s32(v) for v in machine.read_mem(r, machine.address(0, mm["ag"] + row), cfg.lanes)]
                 if got != want:
                     problems.append(f"rank {r}: gathered row {row} differs")
             for i, want in enumerate(out[r]):
-                got = [_s32(v) for v in machine.read_mem(r, address(0, mm["out"] + i), cfg.lanes)]
+                got = [_s32(v) for v in machine.read_mem(r, machine.address(0, mm["out"] + i), cfg.lanes)]
                 if got != want:
                     problems.append(f"rank {r}: reduced row {i} differs")
         nbytes = cfg.ranks * max(inputs["counts"]) * machine.preset.block_bytes

@@ -25,7 +25,6 @@ import hashlib
 import numpy as np
 
 from ...hw.validate import UserError
-from ..isa import address
 from ..ubep import combine
 from ..ubep.layout import GUARD
 from ..ubep.reference import combine_out, dispatch_out, expert_outputs
@@ -49,22 +48,22 @@ def carry_to_combine(machine, w, params, expert_out, carried=None):
     wpb = cfg.words_per_block
     if carried is None:
         blocks = [lay.CTRL] + list(range(lay.COUNTS, lay.WEIGHTS))
-        carried = {(r, b): machine.read_mem(r, address(0, b), wpb)
+        carried = {(r, b): machine.read_mem(r, machine.address(0, b), wpb)
                    for r in range(cfg.ranks) for b in blocks}
     carried = dict(carried)
     machine.clear()
     for (r, block), words in sorted(carried.items()):
-        machine.write_mem(r, address(0, block), words)
+        machine.write_mem(r, machine.address(0, block), words)
     for r in range(cfg.ranks):
         _write_packed(machine, r, lay.ROUTE, w.topk_idx[r], wpb)
         _write_packed(machine, r, lay.WEIGHTS, w.topk_w[r], wpb)
         rows = np.asarray(expert_out[r], dtype=np.uint64)
         for p in range(len(rows)):
             for b in range(lay.hidden_blocks):
-                machine.write_mem(r, address(0, lay.OUT + p * lay.hidden_blocks + b),
+                machine.write_mem(r, machine.address(0, lay.OUT + p * lay.hidden_blocks + b),
                                   rows[p, b].tolist())
         for guard in (lay.CWIN_GUARD, lay.YOUT_GUARD):
-            machine.write_mem(r, address(0, guard), [GUARD] * wpb)
+            machine.write_mem(r, machine.address(0, guard), [GUARD] * wpb)
     for (r, c), prog in combine_programs(cfg, params).items():
         machine.load_program(r, c, prog)
     machine.read_back([(lay.CWIN_GUARD, 1), (lay.YOUT, lay.batch * lay.hidden_blocks + 1)])
@@ -77,14 +76,14 @@ def _write_packed(machine, rank, block, values, wpb):
         v = np.append(v, 0)
     words = (v[0::2] | (v[1::2] << 16)).tolist()
     for b in range(0, len(words), wpb):
-        machine.write_mem(rank, address(0, block + b // wpb), words[b:b + wpb])
+        machine.write_mem(rank, machine.address(0, block + b // wpb), words[b:b + wpb])
 
 
 def read_out(machine, lay, d, rows):
     """Rank ``d``'s ``OUT``: ``rows`` × blocks × words, as read back."""
     if not rows:
         return np.zeros((0, lay.hidden_blocks, lay.words), dtype=np.uint64)
-    return np.array(machine.read_mem(d, address(0, lay.OUT), rows * lay.hidden_blocks * 128),
+    return np.array(machine.read_mem(d, machine.address(0, lay.OUT), rows * lay.hidden_blocks * 128),
                     dtype=np.uint64).reshape(rows, lay.hidden_blocks, 128)[:, :, :lay.words]
 
 
@@ -184,7 +183,7 @@ class Combine(Dispatch):
         lo = HEADER_WORDS if system == "ubep" else 0
         digests = []
         for s in range(cfg.ranks):
-            got = np.array(machine.read_mem(s, address(0, lay.YOUT),
+            got = np.array(machine.read_mem(s, machine.address(0, lay.YOUT),
                                             w.batch * w.hidden_blocks * 128),
                            dtype=np.uint64).reshape(w.batch, w.hidden_blocks, 128)[:, :, :wpb]
             payload = got[:, :, HEADER_WORDS:]
@@ -194,7 +193,7 @@ class Combine(Dispatch):
                                          .any(axis=(1, 2)))[0])
                 problems.append(f"rank {s}: YOUT token {bad} of {w.batch} differs from numpy")
             for guard in (lay.CWIN_GUARD, lay.YOUT_GUARD):
-                if machine.read_mem(s, address(0, guard), wpb) != [GUARD] * wpb:
+                if machine.read_mem(s, machine.address(0, guard), wpb) != [GUARD] * wpb:
                     problems.append(f"rank {s}: guard block {guard} was overwritten")
         if report.trace_dropped:
             problems.append(f"the MARK trace dropped {report.trace_dropped} events")

@@ -50,7 +50,7 @@ import numpy as np
 from ...hw.validate import UserError, check_int
 
 from ..config import MachineConfig
-from ..isa import BLOCK_BITS, address
+from ..isa import block_bits, rank_bits_for
 from ..presets import get_preset
 from ..ubep import combine, ubep
 from ..ubep import cann
@@ -114,7 +114,8 @@ def layout_of(config, params):
                   topk=params["topk"], hidden_blocks=params["hidden_blocks"],
                   words=config.words_per_block, cap=params.get("cap") or params["batch"],
                   flag_words=(config.ranks * config.aivs_per_die
-                              if option(params, "sync") == "sw" else 0))
+                              if option(params, "sync") == "sw" else 0),
+                  rank_bits=config.rank_bits)
 
 
 def _routing_shape(p, given):
@@ -414,7 +415,9 @@ class Dispatch(Kernel):
                      **(model_shape(params["model"], system) if params["model"] else {})}
                     for system in systems for each in variants_of(system)]
             blocks = max(layout_of(shape, run).blocks for run in runs)
-            if blocks > 1 << BLOCK_BITS:
+            # a layout past 2**15 blocks narrows the address's rank field (hw.isa.rank_bits_for)
+            most = 1 << block_bits(max(1, (shape.ranks - 1).bit_length()))
+            if blocks > most:
                 what = (f"model={params['model']!r}, batch={params['batch']}" if params["model"]
                         else f"batch={params['batch']}, topk={params['topk']}, "
                              f"experts={params['experts']}, "
@@ -422,7 +425,11 @@ class Dispatch(Kernel):
                 fix = "batch or cap" if params["model"] else "batch, hidden_blocks or cap"
                 raise UserError(
                     f"{what}, cap={params['cap']} on {shape.ranks} ranks need {blocks} HBM "
-                    f"blocks per rank; an address holds {1 << BLOCK_BITS} (a smaller {fix})")
+                    f"blocks per rank; an address on {shape.ranks} ranks holds {most} "
+                    f"(a smaller {fix})")
+            hbm_blocks = pow2_at_least(blocks)
+            shape = MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
+                                  lanes=16, rank_bits=rank_bits_for(shape.ranks, hbm_blocks))
             lay = layout_of(shape, params)
             longest = max(len(prog) for run in runs
                           for progs in (self.programs(shape, run), combine_programs(shape, run))
@@ -432,7 +439,7 @@ class Dispatch(Kernel):
                        ubep.ubuf_rows_needed(lay, params["experts"], a),
                        combine.ubuf_rows_needed(lay))
             out.append(MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
-                                     lanes=16, hbm_blocks=pow2_at_least(blocks),
+                                     lanes=16, hbm_blocks=hbm_blocks, rank_bits=shape.rank_bits,
                                      ubuf_rows=pow2_at_least(rows),
                                      imem_depth=pow2_at_least(longest),
                                      trace_depth=max(64, pow2_at_least(len(PHASES)
@@ -460,7 +467,7 @@ class Dispatch(Kernel):
             if sp:       # Sentinel Polling: every receive slot armed (re-armed by its reader)
                 armed = [ubep.SENTINEL_WORD] * min(8, wpb) + [0] * max(0, wpb - 8)
                 for b in range(lay.recv_blocks):
-                    machine.write_mem(r, address(0, lay.RECV + b), armed)
+                    machine.write_mem(r, machine.address(0, lay.RECV + b), armed)
             ids = w.topk_idx[r].reshape(-1).astype(np.uint64)
             if len(ids) % 2:
                 ids = np.append(ids, 0)
@@ -468,14 +475,14 @@ class Dispatch(Kernel):
             for b in range(lay.route_blocks):
                 chunk = words[b * wpb:(b + 1) * wpb]
                 if chunk:
-                    machine.write_mem(r, address(0, lay.ROUTE + b), chunk)
+                    machine.write_mem(r, machine.address(0, lay.ROUTE + b), chunk)
             for t in range(w.batch):
                 for b in range(w.hidden_blocks):
-                    machine.write_mem(r, address(0, lay.X + t * w.hidden_blocks + b),
+                    machine.write_mem(r, machine.address(0, lay.X + t * w.hidden_blocks + b),
                                       w.x[r][t][b].tolist())
-            machine.write_mem(r, address(0, lay.CTRL, 1), [epoch])
+            machine.write_mem(r, machine.address(0, lay.CTRL, 1), [epoch])
             for guard in (lay.RECV_GUARD, lay.OUT_GUARD):
-                machine.write_mem(r, address(0, guard), [GUARD] * wpb)
+                machine.write_mem(r, machine.address(0, guard), [GUARD] * wpb)
         for (r, c), prog in self.programs(cfg, params).items():
             machine.load_program(r, c, prog)
         # read back only what the checker reads (a word per cycle: the rest would dominate)
@@ -497,7 +504,7 @@ class Dispatch(Kernel):
         problems, digests = [], []
         for d in range(cfg.ranks):
             rows = len(out[d])
-            got = np.array(machine.read_mem(d, address(0, lay.OUT), rows * w.hidden_blocks * 128),
+            got = np.array(machine.read_mem(d, machine.address(0, lay.OUT), rows * w.hidden_blocks * 128),
                            dtype=np.uint64).reshape(rows, w.hidden_blocks, 128)[:, :, :wpb] \
                 if rows else np.zeros((0, w.hidden_blocks, wpb), dtype=np.uint64)
             digests.append(hashlib.sha1(np.ascontiguousarray(got[:, :, HEADER_WORDS:]))
@@ -511,10 +518,10 @@ class Dispatch(Kernel):
             words = []
             for q in range(len(want)):
                 block, word = lay.word_at(lay.COUNTS, q)
-                words.append(machine.read_mem(d, address(0, block, word))[0])
+                words.append(machine.read_mem(d, machine.address(0, block, word))[0])
             if words != want:
                 problems.append(f"rank {d}: COUNTS {words} != {want}")
-            expand = machine.read_mem(d, address(0, lay.EXPAND), lay.slots)
+            expand = machine.read_mem(d, machine.address(0, lay.EXPAND), lay.slots)
             if expand != slot_index(w.topk_idx[d]).reshape(-1).tolist():
                 problems.append(f"rank {d}: EXPAND (the slot j of every token slot) differs "
                                 f"from numpy")
@@ -522,12 +529,12 @@ class Dispatch(Kernel):
                 n = min(8, wpb)
                 for b in range(lay.recv_blocks):
                     armed = [ubep.SENTINEL_WORD] * n
-                    if machine.read_mem(d, address(0, lay.RECV + b), n) != armed:
+                    if machine.read_mem(d, machine.address(0, lay.RECV + b), n) != armed:
                         problems.append(f"rank {d}: RECV block {b} was not re-armed with the "
                                         f"sentinel after its token was read")
                         break
             for guard in (lay.RECV_GUARD, lay.OUT_GUARD):
-                if machine.read_mem(d, address(0, guard), wpb) != [GUARD] * wpb:
+                if machine.read_mem(d, machine.address(0, guard), wpb) != [GUARD] * wpb:
                     problems.append(f"rank {d}: guard block {guard} was overwritten")
         if report.trace_dropped:
             problems.append(f"the MARK trace dropped {report.trace_dropped} events")

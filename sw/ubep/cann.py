@@ -60,7 +60,6 @@ layout): routing and tokens are data.
 
 from ...hw.validate import UserError, check_choice, check_int
 from ..assembler import Program
-from ..isa import address
 
 __all__ = ["dispatch_program", "PHASES", "SYNCALLS", "split", "count_experts", "BROKEN",
            "SEND_SPLITS", "expert_rows", "ubuf_rows_needed", "divmod_const", "reciprocal",
@@ -172,10 +171,6 @@ def divmod_const(p, q, r, x, d, bound, tmp, shift=0):
         p.slli(q, q, shift)
 
 
-def _local(rank, block, word=0):
-    return address(rank, block, word)
-
-
 def expert_rows(lay):
     """UBuf rows of the expert split's slot list (one word per slot of an expert, at most BS)."""
     return -(-lay.batch // 128)
@@ -198,7 +193,7 @@ def _send_slots(p, lay, rank, core, aivs, experts, tok_addr):
     p.li(4, i0)
     p.li(10, k)
     p.li(13, tok_addr)
-    p.li(15, _local(rank, lay.X + t0 * B))
+    p.li(15, lay.address(rank, lay.X + t0 * B))
     p.label("send")
     p.bgeu(1, 2, "send_end")
     p.add(12, 1, 1)                            # the element's byte offset 2n in the UBuf
@@ -211,10 +206,10 @@ def _send_slots(p, lay, rank, core, aivs, experts, tok_addr):
     p.mv(9, 5)
     p.vcount(6, 0, 1, 9, "eq")                 # j = #{n' < n : E[n'] == e}
     p.slli(12, 1, 2)
-    p.li(14, _local(rank, lay.EXPAND))
+    p.li(14, lay.address(rank, lay.EXPAND))
     p.add(12, 12, 14)
     p.sw(6, 12, 0)                             # expandIdx[n] = j (kept for the combine)
-    divmod_const(p, 12, 5, 5, epr, experts, 7, shift=24)   # rank(e) << 24, e_l
+    divmod_const(p, 12, 5, 5, epr, experts, 7, shift=lay.rank_shift)   # rank(e) << 24, e_l
     p.addi(5, 5, rank * epr)                   # region s·epr + e_l
     p.li(14, lay.cap)
     p.mul(5, 5, 14)
@@ -250,7 +245,7 @@ def _send_experts(p, lay, rank, core, aivs, experts, tok_addr):
     p.bgeu(4, 10, "send_end")
     p.li(5, slots_addr)
     p.vcomp(5, 0, 2, 4, "eq")                  # r5 = cnt(x); x's slots, token-major (j order)
-    divmod_const(p, 11, 12, 4, epr, experts, 7, shift=24)  # rank(x) << 24, e_l
+    divmod_const(p, 11, 12, 4, epr, experts, 7, shift=lay.rank_shift)  # rank(x) << 24, e_l
     p.addi(12, 12, rank * epr)                 # region s·epr + e_l
     p.li(14, lay.cap)
     p.mul(12, 12, 14)                          # its first slot (j = 0)
@@ -260,7 +255,7 @@ def _send_experts(p, lay, rank, core, aivs, experts, tok_addr):
     p.slli(7, 6, 2)
     p.ulw(7, 7, slots_addr)                    # n = the j-th slot of x
     p.slli(8, 7, 2)
-    p.li(14, _local(rank, lay.EXPAND))
+    p.li(14, lay.address(rank, lay.EXPAND))
     p.add(8, 8, 14)
     p.sw(6, 8, 0)                              # expandIdx[n] = j (kept for the combine)
     p.add(9, 12, 6)                            # region slot + j
@@ -273,7 +268,7 @@ def _send_experts(p, lay, rank, core, aivs, experts, tok_addr):
     divmod_const(p, 15, None, 7, lay.topk, lay.slots, 14)  # t = n // k
     p.li(14, B * 512)
     p.mul(15, 15, 14)
-    p.li(14, _local(rank, lay.X))
+    p.li(14, lay.address(rank, lay.X))
     p.add(15, 15, 14)                          # the token in X
     for b in range(B):
         p.ldb(13, 15, b * 512)
@@ -288,10 +283,10 @@ def _send_experts(p, lay, rank, core, aivs, experts, tok_addr):
 
 def _syncall(p, rank, lay, aivs, which, extra=0):
     """Die-local barrier ``which`` (1 or 2) of the run: fetch-add, poll the cumulative count."""
-    p.li(12, _local(rank, lay.CTRL, 0))
+    p.li(12, lay.address(rank, lay.CTRL, 0))
     p.li(5, 1)
     p.fadd(6, 12, 5)                          # arrive
-    p.li(14, _local(rank, lay.CTRL, 1))
+    p.li(14, lay.address(rank, lay.CTRL, 1))
     p.lw(5, 14, 0)                            # the run's epoch
     p.slli(5, 5, 1)
     p.addi(5, 5, which - 2)                   # 2·(epoch - 1) + which
@@ -325,7 +320,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
     # --- 1. Init: routing into UBuf rows 0.. --------------------------------------------------
     for r in range(lay.route_blocks):
         p.li(12, r * 512)
-        p.li(14, _local(rank, lay.ROUTE + r))
+        p.li(14, lay.address(rank, lay.ROUTE + r))
         p.ldb(12, 14, 0)
     p.mark(PHASES["init"])
 
@@ -343,7 +338,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
     p.mark(PHASES["sync1_in"])
     _syncall(p, rank, lay, aivs, 1, extra=int(broken == "syncall_one_short"))
     p.mark(PHASES["sync1_out"])
-    p.li(14, _local(rank, lay.CTRL, 1))
+    p.li(14, lay.address(rank, lay.CTRL, 1))
     p.lw(13, 14, 0)
     p.slli(13, 13, 16)                          # epoch << 16
     for e in range(e0, e1):
@@ -351,7 +346,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
         block, word = lay.word_at(lay.STATUS, e_l * R + rank)
         p.ulw(5, 0, tok_addr + 4 * (e - e0))
         p.or_(5, 5, 13)
-        p.li(14, address(d, block, word))
+        p.li(14, lay.address(d, block, word))
         p.sw(5, 14, 0)
     p.mark(PHASES["count_sync"])
 
@@ -361,7 +356,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
         if broken == "no_flag_wait":
             break
         block, word = lay.word_at(lay.STATUS, q)
-        p.li(14, _local(rank, block, word))
+        p.li(14, lay.address(rank, block, word))
         p.poll(6, 14, 13, "ge")                 # the flag carries this run's epoch
     p.mark(PHASES["sync2_in"])
     _syncall(p, rank, lay, aivs, 2)
@@ -371,7 +366,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
     p.mv(1, 0)
     for q in range(q0):
         block, word = lay.word_at(lay.STATUS, q)
-        p.li(14, _local(rank, block, word))
+        p.li(14, lay.address(rank, block, word))
         p.lw(5, 14, 0)
         p.andi(5, 5, 0xFFFF)
         p.add(1, 1, 5)
@@ -382,18 +377,18 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
     for q in range(q0, q1):
         e_l, src = divmod(q, R)
         block, word = lay.word_at(lay.STATUS, q)
-        p.li(14, _local(rank, block, word))
+        p.li(14, lay.address(rank, block, word))
         p.lw(2, 14, 0)
         p.andi(2, 2, 0xFFFF)                    # tokens of this entry
         cblock, cword = lay.word_at(lay.COUNTS, q)
-        p.li(14, _local(rank, cblock, cword))
+        p.li(14, lay.address(rank, cblock, cword))
         p.sw(2, 14, 0)
-        p.li(15, _local(rank, lay.recv_block(src, e_l, 0)))
+        p.li(15, lay.address(rank, lay.recv_block(src, e_l, 0)))
         p.slli(14, 1, 9)                        # OUT + offset·B_tok
         if B > 1:
             p.li(12, B)
             p.mul(14, 14, 12)
-        p.li(12, _local(rank, lay.OUT))
+        p.li(12, lay.address(rank, lay.OUT))
         p.add(14, 14, 12)
         p.add(1, 1, 2)                          # running offset for the next entry
         p.label(f"copy{q}")

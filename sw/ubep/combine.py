@@ -38,7 +38,6 @@ routing and the weights are data in memory).
 
 from ...hw.validate import UserError, check_choice, check_int
 from ..assembler import Program
-from ..isa import address
 from .cann import split
 from .ubep import TFF_TAG, _elem
 
@@ -72,27 +71,23 @@ def ubuf_rows_needed(lay):
     return _Rows(lay).rows
 
 
-def _local(rank, block, word=0):
-    return address(rank, block, word)
-
-
 def _load_rows(p, rank, lay, rows):
     """Routing, weights and expandIdx of this rank into the UBuf."""
     for r in range(lay.route_blocks):
         p.li(12, rows.route + r * 512)
-        p.li(14, _local(rank, lay.ROUTE + r))
+        p.li(14, lay.address(rank, lay.ROUTE + r))
         p.ldb(12, 14, 0)
         p.li(12, rows.weights + r * 512)
-        p.li(14, _local(rank, lay.WEIGHTS + r))
+        p.li(14, lay.address(rank, lay.WEIGHTS + r))
         p.ldb(12, 14, 0)
     for r in range(rows.expand_rows):
         p.li(12, rows.expand + r * 512)
-        p.li(14, _local(rank, lay.EXPAND + r))
+        p.li(14, lay.address(rank, lay.EXPAND + r))
         p.ldb(12, 14, 0)
 
 
 def _epoch(p, rank, lay, rd):
-    p.li(rd, _local(rank, lay.CTRL, 1))
+    p.li(rd, lay.address(rank, lay.CTRL, 1))
     p.lw(rd, rd, 0)
 
 
@@ -108,15 +103,15 @@ def _send_back(p, lay, rank, mine, tff):
     for q in range(lay.entries):
         e_l, s = divmod(q, R)
         cb, cw = lay.word_at(lay.COUNTS, q)
-        p.li(14, _local(rank, cb, cw))
+        p.li(14, lay.address(rank, cb, cw))
         p.lw(2, 14, 0)                                 # rows of (e_l, s)
         if mine(e_l, s, q):
             e = rank * epr + e_l
             p.li(13, B * 512)
             p.mul(15, 1, 13)
-            p.li(13, _local(rank, lay.OUT))
+            p.li(13, lay.address(rank, lay.OUT))
             p.add(15, 15, 13)                          # first row in OUT
-            p.li(14, address(s, lay.cwin_block(e, 0)))  # slot 0 of CWIN[e] on s
+            p.li(14, lay.address(s, lay.cwin_block(e, 0)))  # slot 0 of CWIN[e] on s
             p.mv(3, 2)
             p.label(f"row{q}")
             p.beq(3, 0, f"rows{q}")
@@ -170,7 +165,7 @@ def _accumulate(p, lay, rank, t0, t1, rows, poll):
                 p.mul(6, 6, 13)
             p.addi(6, 6, b)
             p.slli(6, 6, 9)
-            p.li(13, _local(rank, lay.CWIN))
+            p.li(13, lay.address(rank, lay.CWIN))
             p.add(6, 6, 13)                            # the answer's block b
             if poll:
                 p.poll(9, 6, 12, "eq")                 # Data-as-Flag: it has arrived
@@ -183,7 +178,7 @@ def _accumulate(p, lay, rank, t0, t1, rows, poll):
                 p.vadd(9, 9, 11, 10)                   # acc += w · o, in order i
         p.li(13, B * 512)
         p.mul(6, 3, 13)
-        p.li(13, _local(rank, lay.YOUT, 0) + b * 512)
+        p.li(13, lay.address(rank, lay.YOUT, 0) + b * 512)
         p.add(6, 6, 13)
         p.li(10, rows.acc)
         p.stb(10, 6, 0)
@@ -230,14 +225,14 @@ def combine_program(lay, *, rank, core, aivs, system, broken=None):
     _epoch(p, rank, lay, 13)
     for s in range(s0, s1):
         block, word = lay.word_at(lay.CSTATUS, rank)
-        p.li(14, address(s, block, word))
+        p.li(14, lay.address(s, block, word))
         p.sw(13, 14, 0)                                # "rank `rank` has sent you everything"
     p.mark(EVENTS["c_send"])
     for d in range(s0, s1):
         block, word = lay.word_at(lay.CSTATUS, d)
-        p.li(14, _local(rank, block, word))
+        p.li(14, lay.address(rank, block, word))
         p.poll(6, 14, 13, "ge")
-    p.li(12, _local(rank, lay.CTRL, 2))                # SyncAll (the combine's own counter)
+    p.li(12, lay.address(rank, lay.CTRL, 2))                # SyncAll (the combine's own counter)
     p.li(5, 1)
     p.fadd(6, 12, 5)
     p.li(5, aivs)

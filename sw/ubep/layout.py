@@ -43,6 +43,7 @@ words) to a block, so the layout works at any ``data_bytes``.
 
 from dataclasses import dataclass
 
+from ...hw.isa import RANK_BITS, WORD_BITS, address, check_rank_bits
 from ...hw.validate import check_int
 
 __all__ = ["Layout", "ELEMS_PER_ROW", "GUARD"]
@@ -65,11 +66,23 @@ class Layout:
     cap: int
     #: words of ``SWFLAG`` (UBEP's stop-and-wait variant: one per (source rank, AIV)); 0: none
     flag_words: int = 0
+    #: the machine's address rank field (:func:`epfabric.hw.isa.address_layout`)
+    rank_bits: int = RANK_BITS
 
     def __post_init__(self):
         for name in ("ranks", "epr", "batch", "topk", "hidden_blocks", "words", "cap"):
             check_int(name, getattr(self, name), 1)
         check_int("flag_words", self.flag_words, 0)
+        check_rank_bits(self.rank_bits, self.ranks)
+
+    def address(self, rank, block, word=0):
+        """Byte address of ``word`` of ``block`` on ``rank`` on this layout's machine."""
+        return address(rank, block, word, self.rank_bits)
+
+    @property
+    def rank_shift(self):
+        """Where an address's rank field starts: ``rank << rank_shift`` is the rank's base."""
+        return WORD_BITS - self.rank_bits
 
     @property
     def entries(self):

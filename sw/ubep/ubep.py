@@ -77,7 +77,6 @@ on the configuration only.
 from ...hw.validate import check_choice, check_int
 from ..assembler import Program
 from ..dataflag import SENTINEL_WORD, TFF_TAG
-from ..isa import address
 from .cann import count_experts, divmod_const, split
 
 __all__ = ["dispatch_program", "transposition", "remapping", "default_cumsum_aivs", "PHASES_T",
@@ -134,10 +133,6 @@ def default_cumsum_aivs(aivs, experts, topk, batch):
     return max(1, min(max(1, aivs // 2), c))
 
 
-def _local(rank, block, word=0):
-    return address(rank, block, word)
-
-
 def _elem(p, rd, base, idx, tmp):
     """``rd =`` 16-bit element ``idx`` (a register) of the UBuf vector at byte address ``base``."""
     p.add(tmp, idx, idx)
@@ -151,7 +146,7 @@ def _elem(p, rd, base, idx, tmp):
 
 
 def _epoch(p, rank, lay, rd, shift):
-    p.li(rd, _local(rank, lay.CTRL, 1))
+    p.li(rd, lay.address(rank, lay.CTRL, 1))
     p.lw(rd, rd, 0)
     if shift:
         p.slli(rd, rd, shift)
@@ -237,27 +232,27 @@ def _reorder(p, lay, rank, aivs, index, rows, sync="tff", n_tok=None):
             continue
         e_l, src = divmod(q, R)
         cb, cw = lay.word_at(lay.CNT, q)
-        p.li(14, _local(rank, cb, cw))
+        p.li(14, lay.address(rank, cb, cw))
         p.poll(2, 14, 13, "ge")                    # the count of (e_l, src) is in
         p.andi(2, 2, 0xFFFF)
         ob, ow = lay.word_at(lay.OFFS, q)
-        p.li(14, _local(rank, ob, ow))
+        p.li(14, lay.address(rank, ob, ow))
         p.poll(1, 14, 13, "ge")                    # and its offset in OUT
         p.andi(1, 1, 0xFFFF)
         kb, kw = lay.word_at(lay.COUNTS, q)
-        p.li(14, _local(rank, kb, kw))
+        p.li(14, lay.address(rank, kb, kw))
         p.sw(2, 14, 0)
-        p.li(15, _local(rank, lay.recv_block(src, e_l, 0)))
+        p.li(15, lay.address(rank, lay.recv_block(src, e_l, 0)))
         p.slli(14, 1, 9)
         if B > 1:
             p.li(11, B)
             p.mul(14, 14, 11)
-        p.li(11, _local(rank, lay.OUT))
+        p.li(11, lay.address(rank, lay.OUT))
         p.add(14, 14, 11)
         if sync == "sw":                           # every T-AIV of src has fenced its stores
             for a in range(n_tok):
                 fb, fw = lay.word_at(lay.SWFLAG, src * aivs + a)
-                p.li(11, _local(rank, fb, fw))
+                p.li(11, lay.address(rank, fb, fw))
                 p.poll(11, 11, 12, "ge")
         p.label(f"copy{q}")
         p.beq(2, 0, f"copied{q}")
@@ -310,7 +305,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
     p = Program()
     for r in range(lay.route_blocks):              # the routing, into rows 0..
         p.li(12, rows.route + r * 512)
-        p.li(14, _local(rank, lay.ROUTE + r))
+        p.li(14, lay.address(rank, lay.ROUTE + r))
         p.ldb(12, 14, 0)
 
     if core >= n_tok:                              # ---------------- a C-AIV ------------------
@@ -322,7 +317,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
             d, e_l = divmod(e, epr)
             cb, cw = lay.word_at(lay.CNT, e_l * R + rank)
             p.or_(5, reg, 13)
-            p.li(14, address(d, cb, cw))
+            p.li(14, lay.address(d, cb, cw))
             p.sw(5, 14, 0)
         count_experts(p, e0, e1, S, to_cnt)
         p.mark(EVENTS["count"])
@@ -330,18 +325,18 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
         p.mv(1, 0)                                 # the prefix: tokens before (l0, 0)
         for q in range(l0 * R):
             cb, cw = lay.word_at(lay.CNT, q)
-            p.li(14, _local(rank, cb, cw))
+            p.li(14, lay.address(rank, cb, cw))
             p.poll(5, 14, 13, "ge")
             p.andi(5, 5, 0xFFFF)
             p.add(1, 1, 5)
         for q in range(l0 * R, l1 * R):
             cb, cw = lay.word_at(lay.CNT, q)
-            p.li(14, _local(rank, cb, cw))
+            p.li(14, lay.address(rank, cb, cw))
             p.poll(5, 14, 13, "ge")
             p.andi(5, 5, 0xFFFF)
             p.or_(6, 1, 13)
             ob, ow = lay.word_at(lay.OFFS, q)
-            p.li(14, _local(rank, ob, ow))
+            p.li(14, lay.address(rank, ob, ow))
             p.sw(6, 14, 0)                         # publish as soon as known
             p.add(1, 1, 5)
         p.mark(EVENTS["cumsum"])
@@ -364,14 +359,14 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
         p.ulw(5, 0, rows.consts)
         p.li(12, rows.tcnt + blk * 512)
         p.usw(5, 12, 0)
-        p.li(14, _local(rank, lay.TCNT + blk))
+        p.li(14, lay.address(rank, lay.TCNT + blk))
         p.stb(12, 14, 0)                           # local, atomic, posted
     # ... and takes every other T-AIV's blocks as they arrive (their flag is this epoch's)
     p.ulw(13, 0, rows.consts)
     for blk in range(rows.tcnt_rows):
         if blk in own:
             continue
-        p.li(14, _local(rank, lay.TCNT + blk))
+        p.li(14, lay.address(rank, lay.TCNT + blk))
         p.poll(5, 14, 13, "eq")
         p.li(12, rows.tcnt + blk * 512)
         p.ldb(12, 14, 0)
@@ -428,11 +423,11 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
         p.slli(7, 6, 2)
         p.ulw(7, 7, rows.slots)                    # slot n = the off-th slot of x
         p.slli(8, 7, 2)
-        p.li(13, _local(rank, lay.EXPAND))
+        p.li(13, lay.address(rank, lay.EXPAND))
         p.add(8, 8, 13)
         p.sw(6, 8, 0)                              # expandIdx[n] = j (kept for the combine)
         divmod_const(p, 8, 9, 7, k, S, 13)         # t, i
-        divmod_const(p, 11, 12, 4, epr, experts, 13, shift=24)   # rank(x) << 24, e_l
+        divmod_const(p, 11, 12, 4, epr, experts, 13, shift=lay.rank_shift)   # rank(x) << 24, e_l
         p.addi(12, 12, rank * epr)                 # region s·epr + e_l
         p.li(13, lay.cap)
         p.mul(12, 12, 13)
@@ -445,7 +440,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
         p.or_(11, 11, 12)                          # destination of the token's first block
         p.li(13, B * 512)
         p.mul(15, 8, 13)
-        p.li(13, _local(rank, lay.X))
+        p.li(13, lay.address(rank, lay.X))
         p.add(15, 15, 13)                          # the token in X
         p.li(10, rows.tok)
         if sync == "tff":
@@ -476,7 +471,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
         _epoch(p, rank, lay, 5, 0)
         for d in range(R):
             fb, fw = lay.word_at(lay.SWFLAG, rank * aivs + a)
-            p.li(14, address(d, fb, fw))
+            p.li(14, lay.address(d, fb, fw))
             p.sw(5, 14, 0)
     p.mark(EVENTS["send"])
     _reorder(p, lay, rank, aivs, a, rows, sync, n_tok)

@@ -51,7 +51,8 @@ class MemModel(wiring.Component):
         m.d.comb += self.req.ready.eq(phase != 2)
         req = self.req.payload
         take = self.req.valid & self.req.ready
-        m.d.comb += [rp.addr.eq(req.addr.block), wp.addr.eq(req.addr.block),
+        block = req.addr[9:24]
+        m.d.comb += [rp.addr.eq(block), wp.addr.eq(block),
                      wp.data.eq(req.data), wp.en.eq(take & (req.op == MemOp.WRITE_BLOCK))]
         read1, read2, data2 = Signal(), Signal(), Signal(8 * DATA_BYTES)
         m.d.sync += [read1.eq(take & (req.op == MemOp.READ_BLOCK)), read2.eq(read1),

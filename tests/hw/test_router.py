@@ -10,6 +10,7 @@ shows the routing decision of that cycle.
 import pytest
 
 from epfabric.hw.aiv_core import MemOp
+from epfabric.hw.isa import address
 from epfabric.hw.router import DieRouter, FlitKind, rsp_depth_bound
 from epfabric.hw.ub_port import UBOp
 from epfabric.sim.backends import ComponentSpec, run, stream_get
@@ -24,8 +25,8 @@ def spec(**overrides):
     return ComponentSpec("epfabric.hw.router:DieRouter", {**PARAMS, **overrides})
 
 
-def req(op, rank, block, word=0, data=0):
-    return {"op": op, "addr": {"rank": rank, "block": block, "word": word}, "data": data}
+def req(op, rank, block, word=0, data=0, rank_bits=8):
+    return {"op": op, "addr": address(rank, block, word, rank_bits), "data": data}
 
 
 def flit(kind, op, *, dst=RANK, src=0, core=0, block=0, word=0, data=0):
@@ -131,6 +132,35 @@ def test_remote_request_becomes_a_req_flit():
     assert r["flit"] == {"dst": 3, "src": RANK, "kind": "REQ", "op": "FETCH_ADD", "core": 1,
                          "block": 2, "word": 7, "data": 41, "small": 1}   # no DataBlock on board
     assert cycles == 1
+
+
+async def narrow_rank_intent(bench):
+    """rank_bits=2: rank 3 is the top two bits, and what an 8-bit rank field would read as
+    ranks 1 and 2 (bits 24, 25) are block bits of a local address."""
+    await reset_inputs(bench)
+    bench.set("mem_req.1.payload", req(MemOp.FETCH_ADD, 3, (1 << 16) | 2, 7, 41, rank_bits=2))
+    bench.set("mem_req.1.valid", 1)
+    seen = {"flit": fields(bench, "tx.payload", await stream_get(bench, "tx", decode=False))}
+    bench.set("mem_req.1.valid", 0)
+    bench.set("mem_req.0.payload", req(MemOp.WRITE_WORD, RANK, (3 << 15) | 5, 1, 9, rank_bits=2))
+    bench.set("mem_req.0.valid", 1)
+    ub = bench.decode("ub_req.payload", await bench.get("ub_req.payload"))
+    seen["local"] = [await bench.get("ub_req.valid"), await bench.get("tx.valid"), int(ub.addr)]
+    return seen
+
+
+def test_a_narrow_rank_field_routes_by_the_top_bits():
+    r, _ = run(spec(rank_bits=2, hbm_blocks=1 << 20), narrow_rank_intent)
+    assert (r["flit"]["dst"], r["flit"]["block"], r["flit"]["word"]) == (3, (1 << 16) | 2, 7)
+    assert r["local"] == [1, 0, (3 << 15) | 5]
+
+
+def test_rank_bits_must_name_every_rank_and_hold_the_blocks():
+    with pytest.raises(ValueError, match="rank_bits=1 addresses 2 ranks, not 4"):
+        DieRouter(**{**PARAMS, "rank_bits": 1})
+    with pytest.raises(ValueError, match=r"hbm_blocks=2097152 does not fit an address with "
+                                         r"rank_bits=3 \(at most 1048576"):
+        DieRouter(**{**PARAMS, "rank_bits": 3, "hbm_blocks": 1 << 21})
 
 
 async def incoming_req_intent(bench):

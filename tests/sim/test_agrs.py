@@ -176,14 +176,14 @@ def test_cli_json_report(tmp_path, capsys):
     (["--json", "."], "--json '.' is a folder, not a file"),
     (["--max-cycles", "0"], "--max-cycles must be in [1, 4294967295], not 0"),
     (["--max-cycles", str(1 << 32)], "--max-cycles must be in [1, 4294967295], not 4294967296"),
-    # issue 29: 8 MiB at N=4 needs 9 * 4096 blocks, a rank addresses 2**15; the largest S that
-    # fits is 3640 rows (floor(32768 / (2*4+1))) * 4 * 512 B, named by the check, not a traceback
-    (["--ranks", "4", "--bytes", "8388608", "--mode", "inc", "--concurrent", "--backend", "verilator"],
-     "--bytes must be at most 7454720 at --ranks 4 (a rank addresses 2**15 blocks"),
-    (["--ranks", "8", "--bytes", "8388608", "--mode", "ring"],
-     "--bytes must be at most 7892992 at --ranks 8 ("),
-    (["--sweep", "--ranks", "4", "--sizes", "2048,8388608"],
-     "--sizes must be at most 7454720 at --ranks 4 ("),
+    # issue 29: the host addresses 2**22 blocks of a rank's buffers; the largest S that fits at
+    # N=4 is 466033 rows (floor(2**22 / (2*4+1))) * 4 * 512 B, named by the check, not a traceback
+    (["--ranks", "4", "--bytes", str(1 << 30), "--mode", "inc", "--concurrent", "--backend",
+      "verilator"], "--bytes must be at most 954435584 at --ranks 4 (a rank addresses 2**22 blocks"),
+    (["--ranks", "8", "--bytes", str(1 << 30), "--mode", "ring"],
+     "--bytes must be at most 1010577408 at --ranks 8 ("),
+    (["--sweep", "--ranks", "4", "--sizes", f"2048,{1 << 30}"],
+     "--sizes must be at most 954435584 at --ranks 4 ("),
 ])
 def test_cli_bad_input_is_one_line_error(argv, message, capsys, no_simulation):
     assert main(["agrs", *argv]) == 2
@@ -196,8 +196,8 @@ def test_largest_size_that_fits_passes_the_checks(capsys, monkeypatch):
     """The limit itself is accepted by the CLI's and the experiment's checks (nothing runs)."""
     from epfabric.sim.cli import agrs as cli, make_parser
     from epfabric.sw.kernels.agrs import max_bytes
-    assert max_bytes("incmoe-testbed", 4) == 7454720
-    args = make_parser().parse_args(["agrs", "--ranks", "4", "--bytes", "7454720", "--mode", "inc",
+    assert max_bytes("incmoe-testbed", 4) == 954435584
+    args = make_parser().parse_args(["agrs", "--ranks", "4", "--bytes", "954435584", "--mode", "inc",
                                      "--concurrent", "--backend", "verilator"])
     assert callable(cli.prepare(args))                      # checked, not run
     ran = {}
@@ -207,17 +207,23 @@ def test_largest_size_that_fits_passes_the_checks(capsys, monkeypatch):
         raise RuntimeError("stop before running")
     monkeypatch.setattr(experiment, "run_kernel", stop)
     with pytest.raises(RuntimeError, match="stop before running"):
-        experiment.run_point(ranks=4, nbytes=7454720, backend="verilator")
-    assert ran["params"]["tmax"] == 3640
-    with pytest.raises(ValueError, match=r"bytes must be at most 7454720 at ranks 4 .*not 7456768"):
-        experiment.run_point(ranks=4, nbytes=7454720 + 2048)
-    with pytest.raises(ValueError, match=r"bytes must be at most 7892992 at N = 8 "):
-        EXPERIMENTS["eq5"].resolve(ranks="8", bytes=8 * 2 ** 20)
+        experiment.run_point(ranks=4, nbytes=954435584, backend="verilator")
+    assert ran["params"]["tmax"] == 466033
+    with pytest.raises(ValueError, match=r"bytes must be at most 954435584 at ranks 4 .*not 954437632"):
+        experiment.run_point(ranks=4, nbytes=954435584 + 2048)
+    with pytest.raises(ValueError, match=r"bytes must be at most 1010577408 at N = 8 "):
+        EXPERIMENTS["eq5"].resolve(ranks="8", bytes=1 << 30)
+    assert EXPERIMENTS["eq5"].resolve(ranks="8", bytes=8 * 2 ** 20)   # 8 MiB fits again
 
 
-def test_sweep_leaves_out_and_names_sizes_that_do_not_fit(capsys, no_simulation):
-    """At N=64 the default sweep's largest S (256 rows: 129*256 blocks > 2**15) is skipped, said so."""
+def test_sweep_leaves_out_and_names_sizes_that_do_not_fit(capsys, no_simulation, monkeypatch):
+    """A default sweep size past a rank's memory is skipped, said so. Every default size fits
+    2**22 blocks up to N = 256, so the limit is lowered to 2**15 blocks (where N=64's largest S,
+    129*256 blocks, did not fit)."""
     from epfabric.sim.cli import agrs as cli, make_parser
+    from epfabric.sw.kernels import agrs as kernel
+    assert experiment.sweep_sizes("incmoe-testbed", 256)[1] == []
+    monkeypatch.setattr(kernel, "RANK_BLOCKS", 1 << 15)
     sizes, skipped = experiment.sweep_sizes("incmoe-testbed", 64)
     assert skipped == [64 * 512 * 256] and sizes == [64 * 512 * t for t in experiment.SWEEP_ROWS[:-1]]
     assert experiment.sweep_sizes("incmoe-testbed", 4)[1] == []

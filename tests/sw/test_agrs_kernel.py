@@ -76,9 +76,9 @@ def test_bounds_are_eq4_and_eq5():
      "tmax must be an integer, not 1.5"),
     (lambda: KERNEL.configs("tiny", ("star", 4), None, {"lane": 1}), ValueError,
      "unknown parameter"),
-    # the padded layout must fit a rank's 2**15 addressable blocks: (2N+1)*tmax <= 32768
-    (lambda: KERNEL.configs("tiny", ("star", 4), None, {"tmax": 3641}), ValueError,
-     r"tmax must be at most 3640 at ranks 4 \(a rank addresses 2\*\*15 blocks"),
+    # the padded layout must fit a rank's 2**22 host-addressable blocks: (2N+1)*tmax <= 2**22
+    (lambda: KERNEL.configs("tiny", ("star", 4), None, {"tmax": 466034}), ValueError,
+     r"tmax must be at most 466033 at ranks 4 \(a rank addresses 2\*\*22 blocks"),
     (lambda: AgrsConfig("tiny", ranks=1), ValueError, r"must be >= 2, not 1"),
     (lambda: AgrsConfig("nope"), ValueError, "unknown preset 'nope'"),
 ])
@@ -138,13 +138,12 @@ def test_watchdog_names_the_machine_and_its_counters():
 
 
 def test_largest_layout_that_fits_is_accepted():
-    """max_tmax is the largest tmax whose (2N+1)*tmax blocks fit 2**BLOCK_BITS (no run)."""
+    """max_tmax is the largest tmax whose (2N+1)*tmax blocks fit 2**22 (no run)."""
     from epfabric.hw.inc_endpoint import agrs_memory_map
-    from epfabric.hw.isa import BLOCK_BITS
     from epfabric.sw.kernels.agrs import check_fits, max_bytes, max_tmax
     for n in (2, 4, 8, 64, 256):
         t = max_tmax(n)
-        assert agrs_memory_map(n, t)["end"] <= 1 << BLOCK_BITS < agrs_memory_map(n, t + 1)["end"]
+        assert agrs_memory_map(n, t)["end"] <= 1 << 22 < agrs_memory_map(n, t + 1)["end"]
         assert KERNEL.configs("tiny", ("star", n), None, {"tmax": t})[0].tmax == t
         assert check_fits("S", max_bytes("tiny", n), preset="tiny", ranks=n) == t * n * 512
-    assert (max_tmax(4), max_tmax(8)) == (3640, 1927)
+    assert (max_tmax(4), max_tmax(8)) == (466033, 246723)

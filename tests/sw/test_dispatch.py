@@ -101,6 +101,24 @@ def test_programs_do_not_depend_on_the_data():
     assert programs[0] == programs[1]
 
 
+@pytest.mark.parametrize("system", ["cann", "ubep"])
+def test_a_one_bit_rank_field_gives_the_same_run(system):
+    """The same dispatch on a machine whose addresses give the rank 1 bit (the rest to the
+    block): the programs differ (rank << 31, not << 24), the run does not -- same cycles, same
+    MARK trace, bit-exact (issue 29's address design: the rank field only narrows)."""
+    import dataclasses
+    ref = outcome("pysim", system)
+    cfg = dataclasses.replace(K.configs("tiny", SHAPE["topology"], 2, SMALL)[0], rank_bits=1)
+    m = Machine(backend=backend("pysim"), config=cfg)
+    params = K.resolve_params({**SMALL, "system": system})
+    inputs = K.load(m, params)
+    report = m.run(KERNEL_CASE_MAX_CYCLES)
+    verdict = K.check(m, report, inputs)
+    assert verdict["problems"] == [] and report.cycles == ref[0]["runs"][0]["cycles"]
+    assert report.trace == ref[1]
+    assert m._programs != pysim_run(system)[0]._programs      # remote addresses moved
+
+
 @pytest.mark.parametrize("params, message", [
     ({"system": "deepep"}, "system must be one of cann, ubep, not 'deepep'"),
     ({"system": "ubep", "cumsum_aivs": 2}, r"cumsum_aivs must be in \[1, 1\], not 2"),
@@ -177,12 +195,22 @@ def test_ubep_mapper_pieces():
     assert default_cumsum_aivs(48, 256, 8, 8) == 24              # large E/(k.BS): clamped to A/2
 
 
-@pytest.mark.parametrize("params, blocks", [({"batch": 2000}, 196293),
+@pytest.mark.parametrize("params, blocks", [({"batch": 12000}, 1177542),
                                             ({"hidden_blocks": 500}, 1568046)])
 def test_a_layout_beyond_the_address_space_is_named_before_running(params, blocks):
-    with pytest.raises(ValueError, match=rf"need {blocks} HBM blocks per rank; an address holds "
-                                         r"32768 \(a smaller batch, hidden_blocks or cap\)"):
+    """cm384's default 8 ranks: a 3-bit rank field leaves 2**20 blocks a rank."""
+    with pytest.raises(ValueError, match=rf"need {blocks} HBM blocks per rank; an address on 8 "
+                                         r"ranks holds 1048576 \(a smaller batch, hidden_blocks "
+                                         r"or cap\)"):
         KERNELS["dispatch"].configs("cm384", params=params)
+
+
+def test_a_layout_past_2_15_blocks_narrows_the_rank_field():
+    """batch 2000 needs 196293 blocks: over the default 2**15, so the machine's address gives 3
+    bits to the rank (8 ranks) and 20 to the block; small layouts keep the default 8/15."""
+    big = KERNELS["dispatch"].configs("cm384", params={"batch": 2000})[0]
+    assert (big.hbm_blocks, big.rank_bits) == (1 << 18, 3)
+    assert KERNELS["dispatch"].configs("cm384")[0].rank_bits == 8
 
 
 # --- the mapping ablation's variants (UBEP §5.4, Fig. 9; docs/spec/kernels.md §1.6) ----------
