@@ -77,7 +77,7 @@ class Switch(wiring.Component):
     """
 
     def __init__(self, *, ports, routes=None, payload=None, depth=4, counter_width=32,
-                 data_bits=32, route_port=False):
+                 data_bits=32, route_port=False, planes=False):
         check_int("ports", ports, 2)
         if routes is None:
             routes = range(ports)
@@ -100,11 +100,13 @@ class Switch(wiring.Component):
         self.depth = depth
         self.counter_width = counter_width
         self.route_port = bool(route_port)
+        self.planes = bool(planes)
         super().__init__(self.signature_of(ports=ports, destinations=len(routes), payload=payload,
-                                           counter_width=counter_width, route_port=route_port))
+                                           counter_width=counter_width, route_port=route_port,
+                                           planes=planes))
 
     @staticmethod
-    def signature_of(*, ports, destinations, payload, counter_width, route_port):
+    def signature_of(*, ports, destinations, payload, counter_width, route_port, planes=False):
         """The signature of a switch with these (valid) parameters, without building one."""
         flit = stream.Signature(payload)
         return wiring.Signature({
@@ -114,6 +116,9 @@ class Switch(wiring.Component):
             "o_blocks": Out(counter_width).array(ports),
             "o_stalls": Out(counter_width).array(ports),
             "i_stalls": Out(counter_width).array(ports),
+            # the decisions a SwitchDataPlane follows (PlanarSwitch)
+            **({"x_push": Out(ports), "x_pop": Out(ports), "x_load": Out(ports),
+                "x_grant": Out(ports).array(ports)} if planes else {}),
         })
 
     def elaborate(self, platform):
@@ -192,6 +197,8 @@ class Switch(wiring.Component):
             g = Signal(n, name=f"popped{o}")
             m.d.comb += g.eq(Mux(load, grant, 0))
             granted.append(g)
+            if self.planes:
+                m.d.comb += [self.x_load[o].eq(load), self.x_grant[o].eq(grant)]
 
         popped = Signal(n)
         acc = Const(0, n)
@@ -200,7 +207,156 @@ class Switch(wiring.Component):
         m.d.comb += popped.eq(acc & mask)
         for i in range(n):
             m.d.comb += pops[i].eq(popped[i])
+        if self.planes:
+            m.d.comb += [self.x_pop.eq(popped),
+                         self.x_push.eq(Cat(p.valid & p.ready for p in self.i_stream))]
         return m
+
+
+class SwitchDataPlane(wiring.Component):
+    """The data path of ``width`` payload bits of a :class:`Switch`, driven by its decisions.
+
+    Per input, a ring of ``depth`` entries written on ``push`` and read at a consume pointer
+    advanced on ``pop``; per output, a register that loads the ``grant``-selected input's
+    head on ``load`` -- exactly the storage and moves of :class:`Switch` for these bits, whose
+    decisions (``x_push``, ``x_pop``, ``x_load``, ``x_grant`` of a ``Switch(planes=True)``)
+    never depend on them. :class:`PlanarSwitch` puts the two together.
+    """
+
+    def __init__(self, *, ports, depth, width):
+        check_int("ports", ports, 2)
+        check_int("depth", depth, 2)
+        check_int("width", width, 1)
+        self.ports, self.depth, self.width = ports, depth, width
+        super().__init__({
+            "push": In(ports), "pop": In(ports), "load": In(ports),
+            "grant": In(ports).array(ports),
+            "data_in": In(width).array(ports),
+            "data_out": Out(width).array(ports),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.ports
+        heads = []
+        for i in range(n):
+            produce = Signal(range(self.depth), name=f"in{i}_produce")
+            consume = Signal(range(self.depth), name=f"in{i}_consume")
+            head, = ring_storage(m, self.width, self.depth, produce, self.push[i],
+                                 self.data_in[i], [consume], name=f"in{i}_ring")
+            with m.If(self.push[i]):
+                m.d.sync += produce.eq(incr_wrap(produce, self.depth))
+            with m.If(self.pop[i]):
+                m.d.sync += consume.eq(incr_wrap(consume, self.depth))
+            heads.append(head)
+        for o in range(n):
+            data_reg = Signal(self.width, name=f"odata{o}")
+            sel = Const(0, self.width)
+            for i in range(n):
+                sel = sel | Mux(self.grant[o][i], heads[i], 0)
+            with m.If(self.load[o]):
+                m.d.sync += data_reg.eq(sel)
+            m.d.comb += self.data_out[o].eq(data_reg)
+        return m
+
+
+class PlanarSwitch:
+    """A :class:`Switch` too wide for one Amaranth module, as Verilog: a control switch and
+    data planes.
+
+    Amaranth keeps a module's inputs, and an instance's outputs, in one netlist cell of
+    fewer than 2**16 bits, so a 16-port switch of 512 B flits (16 x 4,096 data bits) can be
+    neither converted nor instantiated. Its data never steers it: the control switch
+    (:class:`Switch` ``planes=True``) carries every payload field but ``data`` and decides;
+    each :class:`SwitchDataPlane` carries ``plane_bits`` of ``data`` and follows the
+    decisions. :meth:`verilog` wraps them in a module with the ports of
+    ``Switch(route_port=True)`` (``signature``), cycle for cycle the same switch. The
+    native backend builds wide switches this way (:mod:`epfabric.hw.topology`).
+    """
+
+    #: data bits per plane (16 ports x 2,048 bits stay far below Amaranth's 2**16)
+    PLANE_BITS = 2048
+
+    def __init__(self, *, ports, routes, payload, depth, counter_width, plane_bits=None):
+        from amaranth.lib import data
+        self.ports, self.routes, self.depth, self.counter_width = ports, tuple(routes), depth, counter_width
+        self.payload = check_payload(payload)
+        fields = dict(iter(payload))
+        if "data" not in fields:
+            raise UserError("a PlanarSwitch's payload needs a 'data' field")
+        self.data_offset = fields["data"].offset
+        self.data_bits = Shape.cast(fields["data"].shape).width
+        self.plane_bits = check_int("plane_bits", self.PLANE_BITS if plane_bits is None
+                                    else plane_bits, 1)
+        self.control_payload = data.StructLayout({k: f.shape for k, f in fields.items()
+                                                  if k != "data"})
+        self.signature = Switch.signature_of(ports=ports, destinations=len(self.routes),
+                                             payload=payload, counter_width=counter_width,
+                                             route_port=True)
+
+    def parts(self, name):
+        """``{module name: component}`` of the control switch and the data planes."""
+        out = {f"{name}_ctl": Switch(ports=self.ports, routes=self.routes,
+                                     payload=self.control_payload, depth=self.depth,
+                                     counter_width=self.counter_width, route_port=True,
+                                     planes=True)}
+        widths = sorted({min(self.plane_bits, self.data_bits - lo)
+                         for lo in range(0, self.data_bits, self.plane_bits)})
+        for w in widths:
+            out[f"{name}_dp{w}"] = SwitchDataPlane(ports=self.ports, depth=self.depth, width=w)
+        return out
+
+    def verilog(self, name, convert):
+        """Verilog of module ``name`` and its parts; ``convert(name, component)`` converts one."""
+        texts = [convert(n, part) for n, part in self.parts(name).items()]
+        n, lo, w, total = self.ports, self.data_offset, self.data_bits, self.payload.size
+        decl, ctl, body = [], [], []
+        for path, member, _v in self.signature.flatten(self.signature.create()):
+            port = "__".join(map(str, path))
+            width = Shape.cast(member.shape).width
+            decl.append(f"  {'input' if member.flow == In else 'output'} "
+                        f"{f'[{width - 1}:0] ' if width > 1 else ''}{port};")
+        ctl_total = total - w
+        for i in range(n):
+            src = f"i_stream__{i}__payload"
+            parts = ([f"{src}[{total - 1}:{lo + w}]"] if lo + w < total else []) + \
+                    ([f"{src}[{lo - 1}:0]"] if lo else [])
+            body.append(f"  wire [{ctl_total - 1}:0] ctl_out{i};")
+            ctl.append(f"    .i_stream__{i}__payload({{{', '.join(parts)}}}),")
+            ctl.append(f"    .o_stream__{i}__payload(ctl_out{i}),")
+        for path, member, _v in self.signature.flatten(self.signature.create()):
+            port = "__".join(map(str, path))
+            if not port.endswith("__payload") or not port.startswith(("i_stream", "o_stream")):
+                ctl.append(f"    .{port}({port}),")
+        body += [f"  wire [{n - 1}:0] push, pop, load;"] + \
+                [f"  wire [{n - 1}:0] grant{o};" for o in range(n)]
+        ctl += ["    .x_push(push),", "    .x_pop(pop),", "    .x_load(load),"] + \
+               [f"    .x_grant__{o}(grant{o})," for o in range(n)]
+        ctl.append("    .clk(clk)")
+        body.append(f"  {name}_ctl ctl (\n" + "\n".join(ctl) + "\n  );")
+        planes = []
+        for k, plo in enumerate(range(0, w, self.plane_bits)):
+            pw = min(self.plane_bits, w - plo)
+            conns = ["    .clk(clk),", "    .push(push),", "    .pop(pop),", "    .load(load),"]
+            conns += [f"    .grant__{o}(grant{o})," for o in range(n)]
+            for i in range(n):
+                body.append(f"  wire [{pw - 1}:0] dp{k}_out{i};")
+                conns.append(f"    .data_in__{i}(i_stream__{i}__payload[{lo + plo + pw - 1}:"
+                             f"{lo + plo}]),")
+            conns += [f"    .data_out__{o}(dp{k}_out{o})," for o in range(n)]
+            conns[-1] = conns[-1].rstrip(",")
+            body.append(f"  {name}_dp{pw} dp{k} (\n" + "\n".join(conns) + "\n  );")
+            planes.append(k)
+        for o in range(n):
+            pieces = ([f"ctl_out{o}[{ctl_total - 1}:{lo}]"] if lo < ctl_total else []) + \
+                     [f"dp{k}_out{o}" for k in reversed(planes)] + \
+                     ([f"ctl_out{o}[{lo - 1}:0]"] if lo else [])
+            body.append(f"  assign o_stream__{o}__payload = {{{', '.join(pieces)}}};")
+        ports = ["clk"] + ["__".join(map(str, p)) for p, _m, _v
+                           in self.signature.flatten(self.signature.create())]
+        wrapper = "\n".join([f"module {name}({', '.join(ports)});", "  input clk;", *decl, *body,
+                             "endmodule", ""])
+        return "\n".join([wrapper, *texts])
 
 
 VERILOG_EXPORTS = {

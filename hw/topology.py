@@ -26,6 +26,7 @@ cycles; a preset computes one (``Preset.fabric_timing``) so that a lone
 block's path sums to its class latency. Hardware never sees physical units.
 """
 
+import functools
 from dataclasses import dataclass, field
 
 from amaranth.hdl import Const, Module, Shape
@@ -34,7 +35,7 @@ from amaranth.lib.wiring import In, Out
 
 from .hbm import BLOCK_BYTES
 from .link import Link, check_payload, flit_layout
-from .switch import Switch
+from .switch import PlanarSwitch, Switch
 from .validate import UserError, UserTypeError, check_choice, check_int
 
 __all__ = ["FabricTiming", "Fabric", "superpod", "star", "superpod_distance", "SUPERPOD_HOPS",
@@ -258,7 +259,8 @@ class _Children:
     ``routes_in``), links with equal parameters one. A switch with more than
     :data:`MAX_INSTANCE_OUTPUT_BITS` output bits (e.g. a 16-port tier-1
     switch of 4 KB flits) stays a component: Amaranth cannot build an
-    ``Instance`` with that many.
+    ``Instance`` with that many -- except for the native backend, which builds no
+    ``Instance``: there it is a :class:`~epfabric.hw.switch.PlanarSwitch`.
     """
 
     def __init__(self, shared):
@@ -272,16 +274,19 @@ class _Children:
         wide = self.shared is not None and _output_bits(Switch.signature_of(
             ports=ports, destinations=len(routes), payload=payload, counter_width=counter_width,
             route_port=False)) > MAX_INSTANCE_OUTPUT_BITS
-        if self.shared is None or wide:
+        # the native backend records instances instead of building them: a wide switch is
+        # one there too, converted as a PlanarSwitch (control switch + data planes)
+        planar = wide and self.shared.expose is not None and "data" in dict(iter(payload))
+        if self.shared is None or (wide and not planar):
             self.switches[name] = Switch(ports=ports, routes=routes, payload=payload, depth=depth,
                                          counter_width=counter_width)
             return
         if kind not in self._switch_kinds:
             module = self.shared.module(f"epf_switch{len(self._switch_kinds)}")
             self._switch_kinds[kind] = module
-            self.parts[module.name] = Switch(ports=ports, routes=routes, payload=payload,
-                                             depth=depth, counter_width=counter_width,
-                                             route_port=True)
+            cls = PlanarSwitch if planar else functools.partial(Switch, route_port=True)
+            self.parts[module.name] = cls(ports=ports, routes=routes, payload=payload,
+                                          depth=depth, counter_width=counter_width)
         module = self._switch_kinds[kind]
         part = self.parts[module.name]
         self.switches[name] = part.signature.create(path=(name,))

@@ -74,9 +74,10 @@ class Program:
         self._entries = []
         self._labels = {}
         self._line = None  # source line of the entries being added (text front end)
+        self._length = 0   # instruction words of the entries (kept as they are added)
 
     def __len__(self):
-        return sum(self._size(e) for e in self._entries)
+        return self._length
 
     def _where(self, entry=None, index=None):
         line = entry.line if entry is not None else self._line
@@ -110,7 +111,9 @@ class Program:
                      else "")
             raise UserError(f"{self._where()}: {mnemonic} takes {expected} operand(s) "
                             f"({names or 'none'}), got {len(operands)}")
-        self._entries.append(_Entry(mnemonic, operands, self._line))
+        entry = _Entry(mnemonic, operands, self._line)
+        self._entries.append(entry)
+        self._length += self._size(entry)
         return self
 
     @staticmethod

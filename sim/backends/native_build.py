@@ -67,7 +67,10 @@ def native_design(spec, on_module=None):
     soon as its Verilog exists, before the glue is converted, so a caller
     can build the modules while the glue is generated.
     """
-    key = spec.to_json()
+    from ...hw import switch, topology
+    # what decides which switches are planar (tests lower both) is part of the design's key
+    key = (f"{spec.to_json()}\0{topology.MAX_INSTANCE_OUTPUT_BITS}\0"
+           f"{switch.PlanarSwitch.PLANE_BITS}")
     announced = False
     if key not in _DESIGNS:
         t0 = time.monotonic()
@@ -177,7 +180,9 @@ def _convert(spec, on_module=None):
                         f"data_bytes (issue 29: emit the glue as text)")
     # The shared modules, then the glue: each instantiated one goes to on_module (which may
     # start its build) before the glue converts.
-    texts = {name: part_verilog(name, part, True, kw) for name, part in parts.items()}
+    texts = {name: (part.verilog(name, lambda n, p: part_verilog(n, p, True, kw))
+                    if hasattr(part, "verilog") else part_verilog(name, part, True, kw))
+             for name, part in parts.items()}      # .verilog: a PlanarSwitch
     inner = {d for name in texts for d in _with_dependencies(name, texts, names=True)[1:]}
     modules = {name: _with_dependencies(name, texts) for name in sorted(texts) if name not in inner}
     for name, text in modules.items():

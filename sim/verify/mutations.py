@@ -428,6 +428,16 @@ MUTATIONS = [
         "timeout": 300,
     },
     {
+        "name": "planar_switch_planes_reversed",
+        "file": "hw/switch.py",
+        "old": "                     [f\"dp{k}_out{o}\" for k in reversed(planes)] + \\\n",
+        "new": "                     [f\"dp{k}_out{o}\" for k in planes] + \\\n",
+        "description": "the native backend's planar switch (a 16-port switch of 512 B flits) "
+                       "reassembles its data planes in the wrong order",
+        "tests": ["tests/sim/test_native.py::test_planar_switches_are_the_same_switches"],
+        "timeout": 300,
+    },
+    {
         "name": "router_rank_field_fixed_at_8_bits",
         "file": "hw/router.py",
         "old": "        addrs = [data.View(address_layout(self.rank_bits), r.payload.addr) for r in reqs]\n",
