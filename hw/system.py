@@ -20,7 +20,7 @@ from .isa import RANK_BITS
 from .topology import check_topology, star, superpod, topology_ranks
 from .validate import UserError, check_int
 
-__all__ = ["System", "trace_entry_layout", "MAX_AIVS_PER_DIE"]
+__all__ = ["System", "trace_entry_layout", "imem_row_window", "MAX_AIVS_PER_DIE"]
 
 #: Verilog names of the shared die and core modules (``hierarchical_verilog``).
 DIE_MODULE = "epf_die"
@@ -31,6 +31,13 @@ MAX_AIVS_PER_DIE = 256
 
 #: One entry of the MARK trace buffer.
 trace_entry_layout = data.StructLayout({"core": 16, "cycle": 32, "event": 16})
+
+
+def imem_row_window(row_words, aivs_per_die):
+    """Cores of an IMEM_ROW window: the most whole dies' cores ``row_words`` words hold
+    (``row_words`` itself when ``aivs_per_die`` divides it; 96 for 128 words and 48 AIVs);
+    0 when a row holds not even one die's."""
+    return row_words // aivs_per_die * aivs_per_die
 
 
 class System(wiring.Component):
@@ -57,9 +64,10 @@ class System(wiring.Component):
       Enables reset to 0. Only while the machine is stopped. HBM_BLOCK = the
       whole block ``addr >> 9`` of rank ``rank`` = ``wrow``; IMEM_ROW =
       instruction word ``addr`` of every core ``g = r * aivs_per_die + c`` of
-      row window ``wdata`` (``g // W`` with ``W = 8 * data_bytes // 32``) whose
-      ``wmask[g % W]`` is 1, from word ``g % W`` of ``wrow`` (when ``W`` is a
-      multiple of ``aivs_per_die``; otherwise IMEM_ROW writes nothing).
+      row window ``wdata`` (``g // W`` with ``W`` = :func:`imem_row_window`: the
+      most whole dies' cores a row of ``8 * data_bytes // 32`` words holds) whose
+      ``wmask[g % W]`` is 1, from word ``g % W`` of ``wrow`` (when a row holds
+      at least one die's cores; otherwise IMEM_ROW writes nothing).
     * ``host.re``: read the HBM word at ``addr`` of rank ``rank``;
       ``host.rvalid = 1`` and ``host.rdata`` hold the word exactly
       :attr:`host_read_latency` (= ``hbm_latency + 1``) cycles later, i.e. after
@@ -304,10 +312,11 @@ class System(wiring.Component):
             wiring.connect(m, die.tx, fabric.tx[r])
             wiring.connect(m, fabric.rx[r], die.rx)
             sel = h["rank"] == r
-            # IMEM_ROW: core g = r*A + c of the machine is word g % W of row window g // W
-            W = len(h["wmask"])
+            # IMEM_ROW: core g = r*A + c of the machine is word g % W of row window g // W,
+            # W the most whole dies' cores a row holds (imem_row_window)
+            W = imem_row_window(len(h["wmask"]), A)
             imem_row = h["target"] == HostTarget.IMEM_ROW
-            if W % A == 0:
+            if W:
                 k0, window = (r * A) % W, (r * A) // W
                 row_we = h["wdata"] == window
                 m.d.comb += [die.host.wrow.eq(Mux(imem_row, h["wrow"][32 * k0:], h["wrow"])),

@@ -20,6 +20,7 @@ import abc
 
 from ..hw.aiv_core import INC_WAIT_ADDR
 from ..hw.host import HostTarget
+from ..hw.system import imem_row_window
 from ..hw.validate import UserError, UserTypeError, check_int, check_word
 from .config import MachineConfig
 from .isa import INC_COUNTERS, RANK_BITS, address, split_address
@@ -230,10 +231,11 @@ class Machine:
     def session(self, max_cycles):
         """The host-port session of the next run (what :meth:`Backend.execute` receives)."""
         wpb = self.config.words_per_block
-        # Row writes (hw/host.py) on an AIV machine whose row windows hold whole dies:
-        # one host cycle per instruction index and per full block instead of per word.
-        rows = self.row_writes and self.has_cores and wpb % self.config.aivs_per_die == 0
-        writes = self._program_writes(rows)
+        # Row writes (hw/host.py) on an AIV machine: one host cycle per full block, and per
+        # instruction index of a row window of whole dies (imem_row_window), not per word.
+        rows = self.row_writes and self.has_cores
+        writes = self._program_writes(
+            rows and imem_row_window(wpb, self.config.aivs_per_die) > 0)
         blocks = {}
         for (rank, addr), w in sorted(self._mem.items()):
             _, block, word = split_address(addr, self.rank_bits)
@@ -260,7 +262,8 @@ class Machine:
                 writes += [[HostTarget.IMEM.value, rank, core, i, w] for i, w in enumerate(words)]
                 writes.append([HostTarget.ENABLE.value, rank, core, 0, 1])
             return writes
-        W, A = self.config.words_per_block, self.config.aivs_per_die
+        A = self.config.aivs_per_die
+        W = imem_row_window(self.config.words_per_block, A)
         by_row = {}              # (window, instruction index) -> {word k of the row: word}
         for (rank, core), words in self._programs.items():
             window, k = divmod(rank * A + core, W)

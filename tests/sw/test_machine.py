@@ -268,23 +268,27 @@ def test_parse_topology_validates():
 ROWS = (True, False)
 
 
-@pytest.mark.parametrize("simulator", ["pysim", "icarus", "verilator", "native"])
-def test_row_writes_load_what_word_writes_load(simulator):
+@pytest.mark.parametrize("simulator, aivs", [("pysim", 2), ("icarus", 2), ("verilator", 2),
+                                             ("native", 2), ("pysim", 3)])
+def test_row_writes_load_what_word_writes_load(simulator, aivs):
     """IMEM_ROW and HBM_BLOCK writes (one host cycle per instruction index / block) give the
     machine the same programs and memory as one word per cycle: same cycles, marks and memory;
-    and a row read-back takes a cycle per block."""
+    and a row read-back takes a cycle per block. With 3 AIVs a die an 8-word row window holds
+    two dies' 6 cores (imem_row_window), so rank 2's core 0 is word 0 of window 1."""
     from utils import require_simulator
     require_simulator(simulator)
     results = []
+    cores = ((0, 0), (0, 1), (1, 1)) + (((2, 0),) if aivs == 3 else ())
     for rows in ROWS:
-        m = machine(simulator, topology=("superpod", 2, 1, 1), aivs_per_die=2)
+        m = machine(simulator, topology=("superpod", 2, 1 if aivs == 2 else 2, 1),
+                    aivs_per_die=aivs)
         m.row_writes = rows
         wpb = m.config.words_per_block
         block = [0x1000 + k for k in range(wpb)]
-        for rank in (0, 1):
+        for rank in range(m.config.ranks):
             m.write_mem(rank, address(0, 3, 0), block)          # a whole block: HBM_BLOCK
         m.write_mem(1, address(0, 4, 1), [7, 8])                # part of a block: words
-        for rank, core in ((0, 0), (0, 1), (1, 1)):             # each core its own program
+        for rank, core in cores:                                 # each core its own program
             p = Program()
             p.li(1, address(rank, 3, 0))
             p.ldb(0, 1, 0)                                       # its rank's block 3, into UBuf row 0
@@ -308,12 +312,12 @@ def test_row_writes_load_what_word_writes_load(simulator):
         assert (blocks <= read <= blocks + 4) if rows else (read >= blocks * wpb), (rows, read)
         results.append((report.cycles, report.marks(),
                         m.read_mem(1, address(0, 3, 0), wpb), m.read_mem(1, address(0, 4, 0), 8),
-                        [m.read_mem(1, address(0, b, 0), wpb) for b in (5, 6, 8)]))
+                        [m.read_mem(1, address(0, 5 + 2 * r + c, 0), wpb) for r, c in cores]))
     assert results[0] == results[1]
     cycles, marks, b3, b4, copies = results[0]
-    assert b3 == block and copies == [block] * 3                 # every core ran its own program
-    assert b4 == [0, 7, 8, 1, 11, 0, 111, 0]
-    assert sorted(t["event"] for t in marks) == [20, 21, 23]
+    assert b3 == block and copies == [block] * len(cores)        # every core ran its own program
+    assert b4 == [0, 7, 8, 1, 11, 0, 111, 201 if aivs == 3 else 0]
+    assert sorted(t["event"] for t in marks) == [20, 21, 23] + ([24] if aivs == 3 else [])
 
 
 def _remote_loads(simulator):
