@@ -7,7 +7,10 @@ these, on every simulator: the machine session
 sequence. ``port`` is the host port's path (``"host"``).
 """
 
+import time
+
 from ...hw.host import HostTarget
+from .. import output
 from .testbench import SimulationError
 
 __all__ = ["host_write", "host_read", "host_read_pipelined", "host_read_all", "host_read_blocks",
@@ -22,7 +25,14 @@ async def host_write(bench, writes, *, port="host"):
     """
     has_rank = bench.has_port(f"{port}.rank")
     has_row = bench.has_port(f"{port}.wrow")
-    for target, rank, core, addr, word, *row in writes:
+    t0 = last = time.monotonic()
+    for i, (target, rank, core, addr, word, *row) in enumerate(writes):
+        if i % 4096 == 4095:      # a long load (a large machine: one write a cycle) says so
+            now = time.monotonic()
+            if now - t0 >= output.PROGRESS_AFTER_S and now - last >= output.PROGRESS_AFTER_S:
+                last = now
+                output.progress(f"loading: {i + 1} of {len(writes)} host writes in "
+                                f"{now - t0:.0f} s")
         bench.set(f"{port}.we", 1)
         bench.set(f"{port}.target", int(target))
         if has_rank:
