@@ -86,7 +86,8 @@ from .vector_unit import Cond, VecOp
 __all__ = ["WORD_BITS", "OPCODE_BITS", "NUM_REGS", "REG_BITS", "COND_BITS", "Field", "Instruction",
            "INSTRUCTIONS", "INC_COUNTERS", "BY_MNEMONIC", "BY_OPCODE", "RESERVED", "Cond", "VecOp", "Csr",
            "Opcode", "insn_layout", "encode", "decode", "address", "split_address",
-           "address_layout", "block_bits", "check_rank_bits", "rank_bits_for", "RANK_BITS",
+           "address_layout", "block_bits", "check_rank_bits", "narrowest_rank_bits",
+           "rank_bits_for", "RANK_BITS",
            "BLOCK_BITS", "BLOCK_BYTES", "WORDS_PER_BLOCK"]
 
 WORD_BITS = 32
@@ -412,12 +413,18 @@ def check_rank_bits(rank_bits, ranks=None, hbm_blocks=None):
     return rank_bits
 
 
+def narrowest_rank_bits(ranks):
+    """The fewest rank bits that name ``ranks`` ranks (``1 << block_bits`` of it: the most
+    blocks a rank of such a machine can address)."""
+    return max(1, (ranks - 1).bit_length())
+
+
 def rank_bits_for(ranks, hbm_blocks):
-    """``rank_bits`` of a machine: 8 (the default layout) if ``hbm_blocks`` fits it, else the
-    fewest bits that name ``ranks`` (``UserError`` if even that leaves too few blocks)."""
+    """``rank_bits`` of a machine: 8 (the default layout) if ``hbm_blocks`` fits it, else
+    :func:`narrowest_rank_bits` (``UserError`` if even that leaves too few blocks)."""
     if hbm_blocks <= 1 << BLOCK_BITS:
         return RANK_BITS
-    return check_rank_bits(max(1, (ranks - 1).bit_length()), ranks, hbm_blocks)
+    return check_rank_bits(narrowest_rank_bits(ranks), ranks, hbm_blocks)
 
 
 def address_layout(rank_bits=RANK_BITS):

@@ -310,9 +310,10 @@ class PlanarSwitch:
         """Verilog of module ``name`` and its parts; ``convert(name, component)`` converts one."""
         texts = [convert(n, part) for n, part in self.parts(name).items()]
         n, lo, w, total = self.ports, self.data_offset, self.data_bits, self.payload.size
+        members = [("__".join(map(str, path)), member) for path, member, _v
+                   in self.signature.flatten(self.signature.create())]
         decl, ctl, body = [], [], []
-        for path, member, _v in self.signature.flatten(self.signature.create()):
-            port = "__".join(map(str, path))
+        for port, member in members:
             width = Shape.cast(member.shape).width
             decl.append(f"  {'input' if member.flow == In else 'output'} "
                         f"{f'[{width - 1}:0] ' if width > 1 else ''}{port};")
@@ -324,8 +325,7 @@ class PlanarSwitch:
             body.append(f"  wire [{ctl_total - 1}:0] ctl_out{i};")
             ctl.append(f"    .i_stream__{i}__payload({{{', '.join(parts)}}}),")
             ctl.append(f"    .o_stream__{i}__payload(ctl_out{i}),")
-        for path, member, _v in self.signature.flatten(self.signature.create()):
-            port = "__".join(map(str, path))
+        for port, _member in members:
             if not port.endswith("__payload") or not port.startswith(("i_stream", "o_stream")):
                 ctl.append(f"    .{port}({port}),")
         body += [f"  wire [{n - 1}:0] push, pop, load;"] + \
@@ -352,8 +352,7 @@ class PlanarSwitch:
                      [f"dp{k}_out{o}" for k in reversed(planes)] + \
                      ([f"ctl_out{o}[{lo - 1}:0]"] if lo else [])
             body.append(f"  assign o_stream__{o}__payload = {{{', '.join(pieces)}}};")
-        ports = ["clk"] + ["__".join(map(str, p)) for p, _m, _v
-                           in self.signature.flatten(self.signature.create())]
+        ports = ["clk"] + [port for port, _member in members]
         wrapper = "\n".join([f"module {name}({', '.join(ports)});", "  input clk;", *decl, *body,
                              "endmodule", ""])
         return "\n".join([wrapper, *texts])

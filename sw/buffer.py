@@ -153,7 +153,8 @@ class Buffer:
         for lo, n in self._persistent():
             for block in range(lo, lo + n):
                 for r in range(self.ranks):
-                    self._state[(r, block)] = self.machine.read_mem(r, self.machine.address(0, block), wpb)
+                    self._state[(r, block)] = self.machine.read_mem(
+                        r, self.machine.address(0, block), wpb)
 
     def _read_back_too(self):
         ranges = list(self.machine._read_ranges) + self._persistent()

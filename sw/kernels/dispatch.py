@@ -50,7 +50,7 @@ import numpy as np
 from ...hw.validate import UserError, check_int
 
 from ..config import MachineConfig
-from ..isa import block_bits, rank_bits_for
+from ..isa import block_bits, narrowest_rank_bits, rank_bits_for
 from ..presets import get_preset
 from ..ubep import combine, ubep
 from ..ubep import cann
@@ -416,7 +416,7 @@ class Dispatch(Kernel):
                     for system in systems for each in variants_of(system)]
             blocks = max(layout_of(shape, run).blocks for run in runs)
             # a layout past 2**15 blocks narrows the address's rank field (hw.isa.rank_bits_for)
-            most = 1 << block_bits(max(1, (shape.ranks - 1).bit_length()))
+            most = 1 << block_bits(narrowest_rank_bits(shape.ranks))
             if blocks > most:
                 what = (f"model={params['model']!r}, batch={params['batch']}" if params["model"]
                         else f"batch={params['batch']}, topk={params['topk']}, "
@@ -504,7 +504,8 @@ class Dispatch(Kernel):
         problems, digests = [], []
         for d in range(cfg.ranks):
             rows = len(out[d])
-            got = np.array(machine.read_mem(d, machine.address(0, lay.OUT), rows * w.hidden_blocks * 128),
+            got = np.array(machine.read_mem(d, machine.address(0, lay.OUT),
+                                            rows * w.hidden_blocks * 128),
                            dtype=np.uint64).reshape(rows, w.hidden_blocks, 128)[:, :, :wpb] \
                 if rows else np.zeros((0, w.hidden_blocks, wpb), dtype=np.uint64)
             digests.append(hashlib.sha1(np.ascontiguousarray(got[:, :, HEADER_WORDS:]))
