@@ -64,7 +64,13 @@ class _Entry:
     __slots__ = ("mnemonic", "operands", "line")
 
     def __init__(self, mnemonic, operands, line):
-        self.mnemonic, self.operands, self.line = mnemonic, list(operands), line
+        self.mnemonic, self.operands, self.line = mnemonic, operands, line
+
+
+#: operands of every mnemonic (instructions and pseudo-instructions): :meth:`Program.emit`'s
+#: fast path checks only this; anything else takes the path that names the problem
+_ARITY = {**{insn.mnemonic: len(insn.fields) for insn in INSTRUCTIONS},
+          "li": 2, "mv": 2, "nop": 0, "j": 1}
 
 
 class Program:
@@ -96,6 +102,19 @@ class Program:
 
     def emit(self, mnemonic, *operands):
         """Append instruction ``mnemonic`` (or a pseudo-instruction)."""
+        # the fast path (kernel generators emit millions): a known lower-case mnemonic with
+        # its operand count; operands are checked when the program is assembled
+        try:
+            fast = _ARITY.get(mnemonic, -1) == len(operands)
+        except TypeError:            # an unhashable mnemonic: named below
+            fast = False
+        if fast:
+            self._entries.append(_Entry(mnemonic, operands, self._line))
+            self._length += 1 if mnemonic != "li" else self._size(self._entries[-1])
+            return self
+        return self._emit_checked(mnemonic, operands)
+
+    def _emit_checked(self, mnemonic, operands):
         if not isinstance(mnemonic, str):
             raise UserTypeError(f"{self._where()}: mnemonic must be a string, not {mnemonic!r}")
         mnemonic = mnemonic.lower()
@@ -212,8 +231,14 @@ class Program:
 
 
 def _make_method(insn):
+    mnemonic, arity = insn.mnemonic, len(insn.fields)
+
     def method(self, *operands):
-        return self.emit(insn.mnemonic, *operands)
+        if len(operands) == arity:       # emit's fast path, one call fewer
+            self._entries.append(_Entry(mnemonic, operands, self._line))
+            self._length += 1
+            return self
+        return self._emit_checked(mnemonic, operands)
     method.__name__ = insn.mnemonic + ("_" if insn.mnemonic in ("and", "or") else "")
     method.__doc__ = f"``{insn.mnemonic} {', '.join(f.name for f in insn.fields)}``: {insn.doc}"
     return method

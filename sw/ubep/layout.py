@@ -42,6 +42,7 @@ words) to a block, so the layout works at any ``data_bytes``.
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from ...hw.isa import RANK_BITS, WORD_BITS, address, check_rank_bits
 from ...hw.validate import check_int
@@ -79,17 +80,17 @@ class Layout:
         """Byte address of ``word`` of ``block`` on ``rank`` on this layout's machine."""
         return address(rank, block, word, self.rank_bits)
 
-    @property
+    @cached_property     # frozen: a region's place never changes
     def rank_shift(self):
         """Where an address's rank field starts: ``rank << rank_shift`` is the rank's base."""
         return WORD_BITS - self.rank_bits
 
-    @property
+    @cached_property
     def entries(self):
         """Status/count entries per rank: ``R · epr``."""
         return self.ranks * self.epr
 
-    @property
+    @cached_property
     def route_blocks(self):
         return -(-(self.batch * self.topk) // ELEMS_PER_ROW)
 
@@ -99,92 +100,92 @@ class Layout:
     # region starts, in order
     CTRL = 0
 
-    @property
+    @cached_property
     def ROUTE(self):
         return 1
 
-    @property
+    @cached_property
     def X(self):
         return self.ROUTE + self.route_blocks
 
-    @property
+    @cached_property
     def STATUS(self):
         return self.X + self.batch * self.hidden_blocks
 
-    @property
+    @cached_property
     def RECV(self):
         return self.STATUS + self._word_blocks(self.entries)
 
-    @property
+    @cached_property
     def recv_blocks(self):
         return self.entries * self.cap * self.hidden_blocks
 
-    @property
+    @cached_property
     def RECV_GUARD(self):
         return self.RECV + self.recv_blocks
 
-    @property
+    @cached_property
     def OUT(self):
         return self.RECV_GUARD + 1
 
-    @property
+    @cached_property
     def OUT_GUARD(self):
         return self.OUT + self.recv_blocks
 
-    @property
+    @cached_property
     def COUNTS(self):
         return self.OUT_GUARD + 1
 
-    @property
+    @cached_property
     def CNT(self):
         return self.COUNTS + self._word_blocks(self.entries)
 
-    @property
+    @cached_property
     def OFFS(self):
         return self.CNT + self._word_blocks(self.entries)
 
-    @property
+    @cached_property
     def slots(self):
         """Token slots per rank, ``BS · k``."""
         return self.batch * self.topk
 
-    @property
+    @cached_property
     def EXPAND(self):
         return self.OFFS + self._word_blocks(self.entries)
 
-    @property
+    @cached_property
     def WEIGHTS(self):
         return self.EXPAND + self._word_blocks(self.slots)
 
-    @property
+    @cached_property
     def CWIN(self):
         return self.WEIGHTS + self.route_blocks
 
-    @property
+    @cached_property
     def CWIN_GUARD(self):
         return self.CWIN + self.recv_blocks
 
-    @property
+    @cached_property
     def YOUT(self):
         return self.CWIN_GUARD + 1
 
-    @property
+    @cached_property
     def YOUT_GUARD(self):
         return self.YOUT + self.batch * self.hidden_blocks
 
-    @property
+    @cached_property
     def CSTATUS(self):
         return self.YOUT_GUARD + 1
 
-    @property
+    @cached_property
     def TCNT(self):
         return self.CSTATUS + self._word_blocks(self.ranks)
 
-    @property
+    @cached_property
     def SWFLAG(self):
         return self.TCNT + self.entries        # TCNT: at most one block per expert
 
-    @property
+    @cached_property
     def blocks(self):
         """Blocks the layout needs (``hbm_blocks`` must be at least this, a power of two)."""
         return self.SWFLAG + self._word_blocks(self.flag_words)
