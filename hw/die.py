@@ -149,6 +149,13 @@ class Die(wiring.Component):
         Per-core status; ``core_halted`` is 1 for a disabled core.
     trace : Out(stream.Signature(trace_layout)).array(aivs)
         Every core's MARK stream (``core`` is the core's index on the die).
+    trace_event : Out(16).array(aivs)
+        Every core's MARK event id (``trace[i].payload.event``): what the
+        system's trace merge reads (it stamps its own core id and cycle).
+    done : Out(1)
+        Every core halted (or disabled) with no store outstanding: the
+        system's run is over when every die's is. One bit a die instead of
+        the cores' status, so the native backend's glue reads few bits a die.
     inc_tx, inc_rx, inc_counts (``nic`` only)
         The interface's flit streams and its AG, RS and barrier counters.
 
@@ -223,6 +230,8 @@ class Die(wiring.Component):
             "core_wait_addr": Out(32).array(aivs),
             "core_outstanding": Out(bits_for(max_outstanding)).array(aivs),
             "trace": Out(stream.Signature(trace_layout)).array(aivs),
+            "trace_event": Out(16).array(aivs),
+            "done": Out(1),
             **({"rank_in": In(range(max(2, ranks)))} if rank is None else {}),
             **({"inc_tx": Out(stream.Signature(self.nic.tx.payload.shape())),
                 "inc_rx": In(stream.Signature(self.nic.tx.payload.shape())),
@@ -266,8 +275,12 @@ class Die(wiring.Component):
                 self.core_outstanding[i].eq(core.outstanding),
             ]
             wiring.connect(m, core.trace, wiring.flipped(self.trace[i]))
+            m.d.comb += self.trace_event[i].eq(core.trace.payload.event)
             with m.If(self.host.we & (self.host.target == HostTarget.ENABLE) & sel):
                 m.d.sync += enabled[i].eq(self.host.wdata[0])
+
+        m.d.comb += self.done.eq(Cat(self.core_halted[i] & (self.core_outstanding[i] == 0)
+                                     for i in range(n)).all())
 
         # --- the router: cores, UB memory, fabric port, host memory access ------------------
         m.d.comb += [

@@ -274,8 +274,20 @@ class PlanarSwitch:
     native backend builds wide switches this way (:mod:`epfabric.hw.topology`).
     """
 
-    #: data bits per plane (16 ports x 2,048 bits stay far below Amaranth's 2**16)
+    #: the most data bits per plane (16 ports x 2,048 bits stay far below Amaranth's 2**16);
+    #: a switch of more ports gets narrower planes (:meth:`plane_bits_for`)
     PLANE_BITS = 2048
+    #: bits of a netlist cell in Amaranth (a module's inputs, an instance's outputs)
+    CELL_BITS = 1 << 16
+
+    @classmethod
+    def plane_bits_for(cls, ports):
+        """The widest power-of-two plane (at most :data:`PLANE_BITS`) whose module's inputs
+        (``ports`` data words, ``ports``² grant bits, push/pop/load) fit one netlist cell."""
+        room = (cls.CELL_BITS - 1 - ports * ports - 3 * ports) // ports
+        if room < 1:
+            raise UserError(f"a PlanarSwitch of {ports} ports has no room for a data plane")
+        return min(cls.PLANE_BITS, 1 << (room.bit_length() - 1))
 
     def __init__(self, *, ports, routes, payload, depth, counter_width, plane_bits=None):
         from amaranth.lib import data
@@ -286,7 +298,7 @@ class PlanarSwitch:
             raise UserError("a PlanarSwitch's payload needs a 'data' field")
         self.data_offset = fields["data"].offset
         self.data_bits = Shape.cast(fields["data"].shape).width
-        self.plane_bits = check_int("plane_bits", self.PLANE_BITS if plane_bits is None
+        self.plane_bits = check_int("plane_bits", self.plane_bits_for(ports) if plane_bits is None
                                     else plane_bits, 1)
         self.control_payload = data.StructLayout({k: f.shape for k, f in fields.items()
                                                   if k != "data"})

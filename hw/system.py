@@ -299,7 +299,7 @@ class System(wiring.Component):
         m = Module()
         m.submodules.fabric = fabric = self.fabric
         A = self.aivs_per_die
-        halted_all, quiet_all = [], []
+        dies_done = []       # a die's cores all halted, nothing outstanding (Die.done)
         traces = []
         h = register_inputs(m, self.host)
         start = h["start"]
@@ -347,9 +347,8 @@ class System(wiring.Component):
                     self.core_waiting[g].eq(die.core_waiting[c]),
                     self.core_wait_addr[g].eq(die.core_wait_addr[c]),
                 ]
-                halted_all.append(die.core_halted[c])
-                quiet_all.append(die.core_outstanding[c] == 0)
-                traces.append(die.trace[c])
+                traces.append((die.trace[c], die.trace_event[c]))
+            dies_done.append(die.done)
         if self.nic is not None:
             self._inc_network(m)
         # host reads: exactly one die answers (the one addressed hbm_latency cycles ago)
@@ -361,7 +360,7 @@ class System(wiring.Component):
 
         # --- run control: cycle counter, done, watchdog --------------------------------------
         all_done = Signal()
-        m.d.comb += all_done.eq(Cat(*halted_all).all() & Cat(*quiet_all).all())
+        m.d.comb += all_done.eq(Cat(*dies_done).all())
         run_control(m, self.host, start=start, finished=all_done, max_cycles=h["max_cycles"])
 
         # --- MARK trace buffer ------------------------------------------------------------------
@@ -372,12 +371,13 @@ class System(wiring.Component):
         m.d.comb += [trd.addr.eq(self.trace_raddr), self.trace_rdata.eq(trd.data)]
         trace_arb = m.submodules.trace_arb = RoundRobin(count=len(traces))
         grant, any_ = trace_arb.grant, trace_arb.valid
-        m.d.comb += [trace_arb.requests.eq(Cat(t.valid for t in traces)), trace_arb.ready.eq(1)]
+        m.d.comb += [trace_arb.requests.eq(Cat(t.valid for t, _e in traces)),
+                     trace_arb.ready.eq(1)]
         entry = Signal(trace_entry_layout)
         m.d.comb += [entry.core.eq(grant), entry.cycle.eq(self.host.cycle)]
-        for g, t in enumerate(traces):
+        for g, (t, event) in enumerate(traces):
             with m.If(grant == g):
-                m.d.comb += [entry.event.eq(t.payload.event), t.ready.eq(1)]
+                m.d.comb += [entry.event.eq(event), t.ready.eq(1)]
         full = self.trace_count >= depth
         m.d.comb += [tw.addr.eq(self.trace_count[:max(1, ceil_log2(depth))] if depth > 1 else 0),
                      tw.data.eq(entry), tw.en.eq(any_ & ~full & ~start)]

@@ -168,16 +168,17 @@ def _convert(spec, on_module=None):
         widest = {}
         for name, (v, d) in ports.items():
             if d == PortDirection.Input:
-                kind = re.sub(r"^n\d+_", "", name)
+                # one kind per port of every instance and array index (n3_core_pc__7: core_pc)
+                kind = re.sub(r"__\d+(?=__|$)", "", re.sub(r"^n\d+_", "", name))
                 n, bits = widest.get(kind, (0, 0))
                 widest[kind] = (n + 1, bits + len(v))
-        kind, (n, bits) = max(widest.items(), key=lambda kv: kv[1][1])
+        top = sorted(widest.items(), key=lambda kv: -kv[1][1])[:4]
         raise UserError(f"the native backend cannot build this machine yet: its glue reads "
-                        f"{in_bits} bits of the blocks' outputs ({bits} of them {n} x {kind}), "
-                        f"and Amaranth converts a module with fewer than {GLUE_INPUT_BITS} "
-                        f"input bits; a switch too wide to be an instance stays in the glue and "
-                        f"reads its links (16 ports of 512 B flits); use fewer dies, AIVs or "
-                        f"data_bytes (issue 29: emit the glue as text)")
+                        f"{in_bits} bits of the blocks' outputs (most: "
+                        + ", ".join(f"{bits} bits of {n} x {kind}" for kind, (n, bits) in top)
+                        + f"), and Amaranth converts a module with fewer than {GLUE_INPUT_BITS} "
+                        f"input bits; use fewer dies, AIVs or data_bytes (issue 29: emit the "
+                        f"glue as text)")
     # The shared modules, then the glue: each instantiated one goes to on_module (which may
     # start its build) before the glue converts.
     texts = {name: (part.verilog(name, lambda n, p: part_verilog(n, p, True, kw))
