@@ -95,6 +95,7 @@ class Combine(Dispatch):
                    "checked bit-exact against numpy")
     params = {**Dispatch.params, "broken": None}
     choices = {**Dispatch.choices, "broken": (None, "no_flag_poll")}
+    needs_combine = True
     trace_phases = {**Dispatch.trace_phases, combine.EVENTS["c_init"]: "Combine init",
                     combine.EVENTS["c_send"]: "Combine send",
                     combine.EVENTS["c_sync"]: "Combine flag wait + SyncAll",

@@ -44,6 +44,7 @@ read by the vector unit as 16-bit elements, 256 to a block), 16 lanes.
 """
 
 import hashlib
+from dataclasses import replace
 
 import numpy as np
 
@@ -110,12 +111,17 @@ def layout_of(config, params):
     ``cap`` (tokens per (source, expert) receive region) is the parameter,
     or the batch — the worst case, CANN's ``axisMaxBS``.
     """
-    return Layout(ranks=config.ranks, epr=params["experts"] // config.ranks, batch=params["batch"],
-                  topk=params["topk"], hidden_blocks=params["hidden_blocks"],
-                  words=config.words_per_block, cap=params.get("cap") or params["batch"],
-                  flag_words=(config.ranks * config.aivs_per_die
-                              if option(params, "sync") == "sw" else 0),
-                  rank_bits=config.rank_bits)
+    lay = Layout(ranks=config.ranks, epr=params["experts"] // config.ranks, batch=params["batch"],
+                 topk=params["topk"], hidden_blocks=params["hidden_blocks"],
+                 words=config.words_per_block, cap=params.get("cap") or params["batch"],
+                 flag_words=(config.ranks * config.aivs_per_die
+                             if option(params, "sync") == "sw" else 0),
+                 rank_bits=config.rank_bits)
+    if lay.blocks > 1 << block_bits(config.rank_bits):
+        # the machine's addresses cannot hold the combine's regions: a dispatch-only machine
+        # (Dispatch.configs sizes one only for the dispatch kernel; the combine refuses it)
+        return replace(lay, combine=False)
+    return lay
 
 
 def _routing_shape(p, given):
@@ -327,6 +333,9 @@ class Dispatch(Kernel):
         return sorted(flows)
     default_aivs = (4,)
     default_max_cycles = 2_000_000
+    #: whether a machine must hold the combine's regions (the dispatch alone does not: on a
+    #: machine whose addresses cannot hold them it runs on a dispatch-only layout)
+    needs_combine = False
 
     def default_topology(self, preset):
         if preset.topology != "superpod":
@@ -414,9 +423,15 @@ class Dispatch(Kernel):
             runs = [{**params, "system": system, **each,
                      **(model_shape(params["model"], system) if params["model"] else {})}
                     for system in systems for each in variants_of(system)]
-            blocks = max(layout_of(shape, run).blocks for run in runs)
-            # a layout past 2**15 blocks narrows the address's rank field (hw.isa.rank_bits_for)
-            most = 1 << block_bits(narrowest_rank_bits(shape.ranks))
+            # a layout past 2**15 blocks narrows the address's rank field (hw.isa.rank_bits_for);
+            # past the narrowest field's room the dispatch drops the combine's regions
+            widest = replace(shape, rank_bits=narrowest_rank_bits(shape.ranks))
+            most = 1 << block_bits(widest.rank_bits)
+            layouts = [layout_of(widest, run) for run in runs]
+            if self.needs_combine and not all(lay.combine for lay in layouts):
+                layouts = [replace(lay, combine=True) for lay in layouts]   # refused below
+            blocks = max(lay.blocks for lay in layouts)
+            with_combine = all(lay.combine for lay in layouts)
             if blocks > most:
                 what = (f"model={params['model']!r}, batch={params['batch']}" if params["model"]
                         else f"batch={params['batch']}, topk={params['topk']}, "
@@ -432,7 +447,8 @@ class Dispatch(Kernel):
                                   lanes=16, rank_bits=rank_bits_for(shape.ranks, hbm_blocks))
             lay = layout_of(shape, params)
             longest = max(len(prog) for run in runs
-                          for progs in (self.programs(shape, run), combine_programs(shape, run))
+                          for progs in ((self.programs(shape, run), combine_programs(shape, run))
+                                        if with_combine else (self.programs(shape, run),))
                           for prog in progs.values())
             # the same UBuf for both systems (one build serves a comparison)
             rows = max(cann.ubuf_rows_needed(lay, "expert"),

@@ -69,6 +69,9 @@ class Layout:
     flag_words: int = 0
     #: the machine's address rank field (:func:`epfabric.hw.isa.address_layout`)
     rank_bits: int = RANK_BITS
+    #: the combine's regions (``CWIN``, ``YOUT`` and their guards); without them they are
+    #: empty (a dispatch-only layout, for machines whose addresses cannot hold them)
+    combine: bool = True
 
     def __post_init__(self):
         for name in ("ranks", "epr", "batch", "topk", "hidden_blocks", "words", "cap"):
@@ -163,19 +166,19 @@ class Layout:
 
     @cached_property
     def CWIN_GUARD(self):
-        return self.CWIN + self.recv_blocks
+        return self.CWIN + (self.recv_blocks if self.combine else 0)
 
     @cached_property
     def YOUT(self):
-        return self.CWIN_GUARD + 1
+        return self.CWIN_GUARD + (1 if self.combine else 0)
 
     @cached_property
     def YOUT_GUARD(self):
-        return self.YOUT + self.batch * self.hidden_blocks
+        return self.YOUT + (self.batch * self.hidden_blocks if self.combine else 0)
 
     @cached_property
     def CSTATUS(self):
-        return self.YOUT_GUARD + 1
+        return self.YOUT_GUARD + (1 if self.combine else 0)
 
     @cached_property
     def TCNT(self):

@@ -26,6 +26,14 @@ def _rows(name, rows):
     return [{**r, **e.compare(r)} for r in rows]
 
 
+def table4(latencies=None, correct=True):
+    """``{ranks: (CANN us, UBEP us)}`` rows (default: the paper's Table 4 at 16, 32, 64)."""
+    from epfabric.sim.lab.experiments.table4 import PAPER
+    latencies = latencies or {r: (PAPER[r][0], PAPER[r][2]) for r in (16, 32, 64)}
+    return _rows("table4", [{"ranks": str(r), "cann_us": c, "ubep_us": u, "ratio": u / c,
+                             "correct": correct} for r, (c, u) in latencies.items()])
+
+
 # --- INC-MoE ----------------------------------------------------------------------------------
 
 def fig6(ring=130.0, inc=168.0, ranks=4, preset="incmoe-testbed"):
@@ -254,6 +262,10 @@ CASES = {
     "quaternary": (True, [quaternary_rows()], {
         "a lookup differs from numpy": quaternary_rows(match=False),
         "6 commands for E = 256 (at most 4 + 1)": quaternary_rows(steps=6)}),
+    "table4": (True, [table4()], {
+        "the model's S1: UBEP 1.18 x CANN": table4({16: (44.9, 52.9)}),
+        "UBEP 0.50 x CANN": table4({16: (100.0, 50.0), 32: (120.0, 86.0)}),
+        "a wrong run": table4(correct=False)}),
     "races": (True, [races()], {"an unsafe variant without its race": races(unsafe=False),
                                 "a safe variant racing": races(safe=True)}),
 }

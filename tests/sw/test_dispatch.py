@@ -1,5 +1,7 @@
 """The ``dispatch`` kernel (sw/kernels/dispatch.py, sw/ubep/cann.py): CANN EP's BSP dispatch."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -198,11 +200,36 @@ def test_ubep_mapper_pieces():
 @pytest.mark.parametrize("params, blocks", [({"batch": 12000}, 1177542),
                                             ({"hidden_blocks": 500}, 1568046)])
 def test_a_layout_beyond_the_address_space_is_named_before_running(params, blocks):
-    """cm384's default 8 ranks: a 3-bit rank field leaves 2**20 blocks a rank."""
+    """cm384's default 8 ranks: a 3-bit rank field leaves 2**20 blocks a rank. The combine
+    needs its regions (the dispatch alone would run on a dispatch-only layout)."""
     with pytest.raises(ValueError, match=rf"need {blocks} HBM blocks per rank; an address on 8 "
                                          r"ranks holds 1048576 \(a smaller batch, hidden_blocks "
                                          r"or cap\)"):
-        KERNELS["dispatch"].configs("cm384", params=params)
+        KERNELS["combine"].configs("cm384", params=params)
+
+
+def test_a_dispatch_whose_combine_cannot_fit_runs_on_a_dispatch_only_layout():
+    """The paper's shape at 64 ranks (UBEP Table 4): a 6-bit rank field leaves 2**17 blocks a
+    rank; with the combine's window and output the layout needs 175,902, without them
+    116,764. The dispatch gets a dispatch-only machine (its programs never address the
+    combine's regions); the combine is refused, naming what it needs."""
+    from epfabric.sw.kernels.dispatch import layout_of
+    params = {"batch": 128, "topk": 8, "experts": 256, "hidden_blocks": 14, "cap": 16}
+    cfg = KERNELS["dispatch"].configs("cm384", ("superpod", 2, 8, 4), 2, params)[0]
+    assert (cfg.hbm_blocks, cfg.rank_bits) == (1 << 17, 6)
+    for system in ("cann", "ubep"):
+        lay = layout_of(cfg, KERNELS["dispatch"].resolve_params({**params, "system": system}))
+        assert not lay.combine and lay.blocks == 116764
+        assert lay.CWIN == lay.CWIN_GUARD == lay.YOUT == lay.YOUT_GUARD == lay.CSTATUS
+        assert lay.where(lay.CSTATUS) == "CSTATUS[0]"
+        full = dataclasses.replace(lay, combine=True)
+        assert full.blocks == 175902 and full.OUT == lay.OUT and full.X == lay.X
+    with pytest.raises(ValueError, match=r"need 175902 HBM blocks per rank; an address on 64 "
+                                         r"ranks holds 131072"):
+        KERNELS["combine"].configs("cm384", ("superpod", 2, 8, 4), 2, params)
+    # where the combine fits, the dispatch's layout keeps its regions (16 ranks: 2**19 a rank)
+    s1 = KERNELS["dispatch"].configs("cm384", ("superpod", 2, 8, 1), 2, params)[0]
+    assert layout_of(s1, KERNELS["dispatch"].resolve_params(params)).combine
 
 
 def test_a_layout_past_2_15_blocks_narrows_the_rank_field():

@@ -154,3 +154,4 @@ from . import ubep_cumsum, ubep_phases, ubep_senders, ubep_sensitivity   # noqa:
 from . import fig9  # noqa: E402,F401
 from . import fig10  # noqa: E402,F401
 from . import incmoe_layer  # noqa: E402,F401
+from . import table4  # noqa: E402,F401
