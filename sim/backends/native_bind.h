@@ -16,6 +16,15 @@ struct Port {
     bool out;
 };
 
+// A memory of a Verilated model the testbench may write directly (a backdoor: the
+// host port's loading without its cycles): `depth` elements of `bytes` each.
+struct Mem {
+    std::string name;
+    void* p;
+    uint32_t bytes;
+    uint32_t depth;
+};
+
 // One Verilated model object.
 struct Inst {
     std::function<void()> eval;
@@ -27,6 +36,7 @@ struct Inst {
     // edge changes none of its state (e.g. hw/link.py), so the edge may be skipped.
     const uint8_t* idle = nullptr;
     std::vector<Port> ports;
+    std::vector<Mem> mems;
     std::function<void()> destroy = [] {};
 };
 

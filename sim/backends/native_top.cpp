@@ -268,6 +268,38 @@ int64_t epf_tick(void* h, uint64_t n, int port) {
     return (int64_t)n;
 }
 
+// Index of memory `name` of instance `inst` (mems_of in native_bind.cpp), or -1.
+int epf_mem(void* h, int inst, const char* name) {
+    Machine* m = static_cast<Machine*>(h);
+    if (inst < 0 || (size_t)inst >= m->inst.size()) return -1;
+    const auto& mems = m->inst[inst].mems;
+    for (size_t k = 0; k < mems.size(); k++)
+        if (mems[k].name == name) return (int)k;
+    return -1;
+}
+
+// Bytes of one element of memory `mem` of instance `inst`, and its depth.
+void epf_mem_shape(void* h, int inst, int mem, uint32_t* out) {
+    const Mem& x = static_cast<Machine*>(h)->inst[inst].mems[mem];
+    out[0] = x.bytes;
+    out[1] = x.depth;
+}
+
+// Write `n` bytes at byte `offset` of memory `mem` of instance `inst` (elements are
+// contiguous, each little-endian); -1 (epf_error) past its end. Only for memories whose
+// reads are clocked or whose every comb read is refreshed by a later real write: the
+// models do not see this write happen.
+int epf_mem_write(void* h, int inst, int mem, uint64_t offset, const uint8_t* bytes, uint32_t n) {
+    Machine* m = static_cast<Machine*>(h);
+    const Mem& x = m->inst[inst].mems[mem];
+    if (offset + n > (uint64_t)x.bytes * x.depth) {
+        m->error = "backdoor write past the end of " + x.name;
+        return -1;
+    }
+    std::memcpy(static_cast<uint8_t*>(x.p) + offset, bytes, n);
+    return 0;
+}
+
 // evals, cycles, settle rounds, most rounds in one settle, instances, skipped edges
 void epf_stats(void* h, uint64_t* out) {
     Machine* m = static_cast<Machine*>(h);
