@@ -57,7 +57,7 @@ from ..ubep import combine, ubep
 from ..ubep import cann
 from ..ubep.cann import BROKEN, PHASES, SEND_SPLITS, SYNCALLS, dispatch_program
 from ..ubep.layout import GUARD, Layout
-from ..ubep.reference import counts, dispatch_out, slot_index
+from ..ubep.reference import counts, dispatch_order, dispatch_out, slot_index
 from ..ubep.workload import MODELS, Workload, blocks_per_token, check_routing, read_routing
 from . import Kernel, pow2_at_least, register
 
@@ -222,14 +222,12 @@ def combine_programs(config, params):
             for r in range(config.ranks) for c in range(config.aivs_per_die)}
 
 
-def with_headers(w, d, rows, epoch, order=None):
-    """``rows`` (rank ``d``'s expected OUT) with UBEP's TFF header in words 0..3 of every block.
-
-    ``order`` is ``dispatch_order(w)`` when the caller has it (it walks every rank's slots for
-    every rank: at 64 ranks, computed once per check instead of once per rank)."""
-    from ..ubep.reference import dispatch_order
+def with_headers(w, order, rows, epoch):
+    """``rows`` (a rank's expected OUT) with UBEP's TFF header in words 0..3 of every block;
+    ``order`` is that rank's ``dispatch_order(w)[d]`` (computed once per check: it walks every
+    rank's slots)."""
     out = rows.copy()
-    for p, (s, t, i) in enumerate((order or dispatch_order(w))[d]):
+    for p, (s, t, i) in enumerate(order):
         e = int(w.topk_idx[s][t, i])
         for b in range(w.hidden_blocks):
             out[p, b, :HEADER_WORDS] = [ubep.TFF_TAG | epoch, s << 16 | t, e << 8 | i, b]
@@ -519,7 +517,8 @@ class Dispatch(Kernel):
         lay = layout_of(cfg, params)
         wpb = cfg.words_per_block
         out, recv = dispatch_out(w)
-        order = None
+        raw = system == "cann" or option(params, "sync") != "tff"
+        order = None if raw else dispatch_order(w)
         cnt = counts(w)
         problems, digests = [], []
         for d in range(cfg.ranks):
@@ -530,11 +529,7 @@ class Dispatch(Kernel):
                 if rows else np.zeros((0, w.hidden_blocks, wpb), dtype=np.uint64)
             digests.append(hashlib.sha1(np.ascontiguousarray(got[:, :, HEADER_WORDS:]))
                            .hexdigest()[:16])
-            raw = system == "cann" or option(params, "sync") != "tff"
-            if not raw and order is None:
-                from ..ubep.reference import dispatch_order
-                order = dispatch_order(w)
-            want_out = out[d] if raw else with_headers(w, d, out[d], epoch=epoch, order=order)
+            want_out = out[d] if raw else with_headers(w, order[d], out[d], epoch)
             if rows and not np.array_equal(got, want_out):
                 bad = int(np.flatnonzero((got != want_out).any(axis=(1, 2)))[0])
                 problems.append(f"rank {d}: OUT token {bad} of {rows} differs from numpy")
