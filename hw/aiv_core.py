@@ -18,11 +18,13 @@ from .isa import (BLOCK_BYTES, INC_COUNTERS, INSTRUCTIONS, NUM_REGS, RANK_BITS, 
 from .validate import UserError, check_choice, check_int, check_multiple, check_pow2
 from .vector_unit import VectorUnit
 
-__all__ = ["MemOp", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore", "MAX_WINDOW",
+__all__ = ["MAX_UBUF_ROWS", "MemOp", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore", "MAX_WINDOW",
            "ACK_COUNT_BITS", "INC_POSTS", "inc_post_layout", "INC_WAIT_ADDR"]
 
 #: Largest store window (``max_outstanding``) of a core.
 MAX_WINDOW = 4095
+#: Most rows (512 B each) of a core's Unified Buffer.
+MAX_UBUF_ROWS = 1024
 #: Bits of an ack answer's count (``data[0:ACK_COUNT_BITS]``: stores acknowledged at once).
 ACK_COUNT_BITS = 16
 
@@ -220,7 +222,7 @@ class AIVCore(wiring.Component):
         if core_id is not None:
             check_int("core_id", core_id, 0, 255)
         check_pow2("imem_depth", imem_depth, 2, 65536)
-        check_pow2("ubuf_rows", ubuf_rows, 1, 1024)
+        check_pow2("ubuf_rows", ubuf_rows, 1, MAX_UBUF_ROWS)
         check_multiple("data_bytes", data_bytes, 32, 32, 512)
         check_pow2("lanes", lanes, 1, 64)
         check_choice("width", width, (8, 16, 32))

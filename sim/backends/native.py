@@ -103,12 +103,15 @@ def _ports(folder, name):
 
 def _mems(folder, name):
     """``[(memory name, C++ expression, header or None)]`` of a model's backdoor memories: a die's HBM
-    (``hbm``) and its cores' instruction memories (``core<i>.imem``), inlined or not."""
+    (``hbm``) and its cores' instruction memories (``core<i>.imem``), inlined or not, and the
+    system's MARK trace buffer (``trace``, in the glue)."""
     root = (folder / f"V{name}___024root.h").read_text()
     out = [("hbm", f"m->rootp->{n}", None)
            for n in re.findall(r"VlUnpacked<[^;]*> (\w+__DOT__hbm__DOT__mem);", root)]
     out += [(f"core{c}.imem", f"m->rootp->{n}", None)
             for n, c in re.findall(r"VlUnpacked<[^;]*> (\w+__DOT__core(\d+)__DOT__imem);", root)]
+    out += [("trace", f"m->rootp->{n}", None)
+            for n in re.findall(r"VlUnpacked<[^;]*> (\w+__DOT__trace_mem);", root)]
     for sub, ptr, c in re.findall(rf"V{name}_(\w+)\* (__PVT__\w+__DOT__core(\d+));", root):
         header = folder / f"V{name}_{sub}.h"
         if header.exists() and re.search(r"VlUnpacked<[^;]*> __PVT__imem;", header.read_text()):
@@ -236,7 +239,8 @@ class _Lib:
                               ("epf_mem", [vp, i, ctypes.c_char_p], i),
                               ("epf_mem_shape", [vp, i, i, ctypes.POINTER(ctypes.c_uint32)], None),
                               ("epf_mem_write", [vp, i, i, u64, ctypes.c_char_p, ctypes.c_uint32],
-                               i)]:
+                               i),
+                              ("epf_mem_read", [vp, i, i, u64, ctypes.c_char_p, ctypes.c_uint32], i)]:
             f = getattr(lib, fn)
             f.argtypes, f.restype = args, res
         self.lib = lib
@@ -267,6 +271,10 @@ class NativeTestbench(Testbench):
             f = line.split()
             if f[:1] == ["const"] and f[2] == "rank_in":
                 self._dies[int(f[3])] = int(f[1])
+        self._glue = 0                      # the netlist's first instance (native_top.cpp)
+        # what went through the backdoor: memory words or rows written, blocks and trace
+        # entries read (LAST_STATS after the run)
+        self.backdoor_used = {"backdoor_writes": 0, "backdoor_blocks": 0, "backdoor_trace": 0}
 
     def _check(self, status=0):
         err = self._c.epf_error(self._h)
@@ -375,7 +383,56 @@ class NativeTestbench(Testbench):
                     done &= self._poke(inst, k, addr % depth * size, value.to_bytes(size, "little"))
             if not done:
                 rest.append(w)
+        self.backdoor_used["backdoor_writes"] += len(writes) - len(rest)
         return rest
+
+    def _peek(self, inst, mem, offset, n):
+        buf = ctypes.create_string_buffer(n)
+        self._check(self._c.epf_mem_read(self._h, inst, mem, offset, buf, n))
+        return buf.raw
+
+    def _finished(self):
+        """Whether the last run ended ``done`` (every core halted, nothing outstanding): no
+        memory changes on later edges, so reading it directly is reading it through the port."""
+        return self.has_port("host.done") and bool(_drive(self.get("host.done")))
+
+    def backdoor_read_blocks(self, ranks, blocks, words_per_block):
+        """``{rank: [words]}`` as :func:`~epfabric.sim.backends.host.host_read_blocks` reads them,
+        straight from the dies' HBM (no cycles), or ``None``: the port then reads them. Used
+        after a ``done`` run for a read-back of :data:`BACKDOOR_AFTER` blocks or more."""
+        if not (backdoor(len(blocks)) and self._dies and self._finished()):
+            return None
+        hbms = {}
+        for r in range(ranks):
+            hbm = self._mem(self._dies[r], "hbm") if r in self._dies else None
+            if hbm is None or hbm[1] < 4 * words_per_block:
+                return None
+            hbms[r] = hbm
+        mask = (1 << 32) - 1
+        out = {}
+        for r in range(ranks):
+            k, size, depth = hbms[r]
+            inst = self._dies[r]
+            words = out[r] = []
+            for b in blocks:
+                row = int.from_bytes(self._peek(inst, k, b % depth * size, 4 * words_per_block),
+                                     "little")
+                words += [row >> 32 * w & mask for w in range(words_per_block)]
+        self.backdoor_used["backdoor_blocks"] += len(blocks) * ranks
+        return out
+
+    def backdoor_trace(self, count):
+        """The first ``count`` raw MARK trace entries, straight from the glue's trace buffer, or
+        ``None`` (the port then reads them, one a cycle). Same rule as the read-back."""
+        if not (backdoor(count) and self._finished()):
+            return None
+        mem = self._mem(self._glue, "trace")
+        if mem is None or count > mem[2]:
+            return None
+        k, size, _depth = mem
+        raw = self._peek(self._glue, k, 0, count * size)
+        self.backdoor_used["backdoor_trace"] += count
+        return [int.from_bytes(raw[i * size:(i + 1) * size], "little") for i in range(count)]
 
     def _poke(self, inst, mem, offset, data):
         self._check(self._c.epf_mem_write(self._h, inst, mem, offset, data, len(data)))
@@ -461,5 +518,5 @@ def run_native(spec, intent, args, waveform=None, opt=None):
     finally:
         bench.close()
         LAST_STATS.clear()
-        LAST_STATS.update(bench.stats)
+        LAST_STATS.update(bench.stats, **bench.backdoor_used)
     return result, bench.cycle

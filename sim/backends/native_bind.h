@@ -16,8 +16,8 @@ struct Port {
     bool out;
 };
 
-// A memory of a Verilated model the testbench may write directly (a backdoor: the
-// host port's loading without its cycles): `depth` elements of `bytes` each.
+// A memory of a Verilated model the testbench may write or read directly (a backdoor: the
+// host port's loading and read-back without their cycles): `depth` elements of `bytes` each.
 struct Mem {
     std::string name;
     void* p;

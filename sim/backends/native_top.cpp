@@ -300,6 +300,19 @@ int epf_mem_write(void* h, int inst, int mem, uint64_t offset, const uint8_t* by
     return 0;
 }
 
+// Read `n` bytes at byte `offset` of memory `mem` of instance `inst` into `bytes` (the
+// read-back backdoor); -1 (epf_error) past its end.
+int epf_mem_read(void* h, int inst, int mem, uint64_t offset, uint8_t* bytes, uint32_t n) {
+    Machine* m = static_cast<Machine*>(h);
+    const Mem& x = m->inst[inst].mems[mem];
+    if (offset + n > (uint64_t)x.bytes * x.depth) {
+        m->error = "backdoor read past the end of " + x.name;
+        return -1;
+    }
+    std::memcpy(bytes, static_cast<const uint8_t*>(x.p) + offset, n);
+    return 0;
+}
+
 // evals, cycles, settle rounds, most rounds in one settle, instances, skipped edges
 void epf_stats(void* h, uint64_t* out) {
     Machine* m = static_cast<Machine*>(h);

@@ -12,7 +12,7 @@ from ..backends import SIMULATORS, missing_reason
 from ..backends.toolchain import OPT_LEVELS, check_opt, parse_backends
 from ..lab.experiments import EXPERIMENTS
 from ..lab.experiments.speed import (BENCH_OPT, SCALE_BACKEND, SCALE_LADDER, SCALE_OPT, SHAPES,
-                                     parse_shapes, ratios, scale)
+                                     build_growth, parse_shapes, ratios, scale)
 from .common import check_output, usable_backends, write_json
 
 __all__ = ["add_arguments", "prepare"]
@@ -74,9 +74,14 @@ def prepare(args):
             print(tabulate(
                 [(r["dies"], r["aivs_per_die"], r["status"], f"{r['wall_s']:.0f}",
                   f"{r.get('build_s', float('nan')):.0f}", f"{r.get('run_s', float('nan')):.1f}",
-                  r.get("cycles", 0), r["peak_rss_mb"]) for r in result["runs"]],
-                headers=("dies", "AIVs", "status", "wall s", "build s", "run s", "cycles", "peak MB"),
-                disable_numparse=True, colalign=("right",) * 8))
+                  r.get("cycles", 0), f"{r.get('cycles_per_s') or 0:,.0f}",
+                  f"{r.get('core_cycles_per_s') or 0:,.0f}", r["peak_rss_mb"])
+                 for r in result["runs"]],
+                headers=("dies", "AIVs", "status", "wall s", "build s", "run s", "cycles",
+                         "cycles/s", "core-cycles/s", "peak MB"),
+                disable_numparse=True, colalign=("right",) * 10))
+            for line in build_growth(result["runs"]):
+                print(line)
             print(f"largest within {args.budget:.0f} s: "
                   + (f"{result['largest'][0]} dies x {result['largest'][1]} AIVs"
                      if result["largest"] else "none"))

@@ -48,6 +48,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ...hw.aiv_core import MAX_UBUF_ROWS
 from ...hw.validate import UserError, check_int
 
 from ..config import MachineConfig
@@ -447,14 +448,19 @@ class Dispatch(Kernel):
             shape = MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
                                   lanes=16, rank_bits=rank_bits_for(shape.ranks, hbm_blocks))
             lay = layout_of(shape, params)
-            longest = max(len(prog) for run in runs
-                          for progs in ((self.programs(shape, run), combine_programs(shape, run))
-                                        if with_combine else (self.programs(shape, run),))
-                          for prog in progs.values())
             # the same UBuf for both systems (one build serves a comparison)
             rows = max(cann.ubuf_rows_needed(lay, "expert"),
                        ubep.ubuf_rows_needed(lay, params["experts"], a),
                        combine.ubuf_rows_needed(lay))
+            if pow2_at_least(rows) > MAX_UBUF_ROWS:
+                raise UserError(
+                    f"batch={params['batch']}, topk={params['topk']}, experts={params['experts']} "
+                    f"on {shape.ranks} ranks need {rows} UBuf rows of an AIV (its routing, slot "
+                    f"and count lists); a core's UBuf holds {MAX_UBUF_ROWS} (a smaller batch)")
+            longest = max(len(prog) for run in runs
+                          for progs in ((self.programs(shape, run), combine_programs(shape, run))
+                                        if with_combine else (self.programs(shape, run),))
+                          for prog in progs.values())
             out.append(MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
                                      lanes=16, hbm_blocks=hbm_blocks, rank_bits=shape.rank_bits,
                                      ubuf_rows=pow2_at_least(rows),

@@ -164,18 +164,22 @@ def _alltoall_loaded(seed, backdoor, monkeypatch):
     from epfabric.sim.backends import native
     monkeypatch.setenv("EPFABRIC_NATIVE_BACKDOOR", "1" if backdoor else "0")
     out, _ = _alltoall(seed, True, monkeypatch)
+    used = [native.LAST_STATS[k] for k in ("backdoor_writes", "backdoor_blocks", "backdoor_trace")]
+    assert all(used) if backdoor else not any(used), used
     return out, native.LAST_STATS["cycles"]
 
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_loading_through_the_backdoor_changes_nothing(seed, monkeypatch):
     """The native backend writes a large load straight into the models' HBM and instruction
-    memories (``backdoor``). Forced on for a small alltoall, the run is the same as loaded
+    memories, and reads a finished run's memory and MARK trace straight out of them
+    (``backdoor``). Forced on for a small alltoall, the run is the same as loaded and read
     through the host port -- cycles, MARKs, memory read back, counters, core status -- and
-    the machine ticked fewer cycles in all (the load's)."""
+    the machine ticked fewer cycles in all (the load's and the read-back's)."""
     require_simulator("native")
     port, port_ticks = _alltoall_loaded(seed, False, monkeypatch)
     direct, direct_ticks = _alltoall_loaded(seed, True, monkeypatch)
+    assert port[1], "the alltoall leaves MARKs"
     assert direct == port
     assert direct_ticks < port_ticks
 
@@ -183,8 +187,8 @@ def test_loading_through_the_backdoor_changes_nothing(seed, monkeypatch):
 @pytest.mark.parametrize("system", ["cann", "ubep"])
 def test_a_dispatch_and_combine_loaded_through_the_backdoor_are_the_same_run(system, monkeypatch):
     """The flag tests' cm384 machine (instruction rows, HBM blocks, 4-block tokens): the
-    dispatch and the combine after it, loaded through the backdoor and through the port, give
-    the same cycles, phases and bit-exact results."""
+    dispatch and the combine after it, loaded and read back through the backdoor and through
+    the port, give the same cycles, phases and bit-exact results."""
     require_simulator("native")
     from epfabric.sim.backends import native
     from epfabric.sw.kernels import KERNELS

@@ -103,3 +103,14 @@ def test_experiment_parameters_are_typed():
                          {"backend": "verilator", "dies": 4, "cycles_per_s": 250.0},
                          {"backend": "native", "dies": 4, "cycles_per_s": 50.0}]) == {
         "verilator": {"4": 25.0}, "native": {"4": 5.0}}
+
+
+def test_the_scale_probe_states_the_growth_of_build_time_per_aiv_count():
+    runs = [{"dies": 16, "aivs_per_die": 48, "status": "ok", "build_s": 200.0},
+            {"dies": 32, "aivs_per_die": 48, "status": "ok", "build_s": 350.0},
+            {"dies": 64, "aivs_per_die": 48, "status": "ok", "build_s": 700.0},
+            {"dies": 128, "aivs_per_die": 48, "status": "over_budget"},
+            {"dies": 16, "aivs_per_die": 8, "status": "ok", "build_s": 50.0}]
+    assert speed.build_growth(runs) == [
+        "build time at 48 AIVs per die, 16 -> 64 dies: 200 -> 700 s, x3.50 for x4 dies"]
+    assert speed.build_growth(runs[:1]) == []

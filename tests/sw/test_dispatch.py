@@ -208,6 +208,15 @@ def test_a_layout_beyond_the_address_space_is_named_before_running(params, block
         KERNELS["combine"].configs("cm384", params=params)
 
 
+def test_a_batch_beyond_a_cores_ubuf_is_named_before_running():
+    """The dispatch alone fits BS 12,000 in its addresses (dispatch-only layout), but a CANN
+    AIV's routing and slot lists do not fit a UBuf: the refusal names the batch, not the
+    core parameter it would have failed on."""
+    with pytest.raises(UserError, match=r"^batch=12000, topk=8, experts=32 on 8 ranks need 1502 "
+                                        r"UBuf rows of an AIV .* holds 1024 \(a smaller batch\)$"):
+        KERNELS["dispatch"].configs("cm384", params={"batch": 12000})
+
+
 def test_a_dispatch_whose_combine_cannot_fit_runs_on_a_dispatch_only_layout():
     """The paper's shape at 64 ranks (UBEP Table 4): a 6-bit rank field leaves 2**17 blocks a
     rank; with the combine's window and output the layout needs 175,902, without them

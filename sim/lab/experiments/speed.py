@@ -54,7 +54,7 @@ from ...backends.native import build_native
 from ...backends.machine import SimulatorBackend, machine_spec, session_intent
 from . import Experiment, Param, register
 
-__all__ = ["bench_one", "probe_one", "scale", "parse_shapes", "SHAPES", "SCALE_LADDER", "BENCH_OPT",
+__all__ = ["bench_one", "probe_one", "scale", "build_growth", "parse_shapes", "SHAPES", "SCALE_LADDER", "BENCH_OPT",
            "SCALE_OPT", "SCALE_BACKEND", "Speed", "EXPERIMENT", "native_stats"]
 
 SHAPES = {4: ("superpod", 2, 2, 1), 16: ("superpod", 2, 4, 2), 32: ("superpod", 2, 8, 2),
@@ -225,6 +225,20 @@ def parse_shapes(text):
         check_int("--shapes AIVs per die", a, 1, 256)
         shapes.append((d, a))
     return shapes
+
+
+def build_growth(runs):
+    """Lines saying how build time grows with dies at each AIV count of the scale probe's
+    finished shapes (``build s at 16 -> 64 dies: 184 -> 639 s, x3.5 for x4 dies``)."""
+    lines = []
+    for a in sorted({r["aivs_per_die"] for r in runs}):
+        ok = sorted((r["dies"], r["build_s"]) for r in runs
+                    if r["aivs_per_die"] == a and r["status"] == "ok" and r.get("build_s"))
+        if len(ok) >= 2:
+            (d0, b0), (d1, b1) = ok[0], ok[-1]
+            lines.append(f"build time at {a} AIVs per die, {d0} -> {d1} dies: {b0:.0f} -> {b1:.0f} s, "
+                         f"x{b1 / b0:.2f} for x{d1 / d0:g} dies")
+    return lines
 
 
 def scale(shapes, budget_s, opt=SCALE_OPT, backend=SCALE_BACKEND):
