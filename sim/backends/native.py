@@ -502,6 +502,33 @@ def skip_idle():
     return os.environ.get("EPFABRIC_NATIVE_SKIP", "1") != "0"
 
 
+#: AIV cores from which a machine is evaluated on two threads by default (a cycle of a
+#: smaller machine is too short for a thread hand-off to pay)
+THREADS_FROM_CORES = 256
+
+
+def native_threads(cores):
+    """Threads a native model of ``cores`` AIV cores evaluates its instances on
+    (``$EPFABRIC_NATIVE_THREADS``; default 2 from :data:`THREADS_FROM_CORES` cores when the
+    machine has two CPUs or more, else 1).
+
+    Each phase of a cycle -- the rising edge, each settle round -- evaluates its
+    instances on the threads, and copies their outputs on one; cycles, memory and
+    MARKs are the same on any number of threads (``tests/sim/test_native.py``).
+    """
+    text = os.environ.get("EPFABRIC_NATIVE_THREADS", "")
+    if text:
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if not 1 <= n <= 64:
+            raise SimulationError(f"EPFABRIC_NATIVE_THREADS must be an integer in [1, 64], "
+                                  f"not {text!r}")
+        return n
+    return 2 if cores >= THREADS_FROM_CORES and (os.cpu_count() or 1) >= 2 else 1
+
+
 def run_native(spec, intent, args, waveform=None, opt=None):
     """Run ``intent`` on ``spec``'s native model; return ``(result, cycles)``."""
     if waveform:
@@ -512,11 +539,13 @@ def run_native(spec, intent, args, waveform=None, opt=None):
     with shared_modules():
         component = spec.build()
     mark_used(component)        # built for its port shapes only
-    bench = NativeTestbench(component, library, netlist + f"skip_idle {int(skip_idle())}\n")
+    threads = native_threads(getattr(component, "ranks", 1) * getattr(component, "aivs_per_die", 0))
+    bench = NativeTestbench(component, library, netlist + f"skip_idle {int(skip_idle())}\n"
+                            f"threads {threads}\n")
     try:
         result = _drive(intent(bench, **args))
     finally:
         bench.close()
         LAST_STATS.clear()
-        LAST_STATS.update(bench.stats, **bench.backdoor_used)
+        LAST_STATS.update(bench.stats, **bench.backdoor_used, threads=threads)
     return result, bench.cycle

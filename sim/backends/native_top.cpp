@@ -9,15 +9,26 @@
 //   wire A PORT B PORT          output of instance A drives input of B directly
 //   alias NAME A PORT           machine port NAME is instance A's output
 //   skip_idle 0|1               skip the edges of instances whose `idle` is 1
+//   threads N                   evaluate instances on N threads (default 1)
 // and every other instance port meets glue port n<i-1>_<port>.
 // A cycle is a rising edge of every model not idle, then a settle: each
 // model whose inputs changed is evaluated and its changed outputs copied on,
 // until nothing changes (the fixed point the flat model computes in one eval).
+// With N > 1 threads each phase's evaluations (the rising edge, each settle
+// round) run on N threads, and the copies between instances after them on one:
+// every model only reads its own inputs and writes its own state and outputs,
+// so the evaluations of a phase are independent. A threaded settle is Jacobi
+// (a round evaluates every instance dirty at its start) rather than
+// Gauss-Seidel: more rounds, the same fixed point, the same cycles.
 // The per-kind port tables and the factory come from the generated
 // native_bind.cpp (sim/backends/native.py). Driven from Python by ctypes.
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -35,6 +46,71 @@ struct Conn {
     uint32_t dst_inst;
 };
 
+// Threads that evaluate a list of instances with the caller: `run` returns once
+// every instance of the list is evaluated. Workers spin briefly between phases
+// (a phase is every ~0.1-1 ms on a large machine), then sleep.
+class Pool {
+public:
+    explicit Pool(int workers) {
+        for (int t = 0; t < workers; t++) threads_.emplace_back([this] { work(); });
+    }
+    ~Pool() {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            stop_ = true;
+            gen_.fetch_add(1);
+        }
+        cv_.notify_all();
+        for (auto& t : threads_) t.join();
+    }
+    size_t size() const { return threads_.size(); }
+    void run(std::vector<Inst>& inst, const std::vector<uint32_t>& list) {
+        inst_ = &inst;
+        list_ = &list;
+        next_.store(0);
+        busy_.store((int)threads_.size());
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            gen_.fetch_add(1);
+        }
+        cv_.notify_all();
+        grab();
+        while (busy_.load(std::memory_order_acquire)) {}
+    }
+
+private:
+    void grab() {
+        const auto& list = *list_;
+        for (size_t k; (k = next_.fetch_add(1)) < list.size();) (*inst_)[list[k]].eval();
+    }
+    void work() {
+        uint64_t seen = 0;
+        for (;;) {
+            uint64_t g;
+            int spins = 0;
+            while ((g = gen_.load(std::memory_order_acquire)) == seen && ++spins < 20000) {}
+            if (g == seen) {
+                std::unique_lock<std::mutex> lock(mu_);
+                cv_.wait(lock, [&] { return gen_.load() != seen; });
+                g = gen_.load();
+            }
+            seen = g;
+            if (stop_) return;
+            grab();
+            busy_.fetch_sub(1, std::memory_order_release);
+        }
+    }
+    std::vector<std::thread> threads_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::atomic<uint64_t> gen_{0};
+    std::atomic<size_t> next_{0};
+    std::atomic<int> busy_{0};
+    bool stop_ = false;
+    std::vector<Inst>* inst_ = nullptr;
+    const std::vector<uint32_t>* list_ = nullptr;
+};
+
 struct Machine {
     VerilatedContext ctx;
     std::vector<Inst> inst;              // [0] is the glue
@@ -47,9 +123,20 @@ struct Machine {
     std::string error;
     uint64_t evals = 0, cycles = 0, settle_rounds = 0, skips = 0;
     int max_rounds = 0;                  // most settle rounds one cycle needed
+    Pool* pool = nullptr;                // netlist "threads N", N > 1: N - 1 workers
+    std::vector<uint32_t> list;          // a threaded phase's instances
 
     ~Machine() {
+        delete pool;
         for (auto& i : inst) i.destroy();
+    }
+
+    // Evaluate `list` on the pool's threads and this one.
+    void eval_list() {
+        if (list.empty()) return;
+        if (list.size() == 1) inst[list[0]].eval();
+        else pool->run(inst, list);
+        evals += list.size();
     }
 
     // Copy instance i's changed outputs on, marking their destinations dirty.
@@ -66,6 +153,7 @@ struct Machine {
     }
 
     bool settle() {
+        if (pool) return settle_threaded();
         for (int round = 0;; round++) {
             bool any = false;
             for (size_t i = 0; i < inst.size(); i++) {
@@ -87,18 +175,41 @@ struct Machine {
         }
     }
 
+    // settle() with each round's evaluations on the pool (Jacobi: see the top).
+    bool settle_threaded() {
+        for (int round = 0;; round++) {
+            list.clear();
+            for (size_t i = 0; i < inst.size(); i++)
+                if (dirty[i]) { dirty[i] = 0; list.push_back((uint32_t)i); }
+            if (list.empty()) {
+                settle_rounds += round + 1;
+                if (round + 1 > max_rounds) max_rounds = round + 1;
+                return true;
+            }
+            eval_list();
+            for (uint32_t i : list) propagate(i);
+            if (round > 10000) {
+                error = "ports between instances do not settle: a combinational loop through the glue";
+                return false;
+            }
+        }
+    }
+
     bool tick() {
         if (!settle()) return false;
         // The rising edge. A model whose settled `idle` output is 1 keeps its state
         // over this edge (its inputs are settled too), so its edge is skipped.
+        list.clear();
         for (size_t k = 0; k < inst.size(); k++) {
             Inst& i = inst[k];
             skipped[k] = skip_idle && i.idle && *i.idle;
             if (skipped[k]) { skips++; continue; }
             *i.clk = 1;
+            if (pool) { list.push_back((uint32_t)k); continue; }
             i.eval();
             evals++;
         }
+        if (pool) eval_list();
         // The falling edge: a model whose edge record is known gets it set directly
         // (nothing in the design acts on it), and only its changed outputs move on.
         for (size_t i = 0; i < inst.size(); i++) {
@@ -145,6 +256,12 @@ bool build(Machine* m, const char* path) {
             uint32_t w;
             for (size_t k = 0; in >> w && k < words.size(); k++) words[k] = w;
             std::memcpy(p->p, words.data(), p->bytes);
+        } else if (what == "threads") {
+            int n = 1;
+            in >> n;
+            if (n < 1 || n > 64) { m->error = "threads must be 1..64: " + line; return false; }
+            delete m->pool;
+            m->pool = n > 1 ? new Pool(n - 1) : nullptr;
         } else if (what == "skip_idle") {
             int on = 1;
             in >> on;

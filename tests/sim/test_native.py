@@ -206,3 +206,54 @@ def test_a_dispatch_and_combine_loaded_through_the_backdoor_are_the_same_run(sys
     assert ticks[1] < ticks[0]          # the backdoor did the loading
     for key in ("cycles", "phases", "y_payload_digest", "dispatch"):
         assert direct[key] == port[key], key
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_evaluating_on_threads_changes_nothing(seed, monkeypatch):
+    """Each phase of a cycle evaluated on 1, 2 or 3 threads (a Jacobi settle instead of
+    Gauss-Seidel): every cycle count, MARK, memory word, counter and core status is the same."""
+    require_simulator("native")
+    from epfabric.sim.backends import native
+    runs = []
+    for n in (1, 2, 3):
+        monkeypatch.setenv("EPFABRIC_NATIVE_THREADS", str(n))
+        out, _ = _alltoall(seed, True, monkeypatch)
+        assert native.LAST_STATS["threads"] == n
+        runs.append(out)
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_a_dispatch_and_combine_on_two_threads_are_the_same_run(monkeypatch):
+    """The cm384 flag-test machine (4-block tokens, UBEP): one thread and two give
+    the same cycles, phases and bit-exact results."""
+    require_simulator("native")
+    from epfabric.sw.kernels import KERNELS
+    from utils import CM384_MAX_CYCLES, cm384_machine, run_on_machine
+    params = {"system": "ubep", "batch": 4, "topk": 2, "experts": 4, "hidden_blocks": 4}
+    runs = []
+    for n in ("1", "2"):
+        monkeypatch.setenv("EPFABRIC_NATIVE_THREADS", n)
+        run = run_on_machine(KERNELS["combine"], "native", cm384_machine(), params,
+                             max_cycles=CM384_MAX_CYCLES)
+        assert run["correct"], run["problems"]
+        runs.append(run)
+    for key in ("cycles", "phases", "y_payload_digest", "dispatch"):
+        assert runs[0][key] == runs[1][key], key
+
+
+def test_threads_default_by_size_and_refuse_nonsense(monkeypatch):
+    from epfabric.sim.backends.native import THREADS_FROM_CORES, native_threads
+    from epfabric.sim.backends.testbench import SimulationError
+    monkeypatch.delenv("EPFABRIC_NATIVE_THREADS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert native_threads(THREADS_FROM_CORES - 1) == 1
+    assert native_threads(THREADS_FROM_CORES) == 2
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert native_threads(THREADS_FROM_CORES) == 1
+    monkeypatch.setenv("EPFABRIC_NATIVE_THREADS", "3")
+    assert native_threads(1) == 3
+    for bad in ("0", "two", "65"):
+        monkeypatch.setenv("EPFABRIC_NATIVE_THREADS", bad)
+        with pytest.raises(SimulationError, match=f"EPFABRIC_NATIVE_THREADS must be an integer "
+                                                  f"in \\[1, 64\\], not '{bad}'"):
+            native_threads(1)

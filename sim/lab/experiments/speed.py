@@ -155,7 +155,8 @@ def native_stats():
         return {}
     return {"instances": s["instances"], "evals_per_cycle": round(s["evals"] / s["cycles"], 1),
             "settle_rounds_per_cycle": round(s["settle_rounds"] / s["cycles"], 2),
-            "skipped_edges_per_cycle": round(s["skipped_edges"] / s["cycles"], 1)}
+            "skipped_edges_per_cycle": round(s["skipped_edges"] / s["cycles"], 1),
+            "threads": s.get("threads", 1)}
 
 
 def probe_one(dies, aivs, budget_s, opt=SCALE_OPT, log=print, backend=SCALE_BACKEND):
