@@ -40,6 +40,16 @@ def have_dask():
     return True
 
 
+def in_dask_worker():
+    """Whether this code runs in a Dask worker (a point of a parallel sweep)."""
+    try:
+        from distributed import get_worker
+        get_worker()
+    except (ImportError, ValueError):
+        return False
+    return True
+
+
 def run_task(name, point, key, cache_folder=None):
     """Measure ``point`` of experiment ``name``; cache a success. Returns the entry.
 
@@ -47,6 +57,10 @@ def run_task(name, point, key, cache_folder=None):
     measurement raised, ``{"rows": [], "wall_s", "error": "Type: message"}``.
     """
     from .experiments import EXPERIMENTS
+    if in_dask_worker():
+        # the workers already share the cores one each: a native model on two threads
+        # would oversubscribe them (the user's own setting wins)
+        os.environ.setdefault("EPFABRIC_NATIVE_THREADS", "1")
     t0 = time.monotonic()
     try:
         measured = EXPERIMENTS[name].measure(point)

@@ -281,3 +281,24 @@ def test_the_source_hash_sees_every_source_file(name, tmp_path, monkeypatch):
         assert cache.source_hash() != before
     finally:
         cache.source_hash.cache_clear()
+
+
+def test_points_in_dask_workers_evaluate_native_models_on_one_thread(monkeypatch):
+    """A Dask worker already has a core of its own: a point run there sets the native
+    backend's threads to 1 unless the user chose a number; outside a worker nothing changes."""
+    pytest.importorskip("distributed")
+    from distributed import Client, LocalCluster
+    from epfabric.sim.lab import sweep
+    assert not sweep.in_dask_worker()
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        assert client.submit(sweep.in_dask_worker, pure=False).result() is True
+    monkeypatch.delenv("EPFABRIC_NATIVE_THREADS", raising=False)
+    entry = sweep.run_task("no-such-experiment", {}, "key")
+    assert entry["error"] and "EPFABRIC_NATIVE_THREADS" not in os.environ
+    monkeypatch.setattr(sweep, "in_dask_worker", lambda: True)
+    sweep.run_task("no-such-experiment", {}, "key")
+    assert os.environ["EPFABRIC_NATIVE_THREADS"] == "1"
+    monkeypatch.setenv("EPFABRIC_NATIVE_THREADS", "3")
+    sweep.run_task("no-such-experiment", {}, "key")
+    assert os.environ["EPFABRIC_NATIVE_THREADS"] == "3"
