@@ -409,9 +409,27 @@ class Dispatch(Kernel):
                 for r in range(config.ranks) for c in range(a)}
 
     def configs(self, preset, topology=None, aivs=None, params=None):
+        """The machines of a run: one per AIV count, sized for both systems' dispatch in every
+        variant (and the combine after it). Remembered for the last few calls: the result
+        does not depend on ``system`` or a variant's options, and a comparison of the systems
+        (``--system cann,ubep``) asks for it once a system -- at the paper's shape, 30 s of
+        program generation each. Not remembered with a routing file (it may change)."""
         params = self.resolve_params(params)
         pr = get_preset(preset)
         topology = tuple(topology) if topology is not None else self.default_topology(pr)
+        varied = {"system"} | {k for system in SYSTEMS for each in variants_of(system) for k in each}
+        key = (pr.name, topology, aivs,
+               repr(sorted((k, v) for k, v in params.items() if k not in varied)))
+        cache = self.__dict__.setdefault("_configs_memo", {})
+        if params.get("routing") is not None:
+            return self._configs(pr, topology, aivs, params)   # a file can change between calls
+        if key not in cache:
+            cache[key] = self._configs(pr, topology, aivs, params)
+            while len(cache) > 4:
+                del cache[next(iter(cache))]
+        return list(cache[key])
+
+    def _configs(self, pr, topology, aivs, params):
         out = []
         for a in ([aivs] if aivs is not None else self.default_aivs):
             shape = MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,

@@ -590,3 +590,21 @@ def test_the_phase_line_gives_each_phases_end_and_duration():
               "0.2": {"init": 4, "count": 30, "reorder": 94}}          # another role's phases
     assert _phase_split(phases) == ("init 11 (+11), count 30 (+26), send 60 (+45), "
                                     "reorder 92 (+42)")
+
+
+def test_the_machines_of_a_comparison_are_sized_once(monkeypatch):
+    """configs() does not depend on the system or a variant's option: the second system of a
+    comparison gets the first one's machines without generating every program again; any
+    other parameter is a different machine."""
+    from epfabric.sw.kernels.dispatch import Dispatch
+    k = Dispatch()
+    calls = []
+    real = Dispatch.programs
+    monkeypatch.setattr(Dispatch, "programs", lambda self, c, p: calls.append(1) or real(self, c, p))
+    cann = k.configs("cm384", params={"system": "cann", "batch": 8})
+    n = len(calls)
+    assert n > 0
+    assert k.configs("cm384", params={"system": "ubep", "batch": 8, "mapping": "identity"}) == cann
+    assert len(calls) == n
+    assert k.configs("cm384", params={"system": "ubep", "batch": 16}) != cann
+    assert len(calls) > n
