@@ -208,8 +208,7 @@ def test_a_dispatch_and_combine_loaded_through_the_backdoor_are_the_same_run(sys
         assert direct[key] == port[key], key
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_evaluating_on_threads_changes_nothing(seed, monkeypatch):
+def test_evaluating_on_threads_changes_nothing(monkeypatch):
     """Each phase of a cycle evaluated on 1, 2 or 3 threads (a Jacobi settle instead of
     Gauss-Seidel): every cycle count, MARK, memory word, counter and core status is the same."""
     require_simulator("native")
@@ -217,7 +216,7 @@ def test_evaluating_on_threads_changes_nothing(seed, monkeypatch):
     runs = []
     for n in (1, 2, 3):
         monkeypatch.setenv("EPFABRIC_NATIVE_THREADS", str(n))
-        out, _ = _alltoall(seed, True, monkeypatch)
+        out, _ = _alltoall(3, True, monkeypatch)
         assert native.LAST_STATS["threads"] == n
         runs.append(out)
     assert runs[0] == runs[1] == runs[2]
