@@ -286,9 +286,10 @@ def test_the_source_hash_sees_every_source_file(name, tmp_path, monkeypatch):
 def test_points_in_dask_workers_evaluate_native_models_on_one_thread(monkeypatch):
     """A Dask worker already has a core of its own: a point run there sets the native
     backend's threads to 1 unless the user chose a number; outside a worker nothing changes."""
-    pytest.importorskip("distributed")
-    from distributed import Client, LocalCluster
     from epfabric.sim.lab import sweep
+    require("Dask distributed", None if sweep.have_dask() else "it is not installed "
+            "(pip install 'epfabric[cluster]')")
+    from distributed import Client, LocalCluster
     assert not sweep.in_dask_worker()
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                       dashboard_address=None) as cluster, Client(cluster) as client:
