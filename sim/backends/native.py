@@ -293,10 +293,10 @@ class NativeTestbench(Testbench):
 
     def close(self):
         if self._h:
-            s = (ctypes.c_uint64 * 6)()
+            s = (ctypes.c_uint64 * 7)()
             self._c.epf_stats(self._h, s)
             self.stats = dict(zip(("evals", "cycles", "settle_rounds", "max_rounds", "instances",
-                                   "skipped_edges"), s))
+                                   "skipped_edges", "threads"), s))
             self._c.epf_close(self._h)
             self._h = None
 
@@ -547,5 +547,5 @@ def run_native(spec, intent, args, waveform=None, opt=None):
     finally:
         bench.close()
         LAST_STATS.clear()
-        LAST_STATS.update(bench.stats, **bench.backdoor_used, threads=threads)
+        LAST_STATS.update(bench.stats, **bench.backdoor_used)   # threads: as the C++ top ran
     return result, bench.cycle

@@ -430,7 +430,7 @@ int epf_mem_read(void* h, int inst, int mem, uint64_t offset, uint8_t* bytes, ui
     return 0;
 }
 
-// evals, cycles, settle rounds, most rounds in one settle, instances, skipped edges
+// evals, cycles, settle rounds, most rounds in one settle, instances, skipped edges, threads
 void epf_stats(void* h, uint64_t* out) {
     Machine* m = static_cast<Machine*>(h);
     out[0] = m->evals;
@@ -439,6 +439,7 @@ void epf_stats(void* h, uint64_t* out) {
     out[3] = (uint64_t)m->max_rounds;
     out[4] = m->inst.size();
     out[5] = m->skips;
+    out[6] = m->pool ? m->pool->size() + 1 : 1;
 }
 
 }  // extern "C"

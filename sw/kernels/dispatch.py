@@ -417,12 +417,12 @@ class Dispatch(Kernel):
         params = self.resolve_params(params)
         pr = get_preset(preset)
         topology = tuple(topology) if topology is not None else self.default_topology(pr)
+        if params.get("routing") is not None:
+            return self._configs(pr, topology, aivs, params)   # a file can change between calls
         varied = {"system"} | {k for system in SYSTEMS for each in variants_of(system) for k in each}
         key = (pr.name, topology, aivs,
                repr(sorted((k, v) for k, v in params.items() if k not in varied)))
         cache = self.__dict__.setdefault("_configs_memo", {})
-        if params.get("routing") is not None:
-            return self._configs(pr, topology, aivs, params)   # a file can change between calls
         if key not in cache:
             cache[key] = self._configs(pr, topology, aivs, params)
             while len(cache) > 4:

@@ -190,22 +190,32 @@ def test_a_dispatch_and_combine_loaded_through_the_backdoor_are_the_same_run(sys
     dispatch and the combine after it, loaded and read back through the backdoor and through
     the port, give the same cycles, phases and bit-exact results."""
     require_simulator("native")
+    (port, port_ticks), (direct, direct_ticks) = _cm384_combines(
+        system, "EPFABRIC_NATIVE_BACKDOOR", ("0", "1"), monkeypatch)
+    assert direct_ticks < port_ticks    # the backdoor did the loading
+    for key in SAME_RUN:
+        assert direct[key] == port[key], key
+
+
+#: what two runs of the cm384 dispatch + combine must share to be the same run
+SAME_RUN = ("cycles", "phases", "y_payload_digest", "dispatch")
+
+
+def _cm384_combines(system, variable, values, monkeypatch):
+    """``[(run, ticks)]``: the flag tests' cm384 dispatch + combine with ``variable`` set to
+    each of ``values``; each run checked correct."""
     from epfabric.sim.backends import native
     from epfabric.sw.kernels import KERNELS
     from utils import CM384_MAX_CYCLES, cm384_machine, run_on_machine
     params = {"system": system, "batch": 4, "topk": 2, "experts": 4, "hidden_blocks": 4}
-    runs, ticks = [], []
-    for mode in ("0", "1"):
-        monkeypatch.setenv("EPFABRIC_NATIVE_BACKDOOR", mode)
+    out = []
+    for value in values:
+        monkeypatch.setenv(variable, value)
         run = run_on_machine(KERNELS["combine"], "native", cm384_machine(), params,
                              max_cycles=CM384_MAX_CYCLES)
         assert run["correct"], run["problems"]
-        runs.append(run)
-        ticks.append(native.LAST_STATS["cycles"])
-    port, direct = runs
-    assert ticks[1] < ticks[0]          # the backdoor did the loading
-    for key in ("cycles", "phases", "y_payload_digest", "dispatch"):
-        assert direct[key] == port[key], key
+        out.append((run, native.LAST_STATS["cycles"]))
+    return out
 
 
 def test_evaluating_on_threads_changes_nothing(monkeypatch):
@@ -226,18 +236,10 @@ def test_a_dispatch_and_combine_on_two_threads_are_the_same_run(monkeypatch):
     """The cm384 flag-test machine (4-block tokens, UBEP): one thread and two give
     the same cycles, phases and bit-exact results."""
     require_simulator("native")
-    from epfabric.sw.kernels import KERNELS
-    from utils import CM384_MAX_CYCLES, cm384_machine, run_on_machine
-    params = {"system": "ubep", "batch": 4, "topk": 2, "experts": 4, "hidden_blocks": 4}
-    runs = []
-    for n in ("1", "2"):
-        monkeypatch.setenv("EPFABRIC_NATIVE_THREADS", n)
-        run = run_on_machine(KERNELS["combine"], "native", cm384_machine(), params,
-                             max_cycles=CM384_MAX_CYCLES)
-        assert run["correct"], run["problems"]
-        runs.append(run)
-    for key in ("cycles", "phases", "y_payload_digest", "dispatch"):
-        assert runs[0][key] == runs[1][key], key
+    (one, _), (two, _) = _cm384_combines("ubep", "EPFABRIC_NATIVE_THREADS", ("1", "2"),
+                                         monkeypatch)
+    for key in SAME_RUN:
+        assert one[key] == two[key], key
 
 
 def test_threads_default_by_size_and_refuse_nonsense(monkeypatch):
