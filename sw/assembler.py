@@ -32,6 +32,7 @@ other immediate it means the label's instruction index. Errors raise
 programs, the instruction index.
 """
 
+import functools
 import re
 
 from ..hw.validate import UserError, UserTypeError
@@ -60,13 +61,6 @@ def _li_parts(value):
     return upper, lower
 
 
-class _Entry:
-    __slots__ = ("mnemonic", "operands", "line")
-
-    def __init__(self, mnemonic, operands, line):
-        self.mnemonic, self.operands, self.line = mnemonic, operands, line
-
-
 #: operands of every mnemonic (instructions and pseudo-instructions): :meth:`Program.emit`'s
 #: fast path checks only this; anything else takes the path that names the problem
 _ARITY = {**{insn.mnemonic: len(insn.fields) for insn in INSTRUCTIONS},
@@ -77,16 +71,18 @@ class Program:
     """A program under construction: instructions and labels; see the module docstring."""
 
     def __init__(self):
+        # (mnemonic, operands, source line or None): kernel generators add millions, and a
+        # tuple is the cheapest record to build
         self._entries = []
         self._labels = {}
         self._line = None  # source line of the entries being added (text front end)
-        self._length = 0   # instruction words of the entries (kept as they are added)
+        self._lui = 0      # li entries that take two words (lui + addi): the rest take one
 
     def __len__(self):
-        return self._length
+        return len(self._entries) + self._lui
 
     def _where(self, entry=None, index=None):
-        line = entry.line if entry is not None else self._line
+        line = entry[2] if entry is not None else self._line
         if line is not None:
             return f"line {line}"
         return f"instruction {index if index is not None else len(self)}"
@@ -109,8 +105,9 @@ class Program:
         except TypeError:            # an unhashable mnemonic: named below
             fast = False
         if fast:
-            self._entries.append(_Entry(mnemonic, operands, self._line))
-            self._length += 1 if mnemonic != "li" else self._size(self._entries[-1])
+            self._entries.append((mnemonic, operands, self._line))
+            if mnemonic == "li":
+                self._lui += self._size(self._entries[-1]) - 1
             return self
         return self._emit_checked(mnemonic, operands)
 
@@ -130,16 +127,17 @@ class Program:
                      else "")
             raise UserError(f"{self._where()}: {mnemonic} takes {expected} operand(s) "
                             f"({names or 'none'}), got {len(operands)}")
-        entry = _Entry(mnemonic, operands, self._line)
+        entry = (mnemonic, operands, self._line)
         self._entries.append(entry)
-        self._length += self._size(entry)
+        self._lui += self._size(entry) - 1
         return self
 
     @staticmethod
     def _size(entry):
-        if entry.mnemonic != "li":
+        mnemonic, operands, _ = entry
+        if mnemonic != "li":
             return 1
-        value = entry.operands[1]
+        value = operands[1]
         if isinstance(value, int) and -(1 << 17) <= value < (1 << 17):
             return 1
         return 2
@@ -151,7 +149,7 @@ class Program:
             if not m:
                 raise bad
             number = int(m.group(1))
-        elif entry.line is not None:   # text: a bare number is not a register
+        elif entry[2] is not None:   # text: a bare number is not a register
             raise bad
         else:
             number = value
@@ -168,7 +166,7 @@ class Program:
 
     def _expand(self, entry, index):
         """Yield ``(mnemonic, operands)`` machine instructions of one entry."""
-        m, ops = entry.mnemonic, entry.operands
+        m, ops, _ = entry
         if m == "nop":
             return [("addi", [0, 0, 0])]
         if m == "mv":
@@ -201,6 +199,12 @@ class Program:
         """Return the program as a list of 32-bit instruction words."""
         words = []
         for entry in self._entries:
+            if entry[2] is None:           # the builder's: one naming no label is memoised
+                try:
+                    words.extend(_plain_words(entry[0], *entry[1]))
+                    continue
+                except Exception:          # a label or a bad operand: resolved or named below
+                    pass
             for mnemonic, ops in self._expand(entry, len(words)):
                 try:
                     words.append(encode(mnemonic, *ops))
@@ -215,7 +219,10 @@ class Program:
 
     def li(self, rd, value):
         """Load any 32-bit value (one ``addi`` or ``lui`` + ``addi``)."""
-        return self.emit("li", rd, value)
+        entry = ("li", (rd, value), self._line)     # emit's fast path, one call fewer
+        self._entries.append(entry)
+        self._lui += self._size(entry) - 1
+        return self
 
     def mv(self, rd, rs):
         """``rd = rs``."""
@@ -235,8 +242,7 @@ def _make_method(insn):
 
     def method(self, *operands):
         if len(operands) == arity:       # emit's fast path, one call fewer
-            self._entries.append(_Entry(mnemonic, operands, self._line))
-            self._length += 1
+            self._entries.append((mnemonic, operands, self._line))
             return self
         return self._emit_checked(mnemonic, operands)
     method.__name__ = insn.mnemonic + ("_" if insn.mnemonic in ("and", "or") else "")
@@ -246,6 +252,21 @@ def _make_method(insn):
 
 for _insn in INSTRUCTIONS:
     setattr(Program, _make_method(_insn).__name__, _make_method(_insn))
+
+_NO_LABELS = Program()
+
+
+@functools.lru_cache(maxsize=1 << 16, typed=True)
+def _plain_words(mnemonic, *operands):
+    """The words of a builder entry that names no label (``_NO_LABELS`` has none to resolve).
+
+    They depend on nothing else, and a paper-shape machine's programs repeat a few
+    ten thousand such entries millions of times. ``typed``: ``1``, ``1.0`` and ``True`` are
+    equal keys but not equal operands (only the first encodes). Errors are not remembered:
+    :meth:`Program.assemble` takes its general path for them, which names the instruction.
+    """
+    entry = (mnemonic, operands, None)
+    return tuple(encode(m, *ops) for m, ops in _NO_LABELS._expand(entry, 0))
 
 
 def _operand(text):

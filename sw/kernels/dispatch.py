@@ -412,7 +412,7 @@ class Dispatch(Kernel):
         """The machines of a run: one per AIV count, sized for both systems' dispatch in every
         variant (and the combine after it). Remembered for the last few calls: the result
         does not depend on ``system`` or a variant's options, and a comparison of the systems
-        (``--system cann,ubep``) asks for it once a system -- at the paper's shape, 30 s of
+        (``--system cann,ubep``) asks for it once a system -- at the paper's shape, 25 s of
         program generation each. Not remembered with a routing file (it may change)."""
         params = self.resolve_params(params)
         pr = get_preset(preset)
@@ -475,10 +475,7 @@ class Dispatch(Kernel):
                     f"batch={params['batch']}, topk={params['topk']}, experts={params['experts']} "
                     f"on {shape.ranks} ranks need {rows} UBuf rows of an AIV (its routing, slot "
                     f"and count lists); a core's UBuf holds {MAX_UBUF_ROWS} (a smaller batch)")
-            longest = max(len(prog) for run in runs
-                          for progs in ((self.programs(shape, run), combine_programs(shape, run))
-                                        if with_combine else (self.programs(shape, run),))
-                          for prog in progs.values())
+            longest = self._longest(shape, runs, with_combine)
             out.append(MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
                                      lanes=16, hbm_blocks=hbm_blocks, rank_bits=shape.rank_bits,
                                      ubuf_rows=pow2_at_least(rows),
@@ -486,6 +483,20 @@ class Dispatch(Kernel):
                                      trace_depth=max(64, pow2_at_least(len(PHASES)
                                                                        * shape.cores))))
         return out
+
+    def _longest(self, shape, runs, with_combine):
+        """The longest program of ``runs``' dispatches on ``shape`` (and of the combines after
+        them). A combine's programs depend on the run's layout and system, not on the dispatch's
+        variant: one set serves a system's variants (at the paper's shape, 8 s a set)."""
+        longest, combines = 0, set()
+        for run in runs:
+            sets = [self.programs(shape, run)]
+            key = (layout_of(shape, run), run["system"], run.get("combine_broken"))
+            if with_combine and key not in combines:
+                combines.add(key)
+                sets.append(combine_programs(shape, run))
+            longest = max([longest] + [len(prog) for progs in sets for prog in progs.values()])
+        return longest
 
     def load(self, machine, params, workload=None, epoch=1):
         """Inputs, epoch and programs onto ``machine``; returns ``(workload, params, epoch)``.

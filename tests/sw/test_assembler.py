@@ -103,3 +103,15 @@ def test_disassemble_round_trip():
     words = assemble(SRC)
     assert assemble("\n".join(disassemble(words))) == words
     assert disassemble([encode("poll", 1, 2, 3, "ne")]) == ["poll r1, r2, r3, ne"]
+
+
+def test_remembered_words_depend_on_the_operands_types_and_labels():
+    """Builder entries that name no label are encoded once (``_plain_words``): ``True`` and
+    ``1.0`` equal ``1`` as keys but are still refused, and a label resolves in each program."""
+    assert Program().addi(1, 1, 1).assemble() == [encode("addi", 1, 1, 1)]
+    for bad in (True, 1.0):
+        with pytest.raises(UserError, match=r"^instruction 0: addi: imm must be an integer"):
+            Program().addi(1, 1, bad).assemble()
+    first = Program().li(1, "x").label("x").halt().assemble()
+    later = Program().nop().li(1, "x").label("x").halt().assemble()
+    assert decode(first[1]) == ("addi", [1, 1, 2]) and decode(later[2]) == ("addi", [1, 1, 3])

@@ -608,3 +608,15 @@ def test_the_machines_of_a_comparison_are_sized_once(monkeypatch):
     assert len(calls) == n
     assert k.configs("cm384", params={"system": "ubep", "batch": 16}) != cann
     assert len(calls) > n
+
+
+def test_sizing_generates_a_systems_combine_programs_once(monkeypatch):
+    """The combine's programs do not depend on the dispatch's variant: configs() generates one
+    set a system, not one a variant (at the paper's shape, 8 s a set)."""
+    from epfabric.sw.kernels import dispatch
+    calls = []
+    real = dispatch.combine_programs
+    monkeypatch.setattr(dispatch, "combine_programs",
+                        lambda c, p: calls.append(p["system"]) or real(c, p))
+    dispatch.Dispatch().configs("cm384", params={"batch": 8})
+    assert sorted(calls) == ["cann", "ubep"]
