@@ -199,7 +199,9 @@ class AIVCore(wiring.Component):
         WRITE_BLOCK on ``mem_rsp``) acknowledges ``data[0:16]`` stores at once:
         the die coalesces the acks of remote stores (:mod:`epfabric.hw.router`).
     cycle : Out(32)
-        Cycles since reset (the MARK time base).
+        Cycles this core has run (out of ``IDLE`` and ``HALT``) since reset: what
+        ``csrr cycle`` and the core's MARK events read. A halted core's clock is gated;
+        the machine's MARK trace is stamped by the System's own counter.
     inc_post : Out(stream.Signature(inc_post_layout)) (``inc`` only)
         Posts to the die's network interface (op :data:`INC_POSTS`, ``a`` =
         R[rs1], ``b`` = R[rs2]).
@@ -300,7 +302,11 @@ class AIVCore(wiring.Component):
         state = self.state
         cycle = self.cycle
         core_id = self.core_id_in if self.core_id is None else self.core_id
-        m.d.sync += cycle.eq(cycle + 1)
+        # The counter runs while the core does: a halted or idle core's clock is gated
+        # (nothing of it changes), so a die of halted cores is idle (Die.idle) and the native
+        # backend skips its edges. The machine's time base is the System's own counter.
+        with m.If((state != _State.HALT) & (state != _State.IDLE)):
+            m.d.sync += cycle.eq(cycle + 1)
 
         # --- instruction memory (host writes, combinational fetch) -------------
         m.submodules.imem = imem = memory.Memory(shape=32, depth=self.imem_depth, init=[])

@@ -95,7 +95,9 @@ class RoundRobin(wiring.Component):
         if self.hold:
             held = Signal(name="held")             # the last cycle's grant was not served
             held_grant = Signal(range(n), name="held_grant")
-            m.d.sync += [held.eq(self.valid & ~self.ready), held_grant.eq(self.grant)]
+            m.d.sync += held.eq(self.valid & ~self.ready)
+            with m.If(self.valid):        # read only after a valid cycle: kept when idle
+                m.d.sync += held_grant.eq(self.grant)
             m.d.comb += [self.grant.eq(Mux(held, held_grant, fresh)),
                          self.valid.eq(held | req.any())]
         else:

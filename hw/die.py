@@ -156,6 +156,14 @@ class Die(wiring.Component):
         Every core halted (or disabled) with no store outstanding: the
         system's run is over when every die's is. One bit a die instead of
         the cores' status, so the native backend's glue reads few bits a die.
+    idle : Out(1) (without ``nic``)
+        No core running (each halted or never started) and none with a store
+        outstanding, no host access, and the router and the UB memory idle (nothing
+        offered, queued or in a pipeline; their ``idle``): the next clock edge changes
+        no register and no memory of the die, so the native backend skips it
+        (:mod:`epfabric.sim.backends.native`; proved by tests/hw/test_die.py, which
+        checks every register and memory write of a die whenever it is 1). A halted
+        core's cycle counter stops with it (:class:`~epfabric.hw.aiv_core.AIVCore`).
     inc_tx, inc_rx, inc_counts (``nic`` only)
         The interface's flit streams and its AG, RS and barrier counters.
 
@@ -233,6 +241,7 @@ class Die(wiring.Component):
             "trace_event": Out(16).array(aivs),
             "done": Out(1),
             **({"rank_in": In(range(max(2, ranks)))} if rank is None else {}),
+            **({"idle": Out(1)} if nic is None else {}),
             **({"inc_tx": Out(stream.Signature(self.nic.tx.payload.shape())),
                 "inc_rx": In(stream.Signature(self.nic.tx.payload.shape())),
                 "inc_counts": Out(32).array(3)} if self.nic is not None else {}),
@@ -307,6 +316,10 @@ class Die(wiring.Component):
         wiring.connect(m, wiring.flipped(self.rx), router.rx)
         if self.nic is not None:
             self._inc_units(m, rank)
+        else:
+            quiet = Cat(~c.running & (c.outstanding == 0) for c in cores).all()
+            m.d.comb += self.idle.eq(quiet & ~self.host.we & ~self.host.start & ~self.host.re
+                                     & router.idle & mem.idle)
         return m
 
     def _inc_units(self, m, rank):

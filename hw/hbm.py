@@ -135,6 +135,9 @@ class HBMSlice(wiring.Component):
     read : In(ReadPortSignature) array of ``read_ports``
         Load/poll ports; a response carries the whole modelled block and the
         requested word (zero for a word beyond ``data_bytes``).
+    idle : Out(1)
+        No write, no read request and none in the pipeline: the next clock edge
+        changes no register and no row (:attr:`epfabric.hw.die.Die.idle`).
 
     Raises
     ------
@@ -160,6 +163,7 @@ class HBMSlice(wiring.Component):
         super().__init__({
             "w": In(WritePortSignature(blocks=blocks, data_bytes=data_bytes)),
             "read": In(ReadPortSignature(blocks=blocks, data_bytes=data_bytes)).array(read_ports),
+            "idle": Out(1),
         })
 
     def elaborate(self, platform):
@@ -169,20 +173,30 @@ class HBMSlice(wiring.Component):
         wp = mem.write_port(granularity=32)
         m.d.comb += [wp.en.eq(self.w.en), wp.addr.eq(self.w.addr), wp.data.eq(self.w.data)]
 
+        # A stage's address and word are loaded with a request only (read only with
+        # ``valid``): with no request anywhere, no register changes (``idle``).
+        busy = [self.w.en.any()]
         for i in range(self.read_ports):
             port = self.read[i]
             rp = mem.read_port()
             m.d.comb += port.req.ready.eq(1)
             valid, addr, word = port.req.valid, port.req.payload.addr, port.req.payload.word
+            busy.append(valid)
             for stage in range(self.latency - 1):
                 v = Signal(name=f"r{i}_v{stage}")
                 a = Signal.like(addr, name=f"r{i}_addr{stage}")
                 w = Signal.like(word, name=f"r{i}_word{stage}")
-                m.d.sync += [v.eq(valid), a.eq(addr), w.eq(word)]
+                m.d.sync += v.eq(valid)
+                with m.If(valid):
+                    m.d.sync += [a.eq(addr), w.eq(word)]
                 valid, addr, word = v, a, w
+                busy.append(v)
             m.d.comb += [rp.addr.eq(addr), rp.en.eq(valid)]
             resp_word = Signal.like(word, name=f"r{i}_resp_word")
-            m.d.sync += [port.resp.valid.eq(valid), resp_word.eq(word)]
+            m.d.sync += port.resp.valid.eq(valid)
+            with m.If(valid):
+                m.d.sync += resp_word.eq(word)
+            busy.append(port.resp.valid)
             # plain names for everything that crosses the hierarchy: Icarus
             # mis-binds escaped port names such as `rp__data$22`
             row = Signal(self.data_bytes * 8, name=f"r{i}_row")
@@ -198,6 +212,7 @@ class HBMSlice(wiring.Component):
             # one whole-port assignment (Icarus leaves an output port that two
             # processes drive in parts undriven)
             m.d.comb += port.resp.payload.eq(Cat(row, selected))
+        m.d.comb += self.idle.eq(~Cat(busy).any())
         return m
 
 

@@ -103,7 +103,7 @@ class Csr(enum.Enum, shape=4):
     """Read-only values for ``csrr``."""
     CORE_ID = 0  #: the core's ``core_id`` parameter
     RANK = 1     #: the core's ``rank`` input (its die)
-    CYCLE = 2    #: cycles since reset (the MARK time base)
+    CYCLE = 2    #: cycles the core has run (out of idle and halt) since reset
 
 
 @dataclass(frozen=True)

@@ -390,6 +390,10 @@ class DieRouter(wiring.Component):
         Flits from the fabric (REQ for this die, RSP for its cores).
     host : In(HostMemorySignature(row_bits=8 * data_bytes))
         Host word writes (through the UB port) and reads (read port ``aivs``).
+    idle : Out(1)
+        Nothing offered (no core request, ``rx`` flit, UB answer or host access), the RSP
+        queue and the ack FIFO empty, no remote load in the tag pipeline: the next clock
+        edge changes no register of the router (:attr:`epfabric.hw.die.Die.idle`).
 
     Raises
     ------
@@ -423,6 +427,7 @@ class DieRouter(wiring.Component):
             "tx": Out(stream.Signature(self.flit)),
             "rx": In(stream.Signature(self.flit)),
             "host": In(HostMemorySignature(row_bits=8 * data_bytes)),
+            "idle": Out(1),
         })
 
     def elaborate(self, platform):
@@ -618,6 +623,13 @@ class DieRouter(wiring.Component):
             with m.If(want_tx[i]):
                 m.d.comb += r.ready.eq(txm.requests[i].ready)
         wiring.connect(m, txm.tx, wiring.flipped(self.tx))
+        # idle: a tag with valid 0 is all zeros (new_tag's fields are set with valid only),
+        # so an empty pipeline shifts zeros into zeros; the FIFOs, the ack table and the
+        # UB tags change only with a request, a flit or an answer
+        m.d.comb += self.idle.eq(~Cat(*(r.valid for r in reqs), self.rx.valid, ub_rsp.valid,
+                                      host_hbm, self.host.re, acks.ack.valid,
+                                      *(t.valid for t in rtags)).any()
+                                 & (rspq.level == 0))
         return m
 
 

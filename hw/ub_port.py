@@ -267,6 +267,9 @@ class UBMemory(wiring.Component):
         The port's (see :class:`UBPort`).
     read : In(ReadPortSignature) array of ``read_ports``
         Local load/poll ports.
+    idle : Out(1)
+        No request offered or held, no answer pending and the slice idle: the next
+        clock edge changes nothing (:attr:`epfabric.hw.die.Die.idle`).
     """
 
     def __init__(self, *, blocks=16, data_bytes=64, non_atomic=False, beat_bytes=64, latency=2,
@@ -284,6 +287,7 @@ class UBMemory(wiring.Component):
             "commit_valid": Out(1),
             "commit_beat": Out(range(max(2, self.port.beats))),
             "busy": Out(1),
+            "idle": Out(1),
         })
 
     def elaborate(self, platform):
@@ -297,7 +301,8 @@ class UBMemory(wiring.Component):
         for i in range(len(self.read)):
             wiring.connect(m, wiring.flipped(self.read[i]), hbm.read[i + 1])
         m.d.comb += [self.commit_valid.eq(port.commit_valid), self.commit_beat.eq(port.commit_beat),
-                     self.busy.eq(port.busy)]
+                     self.busy.eq(port.busy),
+                     self.idle.eq(~port.busy & ~port.o_resp.valid & ~self.i_req.valid & hbm.idle)]
         return m
 
 

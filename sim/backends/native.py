@@ -19,7 +19,8 @@ C++ until the port rises, returning every :data:`PROGRESS_CYCLES` cycles to
 report progress. Cycles, memory, traces and counters are those of the flat
 model: every cross-simulator test (the ``hdl_simulator`` fixture and the
 explicit ones) has a ``native`` case. Instances with an ``idle`` output
-(:class:`~epfabric.hw.link.Link`) are not clocked while it is 1 (:func:`skip_idle`).
+(:class:`~epfabric.hw.link.Link`, :class:`~epfabric.hw.die.Die`: a die whose cores all
+halted with nothing in flight) are not clocked while it is 1 (:func:`skip_idle`).
 """
 
 import ctypes
@@ -236,6 +237,7 @@ class _Lib:
                               ("epf_get", [vp, i, ctypes.c_char_p], i),
                               ("epf_tick", [vp, u64, i], i64),
                               ("epf_stats", [vp, ctypes.POINTER(u64)], None),
+                              ("epf_inst_skips", [vp, ctypes.POINTER(u64)], None),
                               ("epf_mem", [vp, i, ctypes.c_char_p], i),
                               ("epf_mem_shape", [vp, i, i, ctypes.POINTER(ctypes.c_uint32)], None),
                               ("epf_mem_write", [vp, i, i, u64, ctypes.c_char_p, ctypes.c_uint32],
@@ -252,6 +254,12 @@ class NativeTestbench(Testbench):
     def __init__(self, component, library, netlist):
         super().__init__(component)
         self._c = _Lib(library).lib
+        # die instances by rank (their rank_in constant): the backdoor's targets
+        self._dies = {}
+        for line in netlist.splitlines():
+            f = line.split()
+            if f[:1] == ["const"] and f[2] == "rank_in":
+                self._dies[int(f[3])] = int(f[1])
         with tempfile.NamedTemporaryFile("w", suffix=".netlist", delete=False) as f:
             f.write(netlist)
         try:
@@ -265,12 +273,6 @@ class NativeTestbench(Testbench):
             raise
         self._index = {}
         self.stats = {}
-        # die instances by rank (their rank_in constant): the backdoor's targets
-        self._dies = {}
-        for line in netlist.splitlines():
-            f = line.split()
-            if f[:1] == ["const"] and f[2] == "rank_in":
-                self._dies[int(f[3])] = int(f[1])
         self._glue = 0                      # the netlist's first instance (native_top.cpp)
         # what went through the backdoor: memory words or rows written, blocks and trace
         # entries read (LAST_STATS after the run)
@@ -297,6 +299,11 @@ class NativeTestbench(Testbench):
             self._c.epf_stats(self._h, s)
             self.stats = dict(zip(("evals", "cycles", "settle_rounds", "max_rounds", "instances",
                                    "skipped_edges", "threads"), s))
+            each = (ctypes.c_uint64 * s[4])()
+            self._c.epf_inst_skips(self._h, each)
+            # a skipped die edge skips every core of the die (Die.idle)
+            self.stats.update(dies=len(self._dies),
+                              skipped_die_edges=sum(each[i] for i in self._dies.values()))
             self._c.epf_close(self._h)
             self._h = None
 
@@ -494,8 +501,8 @@ def backdoor(writes):
 def skip_idle():
     """Whether native models skip the clock edges of idle instances (``$EPFABRIC_NATIVE_SKIP``, default 1).
 
-    An instance whose module has an ``idle`` output (:class:`~epfabric.hw.link.Link`)
-    and shows 1 after the settle keeps its state over the edge, so the edge
+    An instance whose module has an ``idle`` output (:class:`~epfabric.hw.link.Link`,
+    :class:`~epfabric.hw.die.Die`) and shows 1 after the settle keeps its state over the edge, so the edge
     is skipped; ``EPFABRIC_NATIVE_SKIP=0`` evaluates every edge (the
     equality tests run both ways).
     """
@@ -542,10 +549,16 @@ def run_native(spec, intent, args, waveform=None, opt=None):
     threads = native_threads(getattr(component, "ranks", 1) * getattr(component, "aivs_per_die", 0))
     bench = NativeTestbench(component, library, netlist + f"skip_idle {int(skip_idle())}\n"
                             f"threads {threads}\n")
+    t0 = time.monotonic()
     try:
         result = _drive(intent(bench, **args))
     finally:
         bench.close()
         LAST_STATS.clear()
         LAST_STATS.update(bench.stats, **bench.backdoor_used)   # threads: as the C++ top ran
+    s = LAST_STATS
+    if time.monotonic() - t0 > PROGRESS_AFTER_S and s.get("dies") and s.get("cycles"):
+        progress(f"native: {s['cycles']:,} cycles of {s['dies']} dies, "
+                 f"{s['skipped_die_edges'] / (s['dies'] * s['cycles']):.1%} of the die "
+                 f"(and core) evaluations skipped while idle")
     return result, bench.cycle

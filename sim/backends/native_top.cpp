@@ -117,6 +117,7 @@ struct Machine {
     std::vector<std::vector<Conn>> out;  // connections by source instance
     std::vector<uint8_t> dirty;
     std::vector<uint8_t> skipped;        // this cycle's skipped edges
+    std::vector<uint64_t> inst_skips;    // skipped edges of each instance
     bool skip_idle = true;               // netlist "skip_idle 0" turns skipping off
     std::unordered_map<std::string, int> port_index;   // the machine's ports by name
     std::vector<std::pair<const Port*, uint32_t>> ports;  // (port, owning instance)
@@ -203,7 +204,7 @@ struct Machine {
         for (size_t k = 0; k < inst.size(); k++) {
             Inst& i = inst[k];
             skipped[k] = skip_idle && i.idle && *i.idle;
-            if (skipped[k]) { skips++; continue; }
+            if (skipped[k]) { skips++; inst_skips[k]++; continue; }
             *i.clk = 1;
             if (pool) { list.push_back((uint32_t)k); continue; }
             i.eval();
@@ -277,6 +278,7 @@ bool build(Machine* m, const char* path) {
     m->out.resize(m->inst.size());
     m->dirty.assign(m->inst.size(), 1);
     m->skipped.assign(m->inst.size(), 0);
+    m->inst_skips.assign(m->inst.size(), 0);
     const Inst& glue = m->inst[0];
     for (size_t k = 0; k < glue.ports.size(); k++) {
         m->port_index[glue.ports[k].name] = (int)k;
@@ -440,6 +442,12 @@ void epf_stats(void* h, uint64_t* out) {
     out[4] = m->inst.size();
     out[5] = m->skips;
     out[6] = m->pool ? m->pool->size() + 1 : 1;
+}
+
+// the skipped edges of each instance, in netlist order (out: one entry an instance)
+void epf_inst_skips(void* h, uint64_t* out) {
+    Machine* m = static_cast<Machine*>(h);
+    for (size_t k = 0; k < m->inst_skips.size(); k++) out[k] = m->inst_skips[k];
 }
 
 }  // extern "C"

@@ -424,8 +424,28 @@ MUTATIONS = [
         "new": "            skipped[k] = skip_idle && i.idle;\n",
         "description": "the native backend's C++ top skips the edge of every model that has an "
                        "idle output, idle or not",
-        "tests": ["tests/sim/test_native.py::test_skipping_idle_links_changes_nothing"],
+        "tests": ["tests/sim/test_native.py::test_skipping_idle_links_and_dies_changes_nothing"],
         "timeout": 300,
+    },
+    {
+        "name": "die_idle_while_cores_run",
+        "file": "hw/die.py",
+        "old": "            quiet = Cat(~c.running & (c.outstanding == 0) for c in cores).all()\n",
+        "new": "            quiet = Cat(c.outstanding == 0 for c in cores).all()\n",
+        "description": "a die says it is idle while its cores run (the native backend would "
+                       "freeze them)",
+        "tests": ["tests/hw/test_die.py::test_idle_means_the_next_edge_changes_nothing"],
+        "timeout": 120,
+    },
+    {
+        "name": "router_idle_ignores_owed_acks",
+        "file": "hw/router.py",
+        "old": "                                      host_hbm, self.host.re, acks.ack.valid,\n",
+        "new": "                                      host_hbm, self.host.re,\n",
+        "description": "a die's router says it is idle while it owes a store ack (still in the "
+                       "ack FIFO)",
+        "tests": ["tests/hw/test_die.py::test_idle_means_the_next_edge_changes_nothing"],
+        "timeout": 120,
     },
     {
         "name": "planar_switch_planes_reversed",

@@ -109,19 +109,20 @@ def _alltoall(seed, skip, monkeypatch):
     report = m.run(5_000)
     assert k.check(m, report, inputs)["correct"]
     return ((report.cycles, report.trace, m._readback, report.counters, report.cores),
-            native.LAST_STATS["skipped_edges"])
+            (native.LAST_STATS["skipped_edges"], native.LAST_STATS["skipped_die_edges"]))
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_skipping_idle_links_changes_nothing(seed, monkeypatch):
-    """Random alltoall payloads and orders: with and without skipping the edges of idle links,
-    every cycle count, MARK, memory word, counter and core status is the same; and edges were
-    skipped (the links' idle output is proved to mean it in tests/hw/test_link.py)."""
+def test_skipping_idle_links_and_dies_changes_nothing(seed, monkeypatch):
+    """Random alltoall payloads and orders: with and without skipping the edges of idle links
+    and dies, every cycle count, MARK, memory word, counter and core status is the same; and
+    edges were skipped, of dies too (their idle outputs are proved to mean it in
+    tests/hw/test_link.py and tests/hw/test_die.py)."""
     require_simulator("native")
-    on, skipped = _alltoall(seed, True, monkeypatch)
-    off, none = _alltoall(seed, False, monkeypatch)
+    on, (skipped, dies) = _alltoall(seed, True, monkeypatch)
+    off, (none, no_dies) = _alltoall(seed, False, monkeypatch)
     assert on == off
-    assert skipped > 0 and none == 0
+    assert skipped > dies > 0 and none == no_dies == 0
 
 
 def test_a_glue_too_wide_for_amaranth_is_refused_in_one_line(monkeypatch):
@@ -190,9 +191,9 @@ def test_a_dispatch_and_combine_loaded_through_the_backdoor_are_the_same_run(sys
     dispatch and the combine after it, loaded and read back through the backdoor and through
     the port, give the same cycles, phases and bit-exact results."""
     require_simulator("native")
-    (port, port_ticks), (direct, direct_ticks) = _cm384_combines(
+    (port, port_stats), (direct, direct_stats) = _cm384_combines(
         system, "EPFABRIC_NATIVE_BACKDOOR", ("0", "1"), monkeypatch)
-    assert direct_ticks < port_ticks    # the backdoor did the loading
+    assert direct_stats["cycles"] < port_stats["cycles"]    # the backdoor did the loading
     for key in SAME_RUN:
         assert direct[key] == port[key], key
 
@@ -202,8 +203,8 @@ SAME_RUN = ("cycles", "phases", "y_payload_digest", "dispatch")
 
 
 def _cm384_combines(system, variable, values, monkeypatch):
-    """``[(run, ticks)]``: the flag tests' cm384 dispatch + combine with ``variable`` set to
-    each of ``values``; each run checked correct."""
+    """``[(run, native stats)]``: the flag tests' cm384 dispatch + combine with ``variable``
+    set to each of ``values``; each run checked correct."""
     from epfabric.sim.backends import native
     from epfabric.sw.kernels import KERNELS
     from utils import CM384_MAX_CYCLES, cm384_machine, run_on_machine
@@ -214,8 +215,23 @@ def _cm384_combines(system, variable, values, monkeypatch):
         run = run_on_machine(KERNELS["combine"], "native", cm384_machine(), params,
                              max_cycles=CM384_MAX_CYCLES)
         assert run["correct"], run["problems"]
-        out.append((run, native.LAST_STATS["cycles"]))
+        out.append((run, dict(native.LAST_STATS)))
     return out
+
+
+@pytest.mark.parametrize("system", ["cann", "ubep"])
+def test_skipping_idle_dies_changes_nothing(system, monkeypatch):
+    """A cm384 dispatch + combine (polls of flags, SyncAll, remote stores that reach a die
+    whose cores have halted) with and without skipping the edges of idle dies: the same
+    cycles, phases, results; with skipping, die edges were skipped (``Die.idle`` is proved to
+    mean it in tests/hw/test_die.py), without, none."""
+    require_simulator("native")
+    (on, on_stats), (off, off_stats) = _cm384_combines(system, "EPFABRIC_NATIVE_SKIP",
+                                                       ("1", "0"), monkeypatch)
+    for key in SAME_RUN:
+        assert on[key] == off[key], key
+    assert on_stats["skipped_die_edges"] > 0 and off_stats["skipped_die_edges"] == 0
+    assert on_stats["dies"] == 2
 
 
 def test_evaluating_on_threads_changes_nothing(monkeypatch):

@@ -156,6 +156,8 @@ def native_stats():
     return {"instances": s["instances"], "evals_per_cycle": round(s["evals"] / s["cycles"], 1),
             "settle_rounds_per_cycle": round(s["settle_rounds"] / s["cycles"], 2),
             "skipped_edges_per_cycle": round(s["skipped_edges"] / s["cycles"], 1),
+            "die_edges_skipped": round(s.get("skipped_die_edges", 0)
+                                       / (max(1, s.get("dies", 0)) * s["cycles"]), 4),
             "threads": s.get("threads", 1)}
 
 
