@@ -179,16 +179,25 @@ def _convert(spec, on_module=None):
                         + f"), and Amaranth converts a module with fewer than {GLUE_INPUT_BITS} "
                         f"input bits; use fewer dies, AIVs or data_bytes (issue 29: emit the "
                         f"glue as text)")
-    # The shared modules, then the glue: each instantiated one goes to on_module (which may
-    # start its build) before the glue converts.
-    texts = {name: (part.verilog(name, lambda n, p: part_verilog(n, p, True, kw))
-                    if hasattr(part, "verilog") else part_verilog(name, part, True, kw))
-             for name, part in parts.items()}      # .verilog: a PlanarSwitch
+    # The shared modules, then the glue. A module goes to on_module (which may start its
+    # build) as soon as it and the modules it instantiates are converted -- the die, the
+    # longest build, while the switches, links and glue are still being converted. The
+    # parts come container first (the die before its cores), so a module instantiated by
+    # another is known as such before it could be sent alone.
+    texts, sent = {}, set()
+    for name, part in parts.items():
+        texts[name] = (part.verilog(name, lambda n, p: part_verilog(n, p, True, kw))
+                       if hasattr(part, "verilog") else part_verilog(name, part, True, kw))
+        inner = {d for n in texts for d in _with_dependencies(n, texts, names=True)[1:]}
+        for n in texts:
+            if n not in sent and n not in inner and all(
+                    d in texts for d in _instantiated(texts[n]) if d in parts):
+                sent.add(n)
+                if on_module is not None:
+                    on_module(n, _with_dependencies(n, texts))
     inner = {d for name in texts for d in _with_dependencies(name, texts, names=True)[1:]}
+    assert not sent & inner, f"a module sent alone is instantiated by another: {sent & inner}"
     modules = {name: _with_dependencies(name, texts) for name in sorted(texts) if name not in inner}
-    for name, text in modules.items():
-        if on_module is not None:
-            on_module(name, text)
     with _zero_by_loop():
         text, _names = rtlil.convert_fragment(fragment, ports, GLUE, emit_src=False, **kw)
     glue = _add_zero_loops(_glue_verilog(text))
@@ -278,6 +287,11 @@ def _glue_verilog(rtlil_text):
     return yosys.run(["-q", "-"], "\n".join(script), ignore_warnings=True)
 
 
+def _instantiated(text):
+    """Names of the modules instantiated in Verilog ``text``."""
+    return set(re.findall(r"^\s+(\w+) \S+ \($", text, re.M))
+
+
 def _with_dependencies(name, texts, names=False):
     """Verilog of module ``name`` followed by every shared module it instantiates (``names``: their names)."""
     order, todo = [], [name]
@@ -286,6 +300,5 @@ def _with_dependencies(name, texts, names=False):
         if n in order:
             continue
         order.append(n)
-        todo += [d for d in re.findall(r"^\s+(\w+) \S+ \($", texts[n], re.M)
-                 if d in texts and d != n]
+        todo += [d for d in _instantiated(texts[n]) if d in texts and d != n]
     return order if names else "\n".join(texts[n] for n in order)

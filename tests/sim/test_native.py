@@ -42,6 +42,23 @@ def test_a_machine_is_glue_and_one_module_per_distinct_block():
     assert "host__wrow" in glue_ports and "tx__payload" not in glue_ports and "rx__payload" not in glue_ports
 
 
+def test_a_module_goes_to_its_build_once_it_is_converted(monkeypatch):
+    """The die (the longest build) is handed to its build as soon as it and its core are
+    converted, before the links and switches are; each module once, the core with the die."""
+    from epfabric.sim.backends import native_build
+    events, convert = [], native_build.part_verilog
+
+    def recorded(name, part, *args):
+        events.append(("convert", name))
+        return convert(name, part, *args)
+    monkeypatch.setattr(native_build, "part_verilog", recorded)
+    native_build._convert(_spec(), lambda name, text: events.append(("build", name)))
+    built = [name for kind, name in events if kind == "build"]
+    assert sorted(built) == sorted(native_design(_spec())["modules"]) and "epf_aiv" not in built
+    assert events.index(("build", "epf_die")) == events.index(("convert", "epf_aiv")) + 1
+    assert events.index(("build", "epf_die")) < events.index(("convert", "epf_link0"))
+
+
 def test_verilator_names_decode():
     assert decode_verilator_name("host___05Fwe") == "host__we"
     assert decode_verilator_name("a___05Fb___05Fc") == "a__b__c"
