@@ -19,7 +19,7 @@ from .validate import UserError, check_choice, check_int, check_multiple, check_
 from .vector_unit import VectorUnit
 
 __all__ = ["MAX_UBUF_ROWS", "MemOp", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore", "MAX_WINDOW",
-           "ACK_COUNT_BITS", "INC_POSTS", "inc_post_layout", "INC_WAIT_ADDR"]
+           "ACK_COUNT_BITS", "INC_POSTS", "inc_post_layout", "INC_WAIT_ADDR", "BAR_WAIT_ADDR"]
 
 #: Largest store window (``max_outstanding``) of a core.
 MAX_WINDOW = 4095
@@ -63,6 +63,10 @@ inc_post_layout = data.StructLayout({"op": 2, "a": 32, "b": 32})
 #: (rank 255, block 0x7fff: not a memory address any kernel uses).
 INC_WAIT_ADDR = 0xFFFFFF00
 
+#: ``wait_addr`` of a core waiting at its die's barrier (``bar``): not a memory address
+#: any kernel uses (rank 255, block 0x7fff, word 0x40 and up are beyond a 512 B block)
+BAR_WAIT_ADDR = 0xFFFFFE00
+
 #: One MARK event.
 trace_layout = data.StructLayout({"core": 8, "cycle": 32, "event": 16})
 
@@ -99,7 +103,8 @@ class AIVCore(wiring.Component):
     ``usw``
     ``sw``, ``stb`` (posted)                   1 (+ stall while ``mem_req`` is not
                                                ready or ``max_outstanding`` stores
-                                               are unacknowledged)
+                                               are unacknowledged; an ``stb`` also
+                                               while ``store_window`` are)
     ``lw``, ``ldb``, ``fadd``                  1 + *L*
     ``poll``                                   (1 + *L*) per read; reads repeat
                                                back to back until the condition
@@ -117,6 +122,8 @@ class AIVCore(wiring.Component):
                                                among elements ``n*lanes ..
                                                n*lanes + lanes - 1``
                                                (:meth:`vcomp_cycles`)
+    ``bar``                                    1 once ``bar_go`` is high (stalls,
+                                               ``bar_req`` high, until then)
     ``halt``                                   1, then the core stops
     ``incag incrs incbar inccnt`` (``inc``)    1 (+ stall while ``inc_post`` is not
                                                ready)
@@ -178,6 +185,13 @@ class AIVCore(wiring.Component):
         Host write port of the instruction memory (write when not running).
     start : In(1)
         Pulse (while idle or halted): set ``pc = 0`` and run.
+    store_window : In(range(max_outstanding + 1), init=max_outstanding)
+        Block stores (``stb``) issue only while fewer stores than this are
+        unacknowledged (word stores keep the whole ``max_outstanding``): the
+        sender's staging buffers, each freed when its block's remote write
+        completes (the die's runtime knob, :data:`epfabric.hw.die.KNOBS`). The
+        count is the core's one ``outstanding`` (its word stores in flight take
+        window too). Unconnected, it is ``max_outstanding``: no extra limit.
     rank : In(8)
         This core's rank (die), read by ``csrr rank``.
     mem_req : Out(stream.Signature(mem_req_layout(data_bytes)))
@@ -198,6 +212,10 @@ class AIVCore(wiring.Component):
         Posted stores not yet acknowledged. An ack answer (op WRITE_WORD or
         WRITE_BLOCK on ``mem_rsp``) acknowledges ``data[0:16]`` stores at once:
         the die coalesces the acks of remote stores (:mod:`epfabric.hw.router`).
+    bar_req : Out(1), bar_go : In(1)
+        ``bar_req`` is high while the core executes ``bar`` (the die's barrier,
+        :class:`~epfabric.hw.die.Die`); it moves on in a cycle with ``bar_go``
+        high. Unconnected, ``bar_go`` is 1: a lone core's ``bar`` costs 1 cycle.
     cycle : Out(32)
         Cycles this core has run (out of ``IDLE`` and ``HALT``) since reset: what
         ``csrr cycle`` and the core's MARK events read. A halted core's clock is gated;
@@ -244,6 +262,7 @@ class AIVCore(wiring.Component):
             "imem_w": In(wiring.Signature({"en": Out(1), "addr": Out(range(imem_depth)),
                                            "data": Out(32)})),
             "start": In(1),
+            "store_window": In(range(max_outstanding + 1), init=max_outstanding),
             "rank": In(RANK_BITS),
             "mem_req": Out(stream.Signature(mem_req_layout(data_bytes))),
             "mem_rsp": In(stream.Signature(mem_rsp_layout(data_bytes))),
@@ -256,6 +275,8 @@ class AIVCore(wiring.Component):
             "wait_addr": Out(32),
             "outstanding": Out(bits_for(max_outstanding)),
             "cycle": Out(32),
+            "bar_req": Out(1),
+            "bar_go": In(1, init=1),
             **({"core_id_in": In(8)} if core_id is None else {}),
             **({"inc_post": Out(stream.Signature(inc_post_layout)),
                 "inc_counts": In(32).array(len(INC_COUNTERS)),
@@ -370,6 +391,7 @@ class AIVCore(wiring.Component):
         m.d.comb += acked.eq(Mux(rsp_ack, rsp.data[:ACK_COUNT_BITS], 0))
         m.d.sync += outstanding.eq(outstanding + store_taken - acked)
         can_store = outstanding < self.max_outstanding
+        can_block = can_store & (outstanding < self.store_window)
 
         # latched blocking request
         w_op = Signal(Opcode, init=Opcode.HALT)
@@ -478,7 +500,9 @@ class AIVCore(wiring.Component):
                         with m.If(word_of_eff < nwords):
                             m.d.comb += uw.en.eq(Const(1, nwords) << word_of_eff[:ceil_log2(nwords)])
                     with m.Case(Opcode.SW, Opcode.STB):
-                        m.d.comb += [self.mem_req.valid.eq(can_store), req.addr.eq(eff)]
+                        m.d.comb += [self.mem_req.valid.eq(Mux(insn.op == Opcode.SW,
+                                                               can_store, can_block)),
+                                     req.addr.eq(eff)]
                         with m.If(insn.op == Opcode.SW):
                             m.d.comb += [req.op.eq(MemOp.WRITE_WORD), req.data.eq(b)]
                         with m.Else():
@@ -503,6 +527,10 @@ class AIVCore(wiring.Component):
                                          w_val.eq(b), w_addr.eq(eff)]
                     with m.Case(Opcode.FENCE):
                         with m.If(outstanding != 0):
+                            m.d.sync += self.pc.eq(self.pc)
+                    with m.Case(Opcode.BAR):
+                        m.d.comb += self.bar_req.eq(1)
+                        with m.If(~self.bar_go):
                             m.d.sync += self.pc.eq(self.pc)
                     if self.inc:
                         inc_wait, cube = self._inc_run(m, a, b, c, rd, rfile, ru, dec, row_of,
@@ -640,10 +668,12 @@ class AIVCore(wiring.Component):
         # --- watchdog view -------------------------------------------------------------------
         run_poll = (state == _State.RUN) & legal & (insn.op == Opcode.POLL)
         run_fence = (state == _State.RUN) & legal & (insn.op == Opcode.FENCE) & (outstanding != 0)
+        run_bar = self.bar_req & ~self.bar_go
         m.d.comb += [
-            self.waiting.eq((state == _State.MEM) | run_poll | run_fence | inc_wait),
+            self.waiting.eq((state == _State.MEM) | run_poll | run_fence | inc_wait | run_bar),
             self.wait_addr.eq(Mux(state == _State.MEM, w_addr, Mux(run_poll, eff,
-                                  Mux(inc_wait, INC_WAIT_ADDR | dec.ctr[:2], 0)))),
+                                  Mux(inc_wait, INC_WAIT_ADDR | dec.ctr[:2],
+                                      Mux(run_bar, BAR_WAIT_ADDR, 0))))),
         ]
         return m
 

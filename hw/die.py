@@ -35,6 +35,12 @@ remote store (die part)    0 cycles on the way out (the core's request is the
                            the cycle it is valid on ``rx``.
 remote ``lw``/``fadd``     fabric there + *L* (+1 fetch-add) + 1 (RSP queue) +
                            fabric back.
+``bar``                    until every running core of the die is at a ``bar``
+                           (halted and never-started cores are not waited for),
+                           then the ``syncall_cycles`` knob more: the cores leave
+                           together, the last to arrive after ``syncall_cycles + 1``
+                           cycles (UBEP §2.3: CANN's SyncAll is a barrier over the
+                           die's AIVs; its cost is the preset's ``syncall_ns``)
 =========================  =========================================================
 
 (The router's own share of these costs: :mod:`epfabric.hw.router`.)
@@ -48,6 +54,7 @@ a UB BLOCK_WRITE of ``host.wrow``), instruction word ``addr`` of every core
 ``i`` with ``host.wmask[i]`` (IMEM_ROW: word ``i`` of ``host.wrow``; the
 die's cores are row window 0) or a core's enable bit (ENABLE). ``host.re`` reads the HBM word at ``host.addr``:
 ``host.rvalid``/``host.rdata`` are valid ``hbm_latency`` cycles later.
+A CTRL write sets the die's runtime knob ``addr`` (:data:`KNOBS`) to ``wdata``.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -60,11 +67,35 @@ from .arbiter import RoundRobin
 from .host import HostSignature, HostTarget
 from .instances import SharedModule
 from .router import DieRouter, FlitKind, flit_layout, rsp_depth_bound
-from .isa import RANK_BITS, check_rank_bits
+from .isa import BLOCK_BYTES, RANK_BITS, check_rank_bits
 from .ub_port import UBMemory
 from .validate import check_bool, check_int, check_pow2
 
-__all__ = ["FlitKind", "flit_layout", "Die"]
+__all__ = ["FlitKind", "flit_layout", "Die", "KNOBS", "SYNCALL_BITS", "INJECT_DEN", "INJECT_BITS"]
+
+#: The die's runtime knobs: control register (host target CTRL, ``addr``) of each. A knob
+#: is a timing setting the host writes before a run instead of an elaboration constant, so
+#: one build serves every value (``epfabric calibrate`` sweeps them); each resets to the
+#: value that gives the elaborated behaviour, so a run that writes none is unchanged.
+#:
+#: ``store_window``: block stores a core may have unacknowledged (1..``max_outstanding``,
+#: reset ``max_outstanding``): the sender's staging buffers, each freed when its block's
+#: remote write completes (:class:`~epfabric.hw.aiv_core.AIVCore` ``store_window``).
+#:
+#: ``syncall_cycles``: cycles the die's barrier holds its cores after the last one arrived
+#: (0..2**24 - 1, reset 0): the cost of a hardware SyncAll (``bar``).
+#:
+#: ``inject_rate``: the die's injection limit, in 1/:data:`INJECT_DEN` bytes per cycle
+#: (0..2**20 - 1, reset 0 = no limit): every flit the die sends into the fabric pays its
+#: bytes (a DataBlock 512, any other flit ``small_bytes``) from a credit that grows by the
+#: rate each cycle and holds at most two blocks' worth, as a link's limiter does
+#: (:class:`~epfabric.hw.link.Link`); the links keep their own rate.
+KNOBS = {"store_window": 0, "syncall_cycles": 1, "inject_rate": 2}
+
+#: Bits of the ``syncall_cycles`` knob (and of the barrier's wait counter)
+SYNCALL_BITS = 24
+#: ``inject_rate`` is in bytes per cycle times this; its knob has :data:`INJECT_BITS` bits
+INJECT_DEN, INJECT_BITS = 1024, 20
 
 
 class Die(wiring.Component):
@@ -176,7 +207,7 @@ class Die(wiring.Component):
     def __init__(self, *, rank=0, ranks=1, aivs=1, imem_depth=64, ubuf_rows=2, hbm_blocks=16,
                  data_bytes=32, lanes=4, width=16, max_outstanding=4, hbm_latency=2,
                  rsp_depth=None, core_module=None, non_atomic_port=False, nic=None, cube_cycles=1,
-                 rank_bits=RANK_BITS):
+                 rank_bits=RANK_BITS, small_bytes=32):
         if core_module is not None and not isinstance(core_module, SharedModule):
             raise TypeError(f"core_module must be a SharedModule or None, not {core_module!r}")
         self.core_module = core_module
@@ -188,6 +219,7 @@ class Die(wiring.Component):
         self.rank_bits = check_rank_bits(rank_bits, ranks, hbm_blocks)
         check_int("max_outstanding", max_outstanding, 1, MAX_WINDOW)
         check_int("hbm_latency", hbm_latency, 1, 256)
+        self.small_bytes = check_int("small_bytes", small_bytes, 1, BLOCK_BYTES)
         if nic is not None:
             from .inc_nic import IncNic
             if not isinstance(nic, dict):
@@ -288,6 +320,34 @@ class Die(wiring.Component):
             with m.If(self.host.we & (self.host.target == HostTarget.ENABLE) & sel):
                 m.d.sync += enabled[i].eq(self.host.wdata[0])
 
+        # --- runtime knobs (host CTRL writes) ----------------------------------------------
+        store_window = Signal(range(self.max_outstanding + 1), init=self.max_outstanding,
+                              name="knob_store_window")
+        ctrl = self.host.we & (self.host.target == HostTarget.CTRL)
+        with m.If(ctrl & (self.host.addr == KNOBS["store_window"])):
+            m.d.sync += store_window.eq(self.host.wdata)
+        for core in cores:
+            m.d.comb += core.store_window.eq(store_window)
+        syncall_cycles = Signal(SYNCALL_BITS, name="knob_syncall_cycles")
+        with m.If(ctrl & (self.host.addr == KNOBS["syncall_cycles"])):
+            m.d.sync += syncall_cycles.eq(self.host.wdata)
+
+        # --- the barrier (bar): every running core at it, then syncall_cycles more ------------
+        # A core that is not running (never started, or halted) is not waited for. The cores
+        # leave together on ``go`` (their bar_req falls at the same edge), so the next
+        # barrier's arrivals cannot mix with this one's; ``waited`` changes only while every
+        # running core is at the barrier, so a die with no core running keeps it (idle).
+        arrived = (Cat(c.bar_req | ~c.running for c in cores).all()
+                   & Cat(c.bar_req for c in cores).any())
+        waited = Signal(SYNCALL_BITS, name="bar_waited")
+        go = arrived & (waited >= syncall_cycles)
+        with m.If(go):
+            m.d.sync += waited.eq(0)
+        with m.Elif(arrived):
+            m.d.sync += waited.eq(waited + 1)
+        for core in cores:
+            m.d.comb += core.bar_go.eq(go)
+
         m.d.comb += self.done.eq(Cat(self.core_halted[i] & (self.core_outstanding[i] == 0)
                                      for i in range(n)).all())
 
@@ -312,15 +372,35 @@ class Die(wiring.Component):
         wiring.connect(m, mem.o_resp, router.ub_rsp)
         for i in range(self.requesters + 1):
             wiring.connect(m, router.ub_read[i], mem.read[i])
-        wiring.connect(m, router.tx, wiring.flipped(self.tx))
+        inject_full = self._injection(m, ctrl, router)
         wiring.connect(m, wiring.flipped(self.rx), router.rx)
         if self.nic is not None:
             self._inc_units(m, rank)
         else:
             quiet = Cat(~c.running & (c.outstanding == 0) for c in cores).all()
             m.d.comb += self.idle.eq(quiet & ~self.host.we & ~self.host.start & ~self.host.re
-                                     & router.idle & mem.idle)
+                                     & router.idle & mem.idle & inject_full)
         return m
+
+    def _injection(self, m, ctrl, router):
+        """The injection limiter between the router's ``tx`` and the die's (knob
+        ``inject_rate``); returns the signal that its credit is full (it then stays so)."""
+        rate = Signal(INJECT_BITS, name="knob_inject_rate")
+        with m.If(ctrl & (self.host.addr == KNOBS["inject_rate"])):
+            m.d.sync += rate.eq(self.host.wdata)
+        block_cost = BLOCK_BYTES * INJECT_DEN
+        cap = 2 * block_cost
+        credit = Signal(range(cap + (1 << INJECT_BITS)), init=cap, name="inject_credit")
+        cost = Mux(router.tx.payload.small, self.small_bytes * INJECT_DEN, block_cost)
+        ok = (rate == 0) | (credit >= cost)
+        m.d.comb += [self.tx.payload.eq(router.tx.payload),
+                     self.tx.valid.eq(router.tx.valid & ok),
+                     router.tx.ready.eq(self.tx.ready & ok)]
+        fire = self.tx.valid & self.tx.ready & (rate != 0)
+        nxt = Signal.like(credit)
+        m.d.comb += nxt.eq(credit + rate - Mux(fire, cost, 0))
+        m.d.sync += credit.eq(Mux(nxt > cap, cap, nxt))
+        return credit == cap
 
     def _inc_units(self, m, rank):
         """The network interface (router requester ``aivs``), post arbitration, the cube unit."""

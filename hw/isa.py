@@ -234,6 +234,9 @@ INSTRUCTIONS = (
     _i("vcomp", 46, [RD, RS1, RS2, RS3, _COND],
        "W[R[rd]][m] = the m-th i < R[rs2] with cond(V[R[rs1]][i], R[rs3]), in order "
        "(32-bit words); then R[rd] = the number of such i", VecOp.CMP),
+    _i("bar", 47, [],
+       "wait at the die's barrier until every running core of the die is at it, then the "
+       "die's syncall_cycles knob more (a hardware SyncAll)"),
     _i("incag", 48, [RS1, RS2],
        "post an AllGather of own rows [R[rs1], R[rs1] + R[rs2]) (clipped to the rank's count) "
        "of the registered gather buffer", unit="inc"),

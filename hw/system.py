@@ -17,7 +17,7 @@ from .inc_engine import IncEngine, inc_flit_layout
 from .host import HostSignature, HostTarget, register_inputs, run_control
 from .instances import Sharing, mark_used, shared_modules_active
 from .isa import RANK_BITS
-from .topology import check_topology, star, superpod, topology_ranks
+from .topology import check_timing, check_topology, star, superpod, topology_ranks
 from .validate import UserError, check_int
 
 __all__ = ["System", "trace_entry_layout", "imem_row_window", "MAX_AIVS_PER_DIE"]
@@ -67,7 +67,8 @@ class System(wiring.Component):
       row window ``wdata`` (``g // W`` with ``W`` = :func:`imem_row_window`: the
       most whole dies' cores a row of ``8 * data_bytes // 32`` words holds) whose
       ``wmask[g % W]`` is 1, from word ``g % W`` of ``wrow`` (when a row holds
-      at least one die's cores; otherwise IMEM_ROW writes nothing).
+      at least one die's cores; otherwise IMEM_ROW writes nothing). CTRL = runtime
+      knob ``addr`` (:data:`epfabric.hw.die.KNOBS`) of **every** die = ``wdata``.
     * ``host.re``: read the HBM word at ``addr`` of rank ``rank``;
       ``host.rvalid = 1`` and ``host.rdata`` hold the word exactly
       :attr:`host_read_latency` (= ``hbm_latency + 1``) cycles later, i.e. after
@@ -202,7 +203,8 @@ class System(wiring.Component):
                           ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks, data_bytes=data_bytes,
                           lanes=lanes, width=width, max_outstanding=max_outstanding,
                           hbm_latency=hbm_latency, rsp_depth=rsp_depth,
-                          non_atomic_port=non_atomic_port, rank_bits=rank_bits)
+                          non_atomic_port=non_atomic_port, rank_bits=rank_bits,
+                          small_bytes=check_timing(timing).small_bytes or timing.block_bytes)
         if nic is not None:
             if kind != "star":
                 raise UserError(f"an INC machine (nic) needs a star topology, not {topology!r}")
@@ -325,7 +327,9 @@ class System(wiring.Component):
                 row_we = 0          # a die's cores would straddle windows: words only
                 m.d.comb += die.host.wrow.eq(h["wrow"])
             m.d.comb += [
-                die.host.we.eq(h["we"] & Mux(imem_row, row_we, sel)),
+                # a CTRL write (a die knob, hw/die.py KNOBS) goes to every die
+                die.host.we.eq(h["we"] & Mux(imem_row, row_we,
+                                             sel | (h["target"] == HostTarget.CTRL))),
                 die.host.target.eq(h["target"]),
                 die.host.core.eq(h["core"]),
                 die.host.addr.eq(h["addr"]),

@@ -121,6 +121,11 @@ class MachineConfig:
         check_int("max_outstanding", self.max_outstanding, 1, MAX_WINDOW)
         check_choice("width", self.width, (8, 16, 32))
         check_bool("non_atomic_port", self.non_atomic_port)
+        window = preset.knobs().get("store_window")
+        if window is not None and window > self.max_outstanding:
+            raise UserError(f"send_window_bytes={preset.send_window_bytes} of preset "
+                            f"{preset.name!r} is {window} blocks, more than max_outstanding="
+                            f"{self.max_outstanding}")
         if self.nic_mode != "":
             check_choice("nic_mode", self.nic_mode, MODES)
             if topo[0] != "star":

@@ -18,7 +18,8 @@ the fast backends.
 
 import abc
 
-from ..hw.aiv_core import INC_WAIT_ADDR
+from ..hw.aiv_core import BAR_WAIT_ADDR, INC_WAIT_ADDR
+from ..hw.die import INJECT_BITS, KNOBS, SYNCALL_BITS
 from ..hw.host import HostTarget
 from ..hw.system import imem_row_window
 from ..hw.validate import UserError, UserTypeError, check_int, check_word
@@ -121,6 +122,9 @@ class Machine:
         self.describe = None
         self._mem = {}
         self._ctrl = {}
+        #: the dies' runtime knobs written before every run (hw/die.py KNOBS): the preset's,
+        #: then :meth:`set_knob`'s; a knob not here keeps its reset value
+        self.knobs = dict(self.preset.knobs()) if self.has_cores else {}
         self._read_ranges = [(0, config.readback_blocks)]
         self._readback = None
         self.last_report = None
@@ -194,6 +198,27 @@ class Machine:
         check_int("register", register, 0, 0xFFFF)
         self._ctrl[register] = check_word("value", value)
 
+    def set_knob(self, name, value):
+        """Set the dies' runtime knob ``name`` (:data:`epfabric.hw.die.KNOBS`) for every
+        following run, over the preset's value; ``None`` restores the knob's reset value.
+
+        ``store_window``: block stores a core may have unacknowledged, 1..``max_outstanding``;
+        ``syncall_cycles``: cycles a die's barrier (``bar``) holds its cores after the last
+        arrival, 0..2**24 - 1; ``inject_rate``: the die's injection limit in 1/1024 bytes
+        per cycle, 0 (none)..2**20 - 1.
+        """
+        if not self.has_cores:
+            raise UserTypeError("only the AIV machine's dies have knobs")
+        if name not in KNOBS:
+            raise UserError(f"knob must be one of {', '.join(KNOBS)}, not {name!r}")
+        if value is None:
+            self.knobs.pop(name, None)
+            return
+        lo, hi = {"store_window": (1, self.config.max_outstanding),
+                  "syncall_cycles": (0, (1 << SYNCALL_BITS) - 1),
+                  "inject_rate": (0, (1 << INJECT_BITS) - 1)}[name]
+        self.knobs[name] = check_int(name, value, lo, hi)
+
     def read_back(self, ranges):
         """Read back only these ``[(first block, blocks), ...]`` of every rank after the next run.
 
@@ -250,6 +275,8 @@ class Machine:
                            for k, w in sorted(words.items())]
         for register, value in sorted(self._ctrl.items()):
             writes.append([HostTarget.CTRL.value, 0, 0, register, value])
+        for name, value in sorted(self.knobs.items()):      # to every die (hw/system.py)
+            writes.append([HostTarget.CTRL.value, 0, 0, KNOBS[name], value])
         return {"writes": writes, "max_cycles": max_cycles, "rows": rows,
                 "read_blocks": [list(r) for r in self._read_ranges], "words_per_block": wpb,
                 "status": self.config.status_ports(), "trace": self.config.has_trace}
@@ -331,6 +358,9 @@ class Machine:
                 counter = INC_COUNTERS[c["wait_addr"] & 3]
                 lines.append(f"rank {c['rank']} core {c['core']} (pc {c['pc']}) waits on its "
                              f"die's INC {counter} counter (incwait)")
+            elif c["waiting"] and c["wait_addr"] == BAR_WAIT_ADDR:
+                lines.append(f"rank {c['rank']} core {c['core']} (pc {c['pc']}) waits at its "
+                             f"die's barrier (bar) for a core that never arrives")
             elif c["waiting"]:
                 r, block, word = split_address(c["wait_addr"], self.rank_bits)
                 what = f" = {self.describe(block, word)}" if self.describe else ""

@@ -17,13 +17,17 @@ from dataclasses import dataclass, field, fields, replace
 import math
 from fractions import Fraction
 
+from ..hw.die import INJECT_BITS, INJECT_DEN, SYNCALL_BITS
 from ..hw.link import LINK_MIN_LATENCY
 from ..hw.switch import SWITCH_LATENCY
 from ..hw.topology import TOPOLOGIES, FabricTiming
 from ..hw.validate import (UserError, UserTypeError, check_bool, check_choice, check_int, check_number,
                            check_pow2)
 
-__all__ = ["Preset", "PRESETS", "get_preset", "preset_names", "TOPOLOGIES", "CLASSES"]
+__all__ = ["Preset", "PRESETS", "get_preset", "preset_names", "TOPOLOGIES", "CLASSES", "SYNCALLS"]
+
+#: How CANN's SyncAll runs (:attr:`Preset.syncall`)
+SYNCALLS = ("soft", "hard")
 
 #: Distance classes (UBEP Table 2).
 CLASSES = ("intra", "one_hop", "two_hop")
@@ -82,6 +86,20 @@ class Preset:
         "8 ns, so that at one 512 B block per token the layer's FFN is ~0.25 of the ring's "
         "AG+RS time at N = 4, k = 8, E/N = 16 (docs/spec/kernels.md §3 incmoe-fig1, derived from the "
         "paper's ~73 % communication share)"))
+    send_window_bytes: int | None = field(default=None, metadata=_help(
+        "bytes of block stores a sending AIV may have unacknowledged: its staging buffers, "
+        "each freed when its block's remote write completes (rounded up to whole blocks; a "
+        "die's runtime knob store_window, hw/die.py KNOBS); None: the core's whole store "
+        "window (max_outstanding), no extra limit"))
+    die_injection_gbytes_s: float | None = field(default=None, metadata=_help(
+        "bytes per ns a die may send into the fabric, all its flits together (the die's "
+        "runtime knob inject_rate); None: no limit but the links'"))
+    syncall: str = field(default="soft", metadata=_help(
+        "how CANN's SyncAll runs: 'soft' (a die-local fetch-add counter and a poll) or "
+        "'hard' (the die's hardware barrier, the bar instruction)"))
+    syncall_ns: float = field(default=0.0, metadata=_help(
+        "ns a hardware SyncAll holds the die's AIVs after the last one arrived (the die's "
+        "runtime knob syncall_cycles); used with syncall='hard'"))
     description: str = field(default="", metadata=_help("what the preset models"))
 
     def __post_init__(self):
@@ -121,6 +139,22 @@ class Preset:
         check_int("cube_macs_per_row", self.cube_macs_per_row, 1)
         number("cube_macs_per_ns")
         check_bool("full_duplex", self.full_duplex)
+        if self.send_window_bytes is not None:
+            check_int("send_window_bytes", self.send_window_bytes, 1)
+        if self.die_injection_gbytes_s is not None:
+            check_number("die_injection_gbytes_s", self.die_injection_gbytes_s)
+            if not 0 < self.inject_rate() < 1 << INJECT_BITS:
+                raise UserError(f"die_injection_gbytes_s={self.die_injection_gbytes_s!r} is "
+                                f"{self.inject_rate() / INJECT_DEN} bytes per cycle; the knob "
+                                f"holds 1/{INJECT_DEN} .. {((1 << INJECT_BITS) - 1) / INJECT_DEN}")
+        check_choice("syncall", self.syncall, SYNCALLS)
+        check_number("syncall_ns", self.syncall_ns, positive=False)
+        if not 0 <= self.cycles(self.syncall_ns) < 1 << SYNCALL_BITS:
+            raise UserError(f"syncall_ns must be in [0, {(1 << SYNCALL_BITS) - 1} cycles], not "
+                            f"{self.syncall_ns!r}")
+        if self.syncall_ns and self.syncall != "hard":
+            raise UserError(f"syncall_ns={self.syncall_ns!r} needs syncall='hard', not "
+                            f"{self.syncall!r}")
         if not self.full_duplex:
             raise UserError("full_duplex=False is not modelled: every link direction is independent")
         self.hop_cycles()  # latencies the fabric cannot reach fail here, not in a simulation
@@ -139,6 +173,23 @@ class Preset:
         """Cycles the cube unit spends on one row: ``ceil(macs_per_row / (macs_per_ns * cycle_ns))``."""
         rate = Fraction(str(self.cube_macs_per_ns)) * Fraction(str(self.cycle_ns))
         return max(1, math.ceil(Fraction(self.cube_macs_per_row) / rate))
+
+    def knobs(self):
+        """``{knob: value}`` of the dies' runtime knobs (:data:`epfabric.hw.die.KNOBS`) this
+        preset sets; a knob it leaves out keeps its reset value (the elaborated behaviour)."""
+        out = {}
+        if self.send_window_bytes is not None:
+            out["store_window"] = math.ceil(self.send_window_bytes / self.block_bytes)
+        if self.syncall_ns:
+            out["syncall_cycles"] = self.cycles(self.syncall_ns)
+        if self.die_injection_gbytes_s is not None:
+            out["inject_rate"] = self.inject_rate()
+        return out
+
+    def inject_rate(self):
+        """The ``inject_rate`` knob of ``die_injection_gbytes_s``: bytes per cycle times
+        :data:`~epfabric.hw.die.INJECT_DEN`, rounded."""
+        return round(self.die_injection_gbytes_s * self.cycle_ns * INJECT_DEN)
 
     def bytes_per_cycle(self):
         """Link bandwidth in bytes per cycle, as an exact fraction."""

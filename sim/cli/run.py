@@ -21,7 +21,7 @@ from pathlib import Path
 from ...hw.validate import UserError
 from ...sw.config import parse_topology
 from ...sw.kernels import KERNELS, run_kernel
-from ...sw.machine import WatchdogTimeout
+from ...sw.machine import Backend, Machine, WatchdogTimeout
 from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS, missing_reason
 from ..backends.machine import backend as make_backend
@@ -47,6 +47,10 @@ def add_arguments(parser):
                         help="AIVs per die (default: the kernel's; syncall sweeps 1, 2, 4)")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="a kernel parameter (Python literal), e.g. --param seed=3")
+    parser.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                        help="a die's runtime knob over the preset's (AIV kernels): "
+                             "store_window=BLOCKS, syncall_cycles=CYCLES (with --syncall hard), "
+                             "inject_rate=BYTES_PER_CYCLE*1024; e.g. --knob syncall_cycles=5000")
     taken = {a.dest for a in parser._actions}
     for name in sorted({n for k in KERNELS.values() for n in k.params} - taken):
         parser.add_argument(f"--{name.replace('_', '-')}", dest=f"kernel_{name}", default=None,
@@ -88,6 +92,35 @@ def _canonical(kernel, name, value):
     return value
 
 
+class _NoBackend(Backend):
+    """A backend that runs nothing: a machine to check ``--knob`` values on."""
+    name = "none"
+
+    def execute(self, config, session):
+        raise RuntimeError("the --knob check runs nothing")
+
+
+def _knobs(given, kernel, preset, topology, aivs):
+    """``{name: value}`` of ``--knob NAME=VALUE`` options, each checked (name and range) on a
+    machine of the kernel's before anything runs."""
+    from ...hw.die import KNOBS
+    knobs = {}
+    for text in given:
+        name, eq, value = text.partition("=")
+        if not eq or not value.strip().isdigit():
+            raise UserError(f"--knob must be NAME=INTEGER (a knob of {', '.join(KNOBS)}), "
+                            f"not {text!r}")
+        knobs[name.strip()] = int(value)
+    if knobs:
+        config = kernel.configs(preset, topology, aivs, kernel.resolve_params({}))[0]
+        if config.kind != "aiv":
+            raise UserError(f"--knob: kernel {kernel.name} does not run on the AIV machine")
+        probe = Machine(backend=_NoBackend(), config=config)
+        for name, value in knobs.items():
+            probe.set_knob(name, value)
+    return knobs
+
+
 def prepare(args):
     kernel = KERNELS[args.kernel]
     preset = get_preset(args.preset or kernel.default_preset).name
@@ -95,6 +128,7 @@ def prepare(args):
     max_cycles("--max-cycles", args.max_cycles)
     topology = parse_topology(args.topology) if args.topology else None
     params = parse_params(args.param)
+    knobs = _knobs(args.knob, kernel, preset, topology, args.aivs)
     sweep = None                       # (name, [values]) of the one option given a list
     for key, value in vars(args).items():
         if key.startswith("kernel_") and value is not None:
@@ -140,7 +174,7 @@ def prepare(args):
             try:
                 result, reports = run_kernel(kernel, be, preset=preset, topology=topology,
                                              aivs=args.aivs, params=params,
-                                             max_cycles=args.max_cycles)
+                                             max_cycles=args.max_cycles, knobs=knobs)
             except WatchdogTimeout as exc:
                 print(f"epfabric run {args.kernel}: {exc}", file=sys.stderr)
                 _write_gtkw(waveform, scopes)      # the waveform shows where it hung

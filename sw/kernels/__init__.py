@@ -124,14 +124,15 @@ def register(kernel):
 
 
 def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params=None,
-               max_cycles=None):
+               max_cycles=None, knobs=None):
     """Run ``kernel`` (a name or a :class:`Kernel`) on ``backend``; return ``(result, reports)``.
 
     ``result`` is ``{"kernel", "preset", "backend", "correct", "problems",
     "params", "runs"}`` with one entry per configuration in ``runs``:
     ``{"config", "cycles", "ns", **check}``. Every argument is validated
     before anything is simulated. A hung run raises
-    :class:`~epfabric.sw.machine.WatchdogTimeout`.
+    :class:`~epfabric.sw.machine.WatchdogTimeout`. ``knobs`` (``{name: value}``) set the
+    dies' runtime knobs over the preset's (:meth:`~epfabric.sw.machine.Machine.set_knob`).
     """
     if isinstance(kernel, str):
         if kernel not in KERNELS:
@@ -147,6 +148,8 @@ def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params
     runs, reports, problems = [], [], []
     for config in configs:
         machine = Machine(backend=backend, config=config)
+        for name, value in (knobs or {}).items():
+            machine.set_knob(name, value)
         inputs = (kernel.load(machine, params, max_cycles=max_cycles) if kernel.load_runs
                   else kernel.load(machine, params))
         report = machine.run(max_cycles)

@@ -29,6 +29,10 @@ the run) or ``"sw"`` (stop-and-wait: raw blocks, a ``fence``, then one flag
 word per (source rank, T-AIV) in ``SWFLAG``; a reorder polls its source's
 flags once, then copies). SP and SW deliver CANN's raw ``OUT``.
 
+``syncall`` (CANN only): how SyncAll runs — ``"soft"`` (a die-local fetch-add counter and
+a poll) or ``"hard"`` (the die's hardware barrier ``bar``, whose cost is the preset's
+``syncall_ns``, a runtime knob); ``None`` is the preset's ``syncall``.
+
 ``None`` (the default of each) is the system's default; naming one for the
 other system is an error. ``hot`` experts take about ``hot_share`` of the
 slots (:class:`~epfabric.sw.ubep.workload.Workload`). The machine
@@ -53,7 +57,7 @@ from ...hw.validate import UserError, check_int
 
 from ..config import MachineConfig
 from ..isa import block_bits, narrowest_rank_bits, rank_bits_for
-from ..presets import get_preset
+from ..presets import SYNCALLS as SYNCALL_KINDS, get_preset
 from ..ubep import combine, ubep
 from ..ubep import cann
 from ..ubep.cann import BROKEN, PHASES, SEND_SPLITS, SYNCALLS, dispatch_program
@@ -68,7 +72,7 @@ __all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times", "option", "OPTIONS"
 SYSTEMS = ("cann", "ubep")
 #: the parameters of one system only: ``{name: (system, its values, the first the default)}``
 OPTIONS = {"send_split": ("cann", SEND_SPLITS), "mapping": ("ubep", ubep.MAPPINGS),
-           "sync": ("ubep", ubep.SYNCS)}
+           "sync": ("ubep", ubep.SYNCS), "syncall": ("cann", SYNCALL_KINDS)}
 #: the mapping ablation's variant per system (UBEP Fig. 9): a machine is sized for all of them
 VARIANTS = {"cann": "send_split", "ubep": "mapping"}
 #: UBEP's header words at the front of every block (TFF): the rest is payload
@@ -217,9 +221,10 @@ def cumsum_aivs(config, params):
 def combine_programs(config, params):
     """``{(rank, core): Program}`` of the combine that follows a dispatch of ``params``."""
     lay = layout_of(config, params)
+    syncall = params.get("syncall") or get_preset(config.preset).syncall
     return {(r, c): combine.combine_program(lay, rank=r, core=c, aivs=config.aivs_per_die,
                                             system=params["system"],
-                                            broken=params.get("combine_broken"))
+                                            broken=params.get("combine_broken"), syncall=syncall)
             for r in range(config.ranks) for c in range(config.aivs_per_die)}
 
 
@@ -271,7 +276,7 @@ class Dispatch(Kernel):
     params = {"system": "cann", "batch": 32, "topk": 8, "experts": 32, "hidden_blocks": 1,
               "seed": 0, "hot": 0, "broken": None, "cumsum_aivs": None, "cap": None,
               "mapping": None, "send_split": None, "hot_share": 0.3, "sync": None,
-              "model": None, "routing": None}
+              "syncall": None, "model": None, "routing": None}
     choices = {"system": SYSTEMS, "model": tuple(MODELS), "broken": BROKEN,
                **{name: values for name, (_, values) in OPTIONS.items()}}
     trace_phases = TRACE_PHASES
@@ -397,9 +402,11 @@ class Dispatch(Kernel):
         lay = layout_of(config, params)
         a = config.aivs_per_die
         if params["system"] == "cann":
+            syncall = params.get("syncall") or get_preset(config.preset).syncall
             return {(r, c): dispatch_program(lay, rank=r, core=c, aivs=a,
                                              experts=params["experts"], broken=params["broken"],
-                                             send_split=option(params, "send_split"))
+                                             send_split=option(params, "send_split"),
+                                             syncall=syncall)
                     for r in range(config.ranks) for c in range(a)}
         C = cumsum_aivs(config, params)
         return {(r, c): ubep.dispatch_program(lay, rank=r, core=c, aivs=a,

@@ -281,8 +281,12 @@ def _send_experts(p, lay, rank, core, aivs, experts, tok_addr):
     p.label("send_end")
 
 
-def _syncall(p, rank, lay, aivs, which, extra=0):
-    """Die-local barrier ``which`` (1 or 2) of the run: fetch-add, poll the cumulative count."""
+def _syncall(p, rank, lay, aivs, which, extra=0, hard=False):
+    """Die-local barrier ``which`` (1 or 2) of the run: fetch-add, poll the cumulative count;
+    ``hard``: the die's hardware barrier (``bar``) instead."""
+    if hard:
+        p.bar()
+        return
     p.li(12, lay.address(rank, lay.CTRL, 0))
     p.li(5, 1)
     p.fadd(6, 12, 5)                          # arrive
@@ -297,11 +301,14 @@ def _syncall(p, rank, lay, aivs, which, extra=0):
     p.poll(6, 12, 5, "ge")                    # every AIV of the die arrived
 
 
-def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split="slot"):
+def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split="slot",
+                     syncall="soft"):
     """The program of AIV ``core`` on ``rank`` (see the module docstring).
 
     ``broken`` selects a negative control (:data:`BROKEN`); ``send_split``
-    how the AIVs share Token-Sending (:data:`SEND_SPLITS`).
+    how the AIVs share Token-Sending (:data:`SEND_SPLITS`); ``syncall`` how SyncAll runs
+    (the preset's: ``"soft"``, a fetch-add counter and a poll, or ``"hard"``, the die's
+    hardware barrier ``bar``, as CANN's ``SyncAll<true>()``).
 
     Any ``epr`` and ``topk``: the expert → rank split (and, with the expert
     split, slot → token) is a shift for a power of two and a multiply by a
@@ -311,6 +318,11 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
     check_int("experts", experts, 1)
     check_choice("broken", broken, BROKEN)
     check_choice("send_split", send_split, SEND_SPLITS)
+    check_choice("syncall", syncall, ("soft", "hard"))
+    if broken == "syncall_one_short" and syncall == "hard":
+        raise UserError("broken='syncall_one_short' is a negative control of the soft SyncAll "
+                        "(a counter one AIV short); the hardware barrier has no count to get wrong")
+    hard = syncall == "hard"
     R, k, B, epr = lay.ranks, lay.topk, lay.hidden_blocks, lay.epr
     slots = lay.batch * k
     tok_row = lay.route_blocks                 # the UBuf row tokens pass through
@@ -336,7 +348,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
     count_experts(p, e0, e1, slots, lambda e, reg: p.usw(reg, 0, tok_addr + 4 * (e - e0)))
     p.fence()                                   # stop-and-wait: every token store acked
     p.mark(PHASES["sync1_in"])
-    _syncall(p, rank, lay, aivs, 1, extra=int(broken == "syncall_one_short"))
+    _syncall(p, rank, lay, aivs, 1, extra=int(broken == "syncall_one_short"), hard=hard)
     p.mark(PHASES["sync1_out"])
     p.li(14, lay.address(rank, lay.CTRL, 1))
     p.lw(13, 14, 0)
@@ -359,7 +371,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
         p.li(14, lay.address(rank, block, word))
         p.poll(6, 14, 13, "ge")                 # the flag carries this run's epoch
     p.mark(PHASES["sync2_in"])
-    _syncall(p, rank, lay, aivs, 2)
+    _syncall(p, rank, lay, aivs, 2, hard=hard)
     p.mark(PHASES["verify"])
 
     # --- 5. CalCumSum: tokens of the entries before q0 -----------------------------------------

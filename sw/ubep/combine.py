@@ -187,7 +187,7 @@ def _accumulate(p, lay, rank, t0, t1, rows, poll):
     p.label("tok_end")
 
 
-def combine_program(lay, *, rank, core, aivs, system, broken=None):
+def combine_program(lay, *, rank, core, aivs, system, broken=None, syncall="soft"):
     """The combine program of AIV ``core`` on ``rank`` (module docstring).
 
     ``broken="no_flag_poll"`` (UBEP) reads every answer without polling its
@@ -196,6 +196,7 @@ def combine_program(lay, *, rank, core, aivs, system, broken=None):
     check_int("aivs", aivs, 1)
     check_choice("system", system, SYSTEMS)
     check_choice("broken", broken, (None, "no_flag_poll"))
+    check_choice("syncall", syncall, ("soft", "hard"))
     if lay.words != 128:
         raise UserError(f"the combine needs full 512 B blocks (128 words), not {lay.words}")
     R = lay.ranks
@@ -232,12 +233,15 @@ def combine_program(lay, *, rank, core, aivs, system, broken=None):
         block, word = lay.word_at(lay.CSTATUS, d)
         p.li(14, lay.address(rank, block, word))
         p.poll(6, 14, 13, "ge")
-    p.li(12, lay.address(rank, lay.CTRL, 2))                # SyncAll (the combine's own counter)
-    p.li(5, 1)
-    p.fadd(6, 12, 5)
-    p.li(5, aivs)
-    p.mul(5, 5, 13)                                    # epoch · A
-    p.poll(6, 12, 5, "ge")
+    if syncall == "hard":
+        p.bar()                                            # SyncAll: the die's barrier
+    else:
+        p.li(12, lay.address(rank, lay.CTRL, 2))            # SyncAll (the combine's own counter)
+        p.li(5, 1)
+        p.fadd(6, 12, 5)
+        p.li(5, aivs)
+        p.mul(5, 5, 13)                                    # epoch · A
+        p.poll(6, 12, 5, "ge")
     p.mark(EVENTS["c_sync"])
     _accumulate(p, lay, rank, *split(lay.batch, aivs, core), rows, poll=False)
     p.fence()

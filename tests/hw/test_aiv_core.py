@@ -285,6 +285,7 @@ _add("cost_lw", assemble("lw r1, r0, 0x100\nhalt"), {}, [])
 _add("cost_sw_fence", assemble("sw r0, r0, 0x100\nfence\nhalt"), {}, [])
 _add("cost_vsum", assemble("li r2, 9\nvsum r1, r0, r2\nhalt"), {}, [])
 _add("cost_fadd", assemble("fadd r1, r0, r0\nhalt"), {}, [])
+_add("cost_bar", assemble("bar\nhalt"), {}, ["bar"])     # bar_go high: a lone core's barrier
 _add("remote", assemble(f"li r1, {address(7, 3, 2)}\nsw r0, r1, 0\nstb r0, r1, 0\n"
                         "lw r2, r1, 0\nhalt"), {}, [])
 _add("fault", [0], {}, [])
@@ -395,6 +396,7 @@ def test_cycle_costs(pysim_results):
     # sw 1; its ack arrives in cycle L and is counted in L + 1, when fence completes
     assert r["cost_sw_fence"]["cycles"] == 1 + (L + 1) + 1
     assert r["cost_vsum"]["cycles"] == 1 + AIVCore.vector_cycles(9, PARAMS["lanes"]) + 1
+    assert r["cost_bar"]["cycles"] == 1 + 1
     assert AIVCore.vector_cycles(9, 4) == 3 + 3
     assert AIVCore.vector_cycles(0, 4) == 1 + 3
     # vcomp: one extra cycle per match after the first of its beat

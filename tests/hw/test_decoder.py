@@ -152,7 +152,7 @@ def test_same_decode_on_every_simulator(simulator):
 @pytest.mark.parametrize("name", ["insn", "legal"])
 def test_a_field_named_like_a_port_is_refused(monkeypatch, name):
     from epfabric.hw import decoder, isa
-    table = isa.INSTRUCTIONS + (isa.Instruction("zz", 47, (isa.Field(name, "reg"),), "test"),)
+    table = isa.INSTRUCTIONS + (isa.Instruction("zz", 55, (isa.Field(name, "reg"),), "test"),)
     monkeypatch.setattr(decoder, "INSTRUCTIONS", table)
     with pytest.raises(ValueError, match=f"field name\\(s\\) {name} clash"):
         Decoder()

@@ -3,7 +3,7 @@
 import pytest
 
 from epfabric.hw.aiv_core import MemOp
-from epfabric.hw.die import Die, FlitKind, flit_layout
+from epfabric.hw.die import KNOBS, Die, FlitKind, flit_layout
 from epfabric.hw.host import HostTarget
 from epfabric.hw.isa import address
 from epfabric.sim.backends.host import host_read, host_read_pipelined, host_write, load_programs
@@ -25,8 +25,10 @@ def tx_record(f, cycle):
             "word": int(f.addr.word), "data": int(f.data) & 0xFFFFFFFF, "small": int(f.small)}
 
 
-async def die_run(bench, programs, hbm=None, rx_flits=(), reads=(), max_cycles=400, ack_remote=True):
-    """Load ``programs`` ({core: words}) and ``hbm`` ({byte addr: word}), run to quiescence.
+async def die_run(bench, programs, hbm=None, rx_flits=(), reads=(), max_cycles=400, ack_remote=True,
+                  knobs=None):
+    """Load ``programs`` ({core: words}), ``hbm`` ({byte addr: word}) and ``knobs`` ({name:
+    value}, hw/die.py KNOBS), run to quiescence.
 
     ``rx_flits`` are ``[cycle, fields]`` offered on ``rx`` from that cycle on;
     remote REQ flits of the cores are answered (acks / zero data) after 5
@@ -36,7 +38,8 @@ async def die_run(bench, programs, hbm=None, rx_flits=(), reads=(), max_cycles=4
     # the die's host port has no rank member: every write and read is rank 0's
     await host_write(bench, load_programs(
         [[0, int(core), words] for core, words in programs.items()],
-        [[0, int(addr), value] for addr, value in (hbm or {}).items()]))
+        [[0, int(addr), value] for addr, value in (hbm or {}).items()])
+        + [[HostTarget.CTRL.value, 0, 0, KNOBS[k], v] for k, v in (knobs or {}).items()])
     bench.set("tx.ready", 1)
     bench.set("host.start", 1)
     await bench.tick()
@@ -311,7 +314,7 @@ def _random_program(rng, core, polls):
     for k in range(rng.randint(2, 7)):
         block, word = rng.randrange(6), rng.randrange(8)
         kind = rng.choice(["sw", "sw", "lw", "fadd", "stb", "ldb", "vadd", "delay", "remote_sw",
-                           "remote_lw"])
+                           "remote_lw", "remote_stb", "bar"])
         here = address(0 if kind.startswith("remote") else RANK, block, word)
         p.li(10, here).li(5, rng.randrange(1 << 16))
         if kind in ("sw", "remote_sw"):
@@ -326,6 +329,10 @@ def _random_program(rng, core, polls):
             p.li(10, local(block)).ldb(13, 10, 0)
         elif kind == "vadd":
             p.vadd(12, 12, 14, 13)
+        elif kind == "remote_stb":
+            p.stb(12, 10, 0)
+        elif kind == "bar":
+            p.bar()
         else:
             p.li(7, rng.randint(1, 12)).label(f"d{k}").addi(7, 7, -1).bne(7, 0, f"d{k}")
         if polls and k == 0:
@@ -339,7 +346,8 @@ def _random_program(rng, core, polls):
 def test_idle_means_the_next_edge_changes_nothing(seed):
     """Randomized proof of ``Die.idle`` (the native backend skips a die's edge while it is 1):
     random programs of 3 cores (one left disabled in some seeds), polls released by incoming
-    flits, remote requests answered late, and incoming stores, fetch-adds and loads before and
+    flits, remote requests answered late, barriers (``bar``), random knobs (store window,
+    barrier wait, injection limit), and incoming stores, fetch-adds and loads before and
     long after the cores halt. At every edge where ``idle`` is 1, no memory write port is
     enabled and no register of the die -- every clocked assignment of every block, found by
     walking the elaborated design -- changes; the die is idle often enough for this to say
@@ -371,6 +379,8 @@ def test_idle_means_the_next_edge_changes_nothing(seed):
                    + [[rng.randrange(20, 200), req(MemOp.WRITE_WORD, 6, c, 1)]
                       for c in cores if polls[c]], key=lambda f: f[0])
     seen = {"idle": 0, "busy": 0}
+    knobs = {"store_window": rng.randint(1, params["max_outstanding"]),
+             "syncall_cycles": rng.randrange(20), "inject_rate": rng.choice([0, 40 * 1024])}
 
     class Checked(PysimTestbench):
         async def tick(self, n=1):
@@ -391,7 +401,7 @@ def test_idle_means_the_next_edge_changes_nothing(seed):
     sim.add_clock(1e-9)
 
     async def bench(ctx):
-        await die_run(Checked(ctx, die), programs, rx_flits=flits, max_cycles=700)
+        await die_run(Checked(ctx, die), programs, rx_flits=flits, max_cycles=700, knobs=knobs)
     sim.add_testbench(bench)
     sim.run()
     assert seen["idle"] > 100 and seen["busy"] > 100, seen

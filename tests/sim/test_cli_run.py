@@ -124,6 +124,14 @@ def test_param_json_and_vcd(tmp_path):
     (["run", "pingpong", "--trace", "."], "--trace '.' is a folder, not a file"),
     (["run", "alltoall", "--backend", "native", "--vcd", "x.vcd"],
      "--vcd 'x.vcd': the native backend writes no waveforms"),
+    (["run", "dispatch", "--knob", "syncall_cycles"],
+     "--knob must be NAME=INTEGER (a knob of store_window, syncall_cycles, inject_rate), "
+     "not 'syncall_cycles'"),
+    (["run", "dispatch", "--knob", "window=3"],
+     "knob must be one of store_window, syncall_cycles, inject_rate, not 'window'"),
+    (["run", "dispatch", "--knob", "store_window=513"], "store_window must be in [1, 512], not 513"),
+    (["run", "agrs", "--knob", "store_window=2"],
+     "--knob: kernel agrs does not run on the AIV machine"),
 ])
 def test_bad_input_one_line_before_any_simulation(argv, message, capsys, no_simulation):
     assert main(argv) == 2
@@ -220,7 +228,8 @@ def test_commands_and_experiments_are_registered():
                                                  "figures", "synth", "prove", "soak", "mutate"]
     assert set(EXPERIMENTS) == {"table2", "fig6", "eq5", "payload", "races", "speed",
                                 "fabric_speed", "quaternary", "fig3b", "fig7a", "fig7b", "fig7c",
-                                "fig8", "fig9", "fig10", "fig13", "fig14", "incmoe-layer", "table4"}
+                                "fig8", "fig9", "fig10", "fig13", "fig14", "incmoe-layer", "table4",
+                                "mechanisms"}
     assert all(e.name == name and e.title for name, e in EXPERIMENTS.items())
 
 
@@ -446,3 +455,16 @@ def test_a_system_sweep_prints_fig8s_stages_side_by_side():
     assert lines[4].split() == ["ubep", "C-AIVs", "(1)", "12.0", "0.0", "8.0", "15.0", "55.0"]
     assert _stage_table(("seed", [1, 2]), results) == []
     assert _stage_table(("system", ["cann"]), [{"runs": [{"phases": {"0.0": {"a": 1}}}]}]) == []
+
+
+def test_a_knob_changes_the_run_as_it_says(capsys):
+    """``--syncall hard --knob syncall_cycles=N``: CANN's two SyncAlls each hold the dies N
+    cycles longer than at 0 (tests/sw/test_dispatch.py has the exact accounting)."""
+    cycles = []
+    for wait in (0, 300):
+        assert main(["run", "dispatch", *SMALL, "--batch", "4", "--topk", "2", "--experts", "4",
+                     "--syncall", "hard", "--knob", f"syncall_cycles={wait}"]) == 0
+        out = capsys.readouterr().out
+        assert "correct" in out
+        cycles.append(int(out.split(" cycles = ")[0].rsplit(" ", 1)[1].replace(",", "")))
+    assert cycles[1] - cycles[0] == 2 * 300

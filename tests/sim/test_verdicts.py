@@ -193,6 +193,26 @@ def quaternary_rows(steps=5, match=True):
                                  "count_cycles": 17} for t in range(3)])
 
 
+def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983):
+    """Two-hop store-window rows (cm384, 32 blocks) for W = 1 and 2, at the closed form
+    unless ``stb`` gives the model's cycles; ``sw`` the word streams' cycles; hardware
+    SyncAll rows at syncall_cycles 0 and 100 releasing after ``bar`` cycles."""
+    rows = [{"preset": "cm384", "backend": "verilator", "mechanism": "syncall", "aivs": 48,
+             "kind": "hard", "syncall_cycles": w, "release_cycles": b, "expected_cycles": w + 1}
+            for w, b in zip((0, 100), bar)]
+    rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "inject", "aivs": 6,
+                 "blocks": 32, "inject_gbytes_s": 100.0, "inject_rate": 102400,
+                 "marginal_cycles": inject, "gbytes_s": 6 * 32 * 512 / inject,
+                 "expected_cycles": 6 * 32 * 512 * 1024 / 102400})
+    for k, w in enumerate((1, 2)):
+        expected = -(-32 // w) * 5003
+        rows.append({"preset": "cm384", "backend": "verilator", "blocks": 32, "window": w,
+                     "class": "two_hop", "mechanism": "store_window", "latency_cycles": 2500,
+                     "round_trip_cycles": 5003, "stb_cycles": expected if stb is None else stb[k],
+                     "sw_cycles": sw[k], "window_bound": True, "expected_cycles": expected})
+    return _rows("mechanisms", rows)
+
+
 def races(unsafe=True, safe=False):
     names = ("torn_read", "flag_overtakes_data", "sentinel_collision", "counter_reset_race")
     return _rows("races", [{"scenario": s, "race_observed_unsafe": unsafe if i == 0 else True,
@@ -266,6 +286,12 @@ CASES = {
         "the model's S1: UBEP 1.18 x CANN": table4({16: (44.9, 52.9)}),
         "UBEP 0.50 x CANN": table4({16: (100.0, 50.0), 32: (120.0, 86.0)}),
         "a wrong run": table4(correct=False)}),
+    "mechanisms": (True, [mechanisms(), mechanisms((32 * 5003 + 8, 16 * 5003 - 8))], {
+        "the window ignored (a posted stream)": mechanisms((5100, 5100)),
+        "half a round trip a block": mechanisms((16 * 5003, 8 * 5003)),
+        "word stores slowed by the window": mechanisms(sw=(3000, 100)),
+        "a hardware SyncAll released a cycle late": mechanisms(bar=(101, 102)),
+        "the die sent at twice its injection limit": mechanisms(inject=492)}),
     "races": (True, [races()], {"an unsafe variant without its race": races(unsafe=False),
                                 "a safe variant racing": races(safe=True)}),
 }

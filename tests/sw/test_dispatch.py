@@ -620,3 +620,45 @@ def test_sizing_generates_a_systems_combine_programs_once(monkeypatch):
                         lambda c, p: calls.append(p["system"]) or real(c, p))
     dispatch.Dispatch().configs("cm384", params={"batch": 8})
     assert sorted(calls) == ["cann", "ubep"]
+
+
+# --- CANN's SyncAll on the die's hardware barrier (issue 30) ---------------------------------
+
+def _hard_syncall_run(wait, kernel=K):
+    """A CANN run of SMALL with ``syncall="hard"`` and the die's syncall_cycles knob at ``wait``."""
+    params = kernel.resolve_params({**SMALL, "syncall": "hard"})
+    cfg = kernel.configs("tiny", SHAPE["topology"], SHAPE["aivs"], params)[0]
+    m = Machine(backend=backend(fast_simulator()), config=cfg)
+    inputs = kernel.load(m, params, max_cycles=KERNEL_CASE_MAX_CYCLES) if kernel.load_runs \
+        else kernel.load(m, params)
+    m.set_knob("syncall_cycles", wait)
+    report = m.run(KERNEL_CASE_MAX_CYCLES)
+    return report, kernel.check(m, report, inputs)
+
+
+def test_the_hardware_syncall_delivers_what_the_soft_one_does_and_costs_its_knob():
+    """``syncall="hard"``: both SyncAlls are the die's ``bar``; OUT is the soft run's, and
+    holding each barrier 500 cycles longer makes the run exactly 2 x 500 cycles longer (every
+    die's cores leave each barrier 500 cycles later, and nothing else waits)."""
+    soft = outcome(fast_simulator(), "cann")[0]["runs"][0]
+    fast, verdict = _hard_syncall_run(0)
+    assert verdict["correct"], verdict["problems"]
+    assert verdict["out_payload_digest"] == soft["out_payload_digest"]
+    assert fast.cycles < soft["cycles"]                 # no fetch-adds and polls
+    slow, verdict = _hard_syncall_run(500)
+    assert verdict["correct"], verdict["problems"]
+    assert slow.cycles - fast.cycles == 2 * 500
+
+
+def test_the_combine_after_a_hardware_syncall_dispatch_is_bit_exact():
+    _, verdict = _hard_syncall_run(40, KERNELS["combine"])
+    assert verdict["correct"], verdict["problems"]
+
+
+def test_the_hardware_syncall_is_cann_only_and_has_no_one_short_control():
+    with pytest.raises(UserError, match="syncall"):
+        K.resolve_params({**SMALL, "system": "ubep", "syncall": "hard"})
+    with pytest.raises(UserError, match="syncall_one_short' is a negative control of the soft"):
+        cfg = K.configs("tiny", SHAPE["topology"], 2, SMALL)[0]
+        K.programs(cfg, K.resolve_params({**SMALL, "syncall": "hard",
+                                          "broken": "syncall_one_short"}))

@@ -1,0 +1,373 @@
+"""Micro-benchmarks that pin one timing mechanism each, alone (``epfabric reproduce mechanisms``).
+
+Issue 30's calibration adds mechanisms the paper's numbers imply and the model
+lacked; each gets a micro-benchmark here that measures it without the kernels
+around it, next to its closed form, so a mechanism that is removed or broken
+shows as a wrong row (tests/sim/test_mechanisms.py, and mutations).
+
+**Store window** (knob ``store_window``, :data:`epfabric.hw.die.KNOBS`): one AIV
+on rank 0 streams ``blocks`` DataBlock stores (``stb``), or word stores (``sw``),
+to one destination of each distance class, then fences. A block store may issue
+only while fewer than ``W`` stores await their ack; the ack of a store comes back
+``2 L + 3`` cycles after its issue (``L`` the class latency: the store's way out,
+2 cycles to leave the destination (UB answer register, RSP queue), the ack's way
+back, and the cycle the core counts it; hw/die.py, hw/router.py). So a stream of
+``n`` blocks costs ``ceil(n / W) (2 L + 3)`` cycles plus a constant while the window
+binds, and word stores do not see the knob at all. Each row carries that closed
+form and the model's cycles.
+
+**SyncAll** (knob ``syncall_cycles``; the preset's ``syncall``/``syncall_ns``): on one die
+of ``aivs`` AIVs, AIV ``a`` spins about ``a * spread`` cycles, MARKs its arrival and
+enters the barrier; the row's ``release`` is the cycles from the last arrival MARK to the
+first MARK after the barrier, less the one cycle of that arrival MARK. The hardware
+barrier (``bar``) releases ``syncall_cycles + 1`` cycles after the last core reached it;
+the soft one (a fetch-add of a die-local counter, then a poll until every AIV arrived,
+as CANN's kernels ran in the model before) costs what its fetch-adds and polls cost:
+its row shows the model's intrinsic SyncAll before calibration.
+
+**Injection limit** (knob ``inject_rate``; the preset's ``die_injection_gbytes_s``): rank
+0's ``aivs`` AIVs each stream block stores to a destination of its own (no link or switch
+output shared past the die), with ``blocks`` and ``2 * blocks`` blocks; the difference is
+the cost of ``aivs * blocks`` more blocks, ``aivs * blocks * 512 / r`` cycles at an
+injection limit of ``r`` bytes per cycle below what the links and the AIVs' issue give.
+"""
+
+import math
+
+from tabulate import tabulate
+
+from ....hw.die import INJECT_DEN
+from ....hw.validate import UserError
+from ...backends import SIMULATORS
+from . import Experiment, Param, register
+
+__all__ = ["store_streams", "barrier_release", "inject_streams", "window_expected", "Mechanisms", "EXPERIMENT"]
+
+#: MARK event before the first stream (stream ``k`` ends with ``MARK0 + 1 + k``)
+MARK0 = 1
+#: the superpod with every distance class: 2 dies an NPU, 2 NPUs a board, 2 boards
+TOPOLOGY = ("superpod", 2, 2, 2)
+#: destination rank of each class from rank 0 on TOPOLOGY
+DESTINATIONS = {"intra": 1, "one_hop": 2, "two_hop": 4}
+
+
+def store_streams(*, preset, backend, segments, window=None, max_outstanding=64):
+    """Cycles of each of one AIV's store streams, from its first store's issue to the end
+    of its fence, in one run.
+
+    Rank 0's core 0 runs the ``segments`` one after the other, each ``(dst, n, op)``:
+    ``n`` stores (``op`` ``"stb"`` or ``"sw"``) to consecutive blocks of rank ``dst``, then
+    a fence; ``window`` sets the dies' ``store_window`` knob (``None``: its reset value,
+    ``max_outstanding``).
+    """
+    from ....sw.assembler import Program
+    from ....sw.isa import address
+    from ....sw.kernels import pow2_at_least
+    from ....sw.machine import Machine
+    from ...backends.machine import backend as make_backend
+    for dst, n, op in segments:
+        if op not in ("stb", "sw"):
+            raise UserError(f"op must be 'stb' or 'sw', not {op!r}")
+    longest = max(n for _, n, _ in segments)
+    total = sum(n for _, n, _ in segments)
+    m = Machine(preset, backend=make_backend(backend), topology=TOPOLOGY, aivs_per_die=1,
+                hbm_blocks=pow2_at_least(longest + 1),
+                imem_depth=pow2_at_least(3 * total + 4 * len(segments) + 8),
+                max_outstanding=max_outstanding, trace_depth=pow2_at_least(len(segments) + 1))
+    p = Program()
+    p.li(10, 0)                                     # UBuf row 0 (its bytes do not matter)
+    p.mark(MARK0)
+    for k, (dst, n, op) in enumerate(segments):
+        for i in range(n):
+            p.li(2, address(dst, 1 + i))
+            if op == "stb":
+                p.stb(10, 2, 0)
+            else:
+                p.sw(10, 2, 0)
+        p.fence()
+        p.mark(MARK0 + 1 + k)
+    p.halt()
+    m.load_program(0, 0, p)
+    m.read_back([(0, 1)])
+    if window is not None:
+        m.set_knob("store_window", window)
+    rtt = 2 * max(m.preset.latency_cycles().values()) + 8
+    report = m.run(max_cycles=2 * total * rtt + 10_000)
+    marks = {e["event"]: e["cycle"] for e in report.marks()}
+    return [marks[MARK0 + 1 + k] - marks[MARK0 + k] for k in range(len(segments))]
+
+
+def barrier_release(*, preset, backend, kind, aivs, spread=4, syncall_cycles=None):
+    """Cycles from a die's last arrival at a SyncAll to its first core's release (see the
+    module docstring); ``kind`` ``"hard"`` (``bar``) or ``"soft"`` (fetch-add and poll)."""
+    from ....sw.assembler import Program
+    from ....sw.isa import address
+    from ....sw.machine import Machine
+    from ...backends.machine import backend as make_backend
+    if kind not in ("hard", "soft"):
+        raise UserError(f"kind must be 'hard' or 'soft', not {kind!r}")
+    m = Machine(preset, backend=make_backend(backend), topology=("superpod", 2, 1, 1),
+                aivs_per_die=aivs, hbm_blocks=4, imem_depth=32, max_outstanding=8,
+                trace_depth=max(16, 1 << (2 * aivs).bit_length()))
+    for a in range(aivs):
+        p = Program()
+        p.li(1, a * spread // 2 + 1)
+        p.label("spin")
+        p.addi(1, 1, -1)
+        p.bne(1, 0, "spin")                     # 2 cycles an iteration
+        p.mark(MARK0)
+        if kind == "hard":
+            p.bar()
+        else:
+            p.li(2, address(0, 1, 0))
+            p.li(3, 1)
+            p.fadd(4, 2, 3)                     # arrive
+            p.li(3, aivs)
+            p.poll(4, 2, 3, "ge")               # every AIV of the die arrived
+        p.mark(MARK0 + 1)
+        p.halt()
+        m.load_program(0, a, p)
+    m.read_back([(0, 1)])
+    if syncall_cycles is not None:
+        m.set_knob("syncall_cycles", syncall_cycles)
+    report = m.run(max_cycles=100 * aivs * spread + 10 * (syncall_cycles or 0) + 10_000)
+    marks = report.marks()
+    last = max(e["cycle"] for e in marks if e["event"] == MARK0)
+    first = min(e["cycle"] for e in marks if e["event"] == MARK0 + 1)
+    return first - last - 1
+
+
+def inject_streams(*, preset, backend, aivs, blocks, rate=None, topology=TOPOLOGY):
+    """Cycles from the first to the last AIV's fence of rank 0's ``aivs`` AIVs each storing
+    ``blocks`` blocks to its own destination rank (``1 + a``: no link or switch output
+    shared past the die), with the dies' ``inject_rate`` knob at ``rate`` (``None``: none),
+    on a superpod ``topology``."""
+    from ....sw.assembler import Program
+    from ....sw.isa import address
+    from ....sw.kernels import pow2_at_least
+    from ....sw.machine import Machine
+    from ...backends.machine import backend as make_backend
+    ranks = topology[1] * topology[2] * topology[3]
+    if not 1 <= aivs < ranks:
+        raise UserError(f"aivs must be in [1, {ranks - 1}] (a destination rank each), not {aivs!r}")
+    m = Machine(preset, backend=make_backend(backend), topology=topology, aivs_per_die=aivs,
+                hbm_blocks=pow2_at_least(blocks + 1), imem_depth=pow2_at_least(3 * blocks + 8),
+                max_outstanding=512, trace_depth=pow2_at_least(2 * aivs + 1))
+    for a in range(aivs):
+        p = Program()
+        p.li(10, 0)
+        p.mark(MARK0)
+        for i in range(blocks):
+            p.li(2, address(1 + a, 1 + i))
+            p.stb(10, 2, 0)
+        p.fence()
+        p.mark(MARK0 + 1)
+        p.halt()
+        m.load_program(0, a, p)
+    m.read_back([(0, 1)])
+    if rate is not None:
+        m.set_knob("inject_rate", rate)
+    report = m.run(max_cycles=blocks * aivs * 10_000 + 10_000)
+    marks = report.marks()
+    return (max(e["cycle"] for e in marks if e["event"] == MARK0 + 1)
+            - min(e["cycle"] for e in marks if e["event"] == MARK0))
+
+
+def window_expected(latency, window, blocks):
+    """Closed form of a window-bound block stream: ``ceil(blocks / W)`` round trips of
+    ``2 L + 3`` cycles (see the module docstring)."""
+    return math.ceil(blocks / window) * (2 * latency + 3)
+
+
+class Mechanisms(Experiment):
+    """One row per (mechanism, distance class, setting): the model's cycles beside the closed form."""
+
+    name = "mechanisms"
+    title = "each calibrated timing mechanism alone, against its closed form"
+    paper = "UBEP §3.3 (per-AIV network delay), issue 30"
+    headline = "a sender holds a staging buffer until its block's remote write completes"
+    params = (
+        Param("preset", "cm384", "machine preset", str),
+        Param("backend", "verilator", "simulator", str, SIMULATORS),
+        Param("blocks", 32, "stores in each stream", int, minimum=1),
+        Param("windows", "1,2,4,512", "store_window values (blocks), comma-separated", str),
+        Param("aivs", 48, "AIVs of the die of the SyncAll benchmark", int, minimum=1),
+        Param("syncall_cycles", "0,100,5000", "syncall_cycles values of the hardware SyncAll, "
+              "comma-separated", str),
+        Param("inject", "100,196", "die injection limits (GB/s), comma-separated", str),
+        Param("inject_aivs", 6, "AIVs of the injection benchmark (a destination rank each)", int,
+              minimum=1),
+    )
+
+    def resolve(self, **given):
+        p = super().resolve(**given)
+        from ....sw.presets import get_preset
+        get_preset(p["preset"])
+        if not 1 <= p["inject_aivs"] < TOPOLOGY[1] * TOPOLOGY[2] * TOPOLOGY[3]:
+            raise UserError(f"inject_aivs must be in [1, 7] (a destination rank each), not "
+                            f"{p['inject_aivs']!r}")
+        try:
+            windows = [int(w) for w in p["windows"].split(",")]
+        except ValueError:
+            raise UserError(f"windows must be comma-separated integers, not {p['windows']!r}") \
+                from None
+        if not windows or min(windows) < 1:
+            raise UserError(f"windows must be integers >= 1, not {p['windows']!r}")
+        try:
+            waits = [int(w) for w in p["syncall_cycles"].split(",")]
+        except ValueError:
+            raise UserError(f"syncall_cycles must be comma-separated integers, not "
+                            f"{p['syncall_cycles']!r}") from None
+        if not waits or min(waits) < 0:
+            raise UserError(f"syncall_cycles must be integers >= 0, not {p['syncall_cycles']!r}")
+        try:
+            limits = [float(g) for g in p["inject"].split(",")]
+        except ValueError:
+            raise UserError(f"inject must be comma-separated numbers, not {p['inject']!r}") \
+                from None
+        preset = get_preset(p["preset"])
+        for g in limits:
+            preset.replace(die_injection_gbytes_s=g)       # a limit the knob cannot hold fails
+        return p
+
+    def points(self, params, quick=False):
+        windows = [int(w) for w in params["windows"].split(",")]
+        if quick:
+            windows = windows[:2]
+        waits = [int(w) for w in params["syncall_cycles"].split(",")]
+        if quick:
+            waits = waits[:2]
+        base = {"preset": params["preset"], "backend": params["backend"]}
+        return ([{**base, "mechanism": "store_window", "blocks": params["blocks"], "window": w,
+                  "class": cls} for cls in DESTINATIONS for w in windows]
+                + [{**base, "mechanism": "syncall", "aivs": params["aivs"], "kind": "soft",
+                    "syncall_cycles": None}]
+                + [{**base, "mechanism": "syncall", "aivs": params["aivs"], "kind": "hard",
+                    "syncall_cycles": w} for w in waits]
+                + [{**base, "mechanism": "inject", "aivs": params["inject_aivs"],
+                    "blocks": params["blocks"], "inject_gbytes_s": g}
+                   for g in [None] + [float(x) for x in params["inject"].split(",")]])
+
+    def measure(self, point):
+        from ....sw.presets import get_preset
+        if point["mechanism"] == "syncall":
+            release = barrier_release(preset=point["preset"], backend=point["backend"],
+                                      kind=point["kind"], aivs=point["aivs"],
+                                      syncall_cycles=point["syncall_cycles"])
+            expected = None if point["kind"] == "soft" else point["syncall_cycles"] + 1
+            return {**point, "release_cycles": release, "expected_cycles": expected}
+        preset = get_preset(point["preset"])
+        if point["mechanism"] == "inject":
+            g = point["inject_gbytes_s"]
+            rate = None if g is None else preset.replace(die_injection_gbytes_s=g).inject_rate()
+            n = point["blocks"]
+            times = [inject_streams(preset=preset.name, backend=point["backend"],
+                                    aivs=point["aivs"], blocks=b, rate=rate) for b in (n, 2 * n)]
+            extra = point["aivs"] * n * preset.block_bytes
+            return {**point, "inject_rate": rate, "marginal_cycles": times[1] - times[0],
+                    "gbytes_s": preset.gbytes_s(extra, times[1] - times[0]),
+                    "expected_cycles": None if rate is None else extra * INJECT_DEN / rate}
+        latency = preset.latency_cycles()[point["class"]]
+        window, blocks = point["window"], point["blocks"]
+        dst = DESTINATIONS[point["class"]]
+        stb, sw = store_streams(preset=preset.name, backend=point["backend"], window=window,
+                                segments=[(dst, blocks, "stb"), (dst, blocks, "sw")],
+                                max_outstanding=max(64, window))
+        rtt = 2 * latency + 3
+        bound = window * 2 < rtt            # the window, not the 2-instruction loop, binds
+        return {**point, "latency_cycles": latency,
+                "round_trip_cycles": rtt, "stb_cycles": stb, "sw_cycles": sw,
+                "window_bound": bound,
+                "expected_cycles": window_expected(latency, window, blocks) if bound else None}
+
+    def verdict(self, rows):
+        """Holds when every window-bound block stream is within 5 % (+ 8 cycles of the
+        stream's start and fence) of ``ceil(n/W)(2L+3)``, no word-store stream's cycles
+        depend on the window (the knob limits block stores only), and every hardware SyncAll
+        releases exactly ``syncall_cycles + 1`` cycles after its last arrival."""
+        streams = [r for r in rows if r.get("mechanism", "store_window") == "store_window"]
+        bars = [r for r in rows if r.get("mechanism") == "syncall" and r["kind"] == "hard"]
+        bad = [r for r in streams if r["window_bound"]
+               and abs(r["stb_cycles"] - r["expected_cycles"]) > 0.05 * r["expected_cycles"] + 8]
+        by_class = {}
+        for r in streams:
+            by_class.setdefault(r["class"], set()).add(r["sw_cycles"])
+        words = all(len(v) == 1 for v in by_class.values())
+        bound = [r for r in streams if r["window_bound"]]
+        bars_ok = all(r["release_cycles"] == r["expected_cycles"] for r in bars)
+        limits = [r for r in rows if r.get("mechanism") == "inject"
+                  and r["expected_cycles"] is not None]
+        off = [r for r in limits if abs(r["marginal_cycles"] - r["expected_cycles"])
+               > 0.02 * r["expected_cycles"] + 4]
+        soft = [r["release_cycles"] for r in rows
+                if r.get("mechanism") == "syncall" and r["kind"] == "soft"]
+        return (not bad and words and bool(bound) and bars_ok and not off,
+                f"{len(bound) - len(bad)}/{len(bound)} window-bound streams at "
+                f"ceil(n/W)(2L+3) (tolerance: 5 % + 8 cycles; "
+                f"{'inside' if not bad else 'OUTSIDE'}); word "
+                f"stores {'do not depend' if words else 'DEPEND'} on the window; "
+                f"{sum(r['release_cycles'] == r['expected_cycles'] for r in bars)}/{len(bars)} "
+                f"hardware SyncAlls release at syncall_cycles + 1 (tolerance: none)"
+                + (f"; the soft SyncAll costs {soft[0]} cycles" if soft else "")
+                + f"; {len(limits) - len(off)}/{len(limits)} injection limits at "
+                  f"bytes / rate (tolerance: 2 % + 4 cycles)")
+
+    def plot(self, rows, path):
+        from ..results.plot import save, subplots
+        fig, (ax, bx, cx) = subplots(1, 3, width=14)
+        streams = [r for r in rows if r["mechanism"] == "store_window"]
+        for k, cls in enumerate(DESTINATIONS):
+            pts = sorted((r["window"], r["stb_cycles"], r["expected_cycles"])
+                         for r in streams if r["class"] == cls)
+            if not pts:
+                continue
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=f"C{k}",
+                    label=f"{cls}: model")
+            exp = [(p[0], p[2]) for p in pts if p[2] is not None]
+            ax.plot([p[0] for p in exp], [p[1] for p in exp], "x--", color=f"C{k}",
+                    label=f"{cls}: ceil(n/W)(2L+3)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("store_window W (blocks)")
+        ax.set_ylabel("cycles of a block stream + fence")
+        ax.legend(fontsize=7)
+        bars = [r for r in rows if r["mechanism"] == "syncall"]
+        bx.bar([r["kind"] + ("" if r["syncall_cycles"] is None else f" {r['syncall_cycles']}")
+                for r in bars], [max(1, r["release_cycles"]) for r in bars])
+        bx.set_yscale("log")
+        bx.set_xlabel("SyncAll (hard: syncall_cycles)")
+        bx.set_ylabel("cycles from the last arrival to the release")
+        inj = [r for r in rows if r["mechanism"] == "inject"]
+        cx.bar([str(r["inject_gbytes_s"] or "none") for r in inj], [r["gbytes_s"] for r in inj])
+        cx.set_xlabel("die injection limit (GB/s)")
+        cx.set_ylabel("measured die egress (GB/s)")
+        save(fig, path, f"timing mechanisms alone: store window, SyncAll, injection "
+                        f"({rows[0]['preset']}, {rows[0]['backend']})")
+
+    def run(self, **params):
+        p = self.resolve(**params)
+        return [self.measure(pt) for pt in self.points(p)]
+
+    def format(self, rows):
+        out = []
+        for r in rows:
+            if r["mechanism"] == "store_window":
+                out.append((r["mechanism"], f"{r['class']}, W {r['window']}", r["stb_cycles"],
+                            "-" if r["expected_cycles"] is None else r["expected_cycles"],
+                            f"sw stream {r['sw_cycles']}"))
+            elif r["mechanism"] == "inject":
+                exp = r["expected_cycles"]
+                out.append((r["mechanism"], f"{r['inject_gbytes_s'] or 'no'} limit, "
+                            f"{r['aivs']} AIVs x {r['blocks']} blocks more",
+                            r["marginal_cycles"], "-" if exp is None else f"{exp:.0f}",
+                            f"{r['gbytes_s']:.1f} GB/s"))
+            else:
+                setting = r["kind"] + ("" if r["syncall_cycles"] is None
+                                       else f", {r['syncall_cycles']} cycles")
+                out.append((r["mechanism"], f"{setting}, {r['aivs']} AIVs", r["release_cycles"],
+                            "-" if r["expected_cycles"] is None else r["expected_cycles"], ""))
+        return tabulate(out, headers=("mechanism", "setting", "model cycles", "closed form",
+                                      ""), disable_numparse=True)
+
+
+EXPERIMENT = register(Mechanisms())

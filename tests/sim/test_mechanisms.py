@@ -1,0 +1,171 @@
+"""The ``mechanisms`` micro-benchmarks (sim/lab/experiments/mechanisms.py): each timing
+mechanism alone, against its closed form."""
+
+import pytest
+
+from epfabric.hw.validate import UserError
+from epfabric.sim.lab.experiments import EXPERIMENTS
+from epfabric.sim.lab.experiments.mechanisms import (DESTINATIONS, barrier_release, inject_streams,
+                                                      store_streams)
+from epfabric.sw.presets import get_preset
+
+#: per class: 4 then 8 block stores; then 8 word stores two hops away
+SEGMENTS = [seg for d in DESTINATIONS.values() for seg in ((d, 4, "stb"), (d, 8, "stb"))] \
+    + [(DESTINATIONS["two_hop"], 8, "sw")]
+
+
+@pytest.fixture(scope="module")
+def streams():
+    """``{window: [cycles of each segment]}`` on the tiny preset (pysim)."""
+    return {w: store_streams(preset="tiny", backend="pysim", segments=SEGMENTS, window=w)
+            for w in (1, 2, None)}
+
+
+@pytest.mark.parametrize("window", [1, 2])
+def test_each_window_of_block_stores_costs_one_round_trip(streams, window):
+    """With W staging buffers, each W more blocks cost one round trip ``2L + 3`` (the store's
+    way out, 2 cycles to leave the destination, the ack's way back, the cycle it is counted):
+    the 4 blocks that 8 adds cost ``4/W`` round trips exactly, per distance class."""
+    lat = get_preset("tiny").latency_cycles()
+    for k, cls in enumerate(DESTINATIONS):
+        four, eight = streams[window][2 * k], streams[window][2 * k + 1]
+        assert eight - four == 4 // window * (2 * lat[cls] + 3), (cls, four, eight)
+
+
+def test_without_the_knob_a_block_stream_is_bound_by_issue_not_distance(streams):
+    """The reset window (``max_outstanding``) never binds here: 4 more blocks cost the same
+    4 issue slots (``li`` of 2 instructions + ``stb``) to every class."""
+    extra = [streams[None][2 * k + 1] - streams[None][2 * k] for k in range(len(DESTINATIONS))]
+    assert extra == [12, 12, 12]
+    assert streams[1][5] > 4 * streams[None][5]       # two hops at W = 1: latency-bound
+
+
+def test_word_stores_do_not_see_the_window(streams):
+    """The knob limits block stores (a sender's staging buffers); flag and count words keep
+    the core's whole window."""
+    assert streams[1][-1] == streams[2][-1] == streams[None][-1]
+
+
+def test_the_knob_is_checked_and_goes_to_every_die():
+    from epfabric.sim.backends.machine import backend
+    from epfabric.sw.machine import Machine
+    m = Machine("tiny", backend=backend("pysim"), topology=("superpod", 2, 1, 1),
+                max_outstanding=8)
+    with pytest.raises(UserError, match="store_window must be in"):
+        m.set_knob("store_window", 9)
+    with pytest.raises(UserError, match="store_window must be in"):
+        m.set_knob("store_window", 0)
+    with pytest.raises(UserError, match="knob must be one of store_window, syncall_cycles, "
+                                        "inject_rate, not 'window'"):
+        m.set_knob("window", 2)
+    with pytest.raises(UserError, match="syncall_cycles must be in"):
+        m.set_knob("syncall_cycles", 1 << 24)
+    m.set_knob("store_window", 3)
+    ctrl = [w for w in m.session(100)["writes"] if w[0] == 3]
+    assert ctrl == [[3, 0, 0, 0, 3]]                    # one CTRL write; the system broadcasts it
+    m.set_knob("store_window", None)
+    assert [w for w in m.session(100)["writes"] if w[0] == 3] == []
+
+
+def test_a_presets_syncall_becomes_the_knob():
+    assert get_preset("cm384").replace(syncall="hard", syncall_ns=1500.0).knobs() == {
+        "syncall_cycles": 1500}
+    with pytest.raises(UserError, match="syncall_ns=100.0 needs syncall='hard'"):
+        get_preset("cm384").replace(syncall_ns=100.0)
+    with pytest.raises(UserError, match="syncall must be one of soft, hard"):
+        get_preset("cm384").replace(syncall="fast")
+
+
+def test_a_presets_send_window_becomes_the_knob():
+    preset = get_preset("cm384").replace(send_window_bytes=14336)
+    assert preset.knobs() == {"store_window": 28}           # two 7 KiB tokens
+    assert get_preset("cm384").replace(send_window_bytes=513).knobs() == {"store_window": 2}
+    assert get_preset("cm384").knobs() == {}
+    with pytest.raises(UserError, match="send_window_bytes must be >= 1"):
+        get_preset("cm384").replace(send_window_bytes=0)
+
+
+@pytest.mark.parametrize("wait", [0, 7])
+def test_the_hardware_syncall_releases_its_wait_after_the_last_arrival(wait):
+    """``bar``: every core of the die stalls until the last one arrives, then the
+    ``syncall_cycles`` knob more, and all leave together (1 cycle for the last one)."""
+    assert barrier_release(preset="tiny", backend="pysim", kind="hard", aivs=3,
+                           syncall_cycles=wait) == wait + 1
+
+
+def test_the_soft_syncall_costs_its_fetch_adds_and_polls():
+    """CANN's barrier as the model ran it before: a fetch-add and a poll of a die-local word,
+    several cycles after the last arrival, more than the hardware barrier at no wait."""
+    soft = barrier_release(preset="tiny", backend="pysim", kind="soft", aivs=3)
+    assert soft > barrier_release(preset="tiny", backend="pysim", kind="hard", aivs=3)
+    assert soft >= 2 + 3            # the last AIV's fetch-add (2 + L) and one poll read (1 + L)
+
+
+def test_each_die_has_its_own_barrier_and_it_can_be_reused():
+    """Two dies at different times, two barriers back to back: each die releases at its own
+    last arrival, and the second barrier waits for every core again."""
+    from epfabric.sim.backends.machine import backend
+    from epfabric.sw.assembler import Program
+    from epfabric.sw.machine import Machine
+    m = Machine("tiny", backend=backend("pysim"), topology=("superpod", 2, 1, 1), aivs_per_die=2,
+                max_outstanding=8)
+    for r in range(2):
+        for c in range(2):
+            p = Program().li(1, 1 + 10 * c + 25 * r).label("spin").addi(1, 1, -1)
+            p.bne(1, 0, "spin").mark(1).bar().mark(2)
+            p.li(1, 1 + 10 * (1 - c)).label("spin2").addi(1, 1, -1).bne(1, 0, "spin2")
+            p.mark(3).bar().mark(4).halt()
+            m.load_program(r, c, p)
+    m.set_knob("syncall_cycles", 3)
+    marks = {}
+    for e in m.run(5000).marks():
+        marks.setdefault((e["rank"], e["event"]), []).append(e["cycle"])
+    for r in range(2):
+        assert min(marks[r, 2]) == max(marks[r, 1]) + 2 + 3
+        assert min(marks[r, 4]) == max(marks[r, 3]) + 2 + 3
+        assert min(marks[r, 2]) > max(marks[r, 1]) and min(marks[r, 4]) > max(marks[r, 3])
+    assert min(marks[1, 2]) > max(marks[0, 2]) + 20        # die 1 did not wait for die 0
+
+
+def test_the_experiment_checks_its_settings():
+    with pytest.raises(UserError, match="windows must be"):
+        EXPERIMENTS["mechanisms"].resolve(windows="1,x")
+    with pytest.raises(UserError, match="syncall_cycles must be integers >= 0"):
+        EXPERIMENTS["mechanisms"].resolve(syncall_cycles="-1")
+    points = EXPERIMENTS["mechanisms"].points(EXPERIMENTS["mechanisms"].resolve(), quick=True)
+    assert {(p["class"], p["window"]) for p in points if p["mechanism"] == "store_window"} == {
+        (c, w) for c in DESTINATIONS for w in (1, 2)}
+    assert [(p["kind"], p["syncall_cycles"]) for p in points if p["mechanism"] == "syncall"] \
+        == [("soft", None), ("hard", 0), ("hard", 100)]
+
+
+def test_a_barrier_a_core_never_reaches_is_named_by_the_watchdog():
+    from epfabric.sim.backends.machine import backend
+    from epfabric.sw.assembler import Program
+    from epfabric.sw.machine import Machine, WatchdogTimeout
+    m = Machine("tiny", backend=backend("pysim"), topology=("superpod", 2, 1, 1), aivs_per_die=2,
+                max_outstanding=8)
+    m.load_program(0, 0, Program().bar().halt())
+    m.load_program(0, 1, Program().label("spin").j("spin"))      # never arrives, never halts
+    with pytest.raises(WatchdogTimeout, match=r"rank 0 core 0 \(pc 0\) waits at its die's "
+                                              r"barrier \(bar\)"):
+        m.run(300)
+
+
+def test_the_injection_limit_sets_the_dies_egress(limit=64):
+    """3 AIVs of a 4-die superpod, each streaming to a rank of its own: 4 blocks more each
+    cost 12 blocks of the die's injection credit, 12 * 512 / limit cycles; without a limit
+    the die's link (0.75 blocks a cycle on tiny) is what binds."""
+    rate = limit * 1024                                  # bytes per cycle x INJECT_DEN
+    extra = [inject_streams(preset="tiny", backend="pysim", aivs=3, blocks=b, rate=r,
+                            topology=("superpod", 2, 2, 1))
+             for r in (rate, None) for b in (4, 8)]
+    assert extra[1] - extra[0] == 12 * 512 // limit
+    assert extra[3] - extra[2] == 16                     # 12 / 0.75 at the link's rate
+
+
+def test_a_presets_injection_limit_becomes_the_knob():
+    preset = get_preset("cm384").replace(die_injection_gbytes_s=100.0)
+    assert preset.knobs() == {"inject_rate": 102400}
+    with pytest.raises(UserError, match="die_injection_gbytes_s=2000.0 is 2000.0 bytes per cycle"):
+        get_preset("cm384").replace(die_injection_gbytes_s=2000.0)
