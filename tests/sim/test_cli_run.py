@@ -460,10 +460,12 @@ def test_a_system_sweep_prints_fig8s_stages_side_by_side():
 def test_a_knob_changes_the_run_as_it_says(capsys):
     """``--syncall hard --knob syncall_cycles=N``: CANN's two SyncAlls each hold the dies N
     cycles longer than at 0 (tests/sw/test_dispatch.py has the exact accounting)."""
+    from utils import fast_simulator
     cycles = []
     for wait in (0, 300):
         assert main(["run", "dispatch", *SMALL, "--batch", "4", "--topk", "2", "--experts", "4",
-                     "--syncall", "hard", "--knob", f"syncall_cycles={wait}"]) == 0
+                     "--backend", fast_simulator(), "--syncall", "hard",
+                     "--knob", f"syncall_cycles={wait}"]) == 0
         out = capsys.readouterr().out
         assert "correct" in out
         cycles.append(int(out.split(" cycles = ")[0].rsplit(" ", 1)[1].replace(",", "")))

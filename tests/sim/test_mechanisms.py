@@ -9,41 +9,34 @@ from epfabric.sim.lab.experiments.mechanisms import (DESTINATIONS, barrier_relea
                                                       store_streams)
 from epfabric.sw.presets import get_preset
 
-#: per class: 4 then 8 block stores; then 8 word stores two hops away
-SEGMENTS = [seg for d in DESTINATIONS.values() for seg in ((d, 4, "stb"), (d, 8, "stb"))] \
-    + [(DESTINATIONS["two_hop"], 8, "sw")]
+#: per class: 2 then 4 block stores; then 4 word stores two hops away
+SEGMENTS = [seg for d in DESTINATIONS.values() for seg in ((d, 2, "stb"), (d, 4, "stb"))] \
+    + [(DESTINATIONS["two_hop"], 4, "sw")]
 
 
 @pytest.fixture(scope="module")
 def streams():
     """``{window: [cycles of each segment]}`` on the tiny preset (pysim)."""
     return {w: store_streams(preset="tiny", backend="pysim", segments=SEGMENTS, window=w)
-            for w in (1, 2, None)}
+            for w in (1, 2)}
 
 
 @pytest.mark.parametrize("window", [1, 2])
 def test_each_window_of_block_stores_costs_one_round_trip(streams, window):
     """With W staging buffers, each W more blocks cost one round trip ``2L + 3`` (the store's
     way out, 2 cycles to leave the destination, the ack's way back, the cycle it is counted):
-    the 4 blocks that 8 adds cost ``4/W`` round trips exactly, per distance class."""
+    the 2 blocks that 4 adds cost ``2/W`` round trips exactly, per distance class."""
     lat = get_preset("tiny").latency_cycles()
     for k, cls in enumerate(DESTINATIONS):
-        four, eight = streams[window][2 * k], streams[window][2 * k + 1]
-        assert eight - four == 4 // window * (2 * lat[cls] + 3), (cls, four, eight)
-
-
-def test_without_the_knob_a_block_stream_is_bound_by_issue_not_distance(streams):
-    """The reset window (``max_outstanding``) never binds here: 4 more blocks cost the same
-    4 issue slots (``li`` of 2 instructions + ``stb``) to every class."""
-    extra = [streams[None][2 * k + 1] - streams[None][2 * k] for k in range(len(DESTINATIONS))]
-    assert extra == [12, 12, 12]
-    assert streams[1][5] > 4 * streams[None][5]       # two hops at W = 1: latency-bound
+        two, four = streams[window][2 * k], streams[window][2 * k + 1]
+        assert four - two == 2 // window * (2 * lat[cls] + 3), (cls, two, four)
 
 
 def test_word_stores_do_not_see_the_window(streams):
     """The knob limits block stores (a sender's staging buffers); flag and count words keep
     the core's whole window."""
-    assert streams[1][-1] == streams[2][-1] == streams[None][-1]
+    assert streams[1][-1] == streams[2][-1]
+    assert streams[1][-1] < streams[1][-2]           # 4 words two hops away < 4 blocks at W = 1
 
 
 def test_the_knob_is_checked_and_goes_to_every_die():
@@ -157,11 +150,10 @@ def test_the_injection_limit_sets_the_dies_egress(limit=64):
     cost 12 blocks of the die's injection credit, 12 * 512 / limit cycles; without a limit
     the die's link (0.75 blocks a cycle on tiny) is what binds."""
     rate = limit * 1024                                  # bytes per cycle x INJECT_DEN
-    extra = [inject_streams(preset="tiny", backend="pysim", aivs=3, blocks=b, rate=r,
-                            topology=("superpod", 2, 2, 1))
-             for r in (rate, None) for b in (4, 8)]
-    assert extra[1] - extra[0] == 12 * 512 // limit
-    assert extra[3] - extra[2] == 16                     # 12 / 0.75 at the link's rate
+    limited, free = (inject_streams(preset="tiny", backend="pysim", aivs=3, blocks=[2, 6],
+                                    rate=r, topology=("superpod", 2, 2, 1)) for r in (rate, None))
+    assert limited[1] - limited[0] == 12 * 512 // limit
+    assert free[1] - free[0] == 16                       # 12 / 0.75 at the link's rate
 
 
 def test_a_presets_injection_limit_becomes_the_knob():

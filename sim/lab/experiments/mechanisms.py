@@ -138,10 +138,11 @@ def barrier_release(*, preset, backend, kind, aivs, spread=4, syncall_cycles=Non
 
 
 def inject_streams(*, preset, backend, aivs, blocks, rate=None, topology=TOPOLOGY):
-    """Cycles from the first to the last AIV's fence of rank 0's ``aivs`` AIVs each storing
-    ``blocks`` blocks to its own destination rank (``1 + a``: no link or switch output
-    shared past the die), with the dies' ``inject_rate`` knob at ``rate`` (``None``: none),
-    on a superpod ``topology``."""
+    """Cycles of each of rank 0's injection bursts, in one run: for each ``n`` of ``blocks``
+    in turn, its ``aivs`` AIVs each store ``n`` blocks to a destination rank of its own
+    (``1 + a``: no link or switch output shared past the die) and fence; a burst lasts from
+    its first AIV's start to its last AIV's fence. ``rate`` sets the dies' ``inject_rate``
+    knob (``None``: no limit); ``topology`` is a superpod's."""
     from ....sw.assembler import Program
     from ....sw.isa import address
     from ....sw.kernels import pow2_at_least
@@ -151,26 +152,30 @@ def inject_streams(*, preset, backend, aivs, blocks, rate=None, topology=TOPOLOG
     if not 1 <= aivs < ranks:
         raise UserError(f"aivs must be in [1, {ranks - 1}] (a destination rank each), not {aivs!r}")
     m = Machine(preset, backend=make_backend(backend), topology=topology, aivs_per_die=aivs,
-                hbm_blocks=pow2_at_least(blocks + 1), imem_depth=pow2_at_least(3 * blocks + 8),
-                max_outstanding=512, trace_depth=pow2_at_least(2 * aivs + 1))
+                hbm_blocks=pow2_at_least(max(blocks) + 1),
+                imem_depth=pow2_at_least(3 * sum(blocks) + 4 * len(blocks) + 8),
+                max_outstanding=512, trace_depth=pow2_at_least(2 * aivs * len(blocks) + 1))
     for a in range(aivs):
         p = Program()
         p.li(10, 0)
-        p.mark(MARK0)
-        for i in range(blocks):
-            p.li(2, address(1 + a, 1 + i))
-            p.stb(10, 2, 0)
-        p.fence()
-        p.mark(MARK0 + 1)
+        for k, n in enumerate(blocks):
+            p.mark(MARK0 + 2 * k)
+            for i in range(n):
+                p.li(2, address(1 + a, 1 + i))
+                p.stb(10, 2, 0)
+            p.fence()
+            p.mark(MARK0 + 2 * k + 1)
+            p.bar()                                 # the next burst starts together
         p.halt()
         m.load_program(0, a, p)
     m.read_back([(0, 1)])
     if rate is not None:
         m.set_knob("inject_rate", rate)
-    report = m.run(max_cycles=blocks * aivs * 10_000 + 10_000)
+    report = m.run(max_cycles=sum(blocks) * aivs * 10_000 + 10_000)
     marks = report.marks()
-    return (max(e["cycle"] for e in marks if e["event"] == MARK0 + 1)
-            - min(e["cycle"] for e in marks if e["event"] == MARK0))
+    return [max(e["cycle"] for e in marks if e["event"] == MARK0 + 2 * k + 1)
+            - min(e["cycle"] for e in marks if e["event"] == MARK0 + 2 * k)
+            for k in range(len(blocks))]
 
 
 def window_expected(latency, window, blocks):
@@ -261,8 +266,8 @@ class Mechanisms(Experiment):
             g = point["inject_gbytes_s"]
             rate = None if g is None else preset.replace(die_injection_gbytes_s=g).inject_rate()
             n = point["blocks"]
-            times = [inject_streams(preset=preset.name, backend=point["backend"],
-                                    aivs=point["aivs"], blocks=b, rate=rate) for b in (n, 2 * n)]
+            times = inject_streams(preset=preset.name, backend=point["backend"],
+                                   aivs=point["aivs"], blocks=[n, 2 * n], rate=rate)
             extra = point["aivs"] * n * preset.block_bytes
             return {**point, "inject_rate": rate, "marginal_cycles": times[1] - times[0],
                     "gbytes_s": preset.gbytes_s(extra, times[1] - times[0]),
