@@ -6,7 +6,7 @@ import pytest
 from epfabric.hw.validate import UserError
 from epfabric.sim.lab.experiments import EXPERIMENTS
 from epfabric.sim.lab.experiments.mechanisms import (DESTINATIONS, barrier_release, inject_streams,
-                                                      store_streams)
+                                                      store_streams, window_expected)
 from epfabric.sw.presets import get_preset
 
 #: per class: 2 then 4 block stores; then 4 word stores two hops away
@@ -30,6 +30,9 @@ def test_each_window_of_block_stores_costs_one_round_trip(streams, window):
     for k, cls in enumerate(DESTINATIONS):
         two, four = streams[window][2 * k], streams[window][2 * k + 1]
         assert four - two == 2 // window * (2 * lat[cls] + 3), (cls, two, four)
+        # and each stream whole, its issue included (the experiment's closed form)
+        assert (two, four) == (window_expected(lat[cls], window, 2),
+                               window_expected(lat[cls], window, 4)), cls
 
 
 def test_word_stores_do_not_see_the_window(streams):

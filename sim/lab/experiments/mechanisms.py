@@ -12,9 +12,9 @@ only while fewer than ``W`` stores await their ack; the ack of a store comes bac
 ``2 L + 3`` cycles after its issue (``L`` the class latency: the store's way out,
 2 cycles to leave the destination (UB answer register, RSP queue), the ack's way
 back, and the cycle the core counts it; hw/die.py, hw/router.py). So a stream of
-``n`` blocks costs ``ceil(n / W) (2 L + 3)`` cycles plus a constant while the window
-binds, and word stores do not see the knob at all. Each row carries that closed
-form and the model's cycles.
+``n`` blocks costs ``ceil(n / W) (2 L + 3)`` cycles plus its issue
+(:func:`window_expected`, exact), and word stores do not see the knob at all. Each
+row carries that closed form and the model's cycles.
 
 **SyncAll** (knob ``syncall_cycles``; the preset's ``syncall``/``syncall_ns``): on one die
 of ``aivs`` AIVs, AIV ``a`` spins about ``a * spread`` cycles, MARKs its arrival and
@@ -178,10 +178,24 @@ def inject_streams(*, preset, backend, aivs, blocks, rate=None, topology=TOPOLOG
             for k in range(len(blocks))]
 
 
+#: cycles a stream's store costs to issue: ``li`` of a remote address (``lui`` + ``addi``), ``stb``
+ISSUE = 3
+
+
 def window_expected(latency, window, blocks):
-    """Closed form of a window-bound block stream: ``ceil(blocks / W)`` round trips of
-    ``2 L + 3`` cycles (see the module docstring)."""
-    return math.ceil(blocks / window) * (2 * latency + 3)
+    """Cycles from the MARK before a stream of ``blocks`` block stores to the MARK after its
+    fence, at store window ``W`` and class latency ``L``: each window's first store issues one
+    round trip ``2L + 3`` after the previous window's first (the ack of that store frees its
+    slot), the stores of a window :data:`ISSUE` cycles apart, and the fence ends one round
+    trip after the last store — ``ISSUE + ISSUE (w - 1) + ceil(n / W)(2L + 3) + 1`` with
+    ``w`` the last window's stores. Exact while a window issues within a round trip
+    (``ISSUE * W <= 2L + 3``) or the stream fits one window (``n <= W``); ``None`` otherwise."""
+    rtt = 2 * latency + 3
+    if ISSUE * window > rtt and blocks > window:
+        return None
+    windows = math.ceil(blocks / window)
+    last = blocks - (windows - 1) * window
+    return ISSUE + ISSUE * (last - 1) + windows * rtt + 1
 
 
 class Mechanisms(Experiment):
@@ -278,38 +292,36 @@ class Mechanisms(Experiment):
         stb, sw = store_streams(preset=preset.name, backend=point["backend"], window=window,
                                 segments=[(dst, blocks, "stb"), (dst, blocks, "sw")],
                                 max_outstanding=max(64, window))
-        rtt = 2 * latency + 3
-        bound = window * 2 < rtt            # the window, not the 2-instruction loop, binds
-        return {**point, "latency_cycles": latency,
-                "round_trip_cycles": rtt, "stb_cycles": stb, "sw_cycles": sw,
-                "window_bound": bound,
-                "expected_cycles": window_expected(latency, window, blocks) if bound else None}
+        expected = window_expected(latency, window, blocks)
+        return {**point, "latency_cycles": latency, "round_trip_cycles": 2 * latency + 3,
+                "stb_cycles": stb, "sw_cycles": sw, "window_bound": window < blocks,
+                "expected_cycles": expected}
 
     def verdict(self, rows):
-        """Holds when every window-bound block stream is within 5 % (+ 8 cycles of the
-        stream's start and fence) of ``ceil(n/W)(2L+3)``, no word-store stream's cycles
-        depend on the window (the knob limits block stores only), and every hardware SyncAll
-        releases exactly ``syncall_cycles + 1`` cycles after its last arrival."""
-        streams = [r for r in rows if r.get("mechanism", "store_window") == "store_window"]
+        """Holds when every block stream takes exactly the closed form's cycles
+        (:func:`window_expected`, where it applies), no word-store stream's cycles depend on
+        the window (the knob limits block stores only), every hardware SyncAll releases
+        exactly ``syncall_cycles + 1`` cycles after its last arrival, and each injection
+        limit's extra blocks take their bytes over the rate (2 % + 4 cycles: the credit's
+        burst and rounding)."""
+        streams = [r for r in rows if r.get("mechanism") == "store_window"]
         bars = [r for r in rows if r.get("mechanism") == "syncall" and r["kind"] == "hard"]
-        bad = [r for r in streams if r["window_bound"]
-               and abs(r["stb_cycles"] - r["expected_cycles"]) > 0.05 * r["expected_cycles"] + 8]
+        closed = [r for r in streams if r["expected_cycles"] is not None]
+        bad = [r for r in closed if r["stb_cycles"] != r["expected_cycles"]]
         by_class = {}
         for r in streams:
             by_class.setdefault(r["class"], set()).add(r["sw_cycles"])
         words = all(len(v) == 1 for v in by_class.values())
-        bound = [r for r in streams if r["window_bound"]]
         bars_ok = all(r["release_cycles"] == r["expected_cycles"] for r in bars)
+        soft = [r["release_cycles"] for r in rows
+                if r.get("mechanism") == "syncall" and r["kind"] == "soft"]
         limits = [r for r in rows if r.get("mechanism") == "inject"
                   and r["expected_cycles"] is not None]
         off = [r for r in limits if abs(r["marginal_cycles"] - r["expected_cycles"])
                > 0.02 * r["expected_cycles"] + 4]
-        soft = [r["release_cycles"] for r in rows
-                if r.get("mechanism") == "syncall" and r["kind"] == "soft"]
-        return (not bad and words and bool(bound) and bars_ok and not off,
-                f"{len(bound) - len(bad)}/{len(bound)} window-bound streams at "
-                f"ceil(n/W)(2L+3) (tolerance: 5 % + 8 cycles; "
-                f"{'inside' if not bad else 'OUTSIDE'}); word "
+        return (not bad and words and bool(closed) and bars_ok and not off,
+                f"{len(closed) - len(bad)}/{len(closed)} block streams at the window's closed "
+                f"form (tolerance: none; {'inside' if not bad else 'OUTSIDE'}); word "
                 f"stores {'do not depend' if words else 'DEPEND'} on the window; "
                 f"{sum(r['release_cycles'] == r['expected_cycles'] for r in bars)}/{len(bars)} "
                 f"hardware SyncAlls release at syncall_cycles + 1 (tolerance: none)"
