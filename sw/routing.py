@@ -10,6 +10,10 @@ everything that depends on it. Conventions of ``docs/spec/kernels.md`` §4:
   weight 1), spread over the ranks at ids ``m * experts // hot`` (docs/spec/kernels.md
   §1.6 "Hot experts": with ``w_hot = 0.3 * (E - hot) / (hot * 0.7)`` the hot
   experts take about 30 % of the slots);
+* or the hot experts sit at consecutive ids ``0 .. hot - 1`` (``hot_layout="consecutive"``:
+  all on the first rank or two, UBEP §5.4's worst case for a rank);
+* or every expert has a Zipf weight ``(e + 1) ** -zipf`` by id (``zipf > 0``: expert 0
+  the hottest; a generalisation of the paper's hot experts, not in the paper);
 * routing weights are small integers 1..7 (so reductions stay exact).
 
 Expert ``e`` lives on rank ``e // (experts // ranks)`` (contiguous blocks of
@@ -18,9 +22,12 @@ Expert ``e`` lives on rank ``e // (experts // ranks)`` (contiguous blocks of
 
 import numpy as np
 
-from ..hw.validate import UserError, check_int, check_number
+from ..hw.validate import UserError, check_choice, check_int, check_number
 
-__all__ = ["route", "hot_weight", "expert_rank", "remote_need"]
+__all__ = ["route", "hot_weight", "hot_ids", "expert_rank", "remote_need", "HOT_LAYOUTS"]
+
+#: where the hot experts sit: spread over the ranks (``m * E // hot``) or at ids 0 .. hot - 1
+HOT_LAYOUTS = ("spread", "consecutive")
 
 
 def hot_weight(experts, hot, share=0.3):
@@ -30,27 +37,45 @@ def hot_weight(experts, hot, share=0.3):
     return share * (experts - hot) / (hot * (1 - share))
 
 
-def route(tokens, experts, topk, *, seed=0, hot=0, w_hot=None):
+def hot_ids(experts, hot, layout="spread"):
+    """The ids of the ``hot`` experts: ``m * experts // hot`` (``"spread"``) or ``0 .. hot - 1``
+    (``"consecutive"``)."""
+    check_choice("hot_layout", layout, HOT_LAYOUTS)
+    if layout == "consecutive":
+        return list(range(hot))
+    return [m * experts // hot for m in range(hot)]
+
+
+def route(tokens, experts, topk, *, seed=0, hot=0, w_hot=None, hot_layout="spread", zipf=0.0):
     """``(topk_idx, topk_weights)``: int arrays of shape ``(tokens, topk)``.
 
     Each row holds ``topk`` distinct expert ids (in draw order); weights are
-    integers in 1..7.
+    integers in 1..7. ``hot`` experts at :func:`hot_ids` ``(hot_layout)`` have weight
+    ``w_hot``; or, with ``zipf > 0``, expert ``e`` has weight ``(e + 1) ** -zipf``.
 
     Raises
     ------
     TypeError, ValueError
-        On a bad size (named), ``topk > experts`` or ``hot >= experts``.
+        On a bad size (named), ``topk > experts``, ``hot >= experts``, or ``hot`` and
+        ``zipf`` both given.
     """
     check_int("tokens", tokens, 1)
     check_int("experts", experts, 1)
     check_int("topk", topk, 1, experts)
     check_int("hot", hot, 0, experts - 1)
     check_int("seed", seed, 0)
+    check_number("zipf", zipf, positive=False)
+    if zipf < 0:
+        raise UserError(f"zipf must be >= 0, not {zipf!r}")
+    if zipf and hot:
+        raise UserError(f"hot={hot} and zipf={zipf!r}: choose hot experts or Zipf weights")
     rng = np.random.default_rng(seed)
     weight = np.ones(experts)
     if hot:
         w = hot_weight(experts, hot) if w_hot is None else check_number("w_hot", w_hot)
-        weight[[m * experts // hot for m in range(hot)]] = w
+        weight[hot_ids(experts, hot, hot_layout)] = w
+    elif zipf:
+        weight = np.arange(1, experts + 1, dtype=float) ** -zipf
     # Sampling k distinct items with probabilities proportional to `weight`
     # (successive draws without replacement) = the k smallest of E_i / w_i
     # with E_i ~ Exp(1) (Efraimidis–Spirakis), vectorised over tokens.

@@ -33,6 +33,11 @@ flags once, then copies). SP and SW deliver CANN's raw ``OUT``.
 a poll) or ``"hard"`` (the die's hardware barrier ``bar``, whose cost is the preset's
 ``syncall_ns``, a runtime knob); ``None`` is the preset's ``syncall``.
 
+Skewed routing (issue 30, workload options, not fitted): ``hot_layout`` puts the ``hot``
+experts at spread ids (``"spread"``, default) or at ids ``0 .. hot - 1``
+(``"consecutive"``: one or two ranks take them all); ``zipf`` (with ``hot = 0``) draws
+expert ``e`` with weight ``(e + 1) ** -zipf`` (:func:`~epfabric.sw.routing.route`).
+
 ``None`` (the default of each) is the system's default; naming one for the
 other system is an error. ``hot`` experts take about ``hot_share`` of the
 slots (:class:`~epfabric.sw.ubep.workload.Workload`). The machine
@@ -53,11 +58,12 @@ from dataclasses import replace
 import numpy as np
 
 from ...hw.aiv_core import MAX_UBUF_ROWS
-from ...hw.validate import UserError, check_int
+from ...hw.validate import UserError, check_int, check_number
 
 from ..config import MachineConfig
 from ..isa import block_bits, narrowest_rank_bits, rank_bits_for
 from ..presets import SYNCALLS as SYNCALL_KINDS, get_preset
+from ..routing import HOT_LAYOUTS
 from ..ubep import combine, ubep
 from ..ubep import cann
 from ..ubep.cann import BROKEN, PHASES, SEND_SPLITS, SYNCALLS, dispatch_program
@@ -160,7 +166,8 @@ def workload_of(params, ranks, words):
     """
     w = Workload(ranks=ranks, batch=params["batch"], topk=params["topk"],
                  experts=params["experts"], hidden_blocks=params["hidden_blocks"], words=words,
-                 seed=params["seed"], hot=params["hot"], hot_share=params.get("hot_share", 0.3))
+                 seed=params["seed"], hot=params["hot"], hot_share=params.get("hot_share", 0.3),
+                 hot_layout=params.get("hot_layout") or "spread", zipf=params.get("zipf") or 0.0)
     if params.get("routing") is None:
         return w
     idx, wts = read_routing(params["routing"])
@@ -276,8 +283,9 @@ class Dispatch(Kernel):
     params = {"system": "cann", "batch": 32, "topk": 8, "experts": 32, "hidden_blocks": 1,
               "seed": 0, "hot": 0, "broken": None, "cumsum_aivs": None, "cap": None,
               "mapping": None, "send_split": None, "hot_share": 0.3, "sync": None,
-              "syncall": None, "model": None, "routing": None}
+              "syncall": None, "model": None, "routing": None, "hot_layout": None, "zipf": None}
     choices = {"system": SYSTEMS, "model": tuple(MODELS), "broken": BROKEN,
+               "hot_layout": HOT_LAYOUTS,
                **{name: values for name, (_, values) in OPTIONS.items()}}
     trace_phases = TRACE_PHASES
     default_preset = "cm384"
@@ -380,6 +388,16 @@ class Dispatch(Kernel):
             idx, wts = read_routing(p["routing"])
             check_routing(idx, wts, idx.shape[0], p["experts"])
         check_int("hidden_blocks", p["hidden_blocks"], 1)
+        if p["hot_layout"] is not None and p["hot_layout"] not in HOT_LAYOUTS:
+            raise UserError(f"hot_layout must be one of {', '.join(HOT_LAYOUTS)}, not "
+                            f"{p['hot_layout']!r}")
+        if p["zipf"] is not None:
+            check_number("zipf", p["zipf"], positive=False)
+            if p["zipf"] < 0:
+                raise UserError(f"zipf must be >= 0, not {p['zipf']!r}")
+            if p["zipf"] and p["hot"]:
+                raise UserError(f"hot={p['hot']} and zipf={p['zipf']!r}: choose hot experts or "
+                                f"Zipf weights")
         if p["broken"] not in BROKEN:
             raise UserError(f"broken must be one of {', '.join(map(str, BROKEN))}, "
                             f"not {p['broken']!r}")

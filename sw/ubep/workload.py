@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...hw.validate import UserError, check_int, check_number
-from ..routing import hot_weight, route
+from ..routing import hot_ids, hot_weight, route
 
 __all__ = ["Workload", "MODELS", "Model", "blocks_per_token", "read_routing", "check_routing"]
 
@@ -61,7 +61,12 @@ class Workload:
     seed : int
         Rank ``s`` draws its routing and tokens from ``seed * 1000 + s``.
     hot : int
-        Hot experts (spread at ids ``m * E / hot``), 0 for uniform routing.
+        Hot experts (at :func:`~epfabric.sw.routing.hot_ids` of ``hot_layout``: spread at
+        ids ``m * E / hot``, or consecutive ``0 .. hot - 1``), 0 for uniform routing.
+    hot_layout : str
+        ``"spread"`` (default) or ``"consecutive"``.
+    zipf : float
+        With ``hot = 0``: expert ``e`` drawn with weight ``(e + 1) ** -zipf`` (0: uniform).
     hot_share : float
         The share of slots the hot experts are meant to take, in ``(0, 1)``:
         their weight is :func:`~epfabric.sw.routing.hot_weight` ``(E, hot,
@@ -79,6 +84,8 @@ class Workload:
     seed: int = 0
     hot: int = 0
     hot_share: float = 0.3
+    hot_layout: str = "spread"
+    zipf: float = 0.0
     topk_idx: np.ndarray = field(init=False, repr=False, compare=False)
     topk_w: np.ndarray = field(init=False, repr=False, compare=False)
     x: np.ndarray = field(init=False, repr=False, compare=False)
@@ -101,7 +108,8 @@ class Workload:
         idx, w, x = [], [], []
         for s in range(self.ranks):
             i_s, w_s = route(self.batch, self.experts, self.topk, seed=self.seed * 1000 + s,
-                             hot=self.hot, w_hot=w_hot)
+                             hot=self.hot, w_hot=w_hot, hot_layout=self.hot_layout,
+                             zipf=self.zipf)
             idx.append(i_s)
             w.append(w_s)
             rng = np.random.default_rng((self.seed * 1000 + s) ^ 0x5EED)
@@ -170,8 +178,8 @@ class Workload:
         return self.batch * self.topk
 
     def hot_experts(self):
-        """The hot experts' ids, ``m * E // hot`` (none for uniform routing)."""
-        return [m * self.experts // self.hot for m in range(self.hot)]
+        """The hot experts' ids (:func:`~epfabric.sw.routing.hot_ids`; none for uniform routing)."""
+        return hot_ids(self.experts, self.hot, self.hot_layout) if self.hot else []
 
     def hot_slot_share(self):
         """The share of all token slots (every rank) that go to a hot expert."""

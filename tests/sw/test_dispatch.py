@@ -662,3 +662,25 @@ def test_the_hardware_syncall_is_cann_only_and_has_no_one_short_control():
         cfg = K.configs("tiny", SHAPE["topology"], 2, SMALL)[0]
         K.programs(cfg, K.resolve_params({**SMALL, "syncall": "hard",
                                           "broken": "syncall_one_short"}))
+
+
+@pytest.mark.parametrize("skew", [{"zipf": 1.0}, {"hot": 1, "hot_layout": "consecutive", "hot_share": 0.6}],
+                         ids=["zipf", "hot-consecutive"])
+def test_skewed_routing_is_bit_exact_on_both_systems(skew):
+    """Skewed routing is data: the same programs, every token exactly once (issue 30's workload
+    options), and the routing really is skewed."""
+    from epfabric.sw.kernels.dispatch import workload_of
+    for system in ("cann", "ubep"):
+        result, _ = run_kernel(K, backend(fast_simulator()), params={**SMALL, **skew,
+                                                                     "system": system},
+                               max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
+        assert result["correct"], result["problems"]
+    w = workload_of(K.resolve_params({**SMALL, "batch": 64, **skew}), 2, 8)
+    assert np.bincount(w.topk_idx.ravel(), minlength=4)[0] > 64 * 2 * 2 / 4 * 1.2
+
+
+def test_skew_options_are_checked_before_anything_runs():
+    with pytest.raises(UserError, match="hot=1 and zipf=0.5: choose hot experts or Zipf"):
+        K.resolve_params({**SMALL, "hot": 1, "zipf": 0.5})
+    with pytest.raises(UserError, match="hot_layout must be one of spread, consecutive"):
+        K.resolve_params({**SMALL, "hot_layout": "left"})

@@ -5,7 +5,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from epfabric.sw.routing import expert_rank, hot_weight, remote_need, route
+from epfabric.sw.routing import expert_rank, hot_ids, hot_weight, remote_need, route
 
 
 def test_rows_hold_distinct_experts_and_small_weights():
@@ -46,9 +46,34 @@ def test_remote_need_marks_hosting_ranks_but_not_the_owner():
     ({"tokens": 4, "experts": 8, "topk": 9}, ValueError, r"topk must be in \[1, 8\], not 9"),
     ({"tokens": 4, "experts": 8, "topk": 2.0}, TypeError, "topk must be an integer, not 2.0"),
     ({"tokens": 4, "experts": 8, "topk": 2, "hot": 8}, ValueError, r"hot must be in \[0, 7\]"),
+    ({"tokens": 4, "experts": 8, "topk": 2, "zipf": -1.0}, ValueError, "zipf must be >= 0, not -1.0"),
+    ({"tokens": 4, "experts": 8, "topk": 2, "hot": 2, "zipf": 1.0}, ValueError,
+     r"hot=2 and zipf=1.0: choose hot experts or Zipf weights"),
+    ({"tokens": 4, "experts": 8, "topk": 2, "hot": 2, "hot_layout": "left"}, ValueError,
+     "hot_layout must be one of spread, consecutive, not 'left'"),
 ])
 def test_bad_input_names_the_parameter(kwargs, exc, message):
     with pytest.raises(exc, match=message):
         route(**kwargs)
     with pytest.raises(ValueError, match="experts .* must be a multiple of ranks"):
         expert_rank([[0]], 10, 4)
+
+
+def test_consecutive_hot_experts_sit_on_the_first_ranks():
+    assert hot_ids(64, 4) == [0, 16, 32, 48] and hot_ids(64, 4, "consecutive") == [0, 1, 2, 3]
+    idx, _ = route(4000, 64, 4, seed=1, hot=4, hot_layout="consecutive")
+    share = np.isin(idx, [0, 1, 2, 3]).mean()
+    assert 0.25 < share < 0.32                          # about the 30 % of w_hot
+    assert np.isin(expert_rank(idx, 64, 8), [0]).mean() == pytest.approx(share + 4 / 60 * (1 - share),
+                                                                       abs=0.02)
+
+
+@pytest.mark.parametrize("s", [0.8, 1.2])
+def test_zipf_weights_fall_as_a_power_of_the_id(s):
+    """With k = 1 a token's expert is drawn with probability ~ (e + 1) ** -s: the log-log slope
+    of the counts of the first experts is -s (within 0.1 over 2 * 10**5 draws)."""
+    idx, _ = route(200_000, 64, 1, seed=5, zipf=s)
+    counts = np.bincount(idx[:, 0], minlength=64)[:16]
+    slope = np.polyfit(np.log(np.arange(1, 17)), np.log(counts), 1)[0]
+    assert abs(slope + s) < 0.1, slope
+    assert route(50, 64, 8, seed=5, zipf=0.0)[0].tolist() == route(50, 64, 8, seed=5)[0].tolist()
