@@ -33,6 +33,12 @@ flags once, then copies). SP and SW deliver CANN's raw ``OUT``.
 a poll) or ``"hard"`` (the die's hardware barrier ``bar``, whose cost is the preset's
 ``syncall_ns``, a runtime knob); ``None`` is the preset's ``syncall``.
 
+Launch skew (issue 30, a workload option, not fitted): with ``launch_skew_ns = t`` every
+dispatch program starts by spinning until its core has run ``d_r`` cycles, ``CTRL`` word 3 of
+its rank, which the host places: ``d_r`` drawn uniformly in ``[0, t]`` ns (converted by the
+preset) per rank from the run's seed (:func:`launch_delays`); the dispatch of a ``combine``
+run is delayed, the combine itself is not.
+
 Skewed routing (issue 30, workload options, not fitted): ``hot_layout`` puts the ``hot``
 experts at spread ids (``"spread"``, default) or at ids ``0 .. hot - 1``
 (``"consecutive"``: one or two ranks take them all); ``zipf`` (with ``hot = 0``) draws
@@ -177,6 +183,16 @@ def workload_of(params, ranks, words):
     return w.replay(idx, wts)
 
 
+def launch_delays(params, ranks, preset):
+    """Each rank's launch delay in cycles (``CTRL`` word 3): uniform in ``[0,
+    launch_skew_ns]`` from the run's seed, converted by the preset; zeros without a skew."""
+    skew = params.get("launch_skew_ns")
+    if skew is None:
+        return [0] * ranks
+    rng = np.random.default_rng(params["seed"] * 1000 + 0x1A)
+    return [preset.cycles(float(t)) for t in rng.uniform(0, skew, size=ranks)]
+
+
 def check_sentinel_free(w):
     """``UserError`` when a token block's word 0 is SP's reserved word (the data's fault).
 
@@ -283,7 +299,8 @@ class Dispatch(Kernel):
     params = {"system": "cann", "batch": 32, "topk": 8, "experts": 32, "hidden_blocks": 1,
               "seed": 0, "hot": 0, "broken": None, "cumsum_aivs": None, "cap": None,
               "mapping": None, "send_split": None, "hot_share": 0.3, "sync": None,
-              "syncall": None, "model": None, "routing": None, "hot_layout": None, "zipf": None}
+              "syncall": None, "model": None, "routing": None, "hot_layout": None, "zipf": None,
+              "launch_skew_ns": None}
     choices = {"system": SYSTEMS, "model": tuple(MODELS), "broken": BROKEN,
                "hot_layout": HOT_LAYOUTS,
                **{name: values for name, (_, values) in OPTIONS.items()}}
@@ -391,6 +408,10 @@ class Dispatch(Kernel):
         if p["hot_layout"] is not None and p["hot_layout"] not in HOT_LAYOUTS:
             raise UserError(f"hot_layout must be one of {', '.join(HOT_LAYOUTS)}, not "
                             f"{p['hot_layout']!r}")
+        if p["launch_skew_ns"] is not None:
+            check_number("launch_skew_ns", p["launch_skew_ns"], positive=False)
+            if not 0 <= p["launch_skew_ns"] <= 1e7:
+                raise UserError(f"launch_skew_ns must be in [0, 1e7], not {p['launch_skew_ns']!r}")
         if p["zipf"] is not None:
             check_number("zipf", p["zipf"], positive=False)
             if p["zipf"] < 0:
@@ -419,18 +440,19 @@ class Dispatch(Kernel):
         """``{(rank, core): Program}`` of a run."""
         lay = layout_of(config, params)
         a = config.aivs_per_die
+        launch = params.get("launch_skew_ns") is not None
         if params["system"] == "cann":
             syncall = params.get("syncall") or get_preset(config.preset).syncall
             return {(r, c): dispatch_program(lay, rank=r, core=c, aivs=a,
                                              experts=params["experts"], broken=params["broken"],
                                              send_split=option(params, "send_split"),
-                                             syncall=syncall)
+                                             syncall=syncall, launch=launch)
                     for r in range(config.ranks) for c in range(a)}
         C = cumsum_aivs(config, params)
         return {(r, c): ubep.dispatch_program(lay, rank=r, core=c, aivs=a,
                                               experts=params["experts"], cumsum_aivs=C,
                                               mapping=option(params, "mapping"),
-                                              sync=option(params, "sync"))
+                                              sync=option(params, "sync"), launch=launch)
                 for r in range(config.ranks) for c in range(a)}
 
     def configs(self, preset, topology=None, aivs=None, params=None):
@@ -540,6 +562,7 @@ class Dispatch(Kernel):
         sp = params["system"] == "ubep" and option(params, "sync") == "sp"
         if sp:
             check_sentinel_free(w)
+        delays = launch_delays(params, cfg.ranks, machine.preset)
         for r in range(cfg.ranks):
             if sp:       # Sentinel Polling: every receive slot armed (re-armed by its reader)
                 armed = [ubep.SENTINEL_WORD] * min(8, wpb) + [0] * max(0, wpb - 8)
@@ -558,6 +581,8 @@ class Dispatch(Kernel):
                     machine.write_mem(r, machine.address(0, lay.X + t * w.hidden_blocks + b),
                                       w.x[r][t][b].tolist())
             machine.write_mem(r, machine.address(0, lay.CTRL, 1), [epoch])
+            if params.get("launch_skew_ns") is not None:
+                machine.write_mem(r, machine.address(0, lay.CTRL, 3), [delays[r]])
             for guard in (lay.RECV_GUARD, lay.OUT_GUARD):
                 machine.write_mem(r, machine.address(0, guard), [GUARD] * wpb)
         for (r, c), prog in self.programs(cfg, params).items():

@@ -61,7 +61,7 @@ layout): routing and tokens are data.
 from ...hw.validate import UserError, check_choice, check_int
 from ..assembler import Program
 
-__all__ = ["dispatch_program", "PHASES", "SYNCALLS", "split", "count_experts", "BROKEN",
+__all__ = ["dispatch_program", "launch_delay", "PHASES", "SYNCALLS", "split", "count_experts", "BROKEN",
            "SEND_SPLITS", "expert_rows", "ubuf_rows_needed", "divmod_const", "reciprocal",
            "is_pow2"]
 
@@ -281,6 +281,16 @@ def _send_experts(p, lay, rank, core, aivs, experts, tok_addr):
     p.label("send_end")
 
 
+def launch_delay(p, rank, lay):
+    """A die's launch skew (issue 30's workload option): spin until the core has run as many
+    cycles as ``CTRL`` word 3 of its rank holds (host-placed data: 0 costs 5 cycles)."""
+    p.li(14, lay.address(rank, lay.CTRL, 3))
+    p.lw(5, 14, 0)
+    p.label("launch")
+    p.csrr(6, "cycle")
+    p.bltu(6, 5, "launch")
+
+
 def _syncall(p, rank, lay, aivs, which, extra=0, hard=False):
     """Die-local barrier ``which`` (1 or 2) of the run: fetch-add, poll the cumulative count;
     ``hard``: the die's hardware barrier (``bar``) instead."""
@@ -302,13 +312,14 @@ def _syncall(p, rank, lay, aivs, which, extra=0, hard=False):
 
 
 def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split="slot",
-                     syncall="soft"):
+                     syncall="soft", launch=False):
     """The program of AIV ``core`` on ``rank`` (see the module docstring).
 
     ``broken`` selects a negative control (:data:`BROKEN`); ``send_split``
     how the AIVs share Token-Sending (:data:`SEND_SPLITS`); ``syncall`` how SyncAll runs
     (the preset's: ``"soft"``, a fetch-add counter and a poll, or ``"hard"``, the die's
-    hardware barrier ``bar``, as CANN's ``SyncAll<true>()``).
+    hardware barrier ``bar``, as CANN's ``SyncAll<true>()``); ``launch`` starts with
+    :func:`launch_delay`.
 
     Any ``epr`` and ``topk``: the expert → rank split (and, with the expert
     split, slot → token) is a shift for a power of two and a multiply by a
@@ -328,6 +339,8 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
     tok_row = lay.route_blocks                 # the UBuf row tokens pass through
     tok_addr = tok_row * 512
     p = Program()
+    if launch:
+        launch_delay(p, rank, lay)
 
     # --- 1. Init: routing into UBuf rows 0.. --------------------------------------------------
     for r in range(lay.route_blocks):

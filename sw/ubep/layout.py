@@ -209,7 +209,7 @@ class Layout:
                ("YOUT_GUARD", False), ("CSTATUS", True), ("TCNT", False), ("SWFLAG", True))
     #: what the ``CTRL`` words hold
     CTRL_WORDS = {0: "dispatch SyncAll arrivals", 1: "the run's epoch",
-                  2: "combine SyncAll arrivals"}
+                  2: "combine SyncAll arrivals", 3: "the die's launch delay (cycles)"}
 
     def where(self, block, word=0):
         """The region and index of ``block``/``word`` (e.g. ``CTRL[0] (dispatch SyncAll

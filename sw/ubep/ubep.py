@@ -77,7 +77,7 @@ on the configuration only.
 from ...hw.validate import check_choice, check_int
 from ..assembler import Program
 from ..dataflag import SENTINEL_WORD, TFF_TAG
-from .cann import count_experts, divmod_const, split
+from .cann import count_experts, divmod_const, launch_delay, split
 
 __all__ = ["dispatch_program", "transposition", "remapping", "default_cumsum_aivs", "PHASES_T",
            "PHASES_C", "TFF_TAG", "EVENTS", "SYNCS", "SENTINEL_WORD", "MAPPINGS"]
@@ -275,7 +275,7 @@ def _reorder(p, lay, rank, aivs, index, rows, sync="tff", n_tok=None):
 
 
 def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="transpose",
-                     sync="tff"):
+                     sync="tff", launch=False):
     """The UBEP program of AIV ``core`` on ``rank`` (module docstring).
 
     ``mapping`` picks the remapping ``π`` (:data:`MAPPINGS`); ``sync`` how a
@@ -303,6 +303,8 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
     S = lay.batch * k
     rows = _Rows(lay, experts, n_tok)
     p = Program()
+    if launch:
+        launch_delay(p, rank, lay)        # the die's launch skew (issue 30)
     for r in range(lay.route_blocks):              # the routing, into rows 0..
         p.li(12, rows.route + r * 512)
         p.li(14, lay.address(rank, lay.ROUTE + r))

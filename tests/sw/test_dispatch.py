@@ -684,3 +684,27 @@ def test_skew_options_are_checked_before_anything_runs():
         K.resolve_params({**SMALL, "hot": 1, "zipf": 0.5})
     with pytest.raises(UserError, match="hot_layout must be one of spread, consecutive"):
         K.resolve_params({**SMALL, "hot_layout": "left"})
+
+
+def test_a_launch_skew_delays_each_die_by_its_word_and_stays_bit_exact():
+    """``launch_skew_ns``: every die spins until its core has run its host-placed delay (data,
+    CTRL word 3; the programs do not depend on it), then runs as before; bit-exact on both
+    systems, and each die's first MARK comes after its delay."""
+    from epfabric.sw.kernels.dispatch import launch_delays
+    from epfabric.sw.presets import get_preset
+    params = {**SMALL, "launch_skew_ns": 300.0, "seed": 2}
+    delays = launch_delays(K.resolve_params(params), 2, get_preset("tiny"))
+    assert len(set(delays)) == 2 and max(delays) <= 300
+    for system in ("cann", "ubep"):
+        result, reports = run_kernel(K, backend(fast_simulator()), max_cycles=KERNEL_CASE_MAX_CYCLES,
+                                     params={**params, "system": system}, **SHAPE)
+        assert result["correct"], result["problems"]
+        for r in range(2):
+            first = min(m["cycle"] for m in reports[0].marks() if m["rank"] == r)
+            assert first >= delays[r]
+    cfg = K.configs("tiny", SHAPE["topology"], 2, SMALL)[0]
+    progs = [K.programs(cfg, K.resolve_params({**SMALL, "launch_skew_ns": t, "seed": s}))
+             for t, s in ((300.0, 2), (900.0, 5))]
+    assert all(progs[0][k].assemble() == progs[1][k].assemble() for k in progs[0])
+    with pytest.raises(UserError, match=r"launch_skew_ns must be in \[0, 1e7\], not -1.0"):
+        K.resolve_params({**SMALL, "launch_skew_ns": -1.0})
