@@ -69,9 +69,10 @@ from .instances import SharedModule
 from .router import DieRouter, FlitKind, flit_layout, rsp_depth_bound
 from .isa import BLOCK_BYTES, RANK_BITS, check_rank_bits
 from .ub_port import UBMemory
-from .validate import check_bool, check_int, check_pow2
+from .validate import UserError, check_bool, check_int, check_pow2
 
-__all__ = ["FlitKind", "flit_layout", "Die", "KNOBS", "SYNCALL_BITS", "INJECT_DEN", "INJECT_BITS"]
+__all__ = ["FlitKind", "flit_layout", "Die", "KNOBS", "SYNCALL_BITS", "INJECT_DEN", "INJECT_BITS",
+           "check_knob"]
 
 #: The die's runtime knobs: control register (host target CTRL, ``addr``) of each. A knob
 #: is a timing setting the host writes before a run instead of an elaboration constant, so
@@ -96,6 +97,17 @@ KNOBS = {"store_window": 0, "syncall_cycles": 1, "inject_rate": 2}
 SYNCALL_BITS = 24
 #: ``inject_rate`` is in bytes per cycle times this; its knob has :data:`INJECT_BITS` bits
 INJECT_DEN, INJECT_BITS = 1024, 20
+
+
+def check_knob(name, value, max_outstanding):
+    """``value`` if it is a setting of knob ``name`` (:data:`KNOBS`) that a die whose cores
+    have ``max_outstanding`` stores of window can hold; ``UserError`` naming it otherwise."""
+    if name not in KNOBS:
+        raise UserError(f"knob must be one of {', '.join(KNOBS)}, not {name!r}")
+    lo, hi = {"store_window": (1, max_outstanding),
+              "syncall_cycles": (0, (1 << SYNCALL_BITS) - 1),
+              "inject_rate": (0, (1 << INJECT_BITS) - 1)}[name]
+    return check_int(name, value, lo, hi)
 
 
 class Die(wiring.Component):

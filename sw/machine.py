@@ -19,7 +19,7 @@ the fast backends.
 import abc
 
 from ..hw.aiv_core import BAR_WAIT_ADDR, INC_WAIT_ADDR
-from ..hw.die import INJECT_BITS, KNOBS, SYNCALL_BITS
+from ..hw.die import KNOBS, check_knob
 from ..hw.host import HostTarget
 from ..hw.system import imem_row_window
 from ..hw.validate import UserError, UserTypeError, check_int, check_word
@@ -209,15 +209,11 @@ class Machine:
         """
         if not self.has_cores:
             raise UserTypeError("only the AIV machine's dies have knobs")
-        if name not in KNOBS:
-            raise UserError(f"knob must be one of {', '.join(KNOBS)}, not {name!r}")
         if value is None:
+            check_knob(name, 1, self.config.max_outstanding)      # the name, at least
             self.knobs.pop(name, None)
             return
-        lo, hi = {"store_window": (1, self.config.max_outstanding),
-                  "syncall_cycles": (0, (1 << SYNCALL_BITS) - 1),
-                  "inject_rate": (0, (1 << INJECT_BITS) - 1)}[name]
-        self.knobs[name] = check_int(name, value, lo, hi)
+        self.knobs[name] = check_knob(name, value, self.config.max_outstanding)
 
     def read_back(self, ranges):
         """Read back only these ``[(first block, blocks), ...]`` of every rank after the next run.

@@ -21,7 +21,7 @@ from pathlib import Path
 from ...hw.validate import UserError
 from ...sw.config import parse_topology
 from ...sw.kernels import KERNELS, run_kernel
-from ...sw.machine import Backend, Machine, WatchdogTimeout
+from ...sw.machine import WatchdogTimeout
 from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS, missing_reason
 from ..backends.machine import backend as make_backend
@@ -92,18 +92,10 @@ def _canonical(kernel, name, value):
     return value
 
 
-class _NoBackend(Backend):
-    """A backend that runs nothing: a machine to check ``--knob`` values on."""
-    name = "none"
-
-    def execute(self, config, session):
-        raise RuntimeError("the --knob check runs nothing")
-
-
 def _knobs(given, kernel, preset, topology, aivs):
     """``{name: value}`` of ``--knob NAME=VALUE`` options, each checked (name and range) on a
     machine of the kernel's before anything runs."""
-    from ...hw.die import KNOBS
+    from ...hw.die import KNOBS, check_knob
     knobs = {}
     for text in given:
         name, eq, value = text.partition("=")
@@ -115,9 +107,8 @@ def _knobs(given, kernel, preset, topology, aivs):
         config = kernel.configs(preset, topology, aivs, kernel.resolve_params({}))[0]
         if config.kind != "aiv":
             raise UserError(f"--knob: kernel {kernel.name} does not run on the AIV machine")
-        probe = Machine(backend=_NoBackend(), config=config)
         for name, value in knobs.items():
-            probe.set_knob(name, value)
+            check_knob(name, value, config.max_outstanding)
     return knobs
 
 

@@ -60,6 +60,7 @@ layout): routing and tokens are data.
 
 from ...hw.validate import UserError, check_choice, check_int
 from ..assembler import Program
+from ..presets import SYNCALLS as SYNCALL_KINDS
 
 __all__ = ["dispatch_program", "launch_delay", "PHASES", "SYNCALLS", "split", "count_experts", "BROKEN",
            "SEND_SPLITS", "expert_rows", "ubuf_rows_needed", "divmod_const", "reciprocal",
@@ -329,7 +330,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
     check_int("experts", experts, 1)
     check_choice("broken", broken, BROKEN)
     check_choice("send_split", send_split, SEND_SPLITS)
-    check_choice("syncall", syncall, ("soft", "hard"))
+    check_choice("syncall", syncall, SYNCALL_KINDS)
     if broken == "syncall_one_short" and syncall == "hard":
         raise UserError("broken='syncall_one_short' is a negative control of the soft SyncAll "
                         "(a counter one AIV short); the hardware barrier has no count to get wrong")

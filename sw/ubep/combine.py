@@ -38,6 +38,7 @@ routing and the weights are data in memory).
 
 from ...hw.validate import UserError, check_choice, check_int
 from ..assembler import Program
+from ..presets import SYNCALLS as SYNCALL_KINDS
 from .cann import split
 from .ubep import TFF_TAG, _elem
 
@@ -196,7 +197,7 @@ def combine_program(lay, *, rank, core, aivs, system, broken=None, syncall="soft
     check_int("aivs", aivs, 1)
     check_choice("system", system, SYSTEMS)
     check_choice("broken", broken, (None, "no_flag_poll"))
-    check_choice("syncall", syncall, ("soft", "hard"))
+    check_choice("syncall", syncall, SYNCALL_KINDS)
     if lay.words != 128:
         raise UserError(f"the combine needs full 512 B blocks (128 words), not {lay.words}")
     R = lay.ranks

@@ -210,7 +210,7 @@ def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983):
         rows.append({"preset": "cm384", "backend": "verilator", "blocks": 32, "window": w,
                      "class": "two_hop", "mechanism": "store_window", "latency_cycles": 2500,
                      "round_trip_cycles": 5003, "stb_cycles": expected if stb is None else stb[k],
-                     "sw_cycles": sw[k], "window_bound": True, "expected_cycles": expected})
+                     "sw_cycles": sw[k], "expected_cycles": expected})
     return _rows("mechanisms", rows)
 
 

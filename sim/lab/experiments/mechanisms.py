@@ -294,8 +294,7 @@ class Mechanisms(Experiment):
                                 max_outstanding=max(64, window))
         expected = window_expected(latency, window, blocks)
         return {**point, "latency_cycles": latency, "round_trip_cycles": 2 * latency + 3,
-                "stb_cycles": stb, "sw_cycles": sw, "window_bound": window < blocks,
-                "expected_cycles": expected}
+                "stb_cycles": stb, "sw_cycles": sw, "expected_cycles": expected}
 
     def verdict(self, rows):
         """Holds when every block stream takes exactly the closed form's cycles
