@@ -30,6 +30,7 @@ BROKEN = {
     "inc_engine.reduce3": {"duplicate": True},  # every reduced chunk sent twice
     "decoder.table": {"loose": True},          # opcode 0 accepted
     "router.acks": {"lose_restart": True},     # a store in its entry's ack cycle is lost
+    "router.answers": {"ignore_entering": True},  # a load admitted into the space a UB answer takes
 }
 
 
@@ -74,12 +75,25 @@ def test_block_properties_are_unbounded():
 
 
 @pytest.mark.parametrize("name", ["switch.order", "switch.response", "inc_engine.reduce3",
-                                  "router.acks"])
+                                  "router.acks", "router.answers"])
 def test_induction_needs_the_invariants(name, tmp_path):
     """Without its invariants the induction step fails (unreachable start states): they carry the proof."""
     o = run_property(name, PROPS[name], build=tmp_path / "b", waveforms=tmp_path / "w",
                      overrides={"invariants": False})
     assert o.result == "unknown" and "UNKNOWN" in o.detail
+
+
+@pytest.mark.parametrize("broken", [{"ignore_entering": True}, {"drop_on_stall": True}])
+def test_router_answers_claim_catches_broken_routers(broken, tmp_path):
+    """The claim alone (no invariants) has a counterexample from reset against each broken router.
+
+    An over-admitted load's answer meets a full RSP queue (its negative control
+    above fails on the reservation invariant first); an answer popped while
+    ``tx`` is back-pressured never leaves.
+    """
+    o = run_property("router.answers", PROPS["router.answers"], depth=7, build=tmp_path / "b",
+                     waveforms=tmp_path / "w", overrides={**broken, "invariants": False})
+    assert o.result == "counterexample" and not o.ok
 
 
 def test_every_block_has_a_negative_control():

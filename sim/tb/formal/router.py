@@ -26,18 +26,60 @@ rule out the unreachable start states).
 Negative control: ``lose_restart=True`` puts :class:`RestartLoser` in front
 of the coalescer — a broken one that drops a store committed in the cycle
 its entry's ack is sent (the count that should restart at 1).
+
+The router's data answers (hw/router.py, "Request/response deadlock"):
+:class:`AnswerAccounting` harnesses a whole :class:`~epfabric.hw.router.DieRouter`
+(the admission rule, the tag pipeline of the shared read port, the UB answer
+tags, the RSP queue and the :class:`~epfabric.hw.router.TxMux` that drains it
+are all inline in its ``elaborate``), with arbitrary core requests, ``rx``
+flits, host accesses and ``tx`` back-pressure, and models its memory: a read
+port answering exactly ``hbm_latency`` cycles after a request (it cannot
+stall), a UB port with one request outstanding, answered after any delay and
+held until taken (:class:`~epfabric.hw.ub_port.UBPort`'s contract). From the
+ports alone it knows which answers are the router's to send: a read answer of
+a load REQ it took from ``rx``, and a fetch-add answer of an ``rx`` REQ that
+the router took from the UB port. ``router.answers`` claims, proved by
+k-induction:
+
+* no overflow: an answer is never admitted while the queue holds
+  ``rsp_depth`` answers (a read answer cannot wait, so space was reserved
+  when its REQ was taken, counting a UB answer entering in that cycle);
+* every data answer that leaves on ``tx`` (an RSP flit that is not a store
+  ack) was admitted and has not left before (no duplication, nothing from
+  nowhere);
+* in order and unchanged: an answer chosen by the solver leaves exactly as
+  the one after all answers admitted before it, with its ``dst``, ``core``,
+  ``op`` and ``data`` (``src`` the die's rank, ``small`` unless a block);
+* nothing lost: the answers admitted and not yet sent are exactly the
+  queue's entries (its level), the chosen one at its place.
+
+The invariants (``invariants=True``) tie the router's registers to the
+harness's models: the RSP queue's pointers agree with its level and its
+entries are data answers, the read-tag pipeline equals the model's in-flight
+reads, the UB answer tags name the outstanding request's requester, and
+queued answers plus remote loads in flight never exceed ``rsp_depth`` (the
+reservation).
+
+Negative controls: ``ignore_entering=True`` builds :class:`OverAdmitter`, a
+router whose admission rule forgets the UB answer entering the queue in the
+same cycle (the queue overflows, an answer is lost); ``drop_on_stall=True``
+puts :class:`StallDropper` after ``tx``, a broken drain that pops a data
+answer while ``tx`` is back-pressured.
 """
 
-from amaranth.asserts import AnySeq
-from amaranth.hdl import Assert, Assume, Const, Cover, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.asserts import AnyConst, AnySeq
+from amaranth.hdl import Assert, Assume, Const, Cover, Fragment, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from ....hw.router import AckCoalescer
-from . import Elaborated, FormalProperty, Harness
+from ....hw.aiv_core import MemOp
+from ....hw.router import AckCoalescer, DieRouter, FlitKind, answer_layout
+from ....hw.ub_port import UBOp
+from . import Elaborated, FormalProperty, FragmentSignals, Harness
 
-__all__ = ["AckAccounting", "RestartLoser", "PROPERTIES"]
+__all__ = ["AckAccounting", "RestartLoser", "AnswerAccounting", "OverAdmitter", "StallDropper",
+           "PROPERTIES"]
 
 
 class RestartLoser(wiring.Component):
@@ -185,6 +227,275 @@ class AckAccounting(Harness):
         m.d.comb += Assert(level == sum(q for q in queued), "inv: FIFO holds only owed entries")
 
 
+def _is_load(op):
+    """The router's reading of a REQ's ``op``: anything not a store or fetch-add is a load."""
+    return ~((op == MemOp.WRITE_WORD) | (op == MemOp.WRITE_BLOCK) | (op == MemOp.FETCH_ADD))
+
+
+def _data_answer(flit):
+    """A flit on ``tx`` is a data answer: an RSP that is not a store ack (acks are WRITE_BLOCK)."""
+    return (flit.kind == FlitKind.RSP) & (flit.op != MemOp.WRITE_BLOCK)
+
+
+class OverAdmitter(DieRouter):
+    """A broken router: an incoming load is admitted without counting the UB answer entering the queue.
+
+    The real router elaborated, then its admission signal ``rx_rd_ok`` driven
+    again (the later assignment wins) with ``used < rsp_depth`` in place of
+    ``used + ub_wr < rsp_depth``.
+    """
+
+    def elaborate(self, platform):
+        frag = Fragment.get(super().elaborate(platform), platform)
+        sig = FragmentSignals(frag, self)
+        rx = self.rx.payload
+        frag.add_statements("comb", sig["rx_rd_ok"].eq(
+            self.rx.valid & (rx.kind == FlitKind.REQ) & _is_load(rx.op) & ~self.host.re
+            & (sig["used"] < self.rsp_depth)))
+        return frag
+
+
+class StallDropper(wiring.Component):
+    """A broken drain: the router's data answer is taken from it even while ``tx`` is not ready."""
+
+    def __init__(self, router, block):
+        self.router, self.block = router, block
+        super().__init__({"tx": Out(router.tx.signature)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.router = self.block
+        tx = self.router.tx
+        m.d.comb += [self.tx.valid.eq(tx.valid), self.tx.payload.eq(tx.payload),
+                     tx.ready.eq(self.tx.ready | _data_answer(tx.payload))]
+        return m
+
+
+class AnswerAccounting(Harness):
+    """Harness: a whole DieRouter, arbitrary traffic and back-pressure; its RSP queue's accounts.
+
+    See the module docstring. The solver picks (``AnySeq``) one admitted
+    answer to follow; ``cnt`` counts the answers admitted and not yet sent.
+
+    Parameters
+    ----------
+    ranks, aivs, hbm_blocks, data_bytes, hbm_latency, rsp_depth, max_outstanding
+        Of the :class:`~epfabric.hw.router.DieRouter` under test (small).
+    ignore_entering : bool
+        Check the broken :class:`OverAdmitter` instead.
+    drop_on_stall : bool
+        Put the broken :class:`StallDropper` after ``tx``.
+    invariants : bool
+        Also assert the invariants that make the property inductive.
+    """
+
+    def __init__(self, *, ranks=2, aivs=1, hbm_blocks=2, data_bytes=32, hbm_latency=2,
+                 rsp_depth=2, max_outstanding=1, ignore_entering=False, drop_on_stall=False,
+                 invariants=True):
+        super().__init__()
+        cls = OverAdmitter if ignore_entering else DieRouter
+        self.router = cls(ranks=ranks, aivs=aivs, hbm_blocks=hbm_blocks, data_bytes=data_bytes,
+                          hbm_latency=hbm_latency, rsp_depth=rsp_depth,
+                          max_outstanding=max_outstanding)
+        self.drop_on_stall, self.invariants = drop_on_stall, invariants
+
+    def check(self, m):
+        r = self.router
+        n, L, depth = r.aivs, r.hbm_latency, r.rsp_depth
+        blk = Elaborated(r)
+        if self.drop_on_stall:
+            m.submodules.dut = dut = StallDropper(r, blk)
+            tx = dut.tx
+        else:
+            m.submodules.dut = blk
+            tx = r.tx
+
+        def free(value):
+            return value.eq(AnySeq(len(value)))
+
+        # --- arbitrary inputs: the cores, rx, the host, tx back-pressure --------------------------
+        rank = Signal.like(r.rank, name="rank")
+        m.d.comb += [rank.eq(AnyConst(len(rank))), r.rank.eq(rank)]
+        for i in range(n):
+            m.d.comb += [free(r.mem_req[i].valid), free(r.mem_req[i].payload.as_value()),
+                         r.mem_rsp[i].ready.eq(1)]
+        m.d.comb += [free(r.rx.valid), free(r.rx.payload.as_value()), free(tx.ready)]
+        for name in ("we", "addr", "wdata", "re", "wblock", "wrow"):
+            m.d.comb += free(getattr(r.host, name))
+        rx = r.rx.payload
+        rx_taken = r.rx.valid & r.rx.ready & (rx.kind == FlitKind.REQ)
+        load_in = rx_taken & _is_load(rx.op)        # a remote load REQ taken: its answer is owed
+        ub_in = rx_taken & ~_is_load(rx.op)         # a remote store / fetch-add REQ taken
+
+        # --- the cores' read ports: any answer (not this property's business) -------------------
+        for i in range(n):
+            port = r.ub_read[i]
+            m.d.comb += [port.req.ready.eq(1), free(port.resp.valid),
+                         free(port.resp.payload.as_value())]
+
+        # --- read port `aivs`: answers exactly L cycles after a request, any data ------------------
+        rport = r.ub_read[n]
+        stage = data.StructLayout({"valid": 1, "remote": 1, "src": len(rx.src), "core": len(rx.core),
+                                   "block": 1})
+        pipe = [Signal(stage, name=f"rd{k}") for k in range(L)]
+        m.d.comb += [rport.req.ready.eq(1), rport.resp.valid.eq(pipe[L - 1].valid),
+                     free(rport.resp.payload.as_value()),
+                     Assert(~load_in | (rport.req.valid & ~r.host.re), "a load REQ taken, not read")]
+        m.d.sync += [pipe[0].valid.eq(rport.req.valid), pipe[0].remote.eq(load_in),
+                     pipe[0].src.eq(rx.src), pipe[0].core.eq(rx.core),
+                     pipe[0].block.eq(rx.op == MemOp.READ_BLOCK)]
+        for k in range(1, L):
+            m.d.sync += pipe[k].eq(pipe[k - 1])
+
+        # --- UB port: one request outstanding, answered after >= 1 cycle, held until taken --------
+        ub, ub_rsp = r.ub_req, r.ub_rsp
+        busy, shown = Signal(name="ub_busy"), Signal(name="ub_shown")
+        u_host, u_remote = Signal(name="ub_host"), Signal(name="ub_remote")
+        u_src, u_core = Signal.like(rx.src, name="ub_src"), Signal.like(rx.core, name="ub_core")
+        u_op, u_addr = Signal(UBOp, name="ub_op"), Signal.like(ub_rsp.payload.addr, name="ub_addr")
+        u_old = Signal(32, name="ub_old")
+        taken = ub_rsp.valid & ub_rsp.ready
+        m.d.comb += [ub.ready.eq(AnySeq(1) & (~busy | taken)),
+                     ub_rsp.valid.eq(busy & (shown | AnySeq(1))),
+                     ub_rsp.payload.op.eq(u_op), ub_rsp.payload.addr.eq(u_addr),
+                     ub_rsp.payload.old.eq(u_old)]
+        accept = ub.valid & ub.ready
+        m.d.comb += Assert(~ub_in | (accept & ~r.host.we), "a store/fetch-add REQ taken, not applied")
+        with m.If(ub_rsp.valid & ~ub_rsp.ready):
+            m.d.sync += shown.eq(1)
+        with m.If(taken):
+            m.d.sync += [busy.eq(0), shown.eq(0)]
+        with m.If(accept):
+            m.d.sync += [busy.eq(1), shown.eq(0), u_host.eq(r.host.we), u_remote.eq(ub_in),
+                         u_src.eq(rx.src), u_core.eq(rx.core), u_op.eq(ub.payload.op),
+                         u_addr.eq(ub.payload.addr), u_old.eq(AnySeq(32))]
+
+        # --- admissions: the answers the router now owes ------------------------------------------
+        ans = answer_layout(r.flit)
+        adm_rd = rport.resp.valid & pipe[L - 1].remote
+        adm_ub = taken & u_remote & (u_op == UBOp.FETCH_ADD)
+        adm = Signal(name="admit")
+        entry = Signal(ans, name="admitted")
+        last, resp = pipe[L - 1], rport.resp.payload
+        m.d.comb += [adm.eq(adm_rd | adm_ub),
+                     Assert(~(adm_rd & adm_ub), "two answers admitted in one cycle")]
+        with m.If(adm_rd):
+            m.d.comb += [entry.dst.eq(last.src), entry.core.eq(last.core),
+                         entry.op.eq(Mux(last.block, MemOp.READ_BLOCK, MemOp.READ_WORD)),
+                         entry.data.eq(Mux(last.block, resp.block, resp.word))]
+        with m.Else():
+            m.d.comb += [entry.dst.eq(u_src), entry.core.eq(u_core), entry.op.eq(MemOp.FETCH_ADD),
+                         entry.data.eq(u_old)]
+
+        # --- departures: data answers sent on tx ----------------------------------------------------
+        t = tx.payload
+        dep = Signal(name="depart")
+        sent = Signal(ans, name="sent")
+        m.d.comb += [dep.eq(tx.valid & tx.ready & _data_answer(t)),
+                     sent.dst.eq(t.dst), sent.core.eq(t.core), sent.op.eq(t.op),
+                     sent.data.eq(t.data)]
+        with m.If(dep):
+            m.d.comb += [Assert(t.src == rank, "an answer with a wrong src"),
+                         Assert(t.small == (t.op != MemOp.READ_BLOCK), "an answer with a wrong small")]
+
+        # --- the accounts ---------------------------------------------------------------------------
+        cnt = Signal(range(depth + 2), name="cnt")      # admitted, not yet sent
+        m.d.comb += [Assert(~adm | (cnt < depth), "an answer admitted to a full RSP queue"),
+                     Assert(~dep | (cnt > 0), "an answer sent that is not owed")]
+        m.d.sync += cnt.eq(cnt + adm - dep)
+        trk = Signal(name="trk")                        # following one admitted answer ...
+        pos = Signal(range(depth + 1), name="pos")      # ... with pos answers ahead of it
+        rec = Signal(ans, name="rec")                   # ... which was this
+        with m.If(trk):
+            with m.If(dep):
+                with m.If(pos == 0):
+                    m.d.comb += Assert(sent.as_value() == rec.as_value(),
+                                       "the followed answer left changed or out of order")
+                    m.d.sync += trk.eq(0)
+                with m.Else():
+                    m.d.sync += pos.eq(pos - 1)
+        with m.Elif(adm & AnySeq(1)):
+            m.d.sync += [trk.eq(1), rec.eq(entry), pos.eq(cnt - dep)]
+        # non-vacuity: the queue full, and a followed answer leaving behind another one
+        waited = Signal(name="waited")
+        with m.If(trk & (pos != 0)):
+            m.d.sync += waited.eq(1)
+        with m.If(~trk):
+            m.d.sync += waited.eq(0)
+        m.d.comb += [Cover(cnt == depth),
+                     Cover(trk & dep & (pos == 0) & waited & (rec.op == MemOp.FETCH_ADD))]
+
+        # --- the queue itself: harness read ports on its storage -------------------------------------
+        q = blk.sub("rsp_queue")
+        store_mem = q.sub("storage").fragment
+        slots = []
+        for j in range(depth):
+            v = Signal(ans, name=f"rsp_slot{j}")
+            store_mem.read_port(domain="comb", addr=Const(j, ceil_log2(depth)),
+                                data=v.as_value(), en=Const(1), transparent_for=())
+            slots.append(v)
+        produce, consume, level = q["produce"], q["consume"], q["level"]
+
+        def off(j, base):              # (j - base) mod depth
+            return Mux(base <= j, j - base, j + depth - base)
+
+        with m.If(trk):
+            m.d.comb += Assert(pos < cnt, "the followed answer is not among those owed")
+            for j in range(depth):
+                with m.If(off(j, consume) == pos):
+                    # nothing lost: the followed answer waits at its place, unchanged
+                    m.d.comb += Assert(slots[j].as_value() == rec.as_value(),
+                                       "the followed answer is not in its queue slot")
+        m.d.comb += Assert(level == cnt, "the RSP queue does not hold the answers owed")
+        if not self.invariants:
+            return
+        # Invariants. The queue (amaranth.lib.fifo.SyncFIFO): produce and consume
+        # move by one (mod depth) on a write and a read, level counts the
+        # difference, from all-zero at reset.
+        m.d.comb += [Assert(level <= depth, "inv: queue level"),
+                     Assert(produce < depth, "inv: queue produce"),
+                     Assert(consume < depth, "inv: queue consume"),
+                     Assert(off(produce, consume) == Mux(level == depth, 0, level),
+                            "inv: queue produce = consume + level")]
+        # it only ever holds data answers (a read's or a fetch-add's): none
+        # leaves looking like a store ack
+        for j in range(depth):
+            with m.If(off(j, consume) < level):
+                op = slots[j].op
+                m.d.comb += Assert((op == MemOp.READ_WORD) | (op == MemOp.READ_BLOCK)
+                                   | (op == MemOp.FETCH_ADD), f"inv: slot {j} is not a data answer")
+        # the router's read tags are the model's reads in flight: a valid tag is the
+        # host's (rport.req.valid without a load REQ taken is a host read) or a
+        # remote load's with its requester
+        rtag = data.StructLayout({"valid": 1, "host": 1, "src": len(rx.src), "core": len(rx.core),
+                                  "block": 1})
+        for k in range(L):
+            tag = data.View(rtag, blk[f"rtag{k}"])
+            p = pipe[k]
+            m.d.comb += [Assert(tag.valid == p.valid, f"inv: read tag {k} valid"),
+                         Assert(tag.host == (p.valid & ~p.remote), f"inv: read tag {k} host")]
+            with m.If(p.remote):
+                m.d.comb += [Assert(p.valid, f"inv: read {k} remote but not valid"),
+                             Assert((tag.src == p.src) & (tag.core == p.core)
+                                    & (tag.block == p.block), f"inv: read tag {k} requester")]
+        # the reservation: every remote load in flight has its place in the queue
+        inflight = sum(p.remote for p in pipe)
+        m.d.comb += [Assert(blk["inflight"] == inflight, "inv: loads in flight"),
+                     Assert(level + inflight <= depth, "inv: queue + loads in flight <= rsp_depth")]
+        # the UB answer tags name the outstanding request's requester
+        with m.If(busy):
+            m.d.comb += [Assert(blk["tag_host"] == u_host, "inv: UB tag host"),
+                         Assert(blk["tag_local"] == (~u_host & ~u_remote), "inv: UB tag local"),
+                         Assert(~(u_host & u_remote), "inv: UB request host and remote")]
+            with m.If(u_remote):
+                m.d.comb += Assert((blk["tag_src"] == u_src) & (blk["tag_rcore"] == u_core),
+                                   "inv: UB tag requester")
+            # the UB port is given stores and fetch-adds only (UBOp has a fourth, unused code)
+            m.d.comb += Assert(u_op.as_value() != 3, "inv: UB request of no operation")
+        with m.If(~busy):
+            m.d.comb += Assert(~shown, "inv: UB answer shown with nothing outstanding")
+
+
 PROPERTIES = {
     "router.acks": FormalProperty(
         AckAccounting, mode="prove", depth=4, cover_depth=8, expect="pass",
@@ -194,4 +505,13 @@ PROPERTIES = {
         params={},
         gtkw=("out0", "out1", "out2", "out3", "dut.ack__valid", "dut.ack__ready",
               "dut.ack__payload")),
+    "router.answers": FormalProperty(
+        AnswerAccounting, mode="prove", depth=4, cover_depth=10, expect="pass",
+        doc="whole die router, 2 ranks x 1 core, RSP queue of 2, read latency 2, any core "
+            "requests, rx flits, host accesses and tx back-pressure: every data answer admitted "
+            "(a remote load's read, a remote fetch-add's old value) finds space, leaves on tx "
+            "once, in order, unchanged; none sent that is not owed",
+        params={},
+        gtkw=("cnt", "trk", "pos", "admit", "depart", "dut.tx__valid", "dut.tx__ready",
+              "dut.rx__valid", "dut.rx__ready")),
 }
