@@ -37,6 +37,14 @@ def require_simulator(sim):
     require(sim, missing_reason(sim))
 
 
+def simulators(*names, slow=()):
+    """Parameters of a ``simulator``/``hdl_simulator`` argument: ``names``, those in ``slow``
+    marked ``slow`` (run by ``make test-slow``: their builds would push a cold ``make test``
+    past 10 minutes, and another test cross-checks the same hardware on that simulator)."""
+    import pytest
+    return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in names]
+
+
 def fast_simulator():
     """Verilator when present (a small case's build is shared by the tests), else Amaranth's."""
     from epfabric.sim.backends import missing_reason

@@ -15,7 +15,7 @@ from epfabric.sim.tb.core_memory import run_programs
 from epfabric.sw.assembler import Program, assemble
 from epfabric.hw.isa import BY_MNEMONIC, address
 
-from utils import ComponentSpec, run
+from utils import ComponentSpec, run, simulators
 
 PARAMS = {"core_id": 5, "imem_depth": 64, "ubuf_rows": 2, "data_bytes": 32, "lanes": 4,
           "width": 16, "max_outstanding": 7}
@@ -493,6 +493,10 @@ def test_hung_poll_reports_waiting_address(pysim_results):
     assert res["timeout"] and res["waiting"] == 1 and res["wait_addr"] == OUT
 
 
+# native: the core's own native build (13 s of a cold `make test`); every native machine test
+# steps the same core module
+@pytest.mark.parametrize("hdl_simulator", simulators("icarus", "verilator", "native",
+                                                     slow=("native",)), indirect=True)
 def test_same_on_icarus_and_verilator(hdl_simulator, pysim_results):
     """The whole program batch: identical results and cycle counts to Amaranth's simulator.
 
@@ -504,6 +508,10 @@ def test_same_on_icarus_and_verilator(hdl_simulator, pysim_results):
     assert dict(zip(NAMES, out)) == pysim_results
 
 
+# Icarus in CI; Verilator and native builds of the INC core (11 + 11 s of a cold `make test`)
+# are `slow`: test_agrs runs the INC machine on both
+@pytest.mark.parametrize("hdl_simulator", simulators("icarus", "verilator", "native",
+                                                     slow=("verilator", "native")), indirect=True)
 def test_inc_core_same_on_icarus_and_verilator(hdl_simulator, inc_results):
     """The INC programs (posts, waits, cube): identical to Amaranth's simulator."""
     out, _ = run(INC_SPEC, run_programs, {"programs": [INC_PROGRAMS[n][0] for n in INC_NAMES]},

@@ -11,7 +11,7 @@ from epfabric.hw.topology import (MAX_RANKS, STAR_HOPS, SUPERPOD_HOPS, TOPOLOGIE
                                    check_topology, star, superpod, topology_ranks)
 from epfabric.sim.backends import SimulationError
 from epfabric.sw.presets import get_preset
-from utils import ComponentSpec, run, tiny_timing
+from utils import ComponentSpec, run, simulators, tiny_timing
 
 TINY = get_preset("tiny")
 TIMING = tiny_timing()       # the tiny preset's superpod timing (cycles only)
@@ -182,6 +182,10 @@ def test_cycle_counts_do_not_depend_on_data_bytes():
     assert run(spec(2), random_traffic, args) == run(spec(32), random_traffic, args)
 
 
+# Icarus: its own 32-die fabric (15 s of a cold `make test`), `slow`; test_switch and test_link
+# run the blocks on Icarus
+@pytest.mark.parametrize("simulator", simulators("pysim", "icarus", "verilator", slow=("icarus",)),
+                         indirect=True)
 def test_random_traffic_on_three_simulators(simulator):
     """The scoreboard (exactly once, per-flow order, no deadlock) on every simulator; the Verilog
     simulators also deliver in Amaranth's cycles (the digest covers every arrival's cycle)."""

@@ -14,7 +14,7 @@ from epfabric.sim.backends import ComponentSpec
 from epfabric.sim.backends.machine import SimulatorBackend, backend, machine_spec
 from epfabric.sw.kernels import KERNELS
 
-from utils import MACHINE, machine
+from utils import MACHINE, machine, simulators
 
 PARAMS = {"pingpong": {}, "syncall": {}, "alltoall": {"seed": 3}}
 #: Amaranth's cycles and blocks sent per rank (pinned: a timing change must update them on purpose)
@@ -44,6 +44,10 @@ def test_amaranth_matches_numpy_and_the_pinned_cycles(kernel):
     assert all(c["halted"] for c in got["cores"])
 
 
+# Verilator: its own flat build of this machine (16 s of a cold `make test`), `slow`; the
+# dispatch and combine tests compare the Verilator machine with Amaranth's simulator
+@pytest.mark.parametrize("hdl_simulator", simulators("icarus", "verilator", "native",
+                                                     slow=("verilator",)), indirect=True)
 @pytest.mark.parametrize("kernel", sorted(PARAMS))
 def test_same_cycles_memory_and_trace(hdl_simulator, kernel):
     got = outcome(hdl_simulator, kernel)

@@ -7,8 +7,8 @@ from epfabric.sw.kernels import KERNELS, run_kernel
 from epfabric.sw.kernels.dispatch import layout_of
 from epfabric.sw.ubep.reference import slot_index
 from epfabric.sw.ubep.combine import PHASES
-from utils import (CM384_MAX_CYCLES, KERNEL_CASE_MAX_CYCLES, cm384_machine, fast_simulator, kernel_cases, larger_machine,
-                   require_simulator, run_on_machine)
+from utils import (CM384_MAX_CYCLES, KERNEL_CASE_MAX_CYCLES, cm384_machine, four_aiv_machine, kernel_cases,
+                   machine_simulator, require_simulator, run_on_machine)
 
 K = KERNELS["combine"]
 SMALL = {"batch": 4, "topk": 2, "experts": 4}
@@ -130,11 +130,10 @@ def test_the_inner_dispatch_runs_under_the_callers_watchdog():
 def test_five_experts_per_rank_and_top6_on_both_systems():
     """The combine after a dispatch whose expert → rank split and slot → token are not shifts
     (5 experts per rank, top-6; DeepSeek-V2's k): both bit-exact, the same weighted sums."""
-    machine = larger_machine(K, SMALL, SHAPE, hbm_blocks=256, imem_depth=512)  # test_dispatch's
     runs = {}
     for system in ("cann", "ubep"):
-        run = run_on_machine(K, fast_simulator(), machine,
-                             {**SMALL, "experts": 10, "topk": 6, "system": system})
+        p = {**SMALL, "experts": 10, "topk": 6, "system": system}
+        run = run_on_machine(K, machine_simulator(), four_aiv_machine(K, p), p)
         assert run["correct"], (system, run["problems"])
         assert run["dispatch"]["correct"]
         runs[system] = run

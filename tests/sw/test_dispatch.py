@@ -12,7 +12,7 @@ from epfabric.sw.kernels.dispatch import layout_of
 from epfabric.sw.machine import Machine, WatchdogTimeout
 from epfabric.sw.ubep.cann import PHASES
 from utils import (CM384_MAX_CYCLES, KERNEL_CASE_MAX_CYCLES, cm384_machine, fast_simulator, four_aiv_machine, kernel_cases,
-                   larger_machine, machine_simulator, require_simulator, run_on_machine)
+                   machine_simulator, require_simulator, run_on_machine)
 
 K = KERNELS["dispatch"]
 #: the smallest case with remote traffic both ways, more than one expert per rank and two AIVs
@@ -422,15 +422,15 @@ def test_sync_programs_differ_where_the_protocols_do():
 
 #: (experts, topk) on the small case's two ranks: 3 or 5 experts per rank, k = 1, 3, 6
 ODD = [(6, 1), (6, 3), (10, 6)]
-#: one machine (one build) for every case here, and for test_combine's top-6
-ODD_MACHINE = larger_machine(K, SMALL, SHAPE, hbm_blocks=256, imem_depth=512)
 
 
 def _both_systems(params):
-    """``{system: run}`` of a dispatch of ``params`` on CANN and UBEP, each correct."""
+    """``{system: run}`` of a dispatch of ``params`` on CANN and UBEP, each correct, on the
+    shared 4-AIV machine (its native build serves the UBEP experiments' tests too)."""
     runs = {}
     for system in ("cann", "ubep"):
-        run = run_on_machine(K, fast_simulator(), ODD_MACHINE, {**params, "system": system})
+        p = {**params, "system": system}
+        run = run_on_machine(K, machine_simulator(), four_aiv_machine(K, p), p)
         assert run["correct"], (system, run["problems"])
         runs[system] = run
     return runs
@@ -450,8 +450,8 @@ def test_the_expert_split_and_three_token_aivs_at_k3_and_three_experts_per_rank(
     """CANN's expert split (slot → token by a reciprocal) and UBEP with three T-AIVs (slices that
     start inside an expert), 3 experts per rank, top-3: both bit-exact, the same OUT."""
     params = {**SMALL, "experts": 6, "topk": 3}
-    cann = run_on_machine(K, fast_simulator(), ODD_MACHINE,
-                          {**params, "system": "cann", "send_split": "expert"})
+    p = {**params, "system": "cann", "send_split": "expert"}
+    cann = run_on_machine(K, machine_simulator(), four_aiv_machine(K, p), p)
     assert cann["correct"], cann["problems"]
     params = {**params, "system": "ubep", "cumsum_aivs": 1}
     ubep = run_on_machine(K, machine_simulator(), four_aiv_machine(K, params), params)

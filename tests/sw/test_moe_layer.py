@@ -18,7 +18,7 @@ import pytest
 from epfabric.sim.backends.machine import backend
 from epfabric.sw.kernels import KERNELS, run_kernel
 from epfabric.sw.machine import Machine, WatchdogTimeout
-from utils import require_simulator
+from utils import require_simulator, simulators
 
 K = KERNELS["moe-layer"]
 #: the cross-simulator case: 2 ranks x 3 AIVs, unequal counts, 2 bands, both modes
@@ -63,10 +63,11 @@ def test_trace_has_ag_ffn_and_rs_slices():
     assert sorted(names) == sorted(["AG"] * 4 + ["FFN"] * 4 + ["RS"] * 4)
 
 
-# native: its own build of the INC machine (35 s of a cold `make test`); the native backend's
-# INC machine is cross-checked in CI by test_agrs and its core by test_aiv_core
-@pytest.mark.parametrize("simulator", ["icarus", "verilator",
-                                       pytest.param("native", marks=pytest.mark.slow)])
+# Icarus in CI. Verilator and native: their own builds of the two INC machines (44 s and 35 s
+# of a cold `make test`); the INC NIC machine is cross-checked on both by test_agrs, and the
+# INC core by test_aiv_core.
+@pytest.mark.parametrize("simulator", simulators("icarus", "verilator", "native",
+                                                 slow=("verilator", "native")))
 def test_same_cycles_trace_and_counters_on_every_simulator(simulator):
     require_simulator(simulator)
     result, runs = outcome(simulator)
