@@ -19,10 +19,12 @@ from .validate import UserError, check_choice, check_int, check_multiple, check_
 from .vector_unit import VectorUnit
 
 __all__ = ["MAX_UBUF_ROWS", "MemOp", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore", "MAX_WINDOW",
-           "ACK_COUNT_BITS", "INC_POSTS", "inc_post_layout", "INC_WAIT_ADDR", "BAR_WAIT_ADDR"]
+           "VECTOR_EXTRA_BITS", "ACK_COUNT_BITS", "INC_POSTS", "inc_post_layout", "INC_WAIT_ADDR", "BAR_WAIT_ADDR"]
 
 #: Largest store window (``max_outstanding``) of a core.
 MAX_WINDOW = 4095
+#: Bits of the ``vector_extra`` input (cycles a vector instruction waits before its first beat)
+VECTOR_EXTRA_BITS = 12
 #: Most rows (512 B each) of a core's Unified Buffer.
 MAX_UBUF_ROWS = 1024
 #: Bits of an ack answer's count (``data[0:ACK_COUNT_BITS]``: stores acknowledged at once).
@@ -114,9 +116,10 @@ class AIVCore(wiring.Component):
                                                it arrives)
     ``mark``                                   1 (+ stall while ``trace`` is not
                                                ready)
-    vector (``vcount vcmp vfind vadd vsum      ``VectorUnit.cycles(L, lanes) + 2``
-    vmuls``)                                   = ``max(1, ceil(L/lanes)) + 3``
-                                               for vector length *L*
+    vector (``vcount vcmp vfind vadd vsum      ``VectorUnit.cycles(L, lanes) + 2 + X``
+    vmuls``)                                   = ``max(1, ceil(L/lanes)) + 3 + X``
+                                               for vector length *L*; *X* =
+                                               ``vector_extra`` (0 unconnected)
     ``vcomp``                                  the same + ``sum(max(0, h_n - 1))``
                                                over the beats, *h_n* = matches
                                                among elements ``n*lanes ..
@@ -192,6 +195,13 @@ class AIVCore(wiring.Component):
         completes (the die's runtime knob, :data:`epfabric.hw.die.KNOBS`). The
         count is the core's one ``outstanding`` (its word stores in flight take
         window too). Unconnected, it is ``max_outstanding``: no extra limit.
+    vector_extra : In(VECTOR_EXTRA_BITS)
+        Cycles every vector instruction waits before its first beat (the
+        die's runtime knob): the per-instruction cost of issuing a vector
+        operation and draining the vector pipe after it (an Ascend C vector
+        op is followed by ``PipeBarrier<PIPE_V>`` when the next one reads its
+        result, as in CANN's open MoE dispatch kernel), separate from its
+        width. Unconnected, 0.
     rank : In(8)
         This core's rank (die), read by ``csrr rank``.
     mem_req : Out(stream.Signature(mem_req_layout(data_bytes)))
@@ -263,6 +273,7 @@ class AIVCore(wiring.Component):
                                            "data": Out(32)})),
             "start": In(1),
             "store_window": In(range(max_outstanding + 1), init=max_outstanding),
+            "vector_extra": In(VECTOR_EXTRA_BITS),
             "rank": In(RANK_BITS),
             "mem_req": Out(stream.Signature(mem_req_layout(data_bytes))),
             "mem_rsp": In(stream.Signature(mem_rsp_layout(data_bytes))),
@@ -288,19 +299,21 @@ class AIVCore(wiring.Component):
         self.insn = Signal(insn_layout(), name="insn")
 
     @staticmethod
-    def vector_cycles(length, lanes):
-        """Cycles of a vector instruction of length ``length`` (see the table)."""
-        return VectorUnit.cycles(length, lanes) + 2
+    def vector_cycles(length, lanes, extra=0):
+        """Cycles of a vector instruction of length ``length`` (see the table), ``extra`` the
+        ``vector_extra`` input."""
+        return VectorUnit.cycles(length, lanes) + 2 + extra
 
     @staticmethod
-    def vcomp_cycles(length, lanes, matches):
+    def vcomp_cycles(length, lanes, matches, extra=0):
         """Cycles of a ``vcomp`` of length ``length`` whose matching indices are ``matches``."""
         per_beat = {}
         for i in matches:
             if not 0 <= i < length:
                 raise UserError(f"match {i} is not an index of a vector of length {length}")
             per_beat[i // lanes] = per_beat.get(i // lanes, 0) + 1
-        return AIVCore.vector_cycles(length, lanes) + sum(h - 1 for h in per_beat.values())
+        return (AIVCore.vector_cycles(length, lanes, extra)
+                + sum(h - 1 for h in per_beat.values()))
 
     def gtkw_traces(self):
         return [self.state, self.pc, self.insn.op, self.mem_req.valid, self.mem_req.ready,
@@ -427,6 +440,7 @@ class AIVCore(wiring.Component):
         v_op = Signal(VecOp)
         v_cond = Signal(Cond)
         v_len = Signal(range(self.max_len + 1))
+        v_wait = Signal(VECTOR_EXTRA_BITS, name="v_wait")   # vector_extra cycles still to wait
         v_s = [Signal(width, name=f"v_s{k}") for k in range(3)]
         v_arow, v_brow, v_drow = (Signal(row_w, name=n) for n in ("v_arow", "v_brow", "v_drow"))
         v_rd = Signal(4)
@@ -548,6 +562,7 @@ class AIVCore(wiring.Component):
                             v_arow.eq(row_of(a)), v_brow.eq(row_of(c)), v_drow.eq(row_of(rfile[rd])),
                             v_in.eq(0), v_out.eq(0),
                             v_comp.eq(insn.op == Opcode.VCOMP), v_done.eq(0), v_cnt.eq(0),
+                            v_wait.eq(self.vector_extra),
                         ]
                         clipped = Mux(b > self.max_len, self.max_len, b)
                         m.d.sync += v_len.eq(clipped)
@@ -583,8 +598,10 @@ class AIVCore(wiring.Component):
             with m.Case(_State.VEC):
                 vin = vu.i_stream
                 pa = vin.payload
+                with m.If(v_wait != 0):
+                    m.d.sync += v_wait.eq(v_wait - 1)
                 m.d.comb += [
-                    vin.valid.eq(v_in < v_beats),
+                    vin.valid.eq((v_in < v_beats) & (v_wait == 0)),
                     pa.op.eq(v_op), pa.cond.eq(v_cond), pa.length.eq(v_len),
                     vu.o_stream.ready.eq(1),
                 ]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 import math
 from fractions import Fraction
 
+from ..hw.aiv_core import VECTOR_EXTRA_BITS
 from ..hw.die import INJECT_BITS, INJECT_DEN, SYNCALL_BITS
 from ..hw.link import LINK_MIN_LATENCY
 from ..hw.switch import SWITCH_LATENCY
@@ -100,6 +101,9 @@ class Preset:
     syncall_ns: float = field(default=0.0, metadata=_help(
         "ns a hardware SyncAll holds the die's AIVs after the last one arrived (the die's "
         "runtime knob syncall_cycles); used with syncall='hard'"))
+    vector_op_ns: float = field(default=0.0, metadata=_help(
+        "ns every vector instruction costs beyond its beats: issuing it and draining the "
+        "vector pipe after it (the die's runtime knob vector_extra)"))
     description: str = field(default="", metadata=_help("what the preset models"))
 
     def __post_init__(self):
@@ -152,6 +156,10 @@ class Preset:
         if not 0 <= self.cycles(self.syncall_ns) < 1 << SYNCALL_BITS:
             raise UserError(f"syncall_ns must be in [0, {(1 << SYNCALL_BITS) - 1} cycles], not "
                             f"{self.syncall_ns!r}")
+        check_number("vector_op_ns", self.vector_op_ns, positive=False)
+        if not 0 <= self.cycles(self.vector_op_ns) < 1 << VECTOR_EXTRA_BITS:
+            raise UserError(f"vector_op_ns must be in [0, {(1 << VECTOR_EXTRA_BITS) - 1} cycles], "
+                            f"not {self.vector_op_ns!r}")
         if self.syncall_ns and self.syncall != "hard":
             raise UserError(f"syncall_ns={self.syncall_ns!r} needs syncall='hard', not "
                             f"{self.syncall!r}")
@@ -184,6 +192,8 @@ class Preset:
             out["syncall_cycles"] = self.cycles(self.syncall_ns)
         if self.die_injection_gbytes_s is not None:
             out["inject_rate"] = self.inject_rate()
+        if self.vector_op_ns:
+            out["vector_extra"] = self.cycles(self.vector_op_ns)
         return out
 
     def inject_rate(self):

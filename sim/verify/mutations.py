@@ -438,6 +438,17 @@ MUTATIONS = [
         "timeout": 120,
     },
     {
+        "name": "vector_extra_ignored",
+        "file": "hw/aiv_core.py",
+        "old": "                    vin.valid.eq((v_in < v_beats) & (v_wait == 0)),\n",
+        "new": "                    vin.valid.eq(v_in < v_beats),\n",
+        "description": "a vector instruction starts its beats at once, whatever the vector_extra "
+                       "knob (a vector op's issue cost lost)",
+        "tests": ["tests/sim/test_mechanisms.py::test_every_vector_instruction_pays_the_vector_extra_knob",
+                  "tests/hw/test_aiv_core.py::test_cycle_costs"],
+        "timeout": 120,
+    },
+    {
         "name": "store_window_limits_words",
         "file": "hw/aiv_core.py",
         "old": "                                                               can_store, can_block)),\n",

@@ -79,7 +79,7 @@ from ..ubep.workload import MODELS, Workload, blocks_per_token, check_routing, r
 from . import Kernel, pow2_at_least, register
 
 __all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times", "option", "OPTIONS", "VARIANTS",
-           "MAX_TOPK", "model_shape"]
+           "MAX_TOPK", "model_shape", "syncall_release_share"]
 
 SYSTEMS = ("cann", "ubep")
 #: the parameters of one system only: ``{name: (system, its values, the first the default)}``
@@ -657,11 +657,12 @@ class Dispatch(Kernel):
         # Token-Sending time per sending AIV (init -> send MARK): Fig. 3b / Fig. 9's measure
         sending = {f"{r}.{c}": v["send"] - v["init"] for (r, c), v in sorted(phases.items())
                    if "send" in v and "init" in v}
-        share = None
+        share = release = None
         if system == "cann" and phases and report.cycles:
             waits = [sum(v[b] - v[a] for a, b in SYNCALLS) for v in phases.values()
                      if all(m in v for pair in SYNCALLS for m in pair)]
             share = sum(waits) / len(waits) / report.cycles if waits else None
+            release = syncall_release_share(phases, report.cycles)
         per_aiv = {f"{r}.{c}": v for (r, c), v in sorted(phases.items())}
         return {"correct": not problems, "problems": problems, "system": system,
                 "tokens_received": [len(o) for o in out], "recv_count": recv.tolist(),
@@ -670,11 +671,31 @@ class Dispatch(Kernel):
                                    if latency_ns else None),
                 "phases": per_aiv, "cycle_ns": preset.cycle_ns,
                 "out_payload_digest": digests,
-                "syncall_share": share, "send_cycles": sending,
+                "syncall_share": share, "syncall_release_share": release,
+                "send_cycles": sending,
                 "send_max_cycles": max(sending.values()) if sending else None}
 
     def summary(self, result):
         return summary_lines(self.name, result, lambda run: "", "SyncAll")
+
+
+def syncall_release_share(phases, cycles):
+    """The SyncAlls' own cost as a share of the run (issue 30's F4: UBEP §2.3's "SyncAll ... ≈ 15 %
+    of total execution time", measured from the last arrival to the release).
+
+    Per die and SyncAll: the latest entry MARK of its AIVs to the earliest exit MARK (the time
+    no AIV of the die is still arriving and none has left: the barrier's own time, not the
+    waiting of the early arrivals, which ``syncall_share`` includes); summed over the SyncAlls,
+    averaged over the dies, divided by the run's ``cycles``. ``phases``: ``{(rank, core):
+    {phase: cycle}}`` of CANN's MARKs; ``None`` if no die has every SyncAll MARK.
+    """
+    by_die = {}
+    for (rank, _core), marks in phases.items():
+        by_die.setdefault(rank, []).append(marks)
+    per_die = [sum(min(m[b] for m in aivs) - max(m[a] for m in aivs) for a, b in SYNCALLS)
+               for aivs in by_die.values()
+               if all(name in m for m in aivs for pair in SYNCALLS for name in pair)]
+    return sum(per_die) / len(per_die) / cycles if per_die and cycles else None
 
 
 def summary_lines(kind, result, after, sync_label):
@@ -685,6 +706,8 @@ def summary_lines(kind, result, after, sync_label):
         cfg = run["config"]
         sync = (f"; {sync_label} {100 * run['syncall_share']:.1f} % of the run"
                 if run.get("syncall_share") is not None else "")
+        if run.get("syncall_release_share") is not None:
+            sync += f" ({100 * run['syncall_release_share']:.1f} % last arrival to release)"
         model = (f"{params['model']} ({params['hidden_blocks']} blocks a token), "
                  if params.get("model") else "")
         lines.append(f"{kind} ({run['system']}) on {result['preset']} [{result['backend']}]: "

@@ -284,6 +284,9 @@ _add("mark", assemble(MARK_SRC), {}, ["mark"], trace_stall_every=2)
 _add("cost_lw", assemble("lw r1, r0, 0x100\nhalt"), {}, [])
 _add("cost_sw_fence", assemble("sw r0, r0, 0x100\nfence\nhalt"), {}, [])
 _add("cost_vsum", assemble("li r2, 9\nvsum r1, r0, r2\nhalt"), {}, [])
+_add("cost_vsum_extra", assemble("li r2, 9\nvsum r1, r0, r2\nhalt"), {}, [], vector_extra=5)
+_add("cost_vsum2_extra", assemble("li r2, 33\nvsum r1, r0, r2\nvsum r3, r0, r2\nhalt"), {}, [],
+     vector_extra=7)
 _add("cost_fadd", assemble("fadd r1, r0, r0\nhalt"), {}, [])
 _add("cost_bar", assemble("bar\nhalt"), {}, ["bar"])     # bar_go high: a lone core's barrier
 _add("remote", assemble(f"li r1, {address(7, 3, 2)}\nsw r0, r1, 0\nstb r0, r1, 0\n"
@@ -397,6 +400,11 @@ def test_cycle_costs(pysim_results):
     assert r["cost_sw_fence"]["cycles"] == 1 + (L + 1) + 1
     assert r["cost_vsum"]["cycles"] == 1 + AIVCore.vector_cycles(9, PARAMS["lanes"]) + 1
     assert r["cost_bar"]["cycles"] == 1 + 1
+    # the vector_extra knob: every vector instruction waits that many cycles before its beats
+    assert r["cost_vsum_extra"]["cycles"] == r["cost_vsum"]["cycles"] + 5 \
+        == 1 + AIVCore.vector_cycles(9, PARAMS["lanes"], 5) + 1
+    assert r["cost_vsum2_extra"]["cycles"] == 1 + 2 * (AIVCore.vector_cycles(33, PARAMS["lanes"])
+                                                       + 7) + 1
     assert AIVCore.vector_cycles(9, 4) == 3 + 3
     assert AIVCore.vector_cycles(0, 4) == 1 + 3
     # vcomp: one extra cycle per match after the first of its beat

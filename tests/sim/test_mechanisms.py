@@ -5,8 +5,9 @@ import pytest
 
 from epfabric.hw.validate import UserError
 from epfabric.sim.lab.experiments import EXPERIMENTS
-from epfabric.sim.lab.experiments.mechanisms import (DESTINATIONS, barrier_release, inject_streams,
-                                                      store_streams, window_expected)
+from epfabric.sim.lab.experiments.mechanisms import (DESTINATIONS, VECTOR_LANES, VECTOR_REPEAT,
+                                                      barrier_release, inject_streams,
+                                                      store_streams, vector_runs, window_expected)
 from epfabric.sw.presets import get_preset
 
 #: per class: 2 then 4 block stores; then 4 word stores two hops away
@@ -52,10 +53,12 @@ def test_the_knob_is_checked_and_goes_to_every_die():
     with pytest.raises(UserError, match="store_window must be in"):
         m.set_knob("store_window", 0)
     with pytest.raises(UserError, match="knob must be one of store_window, syncall_cycles, "
-                                        "inject_rate, not 'window'"):
+                                        "inject_rate, vector_extra, not 'window'"):
         m.set_knob("window", 2)
     with pytest.raises(UserError, match="syncall_cycles must be in"):
         m.set_knob("syncall_cycles", 1 << 24)
+    with pytest.raises(UserError, match="vector_extra must be in"):
+        m.set_knob("vector_extra", 1 << 12)
     m.set_knob("store_window", 3)
     ctrl = [w for w in m.session(100)["writes"] if w[0] == 3]
     assert ctrl == [[3, 0, 0, 0, 3]]                    # one CTRL write; the system broadcasts it
@@ -164,3 +167,21 @@ def test_a_presets_injection_limit_becomes_the_knob():
     assert preset.knobs() == {"inject_rate": 102400}
     with pytest.raises(UserError, match="die_injection_gbytes_s=2000.0 is 2000.0 bytes per cycle"):
         get_preset("cm384").replace(die_injection_gbytes_s=2000.0)
+
+
+def test_every_vector_instruction_pays_the_vector_extra_knob():
+    """vsum of 1, 16, 17 and 256 elements, 4 each, on a die's core: ``ceil(L/16) + 3`` cycles
+    a vsum without the knob, 20 more each with ``vector_extra = 20``; counted by hand."""
+    by_hand = {1: 4, 16: 4, 17: 5, 256: 19}                # max(1, ceil(L/16)) + 3
+    lengths = list(by_hand)
+    free = vector_runs(preset="tiny", backend="pysim", lengths=lengths)
+    slow = vector_runs(preset="tiny", backend="pysim", lengths=lengths, extra=20)
+    assert VECTOR_LANES == 16 and VECTOR_REPEAT == 4
+    assert free == [1 + 4 * by_hand[n] for n in lengths]
+    assert slow == [1 + 4 * (by_hand[n] + 20) for n in lengths]
+
+
+def test_a_presets_vector_op_cost_becomes_the_knob():
+    assert get_preset("cm384").replace(vector_op_ns=35.0).knobs() == {"vector_extra": 35}
+    with pytest.raises(UserError, match="vector_op_ns must be in"):
+        get_preset("cm384").replace(vector_op_ns=5000.0)

@@ -645,9 +645,24 @@ def test_the_hardware_syncall_delivers_what_the_soft_one_does_and_costs_its_knob
     assert verdict["correct"], verdict["problems"]
     assert verdict["out_payload_digest"] == soft["out_payload_digest"]
     assert fast.cycles < soft["cycles"]                 # no fetch-adds and polls
+    fast_release = verdict["syncall_release_share"] * fast.cycles
     slow, verdict = _hard_syncall_run(500)
     assert verdict["correct"], verdict["problems"]
     assert slow.cycles - fast.cycles == 2 * 500
+    # F4's measure (last arrival -> release) takes exactly the 2 x 500 cycles, the waiting none
+    assert verdict["syncall_release_share"] * slow.cycles - fast_release == pytest.approx(1000)
+
+
+def test_the_syncall_release_share_is_last_entry_to_first_exit():
+    """Hand-worked: per die and SyncAll, the last AIV's entry to the first AIV's exit, summed
+    over the SyncAlls, mean over dies, over the run."""
+    from epfabric.sw.kernels.dispatch import syncall_release_share
+    die0 = {(0, 0): {"sync1_in": 10, "sync1_out": 30, "sync2_in": 50, "verify": 60},
+            (0, 1): {"sync1_in": 25, "sync1_out": 31, "sync2_in": 40, "verify": 61}}
+    die1 = {(1, 0): {"sync1_in": 5, "sync1_out": 9, "sync2_in": 70, "verify": 90}}
+    # die 0: (30 - 25) + (60 - 50) = 15; die 1: 4 + 20 = 24; mean 19.5 of 100 cycles
+    assert syncall_release_share({**die0, **die1}, 100) == pytest.approx(0.195)
+    assert syncall_release_share({(0, 0): {"sync1_in": 1}}, 100) is None
 
 
 def test_the_combine_after_a_hardware_syncall_dispatch_is_bit_exact():

@@ -30,6 +30,12 @@ its row shows the model's intrinsic SyncAll before calibration.
 output shared past the die), with ``blocks`` and ``2 * blocks`` blocks; the difference is
 the cost of ``aivs * blocks`` more blocks, ``aivs * blocks * 512 / r`` cycles at an
 injection limit of ``r`` bytes per cycle below what the links and the AIVs' issue give.
+
+**Vector instruction cost** (knob ``vector_extra``; the preset's ``vector_op_ns``): one AIV
+runs :data:`VECTOR_REPEAT` ``vsum`` of each length ``L`` back to back between two MARKs; each
+costs ``max(1, ceil(L / lanes)) + 3 + X`` cycles at ``vector_extra = X``
+(:meth:`~epfabric.hw.aiv_core.AIVCore.vector_cycles`), so a row's cycles are ``1 +``
+:data:`VECTOR_REPEAT` ``x`` that (the ``1``: the first MARK), exact.
 """
 
 import math
@@ -41,7 +47,8 @@ from ....hw.validate import UserError
 from ...backends import SIMULATORS
 from . import Experiment, Param, register
 
-__all__ = ["store_streams", "barrier_release", "inject_streams", "window_expected", "Mechanisms", "EXPERIMENT"]
+__all__ = ["store_streams", "barrier_release", "inject_streams", "vector_runs", "window_expected",
+           "Mechanisms", "EXPERIMENT"]
 
 #: MARK event before the first stream (stream ``k`` ends with ``MARK0 + 1 + k``)
 MARK0 = 1
@@ -95,6 +102,45 @@ def store_streams(*, preset, backend, segments, window=None, max_outstanding=64)
     report = m.run(max_cycles=2 * total * rtt + 10_000)
     marks = {e["event"]: e["cycle"] for e in report.marks()}
     return [marks[MARK0 + 1 + k] - marks[MARK0 + k] for k in range(len(segments))]
+
+
+#: vector instructions of each length in :func:`vector_runs`
+VECTOR_REPEAT = 4
+#: lanes of the vector benchmark's cores (the UBEP runs' 16 lanes of 16-bit elements)
+VECTOR_LANES = 16
+
+
+def vector_runs(*, preset, backend, lengths, extra=None):
+    """Cycles from a MARK to the next of one AIV that runs :data:`VECTOR_REPEAT` ``vsum`` of
+    each of ``lengths`` in turn, with the dies' ``vector_extra`` knob at ``extra`` (``None``:
+    its reset value, 0)."""
+    from ....sw.assembler import Program
+    from ....sw.kernels import pow2_at_least
+    from ....sw.machine import Machine
+    from ...backends.machine import backend as make_backend
+    rows = max(1, math.ceil(max(lengths) * 16 / 4096))
+    m = Machine(preset, backend=make_backend(backend), topology=("superpod", 2, 1, 1),
+                aivs_per_die=1, hbm_blocks=4, ubuf_rows=pow2_at_least(rows), data_bytes=512,
+                lanes=VECTOR_LANES, width=16,
+                imem_depth=pow2_at_least((VECTOR_REPEAT + 2) * len(lengths) + 4),
+                trace_depth=pow2_at_least(2 * len(lengths) + 2))
+    p = Program()
+    p.mark(MARK0)
+    for k, length in enumerate(lengths):
+        p.li(2, length)
+        p.mark(MARK0 + 1 + 2 * k)
+        for _ in range(VECTOR_REPEAT):
+            p.vsum(1, 0, 2)
+        p.mark(MARK0 + 2 + 2 * k)
+    p.halt()
+    m.load_program(0, 0, p)
+    m.read_back([(0, 1)])
+    if extra is not None:
+        m.set_knob("vector_extra", extra)
+    report = m.run(max_cycles=10_000 + VECTOR_REPEAT * sum(length // VECTOR_LANES + 10
+                                                           + (extra or 0) for length in lengths))
+    marks = {e["event"]: e["cycle"] for e in report.marks()}
+    return [marks[MARK0 + 2 + 2 * k] - marks[MARK0 + 1 + 2 * k] for k in range(len(lengths))]
 
 
 def barrier_release(*, preset, backend, kind, aivs, spread=4, syncall_cycles=None):
@@ -216,6 +262,9 @@ class Mechanisms(Experiment):
         Param("inject", "100,196", "die injection limits (GB/s), comma-separated", str),
         Param("inject_aivs", 6, "AIVs of the injection benchmark (a destination rank each)", int,
               minimum=1),
+        Param("vector_lengths", "1,16,17,256", "vsum lengths of the vector benchmark, "
+              "comma-separated", str),
+        Param("vector_extra", "0,20", "vector_extra values (cycles), comma-separated", str),
     )
 
     def resolve(self, **given):
@@ -244,6 +293,14 @@ class Mechanisms(Experiment):
         except ValueError:
             raise UserError(f"inject must be comma-separated numbers, not {p['inject']!r}") \
                 from None
+        for name, lo, hi in (("vector_lengths", 1, 4096), ("vector_extra", 0, 4095)):
+            try:
+                values = [int(x) for x in p[name].split(",")]
+            except ValueError:
+                raise UserError(f"{name} must be comma-separated integers, not {p[name]!r}") \
+                    from None
+            if not values or min(values) < lo or max(values) > hi:
+                raise UserError(f"{name} must be integers in [{lo}, {hi}], not {p[name]!r}")
         preset = get_preset(p["preset"])
         for g in limits:
             preset.replace(die_injection_gbytes_s=g)       # a limit the knob cannot hold fails
@@ -265,7 +322,9 @@ class Mechanisms(Experiment):
                     "syncall_cycles": w} for w in waits]
                 + [{**base, "mechanism": "inject", "aivs": params["inject_aivs"],
                     "blocks": params["blocks"], "inject_gbytes_s": g}
-                   for g in [None] + [float(x) for x in params["inject"].split(",")]])
+                   for g in [None] + [float(x) for x in params["inject"].split(",")]]
+                + [{**base, "mechanism": "vector", "lengths": params["vector_lengths"],
+                    "vector_extra": int(x)} for x in params["vector_extra"].split(",")])
 
     def measure(self, point):
         from ....sw.presets import get_preset
@@ -275,6 +334,15 @@ class Mechanisms(Experiment):
                                       syncall_cycles=point["syncall_cycles"])
             expected = None if point["kind"] == "soft" else point["syncall_cycles"] + 1
             return {**point, "release_cycles": release, "expected_cycles": expected}
+        if point["mechanism"] == "vector":
+            from ....hw.aiv_core import AIVCore
+            lengths = [int(x) for x in point["lengths"].split(",")]
+            x = point["vector_extra"]
+            got = vector_runs(preset=point["preset"], backend=point["backend"], lengths=lengths,
+                              extra=x)
+            return {**point, "cycles": got,
+                    "expected_cycles": [1 + VECTOR_REPEAT * AIVCore.vector_cycles(n, VECTOR_LANES, x)
+                                        for n in lengths]}
         preset = get_preset(point["preset"])
         if point["mechanism"] == "inject":
             g = point["inject_gbytes_s"]
@@ -318,7 +386,9 @@ class Mechanisms(Experiment):
                   and r["expected_cycles"] is not None]
         off = [r for r in limits if abs(r["marginal_cycles"] - r["expected_cycles"])
                > 0.02 * r["expected_cycles"] + 4]
-        return (not bad and words and bool(closed) and bars_ok and not off,
+        vec = [r for r in rows if r.get("mechanism") == "vector"]
+        vec_ok = all(r["cycles"] == r["expected_cycles"] for r in vec)
+        return (not bad and words and bool(closed) and bars_ok and not off and vec_ok,
                 f"{len(closed) - len(bad)}/{len(closed)} block streams at the window's closed "
                 f"form (tolerance: none; {'inside' if not bad else 'OUTSIDE'}); word "
                 f"stores {'do not depend' if words else 'DEPEND'} on the window; "
@@ -326,7 +396,10 @@ class Mechanisms(Experiment):
                 f"hardware SyncAlls release at syncall_cycles + 1 (tolerance: none)"
                 + (f"; the soft SyncAll costs {soft[0]} cycles" if soft else "")
                 + f"; {len(limits) - len(off)}/{len(limits)} injection limits at "
-                  f"bytes / rate (tolerance: 2 % + 4 cycles)")
+                  f"bytes / rate (tolerance: 2 % + 4 cycles)"
+                + (f"; {sum(r['cycles'] == r['expected_cycles'] for r in vec)}/{len(vec)} vector "
+                   f"runs at ceil(L/lanes) + 3 + vector_extra a vsum (tolerance: none)"
+                   if vec else ""))
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots
@@ -371,6 +444,10 @@ class Mechanisms(Experiment):
                 out.append((r["mechanism"], f"{r['class']}, W {r['window']}", r["stb_cycles"],
                             "-" if r["expected_cycles"] is None else r["expected_cycles"],
                             f"sw stream {r['sw_cycles']}"))
+            elif r["mechanism"] == "vector":
+                out.append((r["mechanism"], f"vector_extra {r['vector_extra']}, {VECTOR_REPEAT} "
+                            f"vsum of length {r['lengths']}", ",".join(map(str, r["cycles"])),
+                            ",".join(map(str, r["expected_cycles"])), ""))
             elif r["mechanism"] == "inject":
                 exp = r["expected_cycles"]
                 out.append((r["mechanism"], f"{r['inject_gbytes_s'] or 'no'} limit, "
