@@ -114,14 +114,17 @@ async def host_read_pipelined(bench, reads, *, port="host", drain=16):
     return [(c - t, w) for t, (c, w) in zip(issued, answers)]
 
 
-async def host_read_all(bench, ranks, addrs, *, port="host", lane="rdata_all"):
+async def host_read_all(bench, ranks, addrs, *, port="host", lane="rdata_all", drain=1000):
     """``{rank: [word at each of addrs]}`` for every rank, one address per cycle (``re_all``), pipelined.
 
-    ``lane="rrow_all"`` answers each address's whole block instead of its word.
+    ``lane="rrow_all"`` answers each address's whole block instead of its word. A read
+    still unanswered ``drain`` cycles after the last one was issued is a hang of the host
+    port: ``SimulationError`` names it (instead of waiting forever).
     """
     out = {r: [] for r in range(ranks)}
     i = got = 0
     n = len(addrs)
+    quiet = 0
     while got < n:
         if i < n:
             bench.set(f"{port}.re_all", 1)
@@ -129,6 +132,11 @@ async def host_read_all(bench, ranks, addrs, *, port="host", lane="rdata_all"):
             i += 1
         else:
             bench.set(f"{port}.re_all", 0)
+            quiet += 1
+            if quiet > drain:
+                raise SimulationError(f"{port}: {n - got} of {n} read-back addresses "
+                                      f"unanswered {drain} cycles after the last read (first: "
+                                      f"{addrs[got]:#x}); the host port does not answer")
         await bench.tick()
         if await bench.get(f"{port}.rvalid"):
             for r in range(ranks):

@@ -1,7 +1,10 @@
 """The host-port protocol coroutines (sim/backends/host.py), without a simulator."""
 
+import pytest
+
 from epfabric.sim import output
-from epfabric.sim.backends.host import host_write
+from epfabric.sim.backends.host import host_read_all, host_write
+from epfabric.sim.backends.testbench import SimulationError
 
 
 class _Bench:
@@ -18,6 +21,9 @@ class _Bench:
 
     async def tick(self, n=1):
         self.ticks += n
+
+    async def get(self, path):
+        return 0                                 # a port that never answers
 
 
 def _drive(coro):
@@ -44,3 +50,13 @@ def test_a_short_load_is_quiet(capsys):
     bench = _Bench()
     _drive(host_write(bench, [[1, 0, 0, 4 * i, i] for i in range(10_000)]))
     assert capsys.readouterr().err == ""
+
+
+def test_a_read_back_the_port_never_answers_is_an_error_not_a_hang():
+    """A host port whose rvalid never rises (a model skipped while busy did that) ends the
+    read-back ``drain`` cycles after its last read, naming the unanswered reads."""
+    bench = _Bench()
+    with pytest.raises(SimulationError, match=r"^host: 3 of 3 read-back addresses unanswered 50 "
+                                              r"cycles after the last read \(first: 0x10\)"):
+        _drive(host_read_all(bench, 2, [0x10, 0x14, 0x18], drain=50))
+    assert bench.ticks == 3 + 50
