@@ -191,9 +191,7 @@ class AckAccounting(Harness):
                                 en=Const(1), transparent_for=())
             slots.append(v)
         produce, consume, level = pend["produce"], pend["consume"], pend["level"]
-
-        def off(j, base):              # (j - base) mod depth
-            return Mux(base <= j, j - base, j + depth - base)
+        off = _offset(depth)
 
         live = [off(j, consume) < level for j in range(depth)]
         queued = [sum(live[j] & (slots[j] == i) for j in range(depth)) for i in range(entries)]
@@ -205,14 +203,7 @@ class AckAccounting(Harness):
                                f"entry {i}: owed but not queued (or queued for nothing)")
         if not self.invariants:
             return
-        # Invariants. The FIFO (amaranth.lib.fifo.SyncFIFO): produce and
-        # consume move by one (mod depth) on a write and a read, level counts
-        # the difference, from all-zero at reset.
-        m.d.comb += [Assert(level <= depth, "inv: FIFO level"),
-                     Assert(produce < depth, "inv: FIFO produce"),
-                     Assert(consume < depth, "inv: FIFO consume"),
-                     Assert(off(produce, consume) == Mux(level == depth, 0, level),
-                            "inv: FIFO produce = consume + level")]
+        m.d.comb += _fifo_invariants(produce, consume, level, depth, "FIFO")
         # an entry is pushed only when its count leaves 0 (or restarts in the
         # cycle its ack pops it), so it is queued at most once
         for i in range(entries):
@@ -225,6 +216,24 @@ class AckAccounting(Harness):
         # other ranks' cores are fewer than the table's entries, it never
         # fills, so a re-push in the cycle of a pop always has room.
         m.d.comb += Assert(level == sum(q for q in queued), "inv: FIFO holds only owed entries")
+
+
+def _offset(depth):
+    """``off(j, base)``: ``(j - base) mod depth``, for a FIFO's slot ``j`` from its ``base``."""
+    def off(j, base):
+        return Mux(base <= j, j - base, j + depth - base)
+    return off
+
+
+def _fifo_invariants(produce, consume, level, depth, what):
+    """Asserts that an ``amaranth.lib.fifo.SyncFIFO``'s pointers agree with its level: produce
+    and consume move by one (mod depth) on a write and a read, level counts the difference,
+    from all-zero at reset (invariants of the induction proofs; ``what`` names the FIFO)."""
+    return [Assert(level <= depth, f"inv: {what} level"),
+            Assert(produce < depth, f"inv: {what} produce"),
+            Assert(consume < depth, f"inv: {what} consume"),
+            Assert(_offset(depth)(produce, consume) == Mux(level == depth, 0, level),
+                   f"inv: {what} produce = consume + level")]
 
 
 def _is_load(op):
@@ -435,9 +444,7 @@ class AnswerAccounting(Harness):
                                 data=v.as_value(), en=Const(1), transparent_for=())
             slots.append(v)
         produce, consume, level = q["produce"], q["consume"], q["level"]
-
-        def off(j, base):              # (j - base) mod depth
-            return Mux(base <= j, j - base, j + depth - base)
+        off = _offset(depth)
 
         with m.If(trk):
             m.d.comb += Assert(pos < cnt, "the followed answer is not among those owed")
@@ -449,14 +456,7 @@ class AnswerAccounting(Harness):
         m.d.comb += Assert(level == cnt, "the RSP queue does not hold the answers owed")
         if not self.invariants:
             return
-        # Invariants. The queue (amaranth.lib.fifo.SyncFIFO): produce and consume
-        # move by one (mod depth) on a write and a read, level counts the
-        # difference, from all-zero at reset.
-        m.d.comb += [Assert(level <= depth, "inv: queue level"),
-                     Assert(produce < depth, "inv: queue produce"),
-                     Assert(consume < depth, "inv: queue consume"),
-                     Assert(off(produce, consume) == Mux(level == depth, 0, level),
-                            "inv: queue produce = consume + level")]
+        m.d.comb += _fifo_invariants(produce, consume, level, depth, "queue")
         # it only ever holds data answers (a read's or a fetch-add's): none
         # leaves looking like a store ack
         for j in range(depth):
