@@ -193,10 +193,11 @@ def quaternary_rows(steps=5, match=True):
                                  "count_cycles": 17} for t in range(3)])
 
 
-def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983):
+def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983, vec=None):
     """Two-hop store-window rows (cm384, 32 blocks) for W = 1 and 2, at the closed form
     unless ``stb`` gives the model's cycles; ``sw`` the word streams' cycles; hardware
-    SyncAll rows at syncall_cycles 0 and 100 releasing after ``bar`` cycles."""
+    SyncAll rows at syncall_cycles 0 and 100 releasing after ``bar`` cycles; a vector row at
+    vector_extra 20 (4 vsum of L = 1, 17) taking ``vec`` cycles (default: its closed form)."""
     rows = [{"preset": "cm384", "backend": "verilator", "mechanism": "syncall", "aivs": 48,
              "kind": "hard", "syncall_cycles": w, "release_cycles": b, "expected_cycles": w + 1}
             for w, b in zip((0, 100), bar)]
@@ -204,6 +205,10 @@ def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983):
                  "blocks": 32, "inject_gbytes_s": 100.0, "inject_rate": 102400,
                  "marginal_cycles": inject, "gbytes_s": 6 * 32 * 512 / inject,
                  "expected_cycles": 6 * 32 * 512 * 1024 / 102400})
+    expected = [1 + 4 * (4 + 20), 1 + 4 * (5 + 20)]
+    rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "vector",
+                 "lengths": "1,17", "vector_extra": 20, "expected_cycles": expected,
+                 "cycles": expected if vec is None else vec})
     from epfabric.sim.lab.experiments.mechanisms import window_expected
     for k, w in enumerate((1, 2)):
         expected = window_expected(2500, w, 32)
@@ -293,7 +298,8 @@ CASES = {
         "a cycle late": mechanisms((32 * 5003 + 5, 16 * 5003 + 8)),
         "word stores slowed by the window": mechanisms(sw=(3000, 100)),
         "a hardware SyncAll released a cycle late": mechanisms(bar=(101, 102)),
-        "the die sent at twice its injection limit": mechanisms(inject=492)}),
+        "the die sent at twice its injection limit": mechanisms(inject=492),
+        "vector ops without their issue cost": mechanisms(vec=[17, 21])}),
     "races": (True, [races()], {"an unsafe variant without its race": races(unsafe=False),
                                 "a safe variant racing": races(safe=True)}),
 }

@@ -403,7 +403,7 @@ class Mechanisms(Experiment):
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots
-        fig, (ax, bx, cx) = subplots(1, 3, width=14)
+        fig, (ax, bx, cx, dx) = subplots(1, 4, width=18)
         streams = [r for r in rows if r["mechanism"] == "store_window"]
         for k, cls in enumerate(DESTINATIONS):
             pts = sorted((r["window"], r["stb_cycles"], r["expected_cycles"])
@@ -430,7 +430,17 @@ class Mechanisms(Experiment):
         cx.bar([str(r["inject_gbytes_s"] or "none") for r in inj], [r["gbytes_s"] for r in inj])
         cx.set_xlabel("die injection limit (GB/s)")
         cx.set_ylabel("measured die egress (GB/s)")
-        save(fig, path, f"timing mechanisms alone: store window, SyncAll, injection "
+        for k, r in enumerate(r for r in rows if r["mechanism"] == "vector"):
+            lengths = [int(x) for x in r["lengths"].split(",")]
+            dx.plot(lengths, r["cycles"], "o-", color=f"C{k}",
+                    label=f"vector_extra {r['vector_extra']}: model")
+            dx.plot(lengths, r["expected_cycles"], "x--", color=f"C{k}",
+                    label=f"vector_extra {r['vector_extra']}: closed form")
+        dx.set_xscale("log", base=2)
+        dx.set_xlabel(f"vsum length L ({VECTOR_LANES} lanes)")
+        dx.set_ylabel(f"cycles of {VECTOR_REPEAT} vsum")
+        dx.legend(fontsize=7)
+        save(fig, path, f"timing mechanisms alone: store window, SyncAll, injection, vector op "
                         f"({rows[0]['preset']}, {rows[0]['backend']})")
 
     def run(self, **params):
