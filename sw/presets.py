@@ -152,14 +152,12 @@ class Preset:
                                 f"{self.inject_rate() / INJECT_DEN} bytes per cycle; the knob "
                                 f"holds 1/{INJECT_DEN} .. {((1 << INJECT_BITS) - 1) / INJECT_DEN}")
         check_choice("syncall", self.syncall, SYNCALLS)
-        check_number("syncall_ns", self.syncall_ns, positive=False)
-        if not 0 <= self.cycles(self.syncall_ns) < 1 << SYNCALL_BITS:
-            raise UserError(f"syncall_ns must be in [0, {(1 << SYNCALL_BITS) - 1} cycles], not "
-                            f"{self.syncall_ns!r}")
-        check_number("vector_op_ns", self.vector_op_ns, positive=False)
-        if not 0 <= self.cycles(self.vector_op_ns) < 1 << VECTOR_EXTRA_BITS:
-            raise UserError(f"vector_op_ns must be in [0, {(1 << VECTOR_EXTRA_BITS) - 1} cycles], "
-                            f"not {self.vector_op_ns!r}")
+        # delays that become a cycle-count knob of that many bits
+        for name, bits in (("syncall_ns", SYNCALL_BITS), ("vector_op_ns", VECTOR_EXTRA_BITS)):
+            value = getattr(self, name)
+            check_number(name, value, positive=False)
+            if not 0 <= self.cycles(value) < 1 << bits:
+                raise UserError(f"{name} must be in [0, {(1 << bits) - 1} cycles], not {value!r}")
         if self.syncall_ns and self.syncall != "hard":
             raise UserError(f"syncall_ns={self.syncall_ns!r} needs syncall='hard', not "
                             f"{self.syncall!r}")

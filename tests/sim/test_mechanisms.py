@@ -129,8 +129,11 @@ def test_each_die_has_its_own_barrier_and_it_can_be_reused():
 def test_the_experiment_checks_its_settings():
     with pytest.raises(UserError, match="windows must be"):
         EXPERIMENTS["mechanisms"].resolve(windows="1,x")
-    with pytest.raises(UserError, match="syncall_cycles must be integers >= 0"):
+    with pytest.raises(UserError, match="syncall_cycles must name one or more integers >= 0"):
         EXPERIMENTS["mechanisms"].resolve(syncall_cycles="-1")
+    with pytest.raises(UserError, match=r"vector_extra must name one or more integers in "
+                                        r"\[0, 4095\], not '0,4096'"):
+        EXPERIMENTS["mechanisms"].resolve(vector_extra="0,4096")
     points = EXPERIMENTS["mechanisms"].points(EXPERIMENTS["mechanisms"].resolve(), quick=True)
     assert {(p["class"], p["window"]) for p in points if p["mechanism"] == "store_window"} == {
         (c, w) for c in DESTINATIONS for w in (1, 2)}

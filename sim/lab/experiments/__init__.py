@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from ....hw.validate import UserError, UserTypeError
 
-__all__ = ["Param", "Experiment", "EXPERIMENTS", "register"]
+__all__ = ["Param", "Experiment", "EXPERIMENTS", "register", "int_list"]
 
 #: name → :class:`Experiment`; the modules below register theirs on import.
 EXPERIMENTS = {}
@@ -137,6 +137,19 @@ class Experiment:
         lines = [" | ".join(keys)]
         lines += [" | ".join(str(r.get(k, "")) for k in keys) for r in rows]
         return "\n".join(lines)
+
+
+def int_list(name, text, lo=1, hi=None):
+    """``"8,16,32"`` → ``[8, 16, 32]``, each in ``[lo, hi]`` (``hi`` None: no bound);
+    ``UserError`` naming ``name`` otherwise (a comma-separated parameter of a grid)."""
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip() != ""]
+    except ValueError:
+        raise UserError(f"{name} must be comma-separated integers, not {text!r}") from None
+    if not values or min(values) < lo or (hi is not None and max(values) > hi):
+        bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise UserError(f"{name} must name one or more integers {bound}, not {text!r}")
+    return values
 
 
 def register(experiment):

@@ -42,10 +42,11 @@ import math
 
 from tabulate import tabulate
 
+from ....hw.aiv_core import VECTOR_EXTRA_BITS
 from ....hw.die import INJECT_DEN
 from ....hw.validate import UserError
 from ...backends import SIMULATORS
-from . import Experiment, Param, register
+from . import Experiment, Param, int_list, register
 
 __all__ = ["store_streams", "barrier_release", "inject_streams", "vector_runs", "window_expected",
            "Mechanisms", "EXPERIMENT"]
@@ -274,43 +275,25 @@ class Mechanisms(Experiment):
         if not 1 <= p["inject_aivs"] < TOPOLOGY[1] * TOPOLOGY[2] * TOPOLOGY[3]:
             raise UserError(f"inject_aivs must be in [1, 7] (a destination rank each), not "
                             f"{p['inject_aivs']!r}")
-        try:
-            windows = [int(w) for w in p["windows"].split(",")]
-        except ValueError:
-            raise UserError(f"windows must be comma-separated integers, not {p['windows']!r}") \
-                from None
-        if not windows or min(windows) < 1:
-            raise UserError(f"windows must be integers >= 1, not {p['windows']!r}")
-        try:
-            waits = [int(w) for w in p["syncall_cycles"].split(",")]
-        except ValueError:
-            raise UserError(f"syncall_cycles must be comma-separated integers, not "
-                            f"{p['syncall_cycles']!r}") from None
-        if not waits or min(waits) < 0:
-            raise UserError(f"syncall_cycles must be integers >= 0, not {p['syncall_cycles']!r}")
+        int_list("windows", p["windows"])
+        int_list("syncall_cycles", p["syncall_cycles"], lo=0)
+        int_list("vector_lengths", p["vector_lengths"], hi=4096)
+        int_list("vector_extra", p["vector_extra"], lo=0, hi=(1 << VECTOR_EXTRA_BITS) - 1)
         try:
             limits = [float(g) for g in p["inject"].split(",")]
         except ValueError:
             raise UserError(f"inject must be comma-separated numbers, not {p['inject']!r}") \
                 from None
-        for name, lo, hi in (("vector_lengths", 1, 4096), ("vector_extra", 0, 4095)):
-            try:
-                values = [int(x) for x in p[name].split(",")]
-            except ValueError:
-                raise UserError(f"{name} must be comma-separated integers, not {p[name]!r}") \
-                    from None
-            if not values or min(values) < lo or max(values) > hi:
-                raise UserError(f"{name} must be integers in [{lo}, {hi}], not {p[name]!r}")
         preset = get_preset(p["preset"])
         for g in limits:
             preset.replace(die_injection_gbytes_s=g)       # a limit the knob cannot hold fails
         return p
 
     def points(self, params, quick=False):
-        windows = [int(w) for w in params["windows"].split(",")]
+        windows = int_list("windows", params["windows"])
         if quick:
             windows = windows[:2]
-        waits = [int(w) for w in params["syncall_cycles"].split(",")]
+        waits = int_list("syncall_cycles", params["syncall_cycles"], lo=0)
         if quick:
             waits = waits[:2]
         base = {"preset": params["preset"], "backend": params["backend"]}
@@ -324,7 +307,8 @@ class Mechanisms(Experiment):
                     "blocks": params["blocks"], "inject_gbytes_s": g}
                    for g in [None] + [float(x) for x in params["inject"].split(",")]]
                 + [{**base, "mechanism": "vector", "lengths": params["vector_lengths"],
-                    "vector_extra": int(x)} for x in params["vector_extra"].split(",")])
+                    "vector_extra": x}
+                   for x in int_list("vector_extra", params["vector_extra"], lo=0)])
 
     def measure(self, point):
         from ....sw.presets import get_preset
@@ -336,7 +320,7 @@ class Mechanisms(Experiment):
             return {**point, "release_cycles": release, "expected_cycles": expected}
         if point["mechanism"] == "vector":
             from ....hw.aiv_core import AIVCore
-            lengths = [int(x) for x in point["lengths"].split(",")]
+            lengths = int_list("lengths", point["lengths"])
             x = point["vector_extra"]
             got = vector_runs(preset=point["preset"], backend=point["backend"], lengths=lengths,
                               extra=x)
@@ -431,7 +415,7 @@ class Mechanisms(Experiment):
         cx.set_xlabel("die injection limit (GB/s)")
         cx.set_ylabel("measured die egress (GB/s)")
         for k, r in enumerate(r for r in rows if r["mechanism"] == "vector"):
-            lengths = [int(x) for x in r["lengths"].split(",")]
+            lengths = int_list("lengths", r["lengths"])
             dx.plot(lengths, r["cycles"], "o-", color=f"C{k}",
                     label=f"vector_extra {r['vector_extra']}: model")
             dx.plot(lengths, r["expected_cycles"], "x--", color=f"C{k}",

@@ -18,21 +18,10 @@ E-dependence by putting several experts on a die); ``cap``
 """
 
 from ....hw.validate import UserError
-from . import Experiment, Param, register
+from . import Experiment, Param, int_list, register
 from .ubep_runs import common_params, grid, measure_dispatch
 
-__all__ = ["Fig14", "EXPERIMENT", "fit", "int_list"]
-
-
-def int_list(name, text):
-    """``"8,16,32"`` → ``[8, 16, 32]``; ``UserError`` naming ``name`` otherwise."""
-    try:
-        values = [int(v) for v in str(text).split(",") if v.strip() != ""]
-    except ValueError:
-        raise UserError(f"{name} must be comma-separated integers, not {text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise UserError(f"{name} must name one or more integers >= 1, not {text!r}")
-    return values
+__all__ = ["Fig14", "EXPERIMENT", "fit"]
 
 
 def fit(aivs, experts, topk, batch):
