@@ -64,8 +64,8 @@ def test_trace_has_ag_ffn_and_rs_slices():
 
 
 # Icarus in CI. Verilator and native: their own builds of the two INC machines (44 s and 35 s
-# of a cold `make test`); the INC NIC machine is cross-checked on both by test_agrs, and the
-# INC core by test_aiv_core.
+# of a cold `make test`); test_agrs runs the INC machine (its NICs, INC engine and INC cores)
+# on both, and test_aiv_core the INC core's programs (cube included) on Icarus.
 @pytest.mark.parametrize("simulator", simulators("icarus", "verilator", "native",
                                                  slow=("verilator", "native")))
 def test_same_cycles_trace_and_counters_on_every_simulator(simulator):
