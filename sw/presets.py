@@ -14,7 +14,9 @@ exactly the class latency; a remote load costs the round trip.
 """
 
 from dataclasses import dataclass, field, fields, replace
+import json
 import math
+from pathlib import Path
 from fractions import Fraction
 
 from ..hw.aiv_core import VECTOR_EXTRA_BITS
@@ -25,7 +27,8 @@ from ..hw.topology import TOPOLOGIES, FabricTiming
 from ..hw.validate import (UserError, UserTypeError, check_bool, check_choice, check_int, check_number,
                            check_pow2)
 
-__all__ = ["Preset", "PRESETS", "get_preset", "preset_names", "TOPOLOGIES", "CLASSES", "SYNCALLS"]
+__all__ = ["Preset", "PRESETS", "get_preset", "preset_names", "TOPOLOGIES", "CLASSES", "SYNCALLS",
+           "fit_provenance"]
 
 #: How CANN's SyncAll runs (:attr:`Preset.syncall`)
 SYNCALLS = ("soft", "hard")
@@ -327,6 +330,38 @@ PRESETS = {
         description="a small superpod with short latencies for unit tests "
                     "(0.75 blocks per cycle per link)"),
 }
+
+
+#: fitted presets: ``sw/fits/<base>.json`` (written by ``epfabric calibrate --fit --write``,
+#: :mod:`epfabric.sim.lab.fit`) holds the fitted fields of preset ``<base>`` and their
+#: provenance; it becomes the preset ``<base>-fit``. ``<base>`` itself stays as it is (for
+#: cm384: the uncalibrated Table 2 machine every earlier figure used).
+FITS = Path(__file__).resolve().parent / "fits"
+
+
+def _fitted(path):
+    doc = json.loads(path.read_text())
+    base = PRESETS[doc["preset"]]
+    name = f"{base.name}-fit"
+    status = ", ".join(f"{k} {v.split(':')[0]}" for k, v in doc["provenance"]["status"].items())
+    return base.replace(name=name, **doc["fields"],
+                        description=f"{base.name} with its timing knobs fitted to issue 30's "
+                                    f"training set F1-F5 (sw/fits/{path.name}; {status})")
+
+
+for _path in sorted(FITS.glob("*.json")):
+    _preset = _fitted(_path)
+    PRESETS[_preset.name] = _preset
+
+
+def fit_provenance(name):
+    """The provenance of a fitted preset (targets, predicted and measured values, residuals,
+    identifiability), or ``None`` for a preset that was not fitted."""
+    name = get_preset(name).name
+    if not name.endswith("-fit"):
+        return None
+    path = FITS / f"{name[:-len('-fit')]}.json"
+    return json.loads(path.read_text())["provenance"] if path.exists() else None
 
 
 def preset_names():

@@ -1,6 +1,8 @@
 """``epfabric calibrate --preset NAME``: latency and bandwidth per distance class next to the preset's.
 
 Front end of the ``calibrate`` experiment (:mod:`epfabric.sim.lab.experiments.calibrate`).
+``--fit`` fits the preset's timing knobs to issue 30's training set instead
+(:mod:`epfabric.sim.lab.fit`); ``--write`` stores the result as the ``<preset>-fit`` preset.
 """
 
 import sys
@@ -8,15 +10,29 @@ import sys
 from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS
 from ..lab.experiments.calibrate import format_report, calibrate
+from ...hw.validate import UserError
+from ..lab import sweep
 from .common import check_output, positive, write_json
 
 __all__ = ["add_arguments", "prepare"]
 
 
 def add_arguments(parser):
-    parser.add_argument("--preset", required=True, help=f"one of {', '.join(preset_names())}")
-    parser.add_argument("--backend", default="pysim", choices=SIMULATORS,
-                        help="simulator (default pysim)")
+    parser.add_argument("--preset", help=f"one of {', '.join(preset_names())} "
+                                          f"(required; with --fit default cm384)")
+    parser.add_argument("--backend", default=None, choices=SIMULATORS,
+                        help="simulator (default pysim; with --fit native)")
+    parser.add_argument("--fit", action="store_true",
+                        help="fit the preset's timing knobs (store window, die injection, vector "
+                             "op cost, SyncAll cost) to the training set F1-F5 of issue 30: 30 "
+                             "dispatch runs at the paper's shape, cached; about an hour cold")
+    parser.add_argument("--write", action="store_true",
+                        help="with --fit: write the fitted values and their provenance to "
+                             "sw/fits/PRESET.json, the preset PRESET-fit")
+    parser.add_argument("--seed", type=int, default=0, help="with --fit: routing seed (default 0)")
+    parser.add_argument("--scheduler", default="serial",
+                        help="with --fit: serial (default), local (Dask, one worker per core) or "
+                             "a Dask scheduler address")
     parser.add_argument("--blocks", type=int, default=None,
                         help="blocks per bandwidth stream (default 256)")
     parser.add_argument("--data-bytes", type=int, default=4,
@@ -26,6 +42,13 @@ def add_arguments(parser):
 
 
 def prepare(args):
+    if args.fit:
+        return _prepare_fit(args)
+    if args.write:
+        raise UserError("--write needs --fit")
+    if args.preset is None:
+        raise UserError("--preset is required (or --fit)")
+    args.backend = args.backend or "pysim"
     preset = get_preset(args.preset)
     positive("--blocks", args.blocks, 16)
     positive("--data-bytes", args.data_bytes)
@@ -39,5 +62,27 @@ def prepare(args):
         print(format_report(report))
         if args.json:
             write_json(args.json, report)
+        return 0
+    return job
+
+
+def _prepare_fit(args):
+    from ..lab import fit
+    preset = get_preset(args.preset or "cm384")
+    args.backend = args.backend or "native"
+    positive("--seed", args.seed, 0)
+    check_output(args.json, "--json")
+    sweep.open_scheduler(args.scheduler)      # checks the name (and Dask) before anything runs
+    log = (lambda *a: None) if args.quiet else (lambda text: print(text, file=sys.stderr,
+                                                                   flush=True))
+
+    def job():
+        report = fit.fit(preset.name, backend=args.backend, seed=args.seed,
+                         scheduler=args.scheduler, log=log)
+        print(fit.format_report(report))
+        if args.json:
+            write_json(args.json, report)
+        if args.write:
+            print(f"wrote {fit.write_fit(report)}")
         return 0
     return job

@@ -226,6 +226,18 @@ def races(unsafe=True, safe=False):
                            for i, s in enumerate(names)])
 
 
+def training(f1=103.0, f2=17.0, f3=1.866, s=7725, f5=33.7):
+    """The six training runs whose targets are F1..F5 (F4 = 2 (s + 1) / T16)."""
+    t16 = round(f1 * 1000)
+    return _rows("training", [
+        {"run": "s1_cann", "cycles": t16, "a2a": 1, "syncall_cycles": s},
+        {"run": "s2_cann", "cycles": t16 + round(f2 * 1000), "a2a": 1},
+        {"run": "f3_t1", "cycles": 1, "a2a": round(f3 * 1000)},
+        {"run": "f3_t6", "cycles": 1, "a2a": 1000},
+        {"run": "f5_c1", "cycles": 50_000 + round(f5 * 1000), "a2a": 1},
+        {"run": "f5_c4", "cycles": 50_000, "a2a": 1}])
+
+
 #: name -> (expected verdict on rows inside the tolerance, [rows inside], {why: rows outside})
 CASES = {
     "fig6": (True, [fig6()], {
@@ -300,6 +312,11 @@ CASES = {
         "a hardware SyncAll released a cycle late": mechanisms(bar=(101, 102)),
         "the die sent at twice its injection limit": mechanisms(inject=492),
         "vector ops without their issue cost": mechanisms(vec=[17, 21])}),
+    "training": (True, [training(), training(f1=94.0, f5=36.0)], {
+        "the uncalibrated S1: CANN 45 us": training(f1=45.0, s=3375),
+        "SyncAll 5 %": training(s=2575),
+        "T8/T48 1.3": training(f3=1.3),
+        "every run failed": []}),
     "races": (True, [races()], {"an unsafe variant without its race": races(unsafe=False),
                                 "a safe variant racing": races(safe=True)}),
 }

@@ -58,7 +58,7 @@ ENVELOPE = {"hbm_blocks": 1 << 15, "ubuf_rows": 32, "imem_depth": 8192, "trace_d
 
 #: the dispatch parameters a point carries (the rest are the kernel's defaults)
 DISPATCH_KEYS = ("batch", "topk", "experts", "hidden_blocks", "cap", "seed", "hot", "cumsum_aivs",
-                 "sync", "mapping")
+                 "sync", "mapping", "syncall")
 
 #: Fig. 8's stages, in order, and the MARKs that end them per system and role
 STAGES = ("init", "sending", "flag_verify", "cumsum", "reorder")
@@ -81,11 +81,13 @@ def shape_of(ranks):
 
 #: parameters of UBEP's dispatch only (a CANN run of the same point leaves them out)
 UBEP_ONLY = ("cumsum_aivs", "sync", "mapping")
+#: parameters of CANN's dispatch only
+CANN_ONLY = ("syncall",)
 
 
 def _params(point, system):
     params = {k: point[k] for k in DISPATCH_KEYS if k in point and point[k] is not None
-              and not (system == "cann" and k in UBEP_ONLY)}
+              and k not in (UBEP_ONLY if system == "cann" else CANN_ONLY)}
     return {**params, "system": system}
 
 
@@ -115,23 +117,27 @@ def sizes_for(preset, topology, aivs, points, envelope=None):
 def config_of(point):
     """The :class:`MachineConfig` of ``point`` (its shape and its ``sizes_for`` fields)."""
     topo = parse_topology(point["topology"])
+    extra = {"rank_bits": point["rank_bits"]} if point.get("rank_bits") is not None else {}
     return MachineConfig(point["preset"], topology=topo, aivs_per_die=point["aivs"],
                          data_bytes=512, lanes=16,
-                         **{k: point[k] for k in ENVELOPE})
+                         **{k: point[k] for k in ENVELOPE}, **extra)
 
 
-def measure_dispatch(point, system):
+def measure_dispatch(point, system, knobs=None):
     """Run the dispatch of ``system`` at ``point``; the measures (module docstring).
 
     ``point`` carries ``preset``, ``topology``, ``aivs``, ``backend``, the
-    sizes of :func:`sizes_for` and the dispatch parameters
-    (:data:`DISPATCH_KEYS`). Raises ``RuntimeError`` naming the first problem
-    when the checker finds the result wrong.
+    sizes of :func:`sizes_for` (and ``rank_bits`` if not the default) and the
+    dispatch parameters (:data:`DISPATCH_KEYS`); ``knobs`` (``{name: value}``)
+    set the dies' runtime knobs over the preset's. Raises ``RuntimeError``
+    naming the first problem when the checker finds the result wrong.
     """
     kernel = KERNELS["dispatch"]
     cfg = config_of(point)
     params = kernel.resolve_params(_params(point, system))
     machine = Machine(backend=make_backend(point["backend"]), config=cfg)
+    for name, value in (knobs or {}).items():
+        machine.set_knob(name, value)
     inputs = kernel.load(machine, params)
     report = machine.run(point.get("max_cycles", kernel.default_max_cycles))
     verdict = kernel.check(machine, report, inputs)
@@ -149,6 +155,7 @@ def measure_dispatch(point, system):
     return {"cycles": total, "a2a": a2a, "bsp": total - a2a, "sync_share": (total - a2a) / total,
             "us": report.ns / 1000, "cycle_ns": verdict["cycle_ns"], "send": sending,
             "phases": verdict["phases"], "senders": n_send,
+            "release_share": verdict.get("syncall_release_share"),
             "cumsum_aivs": None if system == "cann" else a - n_send}
 
 

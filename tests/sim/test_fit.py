@@ -1,0 +1,140 @@
+"""The calibration fit (``epfabric calibrate --fit``, sim/lab/fit.py) on synthetic surrogates.
+
+No simulation runs here: the surrogate's algebra (recovering known parameters, bounds,
+identifiability, what the training targets are computed from) is checked on made-up
+Jacobians; the runs themselves are the ``training`` experiment's, whose measures are the
+dispatch checker's (tests/sw/test_dispatch.py pins that a hard SyncAll of ``s`` cycles adds
+exactly ``2 s`` to CANN's run, which the surrogate relies on).
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from epfabric.hw.validate import UserError
+from epfabric.sim.cli import main
+from epfabric.sim.lab import fit
+from epfabric.sim.lab.experiments.training import TARGETS, targets
+
+GOAL = [TARGETS[t][0] for t in fit.ORDER]
+
+
+def surrogate():
+    """A made-up surrogate: targets at the priors and a Jacobian every parameter moves."""
+    base = {"y": np.array([p.coord(p.prior) for p in fit.SIMULATED]),
+            "m": np.array([60.0, 10.0, 1.4, 20.0])}
+    # d target / d coordinate: the window's coordinate is 1/bytes (~7e-5 at the prior)
+    jac = np.array([[4.0e5, -0.05, 0.30],     # F1 (us): window, injection (GB/s), vector ns
+                    [2.0e5, -0.01, 0.00],     # F2
+                    [0.0, -0.004, 0.001],     # F3
+                    [0.0, 0.0, 0.45]])        # F5
+    return base, jac
+
+
+def model_at(values):
+    base, jac = surrogate()
+    z = np.array([p.coord(values[p.field]) for p in fit.SIMULATED] + [values["syncall_ns"]])
+    return fit._model(z, base, jac, 1.0)
+
+
+def test_the_fit_recovers_the_parameters_that_made_its_targets():
+    base, jac = surrogate()
+    truth = {"send_window_bytes": 9000.0, "die_injection_gbytes_s": 120.0,
+             "vector_op_ns": 25.0, "syncall_ns": 4000.0}
+    goal = model_at(truth)
+    z, predicted = fit.solve(base, jac, goal)
+    got = fit.values_of(z)
+    for name, value in truth.items():
+        assert got[name] == pytest.approx(value, rel=1e-4), name
+    assert predicted == pytest.approx(goal, rel=1e-6)
+
+
+def test_syncall_enters_exactly():
+    """F1 grows by 2 s and F4 is 2 (s + 1) / T16 (s in cycles at 1 ns a cycle)."""
+    base, jac = surrogate()
+    z0 = np.append(base["y"], 0.0)
+    z1 = np.append(base["y"], 500.0)
+    m0, m1 = fit._model(z0, base, jac, 1.0), fit._model(z1, base, jac, 1.0)
+    assert m1[0] - m0[0] == pytest.approx(1.0)            # 2 * 500 ns = 1 us
+    assert m1[3] == pytest.approx(2 * 501 / (60_000 + 1000))
+    assert list(m1[[1, 2, 4]]) == list(m0[[1, 2, 4]])
+
+
+def test_bounds_hold_and_are_reported():
+    """A target that wants an injection rate above 392 GB/s leaves it at the bound, said so."""
+    base, jac = surrogate()
+    truth = {"send_window_bytes": 9000.0, "die_injection_gbytes_s": 380.0,
+             "vector_op_ns": 25.0, "syncall_ns": 4000.0}
+    goal = model_at(truth)
+    goal[2] *= 0.5                          # F3 far below what the bound allows
+    z, _ = fit.solve(base, jac, goal)
+    got = fit.values_of(z)
+    assert got["die_injection_gbytes_s"] == pytest.approx(392.0)
+    _, status = fit.identifiability(base, jac, goal, z)
+    assert status["die_injection_gbytes_s"] == "weak: at its bound"
+
+
+def test_identifiability_names_what_no_target_pins():
+    base, jac = surrogate()
+    jac[:, 2] = 0.0                          # nothing responds to the vector cost
+    truth = {"send_window_bytes": 9000.0, "die_injection_gbytes_s": 120.0,
+             "vector_op_ns": 0.0, "syncall_ns": 4000.0}
+    goal = model_at(truth)
+    z, _ = fit.solve(base, jac, goal)
+    table, status = fit.identifiability(base, jac, goal, z)
+    assert status["vector_op_ns"].startswith("not pinned")
+    assert status["syncall_ns"] == "pinned"
+    # F4 +10 % moves the SyncAll cost up, and by about 10 % or more (T16 grows with it)
+    minus, plus = table["syncall_ns"]["F4"]
+    assert minus < 0 < plus and plus > 0.09
+    # the window does not respond to F5 (its column has no F5 entry)
+    assert table["send_window_bytes"]["F5"] == [pytest.approx(0.0, abs=1e-6)] * 2
+
+
+def test_targets_from_rows():
+    rows = [{"run": "s1_cann", "cycles": 100_000, "syncall_cycles": 7_499, "a2a": 1},
+            {"run": "s2_cann", "cycles": 117_000, "a2a": 1},
+            {"run": "f3_t1", "cycles": 9, "a2a": 3_732},
+            {"run": "f3_t6", "cycles": 9, "a2a": 2_000},
+            {"run": "f5_c1", "cycles": 80_000, "a2a": 1},
+            {"run": "f5_c4", "cycles": 46_300, "a2a": 1, "error": None}]
+    got = targets(rows)
+    assert got == pytest.approx({"F1": 100.0, "F2": 17.0, "F3": 1.866, "F4": 0.15, "F5": 33.7})
+    assert "F5" not in targets(rows[:4] + [{"run": "f5_c1", "cycles": None}])
+
+
+def test_knobs_of_go_through_the_preset():
+    knobs = fit.knobs_of("cm384", {"send_window_bytes": 14336, "die_injection_gbytes_s": 196.0,
+                                   "vector_op_ns": 12.4, "syncall_ns": 0.0})
+    assert knobs == {"store_window": 28, "inject_rate": 196 * 1024, "vector_extra": 12,
+                     "syncall_cycles": 0}
+
+
+def test_a_written_fit_is_a_preset(tmp_path, monkeypatch):
+    """``--write``'s file becomes ``<preset>-fit``, with its provenance."""
+    from epfabric.sw import presets
+    report = {"preset": "cm384", "fitted": {"send_window_bytes": 9216,
+                                            "die_injection_gbytes_s": 150.0,
+                                            "vector_op_ns": 10.0, "syncall_ns": 5000.0},
+              "status": {"syncall_ns": "pinned"}, "wall_s": 1.0}
+    for key in ("targets", "predicted", "measured", "residuals", "identifiability", "basis",
+                "priors", "design", "jacobian", "knobs", "backend", "seed"):
+        report.setdefault(key, {})
+    path = fit.write_fit(report, tmp_path / "cm384.json")
+    doc = json.loads(path.read_text())
+    assert doc["fields"]["syncall"] == "hard"
+    p = presets._fitted(path)
+    assert p.name == "cm384-fit" and p.syncall == "hard"
+    assert p.knobs() == {"store_window": 18, "syncall_cycles": 5000, "inject_rate": 153600,
+                         "vector_extra": 10}
+    assert "pinned" in p.description
+
+
+def test_bad_input_is_one_line(capsys):
+    assert main(["calibrate", "--write", "--preset", "cm384"]) == 2
+    assert "--write needs --fit" in capsys.readouterr().err
+    assert main(["calibrate", "--fit", "--scheduler", "nowhere"]) == 2
+    assert "scheduler must be" in capsys.readouterr().err
+    with pytest.raises(UserError, match="cm384 superpod of 48 AIVs"):
+        fit.fit("tiny")
