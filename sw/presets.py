@@ -28,7 +28,7 @@ from ..hw.validate import (UserError, UserTypeError, check_bool, check_choice, c
                            check_pow2)
 
 __all__ = ["Preset", "PRESETS", "get_preset", "preset_names", "TOPOLOGIES", "CLASSES", "SYNCALLS",
-           "fit_provenance"]
+           "fit_provenance", "hardware_twin"]
 
 #: How CANN's SyncAll runs (:attr:`Preset.syncall`)
 SYNCALLS = ("soft", "hard")
@@ -362,6 +362,23 @@ def fit_provenance(name):
         return None
     path = FITS / f"{name[:-len('-fit')]}.json"
     return json.loads(path.read_text())["provenance"] if path.exists() else None
+
+
+def hardware_twin(name, kind):
+    """The first preset (in :data:`PRESETS` order) that builds the same hardware as ``name``
+    for a machine of topology ``kind``: the same fabric timing and cube rate, the only preset
+    values the tops elaborate (:mod:`epfabric.sw.tops`); everything else a preset sets is a
+    runtime knob or a program choice. A fitted preset's machines so share their base's builds
+    (the backends key a build by the machine's specification)."""
+    me = get_preset(name)
+    want = (me.fabric_timing(kind), me.cube_cycles())
+    for other in PRESETS.values():
+        try:
+            if (other.fabric_timing(kind), other.cube_cycles()) == want:
+                return other.name
+        except UserError:           # a preset that cannot build this topology kind
+            continue
+    return me.name
 
 
 def preset_names():

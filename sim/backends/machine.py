@@ -28,8 +28,14 @@ __all__ = ["machine_spec", "session_intent", "SimulatorBackend", "backend"]
 
 
 def machine_spec(config):
-    """The :class:`ComponentSpec` of a machine configuration's top."""
-    return ComponentSpec(config.factory, config.to_dict())
+    """The :class:`ComponentSpec` of a machine configuration's top. Its preset is the first
+    one that builds the same hardware (:func:`~epfabric.sw.presets.hardware_twin`), so a
+    preset that differs only in runtime knobs (``cm384-fit``) reuses its base's builds."""
+    from ...sw.presets import hardware_twin
+    d = config.to_dict()
+    kind = d["topology"][0] if "topology" in d else "star"
+    d["preset"] = hardware_twin(d["preset"], kind)
+    return ComponentSpec(config.factory, d)
 
 
 async def _read_trace(bench):

@@ -94,7 +94,7 @@ PARAMS = (
              "CANN's open dispatch kernel separates vector ops with PipeBarrier<PIPE_V>: "
              "each op's issue and pipe drain (hw/aiv_core.py)"),
     FitParam("syncall_ns", "syncall_cycles", 0.0, 0.0, 0.0, 100000.0, "ns",
-             "KERNELS.md §1.3: CANN's SyncAll is the die's barrier across its AIVs; its cost "
+             "docs/spec/kernels.md §1.3: CANN's SyncAll is the die's barrier across its AIVs; its cost "
              "after the last arrival is what F4 measures"),
 )
 SIMULATED = PARAMS[:3]

@@ -138,3 +138,23 @@ def test_bad_input_is_one_line(capsys):
     assert "scheduler must be" in capsys.readouterr().err
     with pytest.raises(UserError, match="cm384 superpod of 48 AIVs"):
         fit.fit("tiny")
+
+
+def test_a_fitted_preset_builds_its_bases_hardware(monkeypatch):
+    """Its knobs are runtime values: a machine of ``cm384-fit`` has ``cm384``'s specification
+    (so its build), and a preset with other latencies does not."""
+    from epfabric.sim.backends.machine import machine_spec
+    from epfabric.sw import presets
+    from epfabric.sw.config import MachineConfig
+    fitted = presets.PRESETS["cm384"].replace(name="cm384-x", syncall="hard", syncall_ns=5000.0,
+                                              send_window_bytes=9216, vector_op_ns=10.0,
+                                              die_injection_gbytes_s=150.0)
+    slower = presets.PRESETS["cm384"].replace(name="cm384-y", latency_one_hop_ns=930.0)
+    monkeypatch.setitem(presets.PRESETS, "cm384-x", fitted)
+    monkeypatch.setitem(presets.PRESETS, "cm384-y", slower)
+
+    def spec(name):
+        return machine_spec(MachineConfig(name, topology=("superpod", 2, 2, 1), aivs_per_die=2))
+    assert spec("cm384-x") == spec("cm384")
+    assert spec("cm384-y") != spec("cm384")
+    assert presets.hardware_twin("cm384-y", "superpod") == "cm384-y"

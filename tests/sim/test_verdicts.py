@@ -238,6 +238,17 @@ def training(f1=103.0, f2=17.0, f3=1.866, s=7725, f5=33.7):
         {"run": "f5_c4", "cycles": 50_000, "a2a": 1}])
 
 
+def validation(ratios=(0.72, 0.73), effs=(1.0, 0.75, 0.60, 0.45, 0.30), seeds=(0, 1, 2)):
+    """Held-out rows of two items, table4 (the ratio at 16 and 32 ranks, CANN - UBEP rising)
+    and fig3b, repeated for every seed."""
+    rows = []
+    for seed in seeds:
+        t4 = table4({16: (100.0, 100.0 * ratios[0]), 32: (120.0, 120.0 * ratios[1])})
+        rows += [{"item": "table4", "seed": seed, **r} for r in t4]
+        rows += [{"item": "fig3b", "seed": seed, **r} for r in fig3b(list(effs))]
+    return rows
+
+
 #: name -> (expected verdict on rows inside the tolerance, [rows inside], {why: rows outside})
 CASES = {
     "fig6": (True, [fig6()], {
@@ -317,6 +328,13 @@ CASES = {
         "SyncAll 5 %": training(s=2575),
         "T8/T48 1.3": training(f3=1.3),
         "every run failed": []}),
+    "validation": (True, [validation(), validation(ratios=(0.75, 0.76))], {
+        "ratio 0.85 (the uncalibrated model's)": validation(ratios=(0.85, 0.86)),
+        "CANN - UBEP falls with ranks": validation(ratios=(0.70, 0.76)),
+        "fig3b 10 points off at n=2": validation(effs=(1.0, 0.867, 0.60, 0.45, 0.30)),
+        "holds on one seed of three": validation(seeds=(0,)) + [
+            dict(r, seed=s) for s in (1, 2) for r in validation(ratios=(0.9, 0.9), seeds=(0,))],
+        "nothing ran": []}),
     "races": (True, [races()], {"an unsafe variant without its race": races(unsafe=False),
                                 "a safe variant racing": races(safe=True)}),
 }

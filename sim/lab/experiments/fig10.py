@@ -27,6 +27,7 @@ from ....sw.machine import Machine
 from ...backends import SIMULATORS
 from ...backends.machine import backend as make_backend
 from . import Experiment, Param, register
+from .ubep_runs import cm384_presets
 
 __all__ = ["TOPOLOGIES", "SIZES", "QUICK_SIZES", "PAPER", "CUT_TOLERANCE", "GAIN_TOLERANCE_US", "measure_point", "Fig10", "EXPERIMENT"]
 
@@ -95,7 +96,7 @@ class Fig10(Experiment):
     headline = ("DaF cuts latency 31.0-57.1 % vs SW: ~1 us saved at ~10 KB, 3.7-4.6 us at small g; "
                 "DC worst at small g / few ranks, SP usually best")
     params = (
-        Param("preset", "cm384", "preset (its latencies stay unchanged)", str, ("cm384",)),
+        Param("preset", "cm384", "preset (its latencies stay unchanged)", str, cm384_presets()),
         Param("backend", "verilator", "simulator", str, SIMULATORS),
         Param("aivs", 4, "AIVs per die (senders/receivers per rank)", int, minimum=1),
         Param("seed", 0, "message data seed", int, minimum=0),

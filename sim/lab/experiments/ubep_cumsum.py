@@ -61,7 +61,7 @@ class Fig14(Experiment):
                     cells.append({"ranks": r, "experts": e, "batch": b, "topk": 8,
                                   "seed": params["seed"], "cumsum_aivs": c,
                                   "hidden_blocks": params["hidden_blocks"]})
-        return grid(cells, preset="cm384", backend=params["backend"], aivs=params["aivs"])
+        return grid(cells, preset=params["preset"], backend=params["backend"], aivs=params["aivs"])
 
     def measure(self, point):
         m = measure_dispatch(point, "ubep")

@@ -35,7 +35,7 @@ class Fig8(Experiment):
         ranks = 8 if quick else 16
         cells = [{"ranks": ranks, "experts": ranks, "batch": b, "topk": 8, "seed": params["seed"],
                   "hidden_blocks": params["hidden_blocks"]} for b in (32, 64, 128)]
-        return grid(cells, preset="cm384", backend=params["backend"], aivs=params["aivs"])
+        return grid(cells, preset=params["preset"], backend=params["backend"], aivs=params["aivs"])
 
     def measure(self, point):
         runs = {s: measure_dispatch(point, s) for s in ("cann", "ubep")}

@@ -66,10 +66,18 @@ STAGES = ("init", "sending", "flag_verify", "cumsum", "reorder")
 
 def common_params(min_aivs=2, hidden_blocks=2):
     """The parameters every dispatch figure takes: backend, seed, AIVs per die, B_tok."""
-    return (Param("backend", "verilator", "simulator", str, SIMULATORS),
+    return (Param("preset", "cm384", "preset: cm384 (Table 2) or a fitted one (cm384-fit)", str,
+                  cm384_presets()),
+            Param("backend", "verilator", "simulator", str, SIMULATORS),
             Param("seed", 0, "routing seed", int, minimum=0),
             Param("aivs", 8, "AIVs per die (A)", int, minimum=min_aivs),
             Param("hidden_blocks", hidden_blocks, "blocks per token (B_tok)", int, minimum=1))
+
+
+def cm384_presets():
+    """The presets the UBEP figures run on: cm384 and its fitted variants (``cm384-fit``)."""
+    from ....sw.presets import preset_names
+    return tuple(n for n in preset_names() if n == "cm384" or n.startswith("cm384-"))
 
 
 def shape_of(ranks):

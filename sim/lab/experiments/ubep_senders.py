@@ -37,7 +37,7 @@ class Fig3b(Experiment):
         cells = [{"ranks": ranks, "experts": 16, "batch": 32, "topk": 8, "seed": params["seed"],
                   "hidden_blocks": params["hidden_blocks"], "senders": n,
                   "cumsum_aivs": params["aivs"] - n} for n in PAPER_EFF]
-        sized = grid(cells, preset="cm384", backend=params["backend"], aivs=params["aivs"])
+        sized = grid(cells, preset=params["preset"], backend=params["backend"], aivs=params["aivs"])
         point = {k: v for k, v in sized[0].items() if k not in ("senders", "cumsum_aivs")}
         return [{**point, "senders": ",".join(str(n) for n in PAPER_EFF)}]
 

@@ -41,7 +41,7 @@ class Sweep(Experiment):
     def points(self, params, quick=False):
         base = {**self.defaults, "seed": params["seed"], "hidden_blocks": params["hidden_blocks"]}
         cells = [{**base, **cell} for cell in self.grids[1 if quick else 0]]
-        return grid(cells, preset="cm384", backend=params["backend"], aivs=params["aivs"])
+        return grid(cells, preset=params["preset"], backend=params["backend"], aivs=params["aivs"])
 
     def measure(self, point):
         row, _runs = compare_systems(point)
