@@ -232,7 +232,7 @@ def _measure(preset, backend, seed, points_at, log, scheduler):
             tasks.append((p, cache.point_key("training", p)))
             owners.append(label)
     # the longest runs first, S1 beside S2, so two workers build the two big machines at once
-    order = ("s2_cann", "s1_cann", "f5_c1", "f5_c4", "f3_t1", "f3_t6")
+    order = ("s2_cann", "s1_cann", "f5_c1", "f5_c4", "f3_t8", "f3_t47")
     ranked = sorted(range(len(tasks)), key=lambda i: (order.index(tasks[i][0]["run"]) // 2, i))
     tasks, owners = [tasks[i] for i in ranked], [owners[i] for i in ranked]
     entries = [cache.load("training", k) for _, k in tasks]

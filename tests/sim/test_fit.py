@@ -95,8 +95,8 @@ def test_identifiability_names_what_no_target_pins():
 def test_targets_from_rows():
     rows = [{"run": "s1_cann", "cycles": 100_000, "syncall_cycles": 7_499, "a2a": 1},
             {"run": "s2_cann", "cycles": 117_000, "a2a": 1},
-            {"run": "f3_t1", "cycles": 9, "a2a": 3_732},
-            {"run": "f3_t6", "cycles": 9, "a2a": 2_000},
+            {"run": "f3_t8", "cycles": 9, "a2a": 3_732},
+            {"run": "f3_t47", "cycles": 9, "a2a": 2_000},
             {"run": "f5_c1", "cycles": 80_000, "a2a": 1},
             {"run": "f5_c4", "cycles": 46_300, "a2a": 1, "error": None}]
     got = targets(rows)

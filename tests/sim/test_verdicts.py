@@ -232,8 +232,8 @@ def training(f1=103.0, f2=17.0, f3=1.866, s=7725, f5=33.7):
     return _rows("training", [
         {"run": "s1_cann", "cycles": t16, "a2a": 1, "syncall_cycles": s},
         {"run": "s2_cann", "cycles": t16 + round(f2 * 1000), "a2a": 1},
-        {"run": "f3_t1", "cycles": 1, "a2a": round(f3 * 1000)},
-        {"run": "f3_t6", "cycles": 1, "a2a": 1000},
+        {"run": "f3_t8", "cycles": 1, "a2a": round(f3 * 1000)},
+        {"run": "f3_t47", "cycles": 1, "a2a": 1000},
         {"run": "f5_c1", "cycles": 50_000 + round(f5 * 1000), "a2a": 1},
         {"run": "f5_c4", "cycles": 50_000, "a2a": 1}])
 
