@@ -320,7 +320,10 @@ class Dispatch(Kernel):
           remapped slot sequence) to the AIV of the expert's rank whose "Token-Reordering"
           polls and copies the pair ``q = e_l·R + s`` (``q mod A``); and "count" from C-AIV
           ``c``'s "TokenCnt" (``CNT[q]`` on the expert's rank, for its experts) to the same
-          reordering AIV, which polls ``CNT[q]``.
+          reordering AIV, which polls ``CNT[q]``, and to the "CalCumSum" of every C-AIV of
+          that rank whose prefix reads ``CNT[q]`` (its local experts' entries and every one
+          before them); and "offset" from that "CalCumSum" (it publishes ``OFFS[q]`` for its
+          local experts' pairs) to the pair's reordering AIV on the same rank.
         """
         R, A = config.ranks, config.aivs_per_die
         E = params["experts"]
@@ -343,13 +346,27 @@ class Dispatch(Kernel):
             return sorted(flows)
         C = cumsum_aivs(config, params)
         n_tok = A - C
+        counter = {}                               # expert -> the C-AIV that counts it
+        for c in range(C):
+            e0, e1 = cann.split(E, C, c)
+            counter.update({e: c for e in range(e0, e1)})
         for s in range(R):
+            for e, c in counter.items():
+                d, e_l = divmod(e, epr)
+                flows.add(("count", (s, n_tok + c, "TokenCnt"),
+                           (d, (e_l * R + s) % A, "Token-Reordering")))
+        for d in range(R):                         # CalCumSum: C-AIV c of rank d
             for c in range(C):
-                e0, e1 = cann.split(E, C, c)
-                for e in range(e0, e1):
-                    d, e_l = divmod(e, epr)
-                    flows.add(("count", (s, n_tok + c, "TokenCnt"),
-                               (d, (e_l * R + s) % A, "Token-Reordering")))
+                l0, l1 = cann.split(epr, C, c)
+                if l0 == l1:
+                    continue
+                for q in range(l1 * R):            # polls CNT[q] for its prefix and its own
+                    e_l, s = divmod(q, R)
+                    flows.add(("count", (s, n_tok + counter[d * epr + e_l], "TokenCnt"),
+                               (d, n_tok + c, "CalCumSum")))
+                for q in range(l0 * R, l1 * R):    # publishes OFFS[q]: q's reordering AIV
+                    flows.add(("offset", (d, n_tok + c, "CalCumSum"),
+                               (d, q % A, "Token-Reordering")))
         w = workload_of(params, R, config.words_per_block)
         S = w.batch * w.topk
         per = -(-S // n_tok)

@@ -385,7 +385,15 @@ def _check_flows_and_counters(doc, names, run_cycles):
     tokens = pairs.pop(("system=ubep", "tokens"))
     assert {(src[0], dst[0]) for src, dst in tokens} == routed
     assert all(src[1] == 0 for src, _ in tokens)              # the T-AIV (C = 1 of 2 AIVs)
-    assert {src for src, _ in pairs.pop(("system=ubep", "count"))} == {(0, 1), (1, 1)}
+    # counts from each rank's C-AIV (1) to the pair's reordering AIV (q mod 2) and to the
+    # CalCumSum of the C-AIV of the expert's rank, which reads CNT[q] for q < (l1 = 1) * 2
+    count = pairs.pop(("system=ubep", "count"))
+    assert {src for src, _ in count} == {(0, 1), (1, 1)}
+    assert {(src, dst) for src, dst in count if dst[1] == 1} == {
+        ((s, 1), (d, 1)) for s in range(2) for d in range(2)}
+    # offsets: rank d's CalCumSum (AIV 1) publishes OFFS[q] for q = 0, 1 to AIV q mod 2
+    assert pairs.pop(("system=ubep", "offset")) == {((d, 1), (d, q)) for d in range(2)
+                                                     for q in range(2)}
     assert not pairs
     # counters: one end-of-run sample per (run, rank, counter), at the run's last cycle
     counters = [e for e in events if e["ph"] == "C"]
