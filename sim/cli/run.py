@@ -180,8 +180,15 @@ def prepare(args):
             run_configs = (kernel.configs(preset, topology, args.aivs, params) if flows
                            else [None] * len(reports))
             for run, report, config in zip(result["runs"], reports, run_configs):
-                traced.append((_run_label(sweep and (sweep[0], value), run, len(reports)),
-                               report, flows(config, params) if flows else None))
+                label = _run_label(sweep and (sweep[0], value), run, len(reports))
+                shift = 0                  # the runs before this one (combine: its dispatch)
+                for name, inner in getattr(report, "inner_runs", ()):
+                    inner_flows = getattr(KERNELS.get(name), "trace_flows", None)
+                    traced.append((f"{label} {name}".strip(), inner,
+                                   inner_flows(config, params) if flows and inner_flows
+                                   else None, 0))
+                    shift += inner.cycles
+                traced.append((label, report, flows(config, params) if flows else None, shift))
             results.append(result)
             status |= 0 if result["correct"] else 1
         if sweep:
@@ -326,19 +333,23 @@ def _run_label(swept, run, runs):
 
 
 def _write_trace(path, labelled, cycle_ns, spans=None, phases=None):
-    """One trace of every ``(label, report, flows)``: each run's ranks are processes named
-    ``label: rank r`` (pids 1000 apart), its flow ids 1,000,000 apart; ``flows`` is the
-    kernel's ``trace_flows`` of the run (or ``None``), see ``Report.chrome_trace``.
-    ``otherData["flows_unmatched"]`` sums the flows left out."""
+    """One trace of every ``(label, report, flows, offset)``: each run's ranks are processes
+    named ``label: rank r`` (pids 1000 apart), its flow ids 1,000,000 apart; ``flows`` is the
+    kernel's ``trace_flows`` of the run (or ``None``), see ``Report.chrome_trace``; the run's
+    timestamps start ``offset`` cycles in (a combine after its dispatch; the slices'
+    ``start_cycle``/``end_cycle`` stay the run's own). ``otherData["flows_unmatched"]`` sums
+    the flows left out."""
     from ..output import write_atomic
     events, unmatched = [], 0
-    for i, (label, rep, flows) in enumerate(labelled):
+    for i, (label, rep, flows, offset) in enumerate(labelled):
         tr = rep.chrome_trace(cycle_ns, spans, label=label, phases=phases, flows=flows)
         unmatched += tr["otherData"]["flows_unmatched"]
         for ev in tr["traceEvents"]:  # one trace per run: separate them by pid range
             ev["pid"] = ev["pid"] + 1000 * i
             if "id" in ev:
                 ev["id"] += 1_000_000 * i
+            if "ts" in ev:
+                ev["ts"] += offset * cycle_ns / 1000.0
         events += tr["traceEvents"]
     write_atomic(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ns",
                                    "otherData": {"flows_unmatched": unmatched}}))

@@ -153,6 +153,8 @@ def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params
         inputs = (kernel.load(machine, params, max_cycles=max_cycles) if kernel.load_runs
                   else kernel.load(machine, params))
         report = machine.run(max_cycles)
+        if hasattr(kernel, "inner_runs"):      # runs load() made first (combine: its dispatch)
+            report.inner_runs = kernel.inner_runs(inputs)
         verdict = kernel.check(machine, report, inputs)
         problems += verdict["problems"]
         runs.append({"config": config.to_dict(), "cycles": report.cycles, "ns": report.ns,

@@ -171,10 +171,16 @@ class Combine(Dispatch):
                   "problems": verdict["problems"], "phases": verdict["phases"],
                   "syncall_share": verdict["syncall_share"]}
         # the checker's expected expert outputs: the stand-in applied to numpy's dispatch
-        return w, params, before, delivered, expert_outputs(w, dispatch_out(w)[0])
+        return w, params, before, delivered, expert_outputs(w, dispatch_out(w)[0]), report
+
+    def inner_runs(self, inputs):
+        """``[(name, report)]`` of the machine runs :meth:`load` made before the combine's own:
+        the dispatch (``run_kernel`` attaches them to the combine's report as
+        ``inner_runs``; ``epfabric run combine --trace`` draws them before it)."""
+        return [("dispatch", inputs[5])]
 
     def check(self, machine, report, inputs):
-        w, params, before, _delivered, expert_ref = inputs
+        w, params, before, _delivered, expert_ref = inputs[:5]     # [5]: the dispatch report
         system = params["system"]
         cfg = machine.config
         lay = layout_of(cfg, params)

@@ -478,3 +478,31 @@ def test_a_knob_changes_the_run_as_it_says(capsys):
         assert "correct" in out
         cycles.append(int(out.split(" cycles = ")[0].rsplit(" ", 1)[1].replace(",", "")))
     assert cycles[1] - cycles[0] == 2 * 300
+
+
+def test_a_combines_trace_shows_its_dispatch_first(tmp_path, capsys):
+    """``run combine --trace``: the dispatch run the combine loads from is in the file as its
+    own processes (``dispatch: rank r``, with its phases and arrows), and the combine's
+    timeline starts where the dispatch's ended."""
+    trace = tmp_path / "c.json"
+    assert main(["run", "combine", *SMALL, "--batch", "2", "--topk", "1", "--experts", "2",
+                 "--system", "ubep", "--trace", str(trace)]) == 0
+    doc = json.loads(trace.read_text())
+    events = doc["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert sorted(names.values()) == ["dispatch: rank 0", "dispatch: rank 1", "rank 0", "rank 1"]
+    slices = [e for e in events if e["ph"] == "X"]
+    first = {n: [e for e in slices if names[e["pid"]].startswith("dispatch") == (n == "d")]
+             for n in ("d", "c")}
+    assert {e["name"] for e in first["d"]} >= {"Init", "Token-Sending", "Token-Reordering"}
+    assert {e["name"] for e in first["c"]} >= {"Combine init", "Combine send", "Combine sum"}
+    dispatch_end = max(e["ts"] + e["dur"] for e in first["d"])
+    combine_start = min(e["ts"] for e in first["c"])
+    # the combine's cycle 0 is the dispatch run's end (its last core's halt, after its last MARK)
+    dispatch_cycles = int(capsys.readouterr().out.split("after a dispatch of ")[1].split()[0]
+                          .replace(",", ""))
+    assert combine_start == pytest.approx(dispatch_cycles / 1000, abs=1e-9)
+    assert dispatch_end <= combine_start
+    flows = {e["name"] for e in events if e["ph"] == "s"}
+    assert {"tokens", "count", "answers"} <= flows
+    assert doc["otherData"] == {"flows_unmatched": 0}
