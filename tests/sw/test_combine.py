@@ -94,7 +94,7 @@ def test_ubep_and_cann_combine_give_the_same_payload():
 
 
 def test_the_combine_is_fed_what_the_dispatch_delivered():
-    m, _, (w, params, _before, delivered, _expected) = pysim_run("ubep")
+    m, _, (w, params, _before, delivered, _expected, _dispatch) = pysim_run("ubep")
     lay = layout_of(m.config, params)
     image = lambda r, addr: m._mem.get((r, addr))                 # the combine run's image
     for r in range(2):
