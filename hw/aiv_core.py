@@ -19,12 +19,14 @@ from .validate import UserError, check_choice, check_int, check_multiple, check_
 from .vector_unit import VectorUnit
 
 __all__ = ["MAX_UBUF_ROWS", "MemOp", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore", "MAX_WINDOW",
-           "VECTOR_EXTRA_BITS", "ACK_COUNT_BITS", "INC_POSTS", "inc_post_layout", "INC_WAIT_ADDR", "BAR_WAIT_ADDR"]
+           "VECTOR_EXTRA_BITS", "READ_EXTRA_BITS", "ACK_COUNT_BITS", "INC_POSTS", "inc_post_layout", "INC_WAIT_ADDR", "BAR_WAIT_ADDR"]
 
 #: Largest store window (``max_outstanding``) of a core.
 MAX_WINDOW = 4095
 #: Bits of the ``vector_extra`` input (cycles a vector instruction waits before its first beat)
 VECTOR_EXTRA_BITS = 12
+#: Bits of the ``read_extra`` input (cycles a read request waits before it is issued)
+READ_EXTRA_BITS = 12
 #: Most rows (512 B each) of a core's Unified Buffer.
 MAX_UBUF_ROWS = 1024
 #: Bits of an ack answer's count (``data[0:ACK_COUNT_BITS]``: stores acknowledged at once).
@@ -107,10 +109,11 @@ class AIVCore(wiring.Component):
                                                ready or ``max_outstanding`` stores
                                                are unacknowledged; an ``stb`` also
                                                while ``store_window`` are)
-    ``lw``, ``ldb``, ``fadd``                  1 + *L*
-    ``poll``                                   (1 + *L*) per read; reads repeat
-                                               back to back until the condition
-                                               holds
+    ``lw``, ``ldb``, ``fadd``                  1 + *R* + *L*; *R* = ``read_extra``
+                                               (0 unconnected)
+    ``poll``                                   (1 + *R* + *L*) per read; reads
+                                               repeat back to back until the
+                                               condition holds
     ``fence``                                  1 once no store is outstanding
                                                (an ack is counted the cycle after
                                                it arrives)
@@ -202,6 +205,14 @@ class AIVCore(wiring.Component):
         op is followed by ``PipeBarrier<PIPE_V>`` when the next one reads its
         result, as in CANN's open MoE dispatch kernel), separate from its
         width. Unconnected, 0.
+    read_extra : In(READ_EXTRA_BITS)
+        Cycles every read (``lw``, ``ldb``, ``fadd``, each read of a ``poll``)
+        waits before its request is offered on ``mem_req`` (the die's runtime
+        knob): what an Ascend AIV pays to start a copy from global memory into
+        its Unified Buffer (an MTE2 ``DataCopy`` and its ``SetFlag``/``WaitFlag``
+        pair, as CANN's open dispatch kernel reads its flags and counts) beyond
+        the memory's own access time *L*. Stores are posted and do not pay it.
+        Unconnected, 0.
     rank : In(8)
         This core's rank (die), read by ``csrr rank``.
     mem_req : Out(stream.Signature(mem_req_layout(data_bytes)))
@@ -274,6 +285,7 @@ class AIVCore(wiring.Component):
             "start": In(1),
             "store_window": In(range(max_outstanding + 1), init=max_outstanding),
             "vector_extra": In(VECTOR_EXTRA_BITS),
+            "read_extra": In(READ_EXTRA_BITS),
             "rank": In(RANK_BITS),
             "mem_req": Out(stream.Signature(mem_req_layout(data_bytes))),
             "mem_rsp": In(stream.Signature(mem_rsp_layout(data_bytes))),
@@ -413,6 +425,7 @@ class AIVCore(wiring.Component):
         w_cond = Signal(Cond)
         w_val = Signal(32)
         w_addr = Signal(32)
+        r_wait = Signal(READ_EXTRA_BITS, name="r_wait")   # read_extra cycles this read waited
 
         m.d.comb += [
             self.halted.eq(state == _State.HALT),
@@ -526,7 +539,12 @@ class AIVCore(wiring.Component):
                         with m.If(~store_taken):
                             m.d.sync += self.pc.eq(self.pc)
                     with m.Case(Opcode.LW, Opcode.LDB, Opcode.FADD, Opcode.POLL):
-                        m.d.comb += [self.mem_req.valid.eq(1), req.addr.eq(eff)]
+                        # the read_extra knob: offered once it waited that many cycles (and
+                        # kept valid until taken); a poll's every read waits again
+                        issue = r_wait >= self.read_extra
+                        with m.If(~issue):
+                            m.d.sync += r_wait.eq(r_wait + 1)
+                        m.d.comb += [self.mem_req.valid.eq(issue), req.addr.eq(eff)]
                         with m.Switch(insn.op):
                             with m.Case(Opcode.LDB):
                                 m.d.comb += req.op.eq(MemOp.READ_BLOCK)
@@ -535,8 +553,9 @@ class AIVCore(wiring.Component):
                             with m.Default():
                                 m.d.comb += req.op.eq(MemOp.READ_WORD)
                         m.d.sync += self.pc.eq(self.pc)
-                        with m.If(self.mem_req.ready):
+                        with m.If(issue & self.mem_req.ready):
                             m.d.sync += [state.eq(_State.MEM), w_op.eq(insn.op), w_rd.eq(rd),
+                                         r_wait.eq(0),
                                          w_row.eq(row_of(rfile[ru])), w_cond.eq(cond),
                                          w_val.eq(b), w_addr.eq(eff)]
                     with m.Case(Opcode.FENCE):

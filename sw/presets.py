@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from fractions import Fraction
 
-from ..hw.aiv_core import VECTOR_EXTRA_BITS
+from ..hw.aiv_core import READ_EXTRA_BITS, VECTOR_EXTRA_BITS
 from ..hw.die import INJECT_BITS, INJECT_DEN, SYNCALL_BITS
 from ..hw.link import LINK_MIN_LATENCY
 from ..hw.switch import SWITCH_LATENCY
@@ -107,6 +107,10 @@ class Preset:
     vector_op_ns: float = field(default=0.0, metadata=_help(
         "ns every vector instruction costs beyond its beats: issuing it and draining the "
         "vector pipe after it (the die's runtime knob vector_extra)"))
+    read_start_ns: float = field(default=0.0, metadata=_help(
+        "ns every read an AIV issues (a load, a block copy in, a fetch-add, each read of a "
+        "poll) waits before its request: the copy engine's start beyond the memory's access "
+        "time (the die's runtime knob read_extra)"))
     description: str = field(default="", metadata=_help("what the preset models"))
 
     def __post_init__(self):
@@ -156,7 +160,8 @@ class Preset:
                                 f"holds 1/{INJECT_DEN} .. {((1 << INJECT_BITS) - 1) / INJECT_DEN}")
         check_choice("syncall", self.syncall, SYNCALLS)
         # delays that become a cycle-count knob of that many bits
-        for name, bits in (("syncall_ns", SYNCALL_BITS), ("vector_op_ns", VECTOR_EXTRA_BITS)):
+        for name, bits in (("syncall_ns", SYNCALL_BITS), ("vector_op_ns", VECTOR_EXTRA_BITS),
+                           ("read_start_ns", READ_EXTRA_BITS)):
             value = getattr(self, name)
             check_number(name, value, positive=False)
             if not 0 <= self.cycles(value) < 1 << bits:
@@ -195,6 +200,8 @@ class Preset:
             out["inject_rate"] = self.inject_rate()
         if self.vector_op_ns:
             out["vector_extra"] = self.cycles(self.vector_op_ns)
+        if self.read_start_ns:
+            out["read_extra"] = self.cycles(self.read_start_ns)
         return out
 
     def inject_rate(self):

@@ -50,7 +50,7 @@ def add_arguments(parser):
     parser.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                         help="a die's runtime knob over the preset's (AIV kernels): "
                              "store_window=BLOCKS, syncall_cycles=CYCLES (with --syncall hard), "
-                             "inject_rate=BYTES_PER_CYCLE*1024, vector_extra=CYCLES; "
+                             "inject_rate=BYTES_PER_CYCLE*1024, vector_extra=CYCLES, read_extra=CYCLES; "
                              "e.g. --knob syncall_cycles=5000")
     taken = {a.dest for a in parser._actions}
     for name in sorted({n for k in KERNELS.values() for n in k.params} - taken):

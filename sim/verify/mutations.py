@@ -449,6 +449,27 @@ MUTATIONS = [
         "timeout": 120,
     },
     {
+        "name": "read_extra_ignored",
+        "file": "hw/aiv_core.py",
+        "old": "                        issue = r_wait >= self.read_extra\n",
+        "new": "                        issue = Const(1)\n",
+        "description": "a read is offered at once, whatever the read_extra knob (a copy "
+                       "engine's start cost lost)",
+        "tests": ["tests/sim/test_mechanisms.py::test_every_read_pays_the_read_extra_knob",
+                  "tests/hw/test_aiv_core.py::test_cycle_costs"],
+        "timeout": 120,
+    },
+    {
+        "name": "read_extra_paid_once_a_poll",
+        "file": "hw/aiv_core.py",
+        "old": "                                         r_wait.eq(0),\n",
+        "new": "",
+        "description": "a poll's reads after its first do not wait read_extra again (the "
+                       "wait counter is never cleared)",
+        "tests": ["tests/hw/test_aiv_core.py::test_every_read_of_a_poll_pays_read_extra"],
+        "timeout": 120,
+    },
+    {
         "name": "store_window_limits_words",
         "file": "hw/aiv_core.py",
         "old": "                                                               can_store, can_block)),\n",

@@ -288,6 +288,10 @@ _add("cost_vsum_extra", assemble("li r2, 9\nvsum r1, r0, r2\nhalt"), {}, [], vec
 _add("cost_vsum2_extra", assemble("li r2, 33\nvsum r1, r0, r2\nvsum r3, r0, r2\nhalt"), {}, [],
      vector_extra=7)
 _add("cost_fadd", assemble("fadd r1, r0, r0\nhalt"), {}, [])
+# the read_extra knob: every read waits that many cycles before its request; stores do not
+_add("cost_reads_extra", assemble("lw r1, r0, 0x100\nfadd r1, r0, r0\nldb r0, r0, 0\n"
+                                  "sw r0, r0, 0x100\nfence\nhalt"), {}, [], read_extra=6)
+_add("poll_extra", assemble(POLL_SRC), {OUT + 4: 9}, [], events=POLL_EVENTS, read_extra=5)
 _add("cost_bar", assemble("bar\nhalt"), {}, ["bar"])     # bar_go high: a lone core's barrier
 _add("remote", assemble(f"li r1, {address(7, 3, 2)}\nsw r0, r1, 0\nstb r0, r1, 0\n"
                         "lw r2, r1, 0\nhalt"), {}, [])
@@ -400,6 +404,8 @@ def test_cycle_costs(pysim_results):
     assert r["cost_sw_fence"]["cycles"] == 1 + (L + 1) + 1
     assert r["cost_vsum"]["cycles"] == 1 + AIVCore.vector_cycles(9, PARAMS["lanes"]) + 1
     assert r["cost_bar"]["cycles"] == 1 + 1
+    # read_extra = 6: lw, fadd and ldb each 1 + 6 + L; the posted sw and its fence as before
+    assert r["cost_reads_extra"]["cycles"] == 3 * (1 + 6 + L) + 1 + (L + 1) + 1
     # the vector_extra knob: every vector instruction waits that many cycles before its beats
     assert r["cost_vsum_extra"]["cycles"] == r["cost_vsum"]["cycles"] + 5 \
         == 1 + AIVCore.vector_cycles(9, PARAMS["lanes"], 5) + 1
@@ -430,6 +436,18 @@ def test_poll_waits_for_the_memory_change(pysim_results):
     reads = [c for c, op, addr in res["requests"] if op == "READ_WORD" and addr == OUT]
     # reads repeat back to back every L + 1 cycles until one after cycle 40 sees 9
     assert all(b - a == L + 1 for a, b in zip(reads, reads[1:]))
+    assert reads[-1] >= 40 and reads[-2] < 40
+    assert res["cycles"] == reads[-1] + (L + 1) + 1 + 1
+
+
+def test_every_read_of_a_poll_pays_read_extra(pysim_results):
+    """At ``read_extra = 5`` a poll's reads are ``L + 1 + 5`` cycles apart, the first one 5
+    cycles after the poll began, and the result is the same."""
+    res, plain = pysim_results["poll_extra"], pysim_results["poll"]
+    reads = [c for c, op, addr in res["requests"] if op == "READ_WORD" and addr == OUT]
+    first = [c for c, op, addr in plain["requests"] if op == "READ_WORD" and addr == OUT][0]
+    assert reads[0] == first + 5
+    assert all(b - a == L + 1 + 5 for a, b in zip(reads, reads[1:]))
     assert reads[-1] >= 40 and reads[-2] < 40
     assert res["cycles"] == reads[-1] + (L + 1) + 1 + 1
 

@@ -6,7 +6,8 @@ import pytest
 from epfabric.hw.validate import UserError
 from epfabric.sim.lab.experiments import EXPERIMENTS
 from epfabric.sim.lab.experiments.mechanisms import (DESTINATIONS, VECTOR_LANES, VECTOR_REPEAT,
-                                                      barrier_release, inject_streams,
+                                                      READ_REPEAT, barrier_release,
+                                                      inject_streams, read_runs,
                                                       store_streams, vector_runs, window_expected)
 from epfabric.sw.presets import get_preset
 
@@ -43,6 +44,18 @@ def test_word_stores_do_not_see_the_window(streams):
     assert streams[1][-1] < streams[1][-2]           # 4 words two hops away < 4 blocks at W = 1
 
 
+@pytest.mark.parametrize("extra", [3, 40])
+def test_every_read_pays_the_read_extra_knob(extra):
+    """A local load and a satisfied poll each cost ``1 + R + L``: at ``read_extra = R`` the
+    benchmark's :data:`READ_REPEAT` loads (and polls) take ``READ_REPEAT x R`` cycles more than
+    at 0, and a load costs what a poll's read costs."""
+    base = read_runs(preset="tiny", backend="pysim", extra=None)
+    got = read_runs(preset="tiny", backend="pysim", extra=extra)
+    assert base[0] == base[1] and got[0] == got[1]
+    assert got[0] - base[0] == READ_REPEAT * extra
+    assert base[0] % READ_REPEAT == 0 and base[0] // READ_REPEAT >= 2   # 1 + L, L >= 1
+
+
 def test_the_knob_is_checked_and_goes_to_every_die():
     from epfabric.sim.backends.machine import backend
     from epfabric.sw.machine import Machine
@@ -53,12 +66,14 @@ def test_the_knob_is_checked_and_goes_to_every_die():
     with pytest.raises(UserError, match="store_window must be in"):
         m.set_knob("store_window", 0)
     with pytest.raises(UserError, match="knob must be one of store_window, syncall_cycles, "
-                                        "inject_rate, vector_extra, not 'window'"):
+                                        "inject_rate, vector_extra, read_extra, not 'window'"):
         m.set_knob("window", 2)
     with pytest.raises(UserError, match="syncall_cycles must be in"):
         m.set_knob("syncall_cycles", 1 << 24)
     with pytest.raises(UserError, match="vector_extra must be in"):
         m.set_knob("vector_extra", 1 << 12)
+    with pytest.raises(UserError, match="read_extra must be in"):
+        m.set_knob("read_extra", 1 << 12)
     m.set_knob("store_window", 3)
     ctrl = [w for w in m.session(100)["writes"] if w[0] == 3]
     assert ctrl == [[3, 0, 0, 0, 3]]                    # one CTRL write; the system broadcasts it
@@ -188,3 +203,11 @@ def test_a_presets_vector_op_cost_becomes_the_knob():
     assert get_preset("cm384").replace(vector_op_ns=35.0).knobs() == {"vector_extra": 35}
     with pytest.raises(UserError, match="vector_op_ns must be in"):
         get_preset("cm384").replace(vector_op_ns=5000.0)
+
+
+def test_a_presets_read_start_becomes_the_knob():
+    assert get_preset("cm384").replace(read_start_ns=240.4).knobs() == {"read_extra": 240}
+    with pytest.raises(UserError, match="read_start_ns must be in"):
+        get_preset("cm384").replace(read_start_ns=5000.0)
+    with pytest.raises(UserError, match="read_start_ns must be in"):
+        get_preset("cm384").replace(read_start_ns=-1.0)

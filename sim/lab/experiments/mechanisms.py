@@ -36,19 +36,27 @@ runs :data:`VECTOR_REPEAT` ``vsum`` of each length ``L`` back to back between tw
 costs ``max(1, ceil(L / lanes)) + 3 + X`` cycles at ``vector_extra = X``
 (:meth:`~epfabric.hw.aiv_core.AIVCore.vector_cycles`), so a row's cycles are ``1 +``
 :data:`VECTOR_REPEAT` ``x`` that (the ``1``: the first MARK), exact.
+
+**Read start** (knob ``read_extra``; the preset's ``read_start_ns``): one AIV runs
+:data:`READ_REPEAT` loads (``lw``) of a word of its own die's memory, then as many polls of
+it whose condition already holds (one read each), each group between two MARKs. Every read
+costs ``1 + R + L`` cycles at ``read_extra = R`` (``L`` the die's local access time, which
+the ``R = 0`` row measures), so a row at ``R`` takes ``READ_REPEAT x R`` cycles more than the
+row at 0, exactly; the row's ``read_ns`` is what one local read (a poll) costs.
 """
 
 import math
 
 from tabulate import tabulate
 
-from ....hw.aiv_core import VECTOR_EXTRA_BITS
+from ....hw.aiv_core import READ_EXTRA_BITS, VECTOR_EXTRA_BITS
 from ....hw.die import INJECT_DEN
 from ....hw.validate import UserError
 from ...backends import SIMULATORS
 from . import Experiment, Param, int_list, register
 
-__all__ = ["store_streams", "barrier_release", "inject_streams", "vector_runs", "window_expected",
+__all__ = ["store_streams", "barrier_release", "inject_streams", "vector_runs", "read_runs",
+           "window_expected",
            "Mechanisms", "EXPERIMENT"]
 
 #: MARK event before the first stream (stream ``k`` ends with ``MARK0 + 1 + k``)
@@ -142,6 +150,40 @@ def vector_runs(*, preset, backend, lengths, extra=None):
                                                            + (extra or 0) for length in lengths))
     marks = {e["event"]: e["cycle"] for e in report.marks()}
     return [marks[MARK0 + 2 + 2 * k] - marks[MARK0 + 1 + 2 * k] for k in range(len(lengths))]
+
+
+#: loads, then polls, in :func:`read_runs`
+READ_REPEAT = 8
+
+
+def read_runs(*, preset, backend, extra=None):
+    """``[cycles of the loads, cycles of the polls]`` of one AIV's :data:`READ_REPEAT` local
+    loads and :data:`READ_REPEAT` satisfied polls (module docstring), with the dies'
+    ``read_extra`` knob at ``extra`` (``None``: its reset value, 0)."""
+    from ....sw.assembler import Program
+    from ....sw.isa import address
+    from ....sw.machine import Machine
+    from ...backends.machine import backend as make_backend
+    m = Machine(preset, backend=make_backend(backend), topology=("superpod", 2, 1, 1),
+                aivs_per_die=1, hbm_blocks=4, imem_depth=64, trace_depth=4)
+    p = Program()
+    p.li(2, address(0, 1, 0))                   # a word of the die's own memory (0 there)
+    p.mark(MARK0)
+    for _ in range(READ_REPEAT):
+        p.lw(1, 2, 0)
+    p.mark(MARK0 + 1)
+    for _ in range(READ_REPEAT):
+        p.poll(1, 2, 0, "ge")                   # holds at the first read
+    p.mark(MARK0 + 2)
+    p.halt()
+    m.load_program(0, 0, p)
+    m.read_back([(0, 1)])
+    if extra is not None:
+        m.set_knob("read_extra", extra)
+    report = m.run(max_cycles=10_000 + 2 * READ_REPEAT * (extra or 0))
+    marks = {e["event"]: e["cycle"] for e in report.marks()}
+    # each group less its closing MARK's cycle
+    return [marks[MARK0 + 1] - marks[MARK0] - 1, marks[MARK0 + 2] - marks[MARK0 + 1] - 1]
 
 
 def barrier_release(*, preset, backend, kind, aivs, spread=4, syncall_cycles=None):
@@ -245,6 +287,23 @@ def window_expected(latency, window, blocks):
     return ISSUE + ISSUE * (last - 1) + windows * rtt + 1
 
 
+def read_check(rows):
+    """``(holds, words)`` of the read rows: each row's loads and polls take
+    :data:`READ_REPEAT` ``x (R - R0)`` cycles more than the first row's (``R0``) and the
+    loads as long as the polls (one read each), exactly."""
+    if not rows:
+        return True, ""
+    base = rows[0]
+    ok = [r["load_cycles"] - base["load_cycles"] == READ_REPEAT * (r["read_extra"]
+                                                                   - base["read_extra"])
+          and r["poll_cycles"] - base["poll_cycles"] == READ_REPEAT * (r["read_extra"]
+                                                                       - base["read_extra"])
+          and r["load_cycles"] == r["poll_cycles"] for r in rows]
+    per = ", ".join(f"{r['read_ns']:g} ns at read_extra {r['read_extra']}" for r in rows)
+    return all(ok), (f"{sum(ok)}/{len(rows)} read runs at {READ_REPEAT} x read_extra more "
+                     f"(tolerance: none; a local read {per})")
+
+
 class Mechanisms(Experiment):
     """One row per (mechanism, distance class, setting): the model's cycles beside the closed form."""
 
@@ -266,6 +325,8 @@ class Mechanisms(Experiment):
         Param("vector_lengths", "1,16,17,256", "vsum lengths of the vector benchmark, "
               "comma-separated", str),
         Param("vector_extra", "0,20", "vector_extra values (cycles), comma-separated", str),
+        Param("read_extra", "0,5,200", "read_extra values (cycles), comma-separated; the "
+              "first is the base the others are measured against", str),
     )
 
     def resolve(self, **given):
@@ -279,6 +340,7 @@ class Mechanisms(Experiment):
         int_list("syncall_cycles", p["syncall_cycles"], lo=0)
         int_list("vector_lengths", p["vector_lengths"], hi=4096)
         int_list("vector_extra", p["vector_extra"], lo=0, hi=(1 << VECTOR_EXTRA_BITS) - 1)
+        int_list("read_extra", p["read_extra"], lo=0, hi=(1 << READ_EXTRA_BITS) - 1)
         try:
             limits = [float(g) for g in p["inject"].split(",")]
         except ValueError:
@@ -308,7 +370,9 @@ class Mechanisms(Experiment):
                    for g in [None] + [float(x) for x in params["inject"].split(",")]]
                 + [{**base, "mechanism": "vector", "lengths": params["vector_lengths"],
                     "vector_extra": x}
-                   for x in int_list("vector_extra", params["vector_extra"], lo=0)])
+                   for x in int_list("vector_extra", params["vector_extra"], lo=0)]
+                + [{**base, "mechanism": "read", "read_extra": x}
+                   for x in int_list("read_extra", params["read_extra"], lo=0)])
 
     def measure(self, point):
         from ....sw.presets import get_preset
@@ -328,6 +392,11 @@ class Mechanisms(Experiment):
                     "expected_cycles": [1 + VECTOR_REPEAT * AIVCore.vector_cycles(n, VECTOR_LANES, x)
                                         for n in lengths]}
         preset = get_preset(point["preset"])
+        if point["mechanism"] == "read":
+            loads, polls = read_runs(preset=preset.name, backend=point["backend"],
+                                     extra=point["read_extra"])
+            return {**point, "load_cycles": loads, "poll_cycles": polls,
+                    "read_ns": preset.ns(polls / READ_REPEAT)}
         if point["mechanism"] == "inject":
             g = point["inject_gbytes_s"]
             rate = None if g is None else preset.replace(die_injection_gbytes_s=g).inject_rate()
@@ -372,7 +441,10 @@ class Mechanisms(Experiment):
                > 0.02 * r["expected_cycles"] + 4]
         vec = [r for r in rows if r.get("mechanism") == "vector"]
         vec_ok = all(r["cycles"] == r["expected_cycles"] for r in vec)
-        return (not bad and words and bool(closed) and bars_ok and not off and vec_ok,
+        reads = [r for r in rows if r.get("mechanism") == "read"]
+        reads_ok, read_words = read_check(reads)
+        return (not bad and words and bool(closed) and bars_ok and not off and vec_ok
+                and reads_ok,
                 f"{len(closed) - len(bad)}/{len(closed)} block streams at the window's closed "
                 f"form (tolerance: none; {'inside' if not bad else 'OUTSIDE'}); word "
                 f"stores {'do not depend' if words else 'DEPEND'} on the window; "
@@ -383,7 +455,8 @@ class Mechanisms(Experiment):
                   f"bytes / rate (tolerance: 2 % + 4 cycles)"
                 + (f"; {sum(r['cycles'] == r['expected_cycles'] for r in vec)}/{len(vec)} vector "
                    f"runs at ceil(L/lanes) + 3 + vector_extra a vsum (tolerance: none)"
-                   if vec else ""))
+                   if vec else "")
+                + (f"; {read_words}" if reads else ""))
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots
@@ -442,6 +515,10 @@ class Mechanisms(Experiment):
                 out.append((r["mechanism"], f"vector_extra {r['vector_extra']}, {VECTOR_REPEAT} "
                             f"vsum of length {r['lengths']}", ",".join(map(str, r["cycles"])),
                             ",".join(map(str, r["expected_cycles"])), ""))
+            elif r["mechanism"] == "read":
+                out.append((r["mechanism"], f"read_extra {r['read_extra']}, {READ_REPEAT} lw, "
+                            f"then {READ_REPEAT} poll", f"{r['load_cycles']},{r['poll_cycles']}",
+                            "", f"{r['read_ns']:g} ns a read"))
             elif r["mechanism"] == "inject":
                 exp = r["expected_cycles"]
                 out.append((r["mechanism"], f"{r['inject_gbytes_s'] or 'no'} limit, "
