@@ -64,6 +64,7 @@ import numpy as np
 from ...hw.hbm import BLOCK_BYTES
 from ...hw.topology import SUPERPOD_HOPS, check_topology
 from ...hw.validate import UserError, check_choice, check_int
+from ..config import link_counter
 from .layout import ELEMS_PER_ROW
 
 __all__ = ["SYSTEMS", "KERNELS", "LINK_KINDS", "superpod_shape", "path_links",
@@ -214,12 +215,12 @@ def measured_links(counters, control_bytes, block_bytes=BLOCK_BYTES):
     """``{kind: {"blocks", "small", "bytes"}}`` from a report's counters (``link_blocks.<kind>``,
     ``link_small.<kind>``): bytes = ``block_bytes`` · blocks + ``control_bytes`` · small (a
     preset's). ``None`` when the machine has none (a star)."""
-    if f"link_blocks.{LINK_KINDS[0]}" not in counters:
+    if link_counter("blocks", LINK_KINDS[0]) not in counters:
         return None
     out = {}
     for kind in LINK_KINDS:
-        blocks, = counters[f"link_blocks.{kind}"]
-        small, = counters[f"link_small.{kind}"]
+        blocks, = counters[link_counter("blocks", kind)]
+        small, = counters[link_counter("small", kind)]
         out[kind] = {"blocks": blocks, "small": small,
                      "bytes": block_bytes * blocks + control_bytes * small}
     return out
