@@ -160,3 +160,21 @@ def test_bad_input_is_one_line_naming_it(call, message):
     w = Workload(ranks=4, batch=2, topk=2, experts=8, words=1)
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         call(w)
+
+
+def test_measured_bytes_are_blocks_and_control_packets():
+    from epfabric.sw.presets import get_preset
+    from epfabric.sw.ubep.traffic import link_report, measured_links
+    counters = {f"link_{what}.{kind}": [n] for n, (what, kind) in enumerate(
+        (w, k) for w in ("blocks", "small") for k in LINK_KINDS)}
+    got = measured_links(counters, control_bytes=32)
+    assert got["up"] == {"blocks": 1, "small": 6, "bytes": 512 + 6 * 32}
+    assert got["t2_down"] == {"blocks": 4, "small": 9, "bytes": 4 * 512 + 9 * 32}
+    assert measured_links({"tx_blocks": [1, 2]}, 32) is None              # a star has none
+    w = Workload(ranks=4, batch=2, topk=2, experts=8, words=1)
+    report = link_report(counters, w, (2, 2, 1), "cann", "dispatch", get_preset("tiny"))
+    assert report["exact"] == exact_link_blocks(w, (2, 2, 1), "cann")
+    assert report["closed_form"] == expected_link_blocks((2, 2, 1), "cann", experts=8, topk=2,
+                                                         batch=2)
+    assert link_report(counters, w, (2, 2, 1), "cann", "dispatch", get_preset("tiny"),
+                       uniform=False)["closed_form"] is None            # a replayed routing
