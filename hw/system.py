@@ -17,7 +17,8 @@ from .inc_engine import IncEngine, inc_flit_layout
 from .host import HostSignature, HostTarget, register_inputs, run_control
 from .instances import Sharing, mark_used, shared_modules_active
 from .isa import RANK_BITS
-from .topology import check_timing, check_topology, star, superpod, topology_ranks
+from .topology import (SUPERPOD_HOPS, check_timing, check_topology, star, superpod,
+                       topology_ranks)
 from .validate import UserError, check_int
 
 __all__ = ["System", "trace_entry_layout", "imem_row_window", "MAX_AIVS_PER_DIE"]
@@ -110,6 +111,14 @@ class System(wiring.Component):
     ``fabric_tx_blocks``, ``fabric_rx_blocks``, ``fabric_tx_stalls``: per rank,
     flits (each charged as one 512 B block) sent into / delivered from the
     fabric, and cycles the rank's ``tx`` was held off by the fabric.
+
+    Superpod only: ``fabric_link_blocks[k]``, ``fabric_link_small[k]`` for link kind
+    ``k`` of :data:`~epfabric.hw.topology.SUPERPOD_HOPS` (``direct``, ``up``, ``down``,
+    ``t2_up``, ``t2_down``): the flits that entered the links of that kind (``valid &
+    ready`` at the link's input) with a DataBlock, and without one (acks, word stores,
+    loads, fetch-adds and their answers); a flit counts once on every link it crosses
+    (:class:`~epfabric.hw.topology.Fabric`). A rank's own requests never enter the fabric,
+    so ``Σ tx_blocks = direct + up`` and ``Σ rx_blocks = direct + down`` (blocks + small).
 
     Parameters
     ----------
@@ -234,6 +243,9 @@ class System(wiring.Component):
             self.inc_engine = IncEngine(ranks=ranks, tmax=nic["tmax"], lanes=lanes_inc,
                                         slots=inc_slots)
         n = self.n_cores
+        link_ports = {} if kind != "superpod" else {
+            "fabric_link_blocks": Out(32).array(len(SUPERPOD_HOPS)),
+            "fabric_link_small": Out(32).array(len(SUPERPOD_HOPS))}
         inc_ports = {} if nic is None else {
             "inc_ag": Out(32).array(ranks), "inc_rs": Out(32).array(ranks),
             "inc_bar": Out(32).array(ranks), "inc_slot_stalls": Out(32)}
@@ -252,6 +264,7 @@ class System(wiring.Component):
             "fabric_tx_blocks": Out(32).array(ranks),
             "fabric_rx_blocks": Out(32).array(ranks),
             "fabric_tx_stalls": Out(32).array(ranks),
+            **link_ports,
             **inc_ports,
         })
 
@@ -353,6 +366,10 @@ class System(wiring.Component):
                 ]
                 traces.append((die.trace[c], die.trace_event[c]))
             dies_done.append(die.done)
+        if self.kind == "superpod":
+            for k in range(len(SUPERPOD_HOPS)):
+                m.d.comb += [self.fabric_link_blocks[k].eq(fabric.link_blocks[k]),
+                             self.fabric_link_small[k].eq(fabric.link_small[k])]
         if self.nic is not None:
             self._inc_network(m)
         # host reads: exactly one die answers (the one addressed hbm_latency cycles ago)

@@ -23,11 +23,18 @@ from ..hw.inc_endpoint import MODES, agrs_control_map, agrs_memory_map
 from ..hw.aiv_core import MAX_WINDOW
 from ..hw.isa import RANK_BITS, check_rank_bits
 from ..hw.system import MAX_AIVS_PER_DIE
-from ..hw.topology import check_topology, topology_ranks
+from ..hw.topology import SUPERPOD_HOPS, check_topology, topology_ranks
 from ..hw.validate import UserError, check_bool, check_choice, check_int, check_multiple, check_pow2
 from .presets import get_preset, preset_names
 
-__all__ = ["MachineConfig", "AgrsConfig", "parse_topology", "format_topology"]
+__all__ = ["MachineConfig", "AgrsConfig", "parse_topology", "format_topology", "link_counter"]
+
+
+def link_counter(what, kind):
+    """The report's name of a superpod's counter of ``what`` (``"blocks"`` or ``"small"``)
+    flits on the links of ``kind`` (:data:`~epfabric.hw.topology.SUPERPOD_HOPS`):
+    ``link_blocks.up``, ... (System's ``fabric_link_blocks``/``fabric_link_small``)."""
+    return f"link_{what}.{kind}"
 
 
 def parse_topology(text):
@@ -185,11 +192,16 @@ class MachineConfig:
     def status_ports(self):
         """Outputs read after every run: ``{"cores": {field: [port, ...]}, "counters": {...}}``.
 
-        ``cores`` has one port per global core id, ``counters`` one per rank.
+        ``cores`` has one port per global core id, ``counters`` one per rank -- except a
+        superpod's per-link-kind counters, one for the machine each (:func:`link_counter`).
         """
         cores = range(self.cores)
         counters = {k: [f"fabric_{k}.{r}" for r in range(self.ranks)]
                     for k in ("tx_blocks", "rx_blocks", "tx_stalls")}
+        if self.topology[0] == "superpod":     # one machine-wide value each
+            for what in ("blocks", "small"):
+                counters.update({link_counter(what, kind): [f"fabric_link_{what}.{i}"]
+                                 for i, kind in enumerate(SUPERPOD_HOPS)})
         if self.has_nic:
             counters.update({f"inc_{k}": [f"inc_{k}.{r}" for r in range(self.ranks)]
                              for k in ("ag", "rs", "bar")})

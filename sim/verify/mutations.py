@@ -612,4 +612,25 @@ MUTATIONS = [
         "tests": ["tests/sw/test_dispatch.py::test_ubep_token_aivs_wait_for_each_others_counts"],
         "timeout": 300,
     },
+    {
+        "name": "link_counter_ignores_small",
+        "file": "hw/topology.py",
+        "old": "                blocks.append(fire if tap is None else fire & ~tap)\n",
+        "new": "                blocks.append(fire)\n",
+        "description": "the fabric's per-link-kind block counters count small (control) "
+                       "flits as data blocks",
+        "tests": ["tests/hw/test_system.py::test_shared_switch_modules_route_as_the_constant_switches"
+                  "[pysim]"],
+        "timeout": 300,
+    },
+    {
+        "name": "link_counter_misses_a_link",
+        "file": "hw/topology.py",
+        "old": "                if self.link_kinds[n] != kind:\n",
+        "new": "                if self.link_kinds[n] != kind or n == len(self.links) - 1:\n",
+        "description": "the fabric's per-link-kind counters skip the last link (a tier-2 "
+                       "downlink of the superpod)",
+        "tests": ["tests/hw/test_topology.py::test_random_traffic_scoreboard"],
+        "timeout": 300,
+    },
 ]

@@ -10,6 +10,7 @@ import pytest
 from epfabric.hw.host import HostTarget
 from epfabric.hw.isa import address
 from epfabric.hw.system import System
+from epfabric.hw.topology import SUPERPOD_HOPS
 from epfabric.sim.backends.host import (host_read, host_read_all, host_read_pipelined, host_run,
                                         host_write, load_programs)
 from epfabric.sw.assembler import Program
@@ -48,7 +49,12 @@ async def system_run(bench, programs, hbm=None, reads=(), max_cycles=2000):
            "waiting": [await bench.get(f"core_waiting.{g}") for g in range(n)],
            "wait_addr": [await bench.get(f"core_wait_addr.{g}") for g in range(n)],
            "tx_blocks": [await bench.get(f"fabric_tx_blocks.{r}") for r in range(sysc.ranks)],
+           "rx_blocks": [await bench.get(f"fabric_rx_blocks.{r}") for r in range(sysc.ranks)],
            "trace_dropped": await bench.get("trace_dropped")}
+    if bench.has_port("fabric_link_blocks.0"):           # a superpod: per link kind
+        out["links"] = {kind: [await bench.get(f"fabric_link_{what}.{k}")
+                               for what in ("blocks", "small")]
+                        for k, kind in enumerate(SUPERPOD_HOPS)}
     count = await bench.get("trace_count")
     trace = []
     for k in range(count):
@@ -296,6 +302,19 @@ def test_shared_switch_modules_route_as_the_constant_switches(simulator):
     got = run_sys(sp, progs, simulator=simulator, reads=reads, max_cycles=20000)
     assert got["done"] == 1
     assert got["mem"] == [2 * sum(range(1, 9))]
+    # the link counters: no block, and each fetch-add a small request along its path to rank 7
+    # and a small answer back (rank 7's own never enter the fabric), from the paths of
+    # sw/ubep/traffic.py; and what the ranks sent (received) left (entered) them by a direct
+    # link or their uplink
+    from epfabric.sw.ubep.traffic import path_links
+    want = {kind: [0, 0] for kind in SUPERPOD_HOPS}
+    for r in range(7):
+        for kind in path_links(r, 7, (2, 2, 2)) + path_links(7, r, (2, 2, 2)):
+            want[kind][1] += 2
+    assert got["links"] == want
+    links = got["links"]
+    assert sum(got["tx_blocks"]) == sum(links["direct"]) + sum(links["up"])
+    assert sum(got["rx_blocks"]) == sum(links["direct"]) + sum(links["down"])
     if simulator != "pysim":
         assert got == run_sys(sp, progs, reads=reads, max_cycles=20000)
 

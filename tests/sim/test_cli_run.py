@@ -313,9 +313,9 @@ def test_the_comparison_line_uses_the_kernels_own_latency():
 def test_both_systems_in_one_trace(tmp_path, capsys):
     """--system cann,ubep --trace: each system's ranks are processes of their own, named; every
     AIV's run is tiled by slices named after its phases (UBEP Fig. 8's stages)."""
-    trace = tmp_path / "t.json"
+    trace, out = tmp_path / "t.json", tmp_path / "r.json"
     assert main(["run", "dispatch", *SMALL, "--batch", "2", "--topk", "1", "--experts", "2",
-                 "--system", "cann,ubep", "--trace", str(trace)]) == 0
+                 "--system", "cann,ubep", "--trace", str(trace), "--json", str(out)]) == 0
     events = json.loads(trace.read_text())["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert sorted(names.values()) == ["system=cann: rank 0", "system=cann: rank 1",
@@ -340,8 +340,23 @@ def test_both_systems_in_one_trace(tmp_path, capsys):
             assert a["args"]["end_cycle"] == b["args"]["start_cycle"]
             assert a["ts"] + a["dur"] == pytest.approx(b["ts"])
     import re
+    printed = capsys.readouterr().out
     ubep_cycles, cann_cycles = map(int, re.search(r"latency (\d+) / (\d+) cycles",
-                                                  capsys.readouterr().out).groups())
+                                                  printed).groups())
+    # a line per run of bytes per link class, measured data blocks beside the exact count and
+    # the closed form: 2 dies of one NPU use only their direct links
+    links = re.findall(r"^  links \(bytes; data blocks measured, exact, closed form\): direct "
+                       r"([\d,]+) B \((\d+) blocks \+ (\d+) small; exact (\d+) / closed form "
+                       r"([\d.]+)\), up 0 B ", printed, re.M)
+    assert len(links) == 2
+    runs = [run for result in json.loads(out.read_text())["results"] for run in result["runs"]]
+    held = [(r["system"], r["links"]["exact"]["direct"], r["links"]["measured"]["direct"]["bytes"])
+            for r in runs]
+    assert held == [(system, int(exact), int(nbytes.replace(",", "")))
+                    for system, (nbytes, _b, _s, exact, _c) in zip(("cann", "ubep"), links)]
+    for nbytes, blocks, small, exact, _closed in links:
+        assert blocks == exact and int(blocks) > 0
+        assert int(nbytes.replace(",", "")) == 512 * int(blocks) + 32 * int(small)   # tiny's
     _check_flows_and_counters(json.loads(trace.read_text()), names,
                               {"system=cann": cann_cycles, "system=ubep": ubep_cycles})
 
@@ -400,11 +415,16 @@ def _check_flows_and_counters(doc, names, run_cycles):
     counters = [e for e in events if e["ph"] == "C"]
     by_run = {}
     for e in counters:
-        assert e["name"].endswith("(end-of-run total)") and list(e["args"]) == ["value"]
+        assert e["name"].endswith("end-of-run total)") and list(e["args"]) == ["value"]
         by_run.setdefault(names[e["pid"]].split(":")[0], []).append(e)
     assert sorted(by_run) == ["system=cann", "system=ubep"]
+    from epfabric.hw.topology import SUPERPOD_HOPS
     for system, evs in by_run.items():
-        assert len({(e["pid"], e["name"]) for e in evs}) == len(evs) == 2 * 3
+        # 3 per rank; the link counters (blocks, small per kind) once for the machine, on rank 0
+        assert len({(e["pid"], e["name"]) for e in evs}) == len(evs) == \
+            2 * 3 + 2 * len(SUPERPOD_HOPS)
+        machine = [e for e in evs if "(machine, end-of-run total)" in e["name"]]
+        assert len(machine) == 2 * len(SUPERPOD_HOPS) and {e["pid"] % 1000 for e in machine} == {0}
         assert {e["ts"] for e in evs} == {run_cycles[system] / 1000.0}   # tiny: 1 ns cycles
         last = max(x["ts"] + x["dur"] for (pid, _, _), xs in slices.items() for x in xs
                    if names[pid].startswith(system))
