@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from ..hw.inc_endpoint import MODES, agrs_control_map, agrs_memory_map
 from ..hw.aiv_core import MAX_WINDOW
 from ..hw.isa import RANK_BITS, check_rank_bits
-from ..hw.system import MAX_AIVS_PER_DIE
+from ..hw.system import MAX_AIVS_PER_DIE, MAX_SAMPLE_DEPTH
 from ..hw.topology import SUPERPOD_HOPS, check_topology, topology_ranks
 from ..hw.validate import UserError, check_bool, check_choice, check_int, check_multiple, check_pow2
 from .presets import get_preset, preset_names
@@ -105,6 +105,11 @@ class MachineConfig:
     #: ranks, 2**15 blocks a rank) or fewer, for more blocks a rank; the programs must be
     #: built for it (a kernel that needs more blocks picks it: :func:`~epfabric.hw.isa.rank_bits_for`)
     rank_bits: int = RANK_BITS
+    #: entries of the counter sampler's memory (:class:`~epfabric.hw.system.System`
+    #: ``sample_depth``; the interval is a runtime register, :meth:`Machine.set_sampling
+    #: <epfabric.sw.machine.Machine.set_sampling>`); 0 (default) builds no sampler and no UB
+    #: commit counters, and the Verilog is unchanged
+    sample_depth: int = 0
 
     #: the JSON-facing factory of the top (``ComponentSpec`` of a backend)
     factory = "epfabric.sw.tops:aiv_system"
@@ -128,6 +133,7 @@ class MachineConfig:
         check_int("max_outstanding", self.max_outstanding, 1, MAX_WINDOW)
         check_choice("width", self.width, (8, 16, 32))
         check_bool("non_atomic_port", self.non_atomic_port)
+        check_int("sample_depth", self.sample_depth, 0, MAX_SAMPLE_DEPTH)
         window = preset.knobs().get("store_window")
         if window is not None and window > self.max_outstanding:
             raise UserError(f"send_window_bytes={preset.send_window_bytes} of preset "
@@ -202,6 +208,9 @@ class MachineConfig:
             for what in ("blocks", "small"):
                 counters.update({link_counter(what, kind): [f"fabric_link_{what}.{i}"]
                                  for i, kind in enumerate(SUPERPOD_HOPS)})
+        if self.sample_depth:                  # the UB port commit counters come with the sampler
+            counters.update({k: [f"{k}.{r}" for r in range(self.ranks)]
+                             for k in ("ub_blocks", "ub_words")})
         if self.has_nic:
             counters.update({f"inc_{k}": [f"inc_{k}.{r}" for r in range(self.ranks)]
                              for k in ("ag", "rs", "bar")})
@@ -223,6 +232,8 @@ class MachineConfig:
             del d["width"]
         if self.rank_bits == RANK_BITS:
             del d["rank_bits"]
+        if not self.sample_depth:
+            del d["sample_depth"]
         if not self.has_nic:
             for k in ("nic_mode", "nic_tmax", "inc_slots"):
                 del d[k]

@@ -35,6 +35,7 @@ class Report:
     trace_dropped: int = 0
     diagnosis: str = ""
     extra: dict = field(default_factory=dict)
+    samples: dict = field(default_factory=dict)
 
     def marks(self, event=None, rank=None, core=None):
         """MARK records, filtered; each is ``{"rank", "core", "cycle", "event"}``."""
