@@ -241,6 +241,9 @@ def _sampling(args, configs):
         raise UserError("--sample-every needs --trace (the counter tracks are in the trace)")
     if every is not None:
         check_int("--sample-every", every, 0, (1 << 32) - 1)
+        if not any(c.kind == "aiv" for c in configs):
+            raise UserError(f"--sample-every: kernel {args.kernel} does not run on the AIV "
+                            f"machine (its counters are not sampled)")
     if not args.trace or every == 0 or not any(c.kind == "aiv" for c in configs):
         return None
     return TRACE_SAMPLE_DEPTH, AUTO_SAMPLE_EVERY if every is None else every
