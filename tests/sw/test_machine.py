@@ -110,6 +110,7 @@ def test_watchdog_names_waiting_cores_and_addresses():
     ({"hbm_blocks": 12}, ValueError, "hbm_blocks must be a power of two, not 12"),
     ({"data_bytes": 48}, ValueError, "data_bytes must be a multiple of 32, not 48"),
     ({"lanes": 2.0}, TypeError, "lanes must be an integer, not 2.0"),
+    ({"sample_depth": -1}, ValueError, r"sample_depth must be in \[0, 65535\], not -1"),
 ])
 def test_bad_configuration_names_the_parameter(kw, exc, match):
     with pytest.raises(exc, match=match):
@@ -138,6 +139,33 @@ def test_bad_calls_are_rejected_early():
         m.write_control(0, 1)
     with pytest.raises(TypeError, match="give either config or preset and MachineConfig fields"):
         Machine("tiny", backend=backend("pysim"), config=m.config)
+    with pytest.raises(ValueError, match=r"set_sampling needs a machine with a counter sampler "
+                                         r"\(MachineConfig sample_depth > 0\)"):
+        m.set_sampling(8)
+    with pytest.raises(ValueError, match=r"sample_every must be in \[0, 4294967295\], not -2"):
+        machine(sample_depth=16).set_sampling(-2)
+
+
+def test_a_sampler_changes_no_cycle_and_leaves_other_machines_alone():
+    """A kernel run with the counter sampler (every 2 cycles) has the cycles, MARKs, memory and
+    counters of the run without it, plus the UB commit counters and the samples; a
+    configuration without it keeps its specification (and so its Verilog and builds)."""
+    from epfabric.sw.kernels import run_kernel
+    plain = MachineConfig(**{**MachineConfig().__dict__})
+    assert "sample_depth" not in plain.to_dict()
+    assert MachineConfig(sample_depth=8).to_dict()["sample_depth"] == 8
+    be = backend("pysim")
+    runs = [run_kernel("alltoall", be, params={"seed": 1}, sampling=s)
+            for s in (None, (64, 2))]
+    (a, [ra]), (b, [rb]) = runs
+    assert a["correct"] and b["correct"]
+    assert (ra.cycles, ra.trace) == (rb.cycles, rb.trace) and ra.cycles > 20
+    assert {k: v for k, v in rb.counters.items() if not k.startswith("ub_")} == ra.counters
+    assert ra.samples == {} and rb.samples["every"] == 2 and rb.samples["dropped"] == 0
+    assert rb.samples["cycles"] == list(range(0, ra.cycles + 1, 2))
+    assert all(s[-1] <= end for s, end in zip(rb.samples["values"]["ub_blocks"],
+                                              rb.counters["ub_blocks"]))
+    assert sum(rb.counters["ub_blocks"]) > 0
 
 
 @pytest.mark.parametrize("words, exc, message", [
