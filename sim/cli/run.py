@@ -33,10 +33,10 @@ __all__ = ["add_arguments", "prepare", "TRACE_SAMPLE_DEPTH", "AUTO_SAMPLE_EVERY"
 #: entries of the counter sampler ``--trace`` builds (MachineConfig.sample_depth)
 TRACE_SAMPLE_DEPTH = 1024
 #: ``--trace``'s first sampling interval when ``--sample-every`` is not given
-AUTO_SAMPLE_EVERY = 16
+AUTO_SAMPLE_EVERY = 8
 #: without ``--sample-every``, a run with fewer samples than this, or with samples dropped,
 #: runs again at the interval that gives it about TARGET_SAMPLES (cycles do not change)
-MIN_SAMPLES, TARGET_SAMPLES = 100, 400
+MIN_SAMPLES, TARGET_SAMPLES = 200, 400
 
 
 def add_arguments(parser):

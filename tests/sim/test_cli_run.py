@@ -326,7 +326,7 @@ def test_both_systems_in_one_trace(tmp_path, capsys):
     printed = capsys.readouterr().out
     # each system's short run had too few counter samples at the first interval and ran
     # again at one a cycle (the same cycles); the machine is the sampler's
-    assert printed.count("counter samples every 16 cycles: running again with "
+    assert printed.count("counter samples every 8 cycles: running again with "
                          "--sample-every 1") == 2
     assert {r["config"]["sample_depth"] for result in json.loads(out.read_text())["results"]
             for r in result["runs"]} == {1024}
