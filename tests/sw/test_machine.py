@@ -50,8 +50,12 @@ def test_run_writes_reads_and_reports():
     back = json.loads(report.to_json())
     assert back["cycles"] == report.cycles and back["config"]["aivs_per_die"] == 2
     assert back["config"]["kind"] == "aiv" and back["backend"] == "pysim"
-    assert set(report.counters) == {"tx_blocks", "rx_blocks", "tx_stalls"}
-    assert all(len(v) == m.ranks for v in report.counters.values())
+    from epfabric.hw.topology import SUPERPOD_HOPS
+    from epfabric.sw.config import link_counter
+    links = {link_counter(w, k) for w in ("blocks", "small") for k in SUPERPOD_HOPS}
+    assert set(report.counters) == {"tx_blocks", "rx_blocks", "tx_stalls"} | links
+    assert all(len(v) == m.ranks for k, v in report.counters.items() if k not in links)
+    assert all(len(report.counters[k]) == 1 for k in links)      # one value a machine
     assert report.counters["tx_blocks"][0] >= 1            # rank 0's store crossed the fabric
     assert [(c["rank"], c["core"]) for c in report.cores] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert all(c["halted"] for c in report.cores if (c["rank"], c["core"]) in {(0, 0), (1, 1)})
@@ -260,7 +264,9 @@ def test_session_is_what_the_backend_runs():
     assert sent["status"] == m.config.status_ports()
     assert report.cycles == 42 and report.done and report.backend == "recorder"
     assert report.marks() == [{"rank": 0, "core": 1, "cycle": 5, "event": 99}]
-    assert report.counters == {"tx_blocks": [7, 7], "rx_blocks": [7, 7], "tx_stalls": [7, 7]}
+    assert {k: report.counters[k] for k in ("tx_blocks", "rx_blocks", "tx_stalls")} == {
+        "tx_blocks": [7, 7], "rx_blocks": [7, 7], "tx_stalls": [7, 7]}
+    assert all(v == [7] for k, v in report.counters.items() if k.startswith("link_"))
     assert m.read_mem(1, address(0, 0, 0), 1) == [1]
 
 
