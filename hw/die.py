@@ -68,7 +68,7 @@ from .host import HostSignature, HostTarget
 from .instances import SharedModule
 from .router import DieRouter, FlitKind, flit_layout, rsp_depth_bound
 from .isa import BLOCK_BYTES, RANK_BITS, check_rank_bits
-from .ub_port import UBMemory
+from .ub_port import UBMemory, UBOp
 from .validate import UserError, check_bool, check_int, check_pow2
 
 __all__ = ["FlitKind", "flit_layout", "Die", "KNOBS", "SYNCALL_BITS", "INJECT_DEN", "INJECT_BITS",
@@ -170,6 +170,10 @@ class Die(wiring.Component):
         block, flag field first; :class:`~epfabric.hw.ub_port.UBPort`): a
         negative control that lets a reader see a torn block (UBEP §3.4).
         Default ``False``: the atomic port, and the Verilog is unchanged.
+    ub_counters : bool
+        Add ``ub_blocks`` and ``ub_words``: the requests the die's UB port committed since
+        the run's ``host.start`` (counted in the cycle the port's answer is taken). Default
+        ``False``: none, and the Verilog is unchanged (the system's counter sampler sets it).
     nic : dict or None
         The INC-MoE machine's die (docs/spec/kernels.md §2.6): ``None`` (default) builds
         none of what follows. A dict of :class:`~epfabric.hw.inc_nic.IncNic`
@@ -221,6 +225,10 @@ class Die(wiring.Component):
         core's cycle counter stops with it (:class:`~epfabric.hw.aiv_core.AIVCore`).
     inc_tx, inc_rx, inc_counts (``nic`` only)
         The interface's flit streams and its AG, RS and barrier counters.
+    ub_blocks, ub_words : Out(32) (``ub_counters`` only)
+        Since the last ``host.start``: the UB port's committed BLOCK_WRITEs, and its committed
+        WORD_WRITEs and FETCH_ADDs (local and remote stores alike; each request once, however
+        many beats a non-atomic port takes). Wrap at 2**32.
 
     Raises
     ------
@@ -231,7 +239,7 @@ class Die(wiring.Component):
     def __init__(self, *, rank=0, ranks=1, aivs=1, imem_depth=64, ubuf_rows=2, hbm_blocks=16,
                  data_bytes=32, lanes=4, width=16, max_outstanding=4, hbm_latency=2,
                  rsp_depth=None, core_module=None, non_atomic_port=False, nic=None, cube_cycles=1,
-                 rank_bits=RANK_BITS, small_bytes=32):
+                 rank_bits=RANK_BITS, small_bytes=32, ub_counters=False):
         if core_module is not None and not isinstance(core_module, SharedModule):
             raise TypeError(f"core_module must be a SharedModule or None, not {core_module!r}")
         self.core_module = core_module
@@ -259,6 +267,7 @@ class Die(wiring.Component):
             rsp_depth = rsp_depth_bound(ranks, requesters)
         check_int("rsp_depth", rsp_depth, 1)
         self.non_atomic_port = check_bool("non_atomic_port", non_atomic_port)
+        self.ub_counters = check_bool("ub_counters", ub_counters)
         self.rank, self.ranks, self.aivs = rank, ranks, aivs
         self.hbm_blocks, self.data_bytes, self.hbm_latency = hbm_blocks, data_bytes, hbm_latency
         self.imem_depth, self.max_outstanding, self.rsp_depth = imem_depth, max_outstanding, rsp_depth
@@ -301,6 +310,7 @@ class Die(wiring.Component):
             **({"inc_tx": Out(stream.Signature(self.nic.tx.payload.shape())),
                 "inc_rx": In(stream.Signature(self.nic.tx.payload.shape())),
                 "inc_counts": Out(32).array(3)} if self.nic is not None else {}),
+            **({"ub_blocks": Out(32), "ub_words": Out(32)} if ub_counters else {}),
         })
 
     def elaborate(self, platform):
@@ -403,6 +413,8 @@ class Die(wiring.Component):
         wiring.connect(m, mem.o_resp, router.ub_rsp)
         for i in range(self.requesters + 1):
             wiring.connect(m, router.ub_read[i], mem.read[i])
+        if self.ub_counters:
+            self._ub_counters(m, mem)
         inject_full = self._injection(m, ctrl, router)
         wiring.connect(m, wiring.flipped(self.rx), router.rx)
         if self.nic is not None:
@@ -412,6 +424,19 @@ class Die(wiring.Component):
             m.d.comb += self.idle.eq(quiet & ~self.host.we & ~self.host.start & ~self.host.re
                                      & router.idle & mem.idle & inject_full)
         return m
+
+    def _ub_counters(self, m, mem):
+        """``ub_blocks``/``ub_words``: the UB port's answers taken since ``host.start`` (one per
+        committed request), by operation. They change only when an answer is taken (the memory
+        is then not idle) or at ``start``, so :attr:`idle` stays exact."""
+        taken = mem.o_resp.valid & mem.o_resp.ready
+        block = mem.o_resp.payload.op == UBOp.BLOCK_WRITE
+        with m.If(self.host.start):
+            m.d.sync += [self.ub_blocks.eq(0), self.ub_words.eq(0)]
+        with m.Elif(taken & block):
+            m.d.sync += self.ub_blocks.eq(self.ub_blocks + 1)
+        with m.Elif(taken):
+            m.d.sync += self.ub_words.eq(self.ub_words + 1)
 
     def _injection(self, m, ctrl, router):
         """The injection limiter between the router's ``tx`` and the die's (knob

@@ -56,6 +56,11 @@ class Switch(wiring.Component):
         length) instead of constants, so switches that differ only in their
         routes share one Verilog module
         (:func:`~epfabric.hw.topology.superpod`'s ``shared``). Same cycles.
+    small_taps : bool
+        Expose each output's ``small`` payload bit as a one-bit port ``o_small`` (the payload
+        must have a ``small`` field), so a fabric can count control flits per link without
+        reading whole payloads (:class:`~epfabric.hw.topology.Fabric`'s link counters).
+        Default ``False``: the switch, and its Verilog, as without it.
 
     Attributes
     ----------
@@ -69,6 +74,8 @@ class Switch(wiring.Component):
         Cycles each output held a flit its receiver did not accept.
     i_stalls : Out(counter_width).array(ports)
         Cycles each input's sender offered a flit the full input FIFO refused.
+    o_small : Out(1).array(ports), with ``small_taps``
+        The ``small`` field of each output's flit (``o_stream[p].payload.small``), a wire.
 
     Raises
     ------
@@ -77,7 +84,7 @@ class Switch(wiring.Component):
     """
 
     def __init__(self, *, ports, routes=None, payload=None, depth=4, counter_width=32,
-                 data_bits=32, route_port=False, planes=False):
+                 data_bits=32, route_port=False, planes=False, small_taps=False):
         check_int("ports", ports, 2)
         if routes is None:
             routes = range(ports)
@@ -101,12 +108,16 @@ class Switch(wiring.Component):
         self.counter_width = counter_width
         self.route_port = bool(route_port)
         self.planes = bool(planes)
+        self.small_taps = bool(small_taps)
+        if self.small_taps and "small" not in dict(iter(payload)):
+            raise UserError("small_taps needs a payload with a 'small' field")
         super().__init__(self.signature_of(ports=ports, destinations=len(routes), payload=payload,
                                            counter_width=counter_width, route_port=route_port,
-                                           planes=planes))
+                                           planes=planes, small_taps=small_taps))
 
     @staticmethod
-    def signature_of(*, ports, destinations, payload, counter_width, route_port, planes=False):
+    def signature_of(*, ports, destinations, payload, counter_width, route_port, planes=False,
+                     small_taps=False):
         """The signature of a switch with these (valid) parameters, without building one."""
         flit = stream.Signature(payload)
         return wiring.Signature({
@@ -119,6 +130,7 @@ class Switch(wiring.Component):
             # the decisions a SwitchDataPlane follows (PlanarSwitch)
             **({"x_push": Out(ports), "x_pop": Out(ports), "x_load": Out(ports),
                 "x_grant": Out(ports).array(ports)} if planes else {}),
+            **({"o_small": Out(1).array(ports)} if small_taps else {}),
         })
 
     def elaborate(self, platform):
@@ -199,6 +211,8 @@ class Switch(wiring.Component):
             granted.append(g)
             if self.planes:
                 m.d.comb += [self.x_load[o].eq(load), self.x_grant[o].eq(grant)]
+            if self.small_taps:
+                m.d.comb += self.o_small[o].eq(out.payload.small)
 
         popped = Signal(n)
         acc = Const(0, n)
@@ -293,9 +307,11 @@ class PlanarSwitch:
             raise UserError(f"a PlanarSwitch of {ports} ports has no room for a data plane")
         return min(cls.PLANE_BITS, 1 << (room.bit_length() - 1))
 
-    def __init__(self, *, ports, routes, payload, depth, counter_width, plane_bits=None):
+    def __init__(self, *, ports, routes, payload, depth, counter_width, plane_bits=None,
+                 small_taps=False):
         from amaranth.lib import data
         self.ports, self.routes, self.depth, self.counter_width = ports, tuple(routes), depth, counter_width
+        self.small_taps = bool(small_taps)
         self.payload = check_payload(payload)
         fields = dict(iter(payload))
         if "data" not in fields:
@@ -308,14 +324,14 @@ class PlanarSwitch:
                                                   if k != "data"})
         self.signature = Switch.signature_of(ports=ports, destinations=len(self.routes),
                                              payload=payload, counter_width=counter_width,
-                                             route_port=True)
+                                             route_port=True, small_taps=small_taps)
 
     def parts(self, name):
         """``{module name: component}`` of the control switch and the data planes."""
         out = {f"{name}_ctl": Switch(ports=self.ports, routes=self.routes,
                                      payload=self.control_payload, depth=self.depth,
                                      counter_width=self.counter_width, route_port=True,
-                                     planes=True)}
+                                     planes=True, small_taps=self.small_taps)}
         widths = sorted({min(self.plane_bits, self.data_bits - lo)
                          for lo in range(0, self.data_bits, self.plane_bits)})
         for w in widths:

@@ -1,4 +1,5 @@
-"""System top: dies on a fabric, a host port, a cycle counter, ``done``, a watchdog, a MARK trace.
+"""System top: dies on a fabric, a host port, a cycle counter, ``done``, a watchdog, a MARK trace,
+and (optionally) a sampler of the fabric and UB counters.
 
 docs/spec/design.md block 6 (UBEP §2.3 Insight 3, §3.3–3.4): ``ranks`` dies
 (:class:`~epfabric.hw.die.Die`) on a ``superpod`` or ``star`` fabric
@@ -17,10 +18,12 @@ from .inc_engine import IncEngine, inc_flit_layout
 from .host import HostSignature, HostTarget, register_inputs, run_control
 from .instances import Sharing, mark_used, shared_modules_active
 from .isa import RANK_BITS
-from .topology import check_timing, check_topology, star, superpod, topology_ranks
+from .topology import (SUPERPOD_HOPS, check_timing, check_topology, star, superpod,
+                       topology_ranks)
 from .validate import UserError, check_int
 
-__all__ = ["System", "trace_entry_layout", "imem_row_window", "MAX_AIVS_PER_DIE"]
+__all__ = ["System", "trace_entry_layout", "imem_row_window", "MAX_AIVS_PER_DIE",
+           "SAMPLE_EVERY_REG", "SAMPLE_RANK_COUNTERS", "MAX_SAMPLE_DEPTH", "sample_layout"]
 
 #: Verilog names of the shared die and core modules (``hierarchical_verilog``).
 DIE_MODULE = "epf_die"
@@ -31,6 +34,30 @@ MAX_AIVS_PER_DIE = 256
 
 #: One entry of the MARK trace buffer.
 trace_entry_layout = data.StructLayout({"core": 16, "cycle": 32, "event": 16})
+
+
+#: The system's own control register (host target CTRL, ``addr``; the dies ignore it): the
+#: counter sampler's interval in cycles, 0 (the reset value) = off.
+SAMPLE_EVERY_REG = 0x100
+
+#: Per-rank counters of a counter sample, in entry order (:func:`sample_layout`).
+SAMPLE_RANK_COUNTERS = ("tx_blocks", "rx_blocks", "tx_stalls", "ub_blocks", "ub_words")
+
+#: Largest ``sample_depth``.
+MAX_SAMPLE_DEPTH = 65535
+
+
+def sample_layout(ranks, superpod):
+    """One entry of the counter sample memory: ``cycle`` (since start), then per rank each
+    counter of :data:`SAMPLE_RANK_COUNTERS`, then (``superpod``) the machine's
+    ``link_blocks`` and ``link_small`` per link kind (:data:`~epfabric.hw.topology.SUPERPOD_HOPS`);
+    32 bits each."""
+    fields = {"cycle": 32}
+    fields.update({name: data.ArrayLayout(32, ranks) for name in SAMPLE_RANK_COUNTERS})
+    if superpod:
+        fields.update({f"link_{what}": data.ArrayLayout(32, len(SUPERPOD_HOPS))
+                       for what in ("blocks", "small")})
+    return data.StructLayout(fields)
 
 
 def imem_row_window(row_words, aivs_per_die):
@@ -111,6 +138,14 @@ class System(wiring.Component):
     flits (each charged as one 512 B block) sent into / delivered from the
     fabric, and cycles the rank's ``tx`` was held off by the fabric.
 
+    Superpod only: ``fabric_link_blocks[k]``, ``fabric_link_small[k]`` for link kind
+    ``k`` of :data:`~epfabric.hw.topology.SUPERPOD_HOPS` (``direct``, ``up``, ``down``,
+    ``t2_up``, ``t2_down``): the flits that entered the links of that kind (``valid &
+    ready`` at the link's input) with a DataBlock, and without one (acks, word stores,
+    loads, fetch-adds and their answers); a flit counts once on every link it crosses
+    (:class:`~epfabric.hw.topology.Fabric`). A rank's own requests never enter the fabric,
+    so ``Σ tx_blocks = direct + up`` and ``Σ rx_blocks = direct + down`` (blocks + small).
+
     Parameters
     ----------
     timing : epfabric.hw.topology.FabricTiming
@@ -151,6 +186,24 @@ class System(wiring.Component):
         slots). ``None`` (default): none of it, and the Verilog is unchanged.
     inc_slots, cube_cycles
         With ``nic``: the engine's aggregator slots; cycles of one cube row.
+    sample_depth : int
+        Entries of the counter sample memory (0..:data:`MAX_SAMPLE_DEPTH`; 0 = no sampler).
+
+    Counter sampler (``sample_depth`` > 0 only)
+    -------------------------------------------
+    Every die counts its UB port's commits (:class:`~epfabric.hw.die.Die` ``ub_counters``:
+    ``ub_blocks``, ``ub_words`` per rank, cleared by ``host.start``), and the system writes a
+    snapshot of its counters (:func:`sample_layout`: ``cycle``, per rank ``tx_blocks``,
+    ``rx_blocks``, ``tx_stalls``, ``ub_blocks``, ``ub_words``, and a superpod's link-kind
+    counters) into a memory of ``sample_depth`` entries: in every cycle of a run (``running``)
+    whose ``cycle`` is a multiple of the control register :data:`SAMPLE_EVERY_REG` (host CTRL
+    write; 0, the reset value, = off), i.e. at cycles 0, N, 2N, ... Each entry holds the
+    counters' values *in* that cycle: for a counter cleared at start, the events of the
+    run's first ``cycle`` cycles. When the memory is full further samples are dropped and
+    counted in ``sample_dropped``. ``host.start`` clears ``sample_count`` and
+    ``sample_dropped``; ``sample_rdata`` shows entry ``sample_raddr`` one tick after it is set.
+    The sampler only reads counters: it never stalls anything, so cycle counts do not depend
+    on it. ``sample_depth`` = 0 (default): none of it, and the Verilog is unchanged.
 
     INC counters (``nic`` only)
     ---------------------------
@@ -168,7 +221,7 @@ class System(wiring.Component):
                  hbm_blocks=16, data_bytes=32, lanes=4, trace_depth=64, width=16,
                  max_outstanding=512, hbm_latency=2, rsp_depth=None, switch_depth=4,
                  shared=None, non_atomic_port=False, nic=None, inc_slots=16, cube_cycles=1,
-                 rank_bits=RANK_BITS):
+                 rank_bits=RANK_BITS, sample_depth=0):
         self._params = dict(timing=timing, topology=topology, aivs_per_die=aivs_per_die,
                             imem_depth=imem_depth, ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks,
                             data_bytes=data_bytes, lanes=lanes, trace_depth=trace_depth, width=width,
@@ -177,6 +230,10 @@ class System(wiring.Component):
                             non_atomic_port=non_atomic_port)
         if rank_bits != RANK_BITS:     # a default machine's parameters (and Verilog) as before
             self._params.update(rank_bits=rank_bits)
+        check_int("sample_depth", sample_depth, 0, MAX_SAMPLE_DEPTH)
+        if sample_depth:               # without a sampler, the parameters (and Verilog) as before
+            self._params.update(sample_depth=sample_depth)
+        self.sample_depth = sample_depth
         if nic is not None:
             self._params.update(nic=nic, inc_slots=inc_slots, cube_cycles=cube_cycles)
             check_int("inc_slots", inc_slots, 1, 1 << 12)
@@ -205,6 +262,8 @@ class System(wiring.Component):
                           hbm_latency=hbm_latency, rsp_depth=rsp_depth,
                           non_atomic_port=non_atomic_port, rank_bits=rank_bits,
                           small_bytes=check_timing(timing).small_bytes or timing.block_bytes)
+        if sample_depth:
+            die_params.update(ub_counters=True)
         if nic is not None:
             if kind != "star":
                 raise UserError(f"an INC machine (nic) needs a star topology, not {topology!r}")
@@ -234,9 +293,17 @@ class System(wiring.Component):
             self.inc_engine = IncEngine(ranks=ranks, tmax=nic["tmax"], lanes=lanes_inc,
                                         slots=inc_slots)
         n = self.n_cores
+        link_ports = {} if kind != "superpod" else {
+            "fabric_link_blocks": Out(32).array(len(SUPERPOD_HOPS)),
+            "fabric_link_small": Out(32).array(len(SUPERPOD_HOPS))}
         inc_ports = {} if nic is None else {
             "inc_ag": Out(32).array(ranks), "inc_rs": Out(32).array(ranks),
             "inc_bar": Out(32).array(ranks), "inc_slot_stalls": Out(32)}
+        sample_ports = {} if not sample_depth else {
+            "sample_count": Out(16), "sample_dropped": Out(32),
+            "sample_raddr": In(range(max(2, sample_depth))),
+            "sample_rdata": Out(sample_layout(ranks, kind == "superpod")),
+            "ub_blocks": Out(32).array(ranks), "ub_words": Out(32).array(ranks)}
         super().__init__({
             "host": In(HostSignature(ranks=ranks, cores=aivs_per_die, all_ranks=True, run=True,
                                      row_bits=8 * data_bytes)),
@@ -252,7 +319,9 @@ class System(wiring.Component):
             "fabric_tx_blocks": Out(32).array(ranks),
             "fabric_rx_blocks": Out(32).array(ranks),
             "fabric_tx_stalls": Out(32).array(ranks),
+            **link_ports,
             **inc_ports,
+            **sample_ports,
         })
 
     def hierarchical_verilog(self, reset, expose=None):
@@ -292,6 +361,46 @@ class System(wiring.Component):
             wiring.connect(m, fabric.rx[r], die.inc_rx)
             m.d.comb += [self.inc_ag[r].eq(die.inc_counts[0]), self.inc_rs[r].eq(die.inc_counts[1]),
                          self.inc_bar[r].eq(die.inc_counts[2])]
+
+    def _sampler(self, m, h, start):
+        """The counter sampler (see the class docstring): an interval register, a countdown
+        and the sample memory, written from the counters the system already outputs."""
+        depth = self.sample_depth
+        for r, die in enumerate(self.dies):
+            m.d.comb += [self.ub_blocks[r].eq(die.ub_blocks), self.ub_words[r].eq(die.ub_words)]
+        every = Signal(32, name="sample_every")
+        with m.If(h["we"] & (h["target"] == HostTarget.CTRL) & (h["addr"] == SAMPLE_EVERY_REG)):
+            m.d.sync += every.eq(h["wdata"])
+        until = Signal(32, name="sample_until")      # cycles to the next sample
+        m.submodules.sample_mem = smem = memory.Memory(shape=self.sample_rdata.shape(),
+                                                        depth=depth, init=[])
+        sw = smem.write_port()
+        srd = smem.read_port(transparent_for=())
+        m.d.comb += [srd.addr.eq(self.sample_raddr), self.sample_rdata.eq(srd.data)]
+        entry = Signal(self.sample_rdata.shape())
+        m.d.comb += entry.cycle.eq(self.host.cycle)
+        for r in range(self.ranks):
+            for name in SAMPLE_RANK_COUNTERS:
+                source = (getattr(self, name) if name.startswith("ub_")
+                          else getattr(self, f"fabric_{name}"))
+                m.d.comb += entry[name][r].eq(source[r])
+        if self.kind == "superpod":
+            for k in range(len(SUPERPOD_HOPS)):
+                m.d.comb += [entry.link_blocks[k].eq(self.fabric_link_blocks[k]),
+                             entry.link_small[k].eq(self.fabric_link_small[k])]
+        on = self.host.running & (every != 0)
+        take = on & (until == 0)
+        full = self.sample_count >= depth
+        m.d.comb += [sw.addr.eq(self.sample_count[:max(1, ceil_log2(depth))] if depth > 1 else 0),
+                     sw.data.eq(entry), sw.en.eq(take & ~full & ~start)]
+        with m.If(start):
+            m.d.sync += [until.eq(0), self.sample_count.eq(0), self.sample_dropped.eq(0)]
+        with m.Elif(on):
+            m.d.sync += until.eq(Mux(until == 0, every - 1, until - 1))
+            with m.If(take & ~full):
+                m.d.sync += self.sample_count.eq(self.sample_count + 1)
+            with m.Elif(take):
+                m.d.sync += self.sample_dropped.eq(self.sample_dropped + 1)
 
     def distance(self, src, dst):
         """Distance class of rank ``src`` → ``dst`` (see :meth:`Fabric.distance`)."""
@@ -353,8 +462,14 @@ class System(wiring.Component):
                 ]
                 traces.append((die.trace[c], die.trace_event[c]))
             dies_done.append(die.done)
+        if self.kind == "superpod":
+            for k in range(len(SUPERPOD_HOPS)):
+                m.d.comb += [self.fabric_link_blocks[k].eq(fabric.link_blocks[k]),
+                             self.fabric_link_small[k].eq(fabric.link_small[k])]
         if self.nic is not None:
             self._inc_network(m)
+        if self.sample_depth:
+            self._sampler(m, h, start)
         # host reads: exactly one die answers (the one addressed hbm_latency cycles ago)
         rvalid = Cat(*(die.host.rvalid for die in self.dies))
         m.d.comb += self.host.rvalid.eq(rvalid.any())

@@ -29,7 +29,7 @@ block's path sums to its class latency. Hardware never sees physical units.
 import functools
 from dataclasses import dataclass, field
 
-from amaranth.hdl import Const, Module, Shape
+from amaranth.hdl import Const, Module, Shape, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -156,6 +156,12 @@ class Fabric(wiring.Component):
     parts : dict or None
         ``{module name: component}``: the shared modules, for the caller to
         convert (``System.hierarchical_verilog``).
+    link_kinds : list or None
+        The kind of each link of ``links`` (a key of ``kinds``), or ``None`` for a link that
+        is not counted (the endpoints' rate limiters); ``None``: no link is counted.
+    kinds : tuple
+        The link kinds counted per kind (``link_blocks``, ``link_small``): :func:`superpod`
+        gives :data:`SUPERPOD_HOPS`; empty (the default, and :func:`star`): no such counters.
 
     Attributes
     ----------
@@ -168,6 +174,15 @@ class Fabric(wiring.Component):
         ``dst = ranks + j``).
     tx_blocks, rx_blocks, tx_stalls : Out(counter_width).array(ranks)
         Blocks sent and delivered per rank, and cycles a rank's ``tx`` was held off.
+    link_blocks, link_small : Out(counter_width).array(len(kinds)), present when ``kinds``
+        Per link kind ``kinds[k]``, since reset: the flits that entered a link of that kind
+        (``valid & ready`` on the link's input, one per cycle and link) carrying a DataBlock
+        (``link_blocks``) and those without one (``link_small``: acks, word stores, loads,
+        fetch-adds and their answers -- the payload's ``small`` bit, read from the sending
+        switch's ``o_small`` tap; a payload without ``small`` counts every flit as a block).
+        A flit is counted once on every link it crosses, so a flit to another board counts
+        once in each of ``up``, ``t2_up``, ``t2_down`` and ``down``. Observation only: no
+        cycle changes.
     switches : dict
         The switches by name (their counters are readable in simulation).
     parts : dict
@@ -175,7 +190,7 @@ class Fabric(wiring.Component):
     """
 
     def __init__(self, *, ranks, payload, switches, links, wires=(), attach=0, classes=None,
-                 counter_width=32, instances=None, parts=None):
+                 counter_width=32, instances=None, parts=None, link_kinds=None, kinds=()):
         self.ranks = ranks
         self.payload = check_payload(payload)
         self.switches = dict(switches)
@@ -185,6 +200,14 @@ class Fabric(wiring.Component):
         self._classes = classes
         self._instances = dict(instances or {})
         self.parts = dict(parts or {})
+        self.kinds = tuple(kinds)
+        self.link_kinds = list(link_kinds) if link_kinds is not None else [None] * len(self.links)
+        if len(self.link_kinds) != len(self.links):
+            raise UserError(f"link_kinds has {len(self.link_kinds)} entries for "
+                            f"{len(self.links)} links")
+        unknown = sorted({k for k in self.link_kinds if k is not None} - set(self.kinds))
+        if unknown:
+            raise UserError(f"link_kinds names {', '.join(unknown)}, not in kinds {self.kinds}")
         flit = stream.Signature(payload)
         members = {
             "tx": In(flit).array(ranks),
@@ -193,6 +216,9 @@ class Fabric(wiring.Component):
             "rx_blocks": Out(counter_width).array(ranks),
             "tx_stalls": Out(counter_width).array(ranks),
         }
+        if self.kinds:
+            members["link_blocks"] = Out(counter_width).array(len(self.kinds))
+            members["link_small"] = Out(counter_width).array(len(self.kinds))
         if attach:
             members["attach_tx"] = In(flit).array(attach)
             members["attach_rx"] = Out(flit).array(attach)
@@ -222,7 +248,25 @@ class Fabric(wiring.Component):
                 m.d.sync += self.tx_stalls[r].eq(self.tx_stalls[r] + 1)
             with m.If(rx.valid & rx.ready):
                 m.d.sync += self.rx_blocks[r].eq(self.rx_blocks[r] + 1)
+        self._link_counters(m)
         return m
+
+    def _link_counters(self, m):
+        """``link_blocks``/``link_small`` += the flits entering the links of each kind."""
+        for k, kind in enumerate(self.kinds):
+            blocks, small = [], []
+            for n, (link, src, _dst) in enumerate(self.links):
+                if self.link_kinds[n] != kind:
+                    continue
+                fire = link.i_stream.valid & link.i_stream.ready
+                # the tap, not the payload: a native glue would otherwise read every payload
+                switch = self.switches.get(src[0])
+                tap = switch.o_small[src[1]] if hasattr(switch, "o_small") else None
+                blocks.append(fire if tap is None else fire & ~tap)
+                small.append(0 if tap is None else fire & tap)
+            if blocks:
+                m.d.sync += [self.link_blocks[k].eq(self.link_blocks[k] + _popcount(blocks)),
+                             self.link_small[k].eq(self.link_small[k] + _popcount(small))]
 
     def _child(self, key, child):
         """``child`` itself, or the instance of its shared module."""
@@ -242,6 +286,15 @@ class Fabric(wiring.Component):
         if kind in ("rx", "attach_rx"):
             return wiring.flipped(getattr(self, kind)[idx])
         return self.switches[kind].i_stream[idx]
+
+
+def _popcount(bits):
+    """The number of set bits among ``bits`` (one-bit values), as a balanced adder tree."""
+    values = [Value.cast(b) for b in bits]
+    while len(values) > 1:
+        values = [values[i] + values[i + 1] if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]
 
 
 def link_label(n, src, dst):
@@ -267,26 +320,28 @@ class _Children:
         self.shared = shared
         self.switches, self.links = {}, []
         self.instances, self.parts = {}, {}
+        self.link_kinds = []                 # the kind of each link (None: not counted)
         self._switch_kinds, self._link_kinds = {}, []
 
-    def switch(self, name, *, ports, routes, payload, depth, counter_width):
-        kind = (ports, len(routes), depth, counter_width)
+    def switch(self, name, *, ports, routes, payload, depth, counter_width, small_taps=False):
+        kind = (ports, len(routes), depth, counter_width, small_taps)
         wide = self.shared is not None and _output_bits(Switch.signature_of(
             ports=ports, destinations=len(routes), payload=payload, counter_width=counter_width,
-            route_port=False)) > MAX_INSTANCE_OUTPUT_BITS
+            route_port=False, small_taps=small_taps)) > MAX_INSTANCE_OUTPUT_BITS
         # the native backend records instances instead of building them: a wide switch is
         # one there too, converted as a PlanarSwitch (control switch + data planes)
         planar = wide and self.shared.expose is not None and "data" in dict(iter(payload))
         if self.shared is None or (wide and not planar):
             self.switches[name] = Switch(ports=ports, routes=routes, payload=payload, depth=depth,
-                                         counter_width=counter_width)
+                                         counter_width=counter_width, small_taps=small_taps)
             return
         if kind not in self._switch_kinds:
             module = self.shared.module(f"epf_switch{len(self._switch_kinds)}")
             self._switch_kinds[kind] = module
             cls = PlanarSwitch if planar else functools.partial(Switch, route_port=True)
             self.parts[module.name] = cls(ports=ports, routes=routes, payload=payload,
-                                          depth=depth, counter_width=counter_width)
+                                          depth=depth, counter_width=counter_width,
+                                          small_taps=small_taps)
         module = self._switch_kinds[kind]
         part = self.parts[module.name]
         self.switches[name] = part.signature.create(path=(name,))
@@ -294,8 +349,9 @@ class _Children:
         self.instances[name] = (module, {f"routes_in__{d}": Const(p, width)
                                          for d, p in enumerate(routes)})
 
-    def link(self, params, src, dst):
+    def link(self, params, src, dst, kind=None):
         n = len(self.links)
+        self.link_kinds.append(kind)
         if self.shared is None:
             self.links.append((Link(**params), src, dst))
             return
@@ -312,7 +368,7 @@ class _Children:
 
     def fabric_args(self):
         return dict(switches=self.switches, links=self.links, instances=self.instances,
-                    parts=self.parts)
+                    parts=self.parts, link_kinds=self.link_kinds)
 
 
 def check_timing(timing):
@@ -432,6 +488,10 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
     Returns
     -------
     Fabric
+        With per-link-kind counters ``link_blocks``/``link_small`` over
+        :data:`SUPERPOD_HOPS` (:class:`Fabric`): ``direct`` (die ↔ die of an NPU, both
+        directions), ``up`` (die → tier-1), ``down`` (tier-1 → die), ``t2_up`` (tier-1 →
+        tier-2), ``t2_down`` (tier-2 → tier-1). The endpoints' rate limiters are not counted.
 
     Raises
     ------
@@ -447,8 +507,10 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
 
     children = _Children(shared)
 
-    def link(latency, src, dst):
-        children.link(timing.link_params(payload, latency), src, dst)
+    def link(latency, src, dst, kind=None):
+        children.link(timing.link_params(payload, latency), src, dst, kind)
+
+    taps = "small" in dict(iter(payload))      # the switches feed the link counters
 
     def npu_of(r):
         return r // dpn
@@ -469,32 +531,34 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
             else:
                 routes.append(uplink)
         children.switch(f"die{r}", ports=uplink + has_t1, routes=routes, payload=payload,
-                        depth=switch_depth, counter_width=counter_width)
+                        depth=switch_depth, counter_width=counter_width, small_taps=taps)
         link(0, ("tx", r), (f"die{r}", 0))
         link(0, (f"die{r}", 0), ("rx", r))
         for i, s in enumerate(siblings):
             back = [t for t in range(npu_of(s) * dpn, npu_of(s) * dpn + dpn) if t != s].index(r)
-            link(hops["direct"], (f"die{r}", 1 + i), (f"die{s}", 1 + back))
+            link(hops["direct"], (f"die{r}", 1 + i), (f"die{s}", 1 + back), "direct")
         if has_t1:
             t1, k = f"t1_{board_of(r)}", r % dpb
-            link(hops["up"], (f"die{r}", uplink), (t1, k))
-            link(hops["down"], (t1, k), (f"die{r}", uplink))
+            link(hops["up"], (f"die{r}", uplink), (t1, k), "up")
+            link(hops["down"], (t1, k), (f"die{r}", uplink), "down")
     if has_t1:
         for b in range(nb):
             routes = [d % dpb if board_of(d) == b else dpb + d % dpb for d in range(ranks)]
             children.switch(f"t1_{b}", ports=dpb * (2 if nb > 1 else 1), routes=routes,
-                            payload=payload, depth=switch_depth, counter_width=counter_width)
+                            payload=payload, depth=switch_depth, counter_width=counter_width,
+                            small_taps=taps)
     if nb > 1:
         for k in range(dpb):
             children.switch(f"t2_{k}", ports=nb, routes=[board_of(d) for d in range(ranks)],
-                            payload=payload, depth=switch_depth, counter_width=counter_width)
+                            payload=payload, depth=switch_depth, counter_width=counter_width,
+                            small_taps=taps)
             for b in range(nb):
-                link(hops["t2_up"], (f"t1_{b}", dpb + k), (f"t2_{k}", b))
-                link(hops["t2_down"], (f"t2_{k}", b), (f"t1_{b}", dpb + k))
+                link(hops["t2_up"], (f"t1_{b}", dpb + k), (f"t2_{k}", b), "t2_up")
+                link(hops["t2_down"], (f"t2_{k}", b), (f"t1_{b}", dpb + k), "t2_down")
 
     classes = superpod_distance(dpn, npb)
     fabric = Fabric(ranks=ranks, payload=payload, classes=classes, counter_width=counter_width,
-                    **children.fabric_args())
+                    kinds=SUPERPOD_HOPS, **children.fabric_args())
     fabric.shape = {"dies_per_npu": dpn, "npus_per_board": npb, "boards": nb}
     return fabric
 

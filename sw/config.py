@@ -22,12 +22,19 @@ from dataclasses import asdict, dataclass
 from ..hw.inc_endpoint import MODES, agrs_control_map, agrs_memory_map
 from ..hw.aiv_core import MAX_WINDOW
 from ..hw.isa import RANK_BITS, check_rank_bits
-from ..hw.system import MAX_AIVS_PER_DIE
-from ..hw.topology import check_topology, topology_ranks
+from ..hw.system import MAX_AIVS_PER_DIE, MAX_SAMPLE_DEPTH
+from ..hw.topology import SUPERPOD_HOPS, check_topology, topology_ranks
 from ..hw.validate import UserError, check_bool, check_choice, check_int, check_multiple, check_pow2
 from .presets import get_preset, preset_names
 
-__all__ = ["MachineConfig", "AgrsConfig", "parse_topology", "format_topology"]
+__all__ = ["MachineConfig", "AgrsConfig", "parse_topology", "format_topology", "link_counter"]
+
+
+def link_counter(what, kind):
+    """The report's name of a superpod's counter of ``what`` (``"blocks"`` or ``"small"``)
+    flits on the links of ``kind`` (:data:`~epfabric.hw.topology.SUPERPOD_HOPS`):
+    ``link_blocks.up``, ... (System's ``fabric_link_blocks``/``fabric_link_small``)."""
+    return f"link_{what}.{kind}"
 
 
 def parse_topology(text):
@@ -98,6 +105,11 @@ class MachineConfig:
     #: ranks, 2**15 blocks a rank) or fewer, for more blocks a rank; the programs must be
     #: built for it (a kernel that needs more blocks picks it: :func:`~epfabric.hw.isa.rank_bits_for`)
     rank_bits: int = RANK_BITS
+    #: entries of the counter sampler's memory (:class:`~epfabric.hw.system.System`
+    #: ``sample_depth``; the interval is a runtime register, :meth:`Machine.set_sampling
+    #: <epfabric.sw.machine.Machine.set_sampling>`); 0 (default) builds no sampler and no UB
+    #: commit counters, and the Verilog is unchanged
+    sample_depth: int = 0
 
     #: the JSON-facing factory of the top (``ComponentSpec`` of a backend)
     factory = "epfabric.sw.tops:aiv_system"
@@ -121,6 +133,7 @@ class MachineConfig:
         check_int("max_outstanding", self.max_outstanding, 1, MAX_WINDOW)
         check_choice("width", self.width, (8, 16, 32))
         check_bool("non_atomic_port", self.non_atomic_port)
+        check_int("sample_depth", self.sample_depth, 0, MAX_SAMPLE_DEPTH)
         window = preset.knobs().get("store_window")
         if window is not None and window > self.max_outstanding:
             raise UserError(f"send_window_bytes={preset.send_window_bytes} of preset "
@@ -185,11 +198,19 @@ class MachineConfig:
     def status_ports(self):
         """Outputs read after every run: ``{"cores": {field: [port, ...]}, "counters": {...}}``.
 
-        ``cores`` has one port per global core id, ``counters`` one per rank.
+        ``cores`` has one port per global core id, ``counters`` one per rank -- except a
+        superpod's per-link-kind counters, one for the machine each (:func:`link_counter`).
         """
         cores = range(self.cores)
         counters = {k: [f"fabric_{k}.{r}" for r in range(self.ranks)]
                     for k in ("tx_blocks", "rx_blocks", "tx_stalls")}
+        if self.topology[0] == "superpod":     # one machine-wide value each
+            for what in ("blocks", "small"):
+                counters.update({link_counter(what, kind): [f"fabric_link_{what}.{i}"]
+                                 for i, kind in enumerate(SUPERPOD_HOPS)})
+        if self.sample_depth:                  # the UB port commit counters come with the sampler
+            counters.update({k: [f"{k}.{r}" for r in range(self.ranks)]
+                             for k in ("ub_blocks", "ub_words")})
         if self.has_nic:
             counters.update({f"inc_{k}": [f"inc_{k}.{r}" for r in range(self.ranks)]
                              for k in ("ag", "rs", "bar")})
@@ -211,6 +232,8 @@ class MachineConfig:
             del d["width"]
         if self.rank_bits == RANK_BITS:
             del d["rank_bits"]
+        if not self.sample_depth:
+            del d["sample_depth"]
         if not self.has_nic:
             for k in ("nic_mode", "nic_tmax", "inc_slots"):
                 del d[k]

@@ -21,9 +21,10 @@ import abc
 from ..hw.aiv_core import BAR_WAIT_ADDR, INC_WAIT_ADDR
 from ..hw.die import KNOBS, check_knob
 from ..hw.host import HostTarget
-from ..hw.system import imem_row_window
+from ..hw.system import SAMPLE_EVERY_REG, SAMPLE_RANK_COUNTERS, imem_row_window
+from ..hw.topology import SUPERPOD_HOPS
 from ..hw.validate import UserError, UserTypeError, check_int, check_word
-from .config import MachineConfig
+from .config import MachineConfig, link_counter
 from .isa import INC_COUNTERS, RANK_BITS, address, split_address
 from .presets import get_preset
 from .report import Report, WatchdogTimeout
@@ -44,7 +45,10 @@ class Backend(abc.ABC):
         ``load_cycles`` and ``read_cycles`` (host cycles of the loading and the read-back),
         ``mem`` (``{rank: [word, ...]}``), ``status`` (the values of
         ``session["status"]``, same structure), and, when ``session["trace"]``,
-        ``trace`` (list of ``[core, cycle, event]``) and ``trace_dropped``.
+        ``trace`` (list of ``[core, cycle, event]``) and ``trace_dropped``; when
+        ``session["samples"]``, ``samples`` (the counter sampler's entries, each a dict of
+        :func:`~epfabric.hw.system.sample_layout`'s fields: ``cycle`` an int, every other field
+        a list) and ``samples_dropped``.
         """
 
 
@@ -128,6 +132,9 @@ class Machine:
         self._read_ranges = [(0, config.readback_blocks)]
         self._readback = None
         self.last_report = None
+        #: the counter sampler's interval in cycles for every following run (0 = off;
+        #: :meth:`set_sampling`)
+        self.sample_every = 0
 
     @property
     def ranks(self):
@@ -215,6 +222,16 @@ class Machine:
             return
         self.knobs[name] = check_knob(name, value, self.config.max_outstanding)
 
+    def set_sampling(self, every):
+        """Sample the fabric and UB counters every ``every`` cycles of each following run
+        (0: off), into the sampler a configuration with ``sample_depth`` > 0 builds
+        (:class:`~epfabric.hw.system.System`): the report's :attr:`~Report.samples`. Never
+        changes a run's cycles."""
+        if not getattr(self.config, "sample_depth", 0):
+            raise UserError("set_sampling needs a machine with a counter sampler "
+                            "(MachineConfig sample_depth > 0)")
+        self.sample_every = check_int("sample_every", every, 0, (1 << 32) - 1)
+
     def read_back(self, ranges):
         """Read back only these ``[(first block, blocks), ...]`` of every rank after the next run.
 
@@ -273,9 +290,13 @@ class Machine:
             writes.append([HostTarget.CTRL.value, 0, 0, register, value])
         for name, value in sorted(self.knobs.items()):      # to every die (hw/system.py)
             writes.append([HostTarget.CTRL.value, 0, 0, KNOBS[name], value])
+        sampler = bool(getattr(self.config, "sample_depth", 0))
+        if sampler and self.sample_every:                   # the system's own register
+            writes.append([HostTarget.CTRL.value, 0, 0, SAMPLE_EVERY_REG, self.sample_every])
         return {"writes": writes, "max_cycles": max_cycles, "rows": rows,
                 "read_blocks": [list(r) for r in self._read_ranges], "words_per_block": wpb,
-                "status": self.config.status_ports(), "trace": self.config.has_trace}
+                "status": self.config.status_ports(), "trace": self.config.has_trace,
+                "samples": sampler}
 
     def _program_writes(self, rows):
         """Host writes of every program and its core's enable bit."""
@@ -332,6 +353,7 @@ class Machine:
                         timeout=bool(out["timeout"]), trace=trace, cores=cores,
                         counters=dict(status["counters"]),
                         trace_dropped=out.get("trace_dropped", 0),
+                        samples=self._samples(out),
                         extra={k: out.get(k) for k in ("run_wall_s", "load_cycles",
                                                        "read_cycles")})
         self.last_report = report
@@ -339,6 +361,21 @@ class Machine:
             report.diagnosis = self._diagnose(report, max_cycles)
             raise WatchdogTimeout(report)
         return report
+
+    def _samples(self, out):
+        """:attr:`Report.samples` of a run's sampler entries (``{}`` without a sampler)."""
+        if "samples" not in out:
+            return {}
+        entries = out["samples"]
+        values = {name: [[e[name][r] for e in entries] for r in range(self.ranks)]
+                  for name in SAMPLE_RANK_COUNTERS}
+        if self.config.topology[0] == "superpod":
+            for what in ("blocks", "small"):
+                values.update({link_counter(what, kind): [[e[f"link_{what}"][k] for e in entries]]
+                               for k, kind in enumerate(SUPERPOD_HOPS)})
+        return {"every": self.sample_every, "depth": self.config.sample_depth,
+                "dropped": out["samples_dropped"], "cycles": [e["cycle"] for e in entries],
+                "values": values}
 
     def _diagnose(self, report, max_cycles):
         if not self.has_cores:

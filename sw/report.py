@@ -3,7 +3,31 @@
 import json
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["Report", "WatchdogTimeout"]
+__all__ = ["Report", "WatchdogTimeout", "RATE_TRACKS", "MAX_RATE_STEPS", "rate_track"]
+
+#: ``{counter: (track label, scale)}`` of the sampled counters' rate tracks
+#: (:meth:`Report.chrome_trace`): the track shows ``scale`` x the counter's increase per µs;
+#: ``scale`` ``None``: per cent of the interval's cycles (``tx_stalls``: the share of cycles
+#: the die's link held its ``tx`` off). ``tx_blocks`` and ``rx_blocks`` count every flit of
+#: the die's link (a data block or a small one).
+RATE_TRACKS = {"tx_blocks": ("link tx flits/µs", 1.0), "rx_blocks": ("link rx flits/µs", 1.0),
+               "tx_stalls": ("link tx stalled %", None),
+               "ub_blocks": ("UB block commits/µs", 1.0),
+               "ub_words": ("UB word commits/µs", 1.0)}
+
+#: Most steps of one rate track (samples beyond are merged: every k-th is kept)
+MAX_RATE_STEPS = 500
+
+
+def rate_track(name):
+    """``(label, scale)`` of counter ``name``'s rate track (:data:`RATE_TRACKS`; a link kind's
+    ``link_blocks.up`` is ``"up links: block flits/µs"``)."""
+    if name in RATE_TRACKS:
+        return RATE_TRACKS[name]
+    what, _, kind = name.partition(".")
+    if what in ("link_blocks", "link_small") and kind:
+        return f"{kind} links: {'block' if what == 'link_blocks' else 'small'} flits/µs", 1.0
+    return f"{name}/µs", 1.0
 
 
 class WatchdogTimeout(RuntimeError):
@@ -22,6 +46,15 @@ class Report:
     ``halted``, ``fault``, ``waiting``, ``wait_addr``; empty for machines
     without cores); ``counters`` the machine's counters by name, one value
     per rank; ``trace`` the MARK records (:meth:`marks`).
+
+    ``samples`` (a machine with a counter sampler, ``MachineConfig.sample_depth``; else
+    ``{}``): ``every`` (the interval in cycles, 0 = the sampler was off), ``depth``,
+    ``dropped`` (samples the full memory could not hold: the run's later ones), ``cycles``
+    (each sample's cycle) and ``values``: ``{counter: [series, ...]}`` with one series per
+    rank (one for the machine-wide link counters), each the counter's cumulative value at
+    every sample -- the same counters, names and order as :attr:`counters`
+    (``tx_blocks``, ``rx_blocks``, ``tx_stalls``, ``ub_blocks``, ``ub_words``,
+    ``link_blocks.<kind>``, ``link_small.<kind>``).
     """
     config: dict
     backend: str
@@ -35,6 +68,7 @@ class Report:
     trace_dropped: int = 0
     diagnosis: str = ""
     extra: dict = field(default_factory=dict)
+    samples: dict = field(default_factory=dict)
 
     def marks(self, event=None, rank=None, core=None):
         """MARK records, filtered; each is ``{"rank", "core", "cycle", "event"}``."""
@@ -73,15 +107,25 @@ class Report:
         A flow whose slice is not in the trace, or whose end would precede its
         start, is left out and counted in ``otherData["flows_unmatched"]``.
 
-        Counters (``"C"`` events, one track per counter and rank, named
-        ``"<counter> (end-of-run total)"``): :attr:`counters` are cumulative
-        totals since reset read once, after the run stopped (e.g. the fabric's
-        ``tx_blocks``/``rx_blocks``/``tx_stalls`` per rank) — no time series
-        exists, so each track has one sample, at the run's last cycle
-        (``cycles``). A counter with one value for the whole machine
-        (``inc_slot_stalls``) goes on rank 0's process, named ``"... (machine,
-        end-of-run total)"``. Per-cycle link occupancy and UB port commits are
-        only in a waveform (``--vcd``), not in the report.
+        Counters (``"C"`` events): every counter of :attr:`counters` -- cumulative totals
+        read once, after the run stopped -- has a track ``"<counter> (end-of-run total)"``
+        per rank with one sample at the run's last cycle (``cycles``); a counter with one
+        value for the whole machine (the link kinds', ``inc_slot_stalls``) goes on rank 0's
+        process, named ``"... (machine, end-of-run total)"``.
+
+        With :attr:`samples` (the counter sampler), each sampled counter also gets a
+        *rate* track (:data:`RATE_TRACKS`; e.g. ``"link tx flits/µs (rank 3)"``,
+        ``"UB block commits/µs (rank 0)"``, ``"direct links: block flits/µs (machine)"``):
+        from each sample to the next (the last to the end-of-run total at ``cycles``) the
+        counter's increase per microsecond of simulated time (``tx_stalls``: per cent of the
+        cycles), as a step that holds until the next sample, then 0 at ``cycles``. A rate
+        and not the cumulative count, because Perfetto draws a counter as a step line: a
+        cumulative count is a staircase whose slope must be read by eye, a rate is a level
+        -- a saturated link is a plateau at its bandwidth, a stall a drop to 0, and two
+        systems side by side compare at a glance (the totals are on their own tracks). A
+        counter that stayed 0 the whole run gets no rate track; more than
+        :data:`MAX_RATE_STEPS` intervals are merged into that many (every k-th sample:
+        exact, the counters are cumulative).
         """
         events = []
         for rank in sorted({t["rank"] for t in self.trace}):
@@ -119,7 +163,7 @@ class Report:
         for marks in open_.values():      # starts that never ended stay instants
             events += [self._instant(t, cycle_ns) for t in marks]
         flow_events, unmatched = self._flows(events, flows or (), cycle_ns)
-        events += flow_events + self._counter_events(cycle_ns)
+        events += flow_events + self._counter_events(cycle_ns) + self._rate_events(cycle_ns)
         return {"traceEvents": events, "displayTimeUnit": "ns",
                 "otherData": {"flows_unmatched": unmatched}}
 
@@ -165,6 +209,38 @@ class Report:
                            f"{name} (end-of-run total)") for i in range(len(values))]
             out += [{"name": track, "ph": "C", "pid": pid, "ts": ts, "args": {"value": value}}
                     for (pid, track), value in zip(tracks, values)]
+        return out
+
+    def _rate_events(self, cycle_ns):
+        """The rate tracks of :attr:`samples` (:meth:`chrome_trace`)."""
+        if not self.samples or not self.samples.get("cycles"):
+            return []
+        ranks = sorted({c["rank"] for c in self.cores} | {t["rank"] for t in self.trace})
+        cycles = list(self.samples["cycles"])
+        out = []
+        for name, series in self.samples["values"].items():
+            label, scale = rate_track(name)
+            end = list(self.counters.get(name, ()))
+            for i, values in enumerate(series):
+                points = list(zip(cycles, values))
+                if len(end) == len(series) and self.cycles > cycles[-1]:
+                    points.append((self.cycles, end[i]))
+                if not any(v for _c, v in points):
+                    continue
+                step = -(-(len(points) - 1) // MAX_RATE_STEPS) if len(points) > 1 else 1
+                points = points[::step] + ([points[-1]] if (len(points) - 1) % step else [])
+                if len(series) == 1 and len(ranks) != 1:
+                    pid, track = (ranks[0] if ranks else 0), f"{label} (machine)"
+                else:
+                    pid = ranks[i] if len(ranks) == len(series) else i
+                    track = f"{label} (rank {pid})"
+                for (c0, v0), (c1, v1) in zip(points, points[1:]):
+                    rate = (100.0 * (v1 - v0) / (c1 - c0) if scale is None else
+                            (v1 - v0) * scale / ((c1 - c0) * cycle_ns / 1000.0))
+                    out.append({"name": track, "ph": "C", "pid": pid,
+                                "ts": c0 * cycle_ns / 1000.0, "args": {"value": rate}})
+                out.append({"name": track, "ph": "C", "pid": pid,
+                            "ts": points[-1][0] * cycle_ns / 1000.0, "args": {"value": 0}})
         return out
 
     @staticmethod

@@ -11,8 +11,8 @@ Verilator execute literally the same host-port sequence
 3. a wait for ``stop`` (the machine finished, or its watchdog fired) — on
    Icarus/Verilator a native edge wait, with no Python per simulated cycle;
 4. read back run control, the status outputs the configuration names, the
-   MARK trace buffer (AIV machine) and every read-back memory word of every
-   rank at once (``re_all``).
+   MARK trace buffer (AIV machine), the counter sampler's memory (a machine with
+   ``sample_depth``) and every read-back memory word of every rank at once (``re_all``).
 """
 
 import time
@@ -55,6 +55,28 @@ async def _read_trace(bench):
     return trace, await bench.get("trace_dropped")
 
 
+async def _read_samples(bench):
+    """The counter sampler's entries (each a dict of the sample layout's fields) and its
+    ``sample_dropped``, one entry a tick through ``sample_raddr`` -- or straight from the
+    memory on the native backend (``backdoor_samples``, the MARK trace's rule)."""
+    count = await bench.get("sample_count")
+    direct = getattr(bench, "backdoor_samples", None)
+    raw = direct(count) if direct is not None else None
+    if raw is None:
+        raw = []
+        for i in range(count):
+            bench.set("sample_raddr", i)
+            await bench.tick()  # sample_rdata is valid one tick after sample_raddr
+            raw.append(await bench.get("sample_rdata"))
+    layout = bench.component.sample_rdata.shape()
+    samples = []
+    for value in raw:
+        entry = bench.decode("sample_rdata", value)
+        samples.append({name: int(entry[name]) if name == "cycle" else
+                        [int(v) for v in entry[name]] for name, _ in layout})
+    return samples, await bench.get("sample_dropped")
+
+
 async def session_intent(bench, session):
     """Testbench intent: one machine session (see the module docstring)."""
     top = bench.component
@@ -68,6 +90,8 @@ async def session_intent(bench, session):
                         for group, fields in session["status"].items()}
     if session["trace"]:
         result["trace"], result["trace_dropped"] = await _read_trace(bench)
+    if session.get("samples"):
+        result["samples"], result["samples_dropped"] = await _read_samples(bench)
     blocks = [b for lo, n in session["read_blocks"] for b in range(lo, lo + n)]
     c0 = bench.cycle
     result["mem"] = await host_read_blocks(bench, top.ranks, blocks, session["words_per_block"],

@@ -105,14 +105,15 @@ def _ports(folder, name):
 def _mems(folder, name):
     """``[(memory name, C++ expression, header or None)]`` of a model's backdoor memories: a die's HBM
     (``hbm``) and its cores' instruction memories (``core<i>.imem``), inlined or not, and the
-    system's MARK trace buffer (``trace``, in the glue)."""
+    system's MARK trace buffer (``trace``) and counter sample memory (``samples``), in the glue."""
     root = (folder / f"V{name}___024root.h").read_text()
     out = [("hbm", f"m->rootp->{n}", None)
            for n in re.findall(r"VlUnpacked<[^;]*> (\w+__DOT__hbm__DOT__mem);", root)]
     out += [(f"core{c}.imem", f"m->rootp->{n}", None)
             for n, c in re.findall(r"VlUnpacked<[^;]*> (\w+__DOT__core(\d+)__DOT__imem);", root)]
-    out += [("trace", f"m->rootp->{n}", None)
-            for n in re.findall(r"VlUnpacked<[^;]*> (\w+__DOT__trace_mem);", root)]
+    for mem, verilog in (("trace", "trace_mem"), ("samples", "sample_mem")):
+        out += [(mem, f"m->rootp->{n}", None)
+                for n in re.findall(rf"VlUnpacked<[^;]*> (\w+__DOT__{verilog});", root)]
     for sub, ptr, c in re.findall(rf"V{name}_(\w+)\* (__PVT__\w+__DOT__core(\d+));", root):
         header = folder / f"V{name}_{sub}.h"
         if header.exists() and re.search(r"VlUnpacked<[^;]*> __PVT__imem;", header.read_text()):
@@ -276,7 +277,8 @@ class NativeTestbench(Testbench):
         self._glue = 0                      # the netlist's first instance (native_top.cpp)
         # what went through the backdoor: memory words or rows written, blocks and trace
         # entries read (LAST_STATS after the run)
-        self.backdoor_used = {"backdoor_writes": 0, "backdoor_blocks": 0, "backdoor_trace": 0}
+        self.backdoor_used = {"backdoor_writes": 0, "backdoor_blocks": 0, "backdoor_trace": 0,
+                              "backdoor_samples": 0}
 
     def _check(self, status=0):
         err = self._c.epf_error(self._h)
@@ -431,14 +433,22 @@ class NativeTestbench(Testbench):
     def backdoor_trace(self, count):
         """The first ``count`` raw MARK trace entries, straight from the glue's trace buffer, or
         ``None`` (the port then reads them, one a cycle). Same rule as the read-back."""
+        return self._glue_entries("trace", count)
+
+    def backdoor_samples(self, count):
+        """The first ``count`` raw entries of the counter sampler's memory, as
+        :meth:`backdoor_trace` reads the MARK trace (same rule), or ``None``."""
+        return self._glue_entries("samples", count)
+
+    def _glue_entries(self, name, count):
         if not (backdoor(count) and self._finished()):
             return None
-        mem = self._mem(self._glue, "trace")
+        mem = self._mem(self._glue, name)
         if mem is None or count > mem[2]:
             return None
         k, size, _depth = mem
         raw = self._peek(self._glue, k, 0, count * size)
-        self.backdoor_used["backdoor_trace"] += count
+        self.backdoor_used[f"backdoor_{name}"] += count
         return [int.from_bytes(raw[i * size:(i + 1) * size], "little") for i in range(count)]
 
     def _poke(self, inst, mem, offset, data):

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from ...hw.validate import UserError
+from ...hw.validate import UserError, check_int
 from ...sw.config import parse_topology
 from ...sw.kernels import KERNELS, run_kernel
 from ...sw.machine import WatchdogTimeout
@@ -28,7 +28,15 @@ from ..backends.machine import backend as make_backend
 from ..backends.waveforms import Waveform, parse_scopes
 from .common import check_output, max_cycles, parse_params, positive, write_json
 
-__all__ = ["add_arguments", "prepare"]
+__all__ = ["add_arguments", "prepare", "TRACE_SAMPLE_DEPTH", "AUTO_SAMPLE_EVERY"]
+
+#: entries of the counter sampler ``--trace`` builds (MachineConfig.sample_depth)
+TRACE_SAMPLE_DEPTH = 1024
+#: ``--trace``'s first sampling interval when ``--sample-every`` is not given
+AUTO_SAMPLE_EVERY = 8
+#: without ``--sample-every``, a run with fewer samples than this, or with samples dropped,
+#: runs again at the interval that gives it about TARGET_SAMPLES (cycles do not change)
+MIN_SAMPLES, TARGET_SAMPLES = 200, 400
 
 
 def add_arguments(parser):
@@ -60,7 +68,15 @@ def add_arguments(parser):
                         help="watchdog limit per run in cycles (default: the kernel's)")
     parser.add_argument("--json", metavar="FILE", help="write the result as JSON")
     parser.add_argument("--trace", metavar="FILE",
-                        help="write the MARK trace (Chrome/Perfetto trace-event JSON)")
+                        help="write a Chrome/Perfetto trace-event JSON: per-AIV phase slices, "
+                             "flow arrows and counter tracks of the die links and UB ports "
+                             "sampled during the run (AIV kernels)")
+    parser.add_argument("--sample-every", type=int, default=None, metavar="CYCLES",
+                        help="with --trace: sample the counters every CYCLES cycles into a "
+                             f"{TRACE_SAMPLE_DEPTH}-entry memory (0: no sampler); default: "
+                             f"every {AUTO_SAMPLE_EVERY}, and a run given fewer than "
+                             f"{MIN_SAMPLES} samples or more than fit runs once more at the "
+                             f"interval that gives it ~{TARGET_SAMPLES}")
     parser.add_argument("--vcd", metavar="FILE",
                         help="write a waveform of the run + FILE.gtkw: FILE.vcd on every backend, "
                              "FILE.fst on icarus/verilator (smaller)")
@@ -153,6 +169,7 @@ def prepare(args):
     configs = [c for p in variants for c in kernel.configs(preset, topology, args.aivs, p)]
     for option in ("json", "trace", "vcd"):
         check_output(getattr(args, option), f"--{option}")
+    sampling = _sampling(args, configs)
     scopes = _check_waveform(args, configs)
     reason = missing_reason(args.backend)
     if reason:
@@ -166,7 +183,15 @@ def prepare(args):
             try:
                 result, reports = run_kernel(kernel, be, preset=preset, topology=topology,
                                              aivs=args.aivs, params=params,
-                                             max_cycles=args.max_cycles, knobs=knobs)
+                                             max_cycles=args.max_cycles, knobs=knobs,
+                                             sampling=sampling)
+                again = _resample(args, sampling, reports)
+                if again:
+                    result, reports = run_kernel(kernel, be, preset=preset, topology=topology,
+                                                 aivs=args.aivs, params=params,
+                                                 max_cycles=args.max_cycles, knobs=knobs,
+                                                 sampling=(sampling[0], again))
+                _say_dropped(reports)
             except WatchdogTimeout as exc:
                 print(f"epfabric run {args.kernel}: {exc}", file=sys.stderr)
                 _write_gtkw(waveform, scopes)      # the waveform shows where it hung
@@ -206,6 +231,61 @@ def prepare(args):
                         "correct": all(r["correct"] for r in results), "results": results})
         return status
     return job
+
+
+def _sampling(args, configs):
+    """``(sample_depth, sample_every)`` of the counter sampler ``--trace`` builds, or ``None``
+    (no ``--trace``, ``--sample-every 0``, or no AIV machine to sample)."""
+    every = args.sample_every
+    if every is not None and not args.trace:
+        raise UserError("--sample-every needs --trace (the counter tracks are in the trace)")
+    if every is not None:
+        check_int("--sample-every", every, 0, (1 << 32) - 1)
+        if not any(c.kind == "aiv" for c in configs):
+            raise UserError(f"--sample-every: kernel {args.kernel} does not run on the AIV "
+                            f"machine (its counters are not sampled)")
+    if not args.trace or every == 0 or not any(c.kind == "aiv" for c in configs):
+        return None
+    return TRACE_SAMPLE_DEPTH, AUTO_SAMPLE_EVERY if every is None else every
+
+
+def _all_reports(reports):
+    """Every report of a kernel invocation, the runs its load made first included."""
+    for report in reports:
+        yield from (inner for _name, inner in getattr(report, "inner_runs", ()))
+        yield report
+
+
+def _resample(args, sampling, reports):
+    """The interval of a second run when ``--sample-every`` was not given and a run got fewer
+    than MIN_SAMPLES samples or dropped some (the longest run then gets ~TARGET_SAMPLES);
+    ``None``: keep these runs. Says so when it runs again."""
+    if sampling is None or args.sample_every is not None:
+        return None
+    sampled = [r for r in _all_reports(reports) if r.samples]
+    if not sampled:
+        return None
+    longest = max(r.cycles for r in sampled)
+    fewest = min(len(r.samples["cycles"]) for r in sampled)
+    dropped = sum(r.samples["dropped"] for r in sampled)
+    every = max(1, -(-longest // TARGET_SAMPLES))
+    if (fewest >= MIN_SAMPLES and not dropped) or every == sampling[1]:
+        return None
+    why = (f"{dropped} counter samples did not fit" if dropped else
+           f"{fewest} counter samples every {sampling[1]} cycles")
+    print(f"{why}: running again with --sample-every {every} (the longest run is "
+          f"{longest:,} cycles; the cycles do not change)")
+    return every
+
+
+def _say_dropped(reports):
+    """One line per run whose sampler memory filled (its trace's rate tracks end early)."""
+    for r in _all_reports(reports):
+        s = r.samples
+        if s and s["dropped"]:
+            print(f"counter sampler: {s['depth']} samples every {s['every']} cycles cover cycles "
+                  f"0..{s['cycles'][-1]:,} of {r.cycles:,}; {s['dropped']} dropped "
+                  f"(--sample-every {max(1, -(-r.cycles // (s['depth'] - 1)))} covers the run)")
 
 
 def _compare(sweep, results):

@@ -612,4 +612,56 @@ MUTATIONS = [
         "tests": ["tests/sw/test_dispatch.py::test_ubep_token_aivs_wait_for_each_others_counts"],
         "timeout": 300,
     },
+    {
+        "name": "link_counter_ignores_small",
+        "file": "hw/topology.py",
+        "old": "                blocks.append(fire if tap is None else fire & ~tap)\n",
+        "new": "                blocks.append(fire)\n",
+        "description": "the fabric's per-link-kind block counters count small (control) "
+                       "flits as data blocks",
+        "tests": ["tests/hw/test_system.py::test_shared_switch_modules_route_as_the_constant_switches"
+                  "[pysim]"],
+        "timeout": 300,
+    },
+    {
+        "name": "link_counter_misses_a_link",
+        "file": "hw/topology.py",
+        "old": "                if self.link_kinds[n] != kind:\n",
+        "new": "                if self.link_kinds[n] != kind or n == len(self.links) - 1:\n",
+        "description": "the fabric's per-link-kind counters skip the last link (a tier-2 "
+                       "downlink of the superpod)",
+        "tests": ["tests/hw/test_topology.py::test_random_traffic_scoreboard"],
+        "timeout": 300,
+    },
+    {
+        "name": "sampler_interval_plus_one",
+        "file": "hw/system.py",
+        "old": "            m.d.sync += until.eq(Mux(until == 0, every - 1, until - 1))\n",
+        "new": "            m.d.sync += until.eq(Mux(until == 0, every, until - 1))\n",
+        "description": "the counter sampler takes a sample every sample_every + 1 cycles",
+        "tests": ["tests/hw/test_system.py::test_sampler_samples_the_live_counters_at_exact_cycles",
+                  "tests/hw/test_system.py::test_sampler_stops_when_full_and_counts_the_dropped"],
+        "timeout": 120,
+    },
+    {
+        "name": "ub_commit_counter_words_as_blocks",
+        "file": "hw/die.py",
+        "old": "        with m.Elif(taken & block):\n",
+        "new": "        with m.Elif(taken):\n",
+        "description": "a die's UB commit counters count word stores and fetch-adds as block "
+                       "commits",
+        "tests": ["tests/hw/test_system.py::test_sampler_samples_the_live_counters_at_exact_cycles"],
+        "timeout": 120,
+    },
+    {
+        "name": "rate_track_shows_the_cumulative_count",
+        "file": "sw/report.py",
+        "old": "                            (v1 - v0) * scale / ((c1 - c0) * cycle_ns / 1000.0))\n",
+        "new": "                            v1 * scale / ((c1 - c0) * cycle_ns / 1000.0))\n",
+        "description": "a sampled counter's rate track divides the cumulative count, not the "
+                       "interval's increase, by the interval",
+        "tests": ["tests/sw/test_report.py::test_sampled_counters_become_rate_tracks_between_samples",
+                  "tests/sw/test_report.py::test_many_samples_merge_into_at_most_max_rate_steps_exactly"],
+        "timeout": 120,
+    },
 ]

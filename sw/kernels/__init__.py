@@ -24,6 +24,8 @@ CLI. The protocol (docs/contributing.md "Style", PyMTL3's ``gen_mem_image`` + ``
 Programs depend on the configuration only, never on data (docs/spec/design.md).
 """
 
+from dataclasses import replace
+
 from ...hw.validate import UserError, check_int
 from ..config import MachineConfig
 from ..machine import Machine
@@ -124,7 +126,7 @@ def register(kernel):
 
 
 def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params=None,
-               max_cycles=None, knobs=None):
+               max_cycles=None, knobs=None, sampling=None):
     """Run ``kernel`` (a name or a :class:`Kernel`) on ``backend``; return ``(result, reports)``.
 
     ``result`` is ``{"kernel", "preset", "backend", "correct", "problems",
@@ -133,6 +135,9 @@ def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params
     before anything is simulated. A hung run raises
     :class:`~epfabric.sw.machine.WatchdogTimeout`. ``knobs`` (``{name: value}``) set the
     dies' runtime knobs over the preset's (:meth:`~epfabric.sw.machine.Machine.set_knob`).
+    ``sampling`` (``(depth, every)``) gives every AIV machine a counter sampler of ``depth``
+    entries sampling every ``every`` cycles (:meth:`~epfabric.sw.machine.Machine.set_sampling`;
+    the reports' ``samples``); it never changes a run's cycles.
     """
     if isinstance(kernel, str):
         if kernel not in KERNELS:
@@ -145,9 +150,14 @@ def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params
     max_cycles = kernel.default_max_cycles if max_cycles is None else max_cycles
     check_int("max_cycles", max_cycles, 1, (1 << 32) - 1)
     configs = kernel.configs(preset, topology, aivs, params)
+    if sampling is not None:
+        depth, every = sampling
+        configs = [replace(c, sample_depth=depth) if c.kind == "aiv" else c for c in configs]
     runs, reports, problems = [], [], []
     for config in configs:
         machine = Machine(backend=backend, config=config)
+        if sampling is not None and config.kind == "aiv":
+            machine.set_sampling(every)
         for name, value in (knobs or {}).items():
             machine.set_knob(name, value)
         inputs = (kernel.load(machine, params, max_cycles=max_cycles) if kernel.load_runs

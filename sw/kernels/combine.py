@@ -30,7 +30,7 @@ from ..ubep.layout import GUARD
 from ..ubep.reference import combine_out, dispatch_out, expert_outputs
 from . import register
 from .dispatch import (HEADER_WORDS, KERNEL as DISPATCH, Dispatch, combine_programs,
-                       hidden_bytes, layout_of, summary_lines)
+                       hidden_bytes, layout_of, links_of, summary_lines)
 
 __all__ = ["Combine", "KERNEL", "carry_to_combine"]
 
@@ -169,7 +169,7 @@ class Combine(Dispatch):
         carry_to_combine(machine, w, params, expert_outputs(w, delivered))
         before = {"cycles": report.cycles, "ns": report.ns, "correct": verdict["correct"],
                   "problems": verdict["problems"], "phases": verdict["phases"],
-                  "syncall_share": verdict["syncall_share"]}
+                  "syncall_share": verdict["syncall_share"], "links": verdict["links"]}
         # the checker's expected expert outputs: the stand-in applied to numpy's dispatch
         return w, params, before, delivered, expert_outputs(w, dispatch_out(w)[0]), report
 
@@ -221,6 +221,7 @@ class Combine(Dispatch):
             share = sum(waits) / len(waits) / report.cycles if waits else None
         return {"correct": not problems, "syncall_share": share, "problems": problems,
                 "system": system,
+                "links": links_of(report, w, cfg, params, "combine", machine.preset),
                 "latency_us": latency_ns / 1000,
                 "bandwidth_gbps": (w.bytes_moved(hidden_bytes(params)) / latency_ns
                                    if latency_ns else None),

@@ -74,12 +74,13 @@ from ..ubep import combine, ubep
 from ..ubep import cann
 from ..ubep.cann import BROKEN, PHASES, SEND_SPLITS, SYNCALLS, dispatch_program
 from ..ubep.layout import GUARD, Layout
+from ..ubep.traffic import link_report
 from ..ubep.reference import counts, dispatch_order, dispatch_out, slot_index
 from ..ubep.workload import MODELS, Workload, blocks_per_token, check_routing, read_routing
 from . import Kernel, pow2_at_least, register
 
 __all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times", "option", "OPTIONS", "VARIANTS",
-           "MAX_TOPK", "model_shape", "syncall_release_share"]
+           "MAX_TOPK", "model_shape", "syncall_release_share", "links_of", "link_line"]
 
 SYSTEMS = ("cann", "ubep")
 #: the parameters of one system only: ``{name: (system, its values, the first the default)}``
@@ -682,6 +683,7 @@ class Dispatch(Kernel):
             release = syncall_release_share(phases, report.cycles)
         per_aiv = {f"{r}.{c}": v for (r, c), v in sorted(phases.items())}
         return {"correct": not problems, "problems": problems, "system": system,
+                "links": links_of(report, w, cfg, params, "dispatch", preset),
                 "tokens_received": [len(o) for o in out], "recv_count": recv.tolist(),
                 "latency_us": latency_ns / 1000,
                 "bandwidth_gbps": (w.bytes_moved(hidden_bytes(params)) / latency_ns
@@ -694,6 +696,28 @@ class Dispatch(Kernel):
 
     def summary(self, result):
         return summary_lines(self.name, result, lambda run: "", "SyncAll")
+
+
+def links_of(report, w, config, params, kernel, preset):
+    """The run's link figures (:func:`~epfabric.sw.ubep.traffic.link_report`): the measured
+    blocks, small flits and bytes per link class, the exact data blocks of the routing and
+    the closed form (a drawn uniform routing only); ``None`` on a star."""
+    if config.topology[0] != "superpod":
+        return None
+    return link_report(report.counters, w, config.topology, params["system"], kernel, preset,
+                       uniform=params.get("routing") is None)
+
+
+def link_line(links):
+    """``epfabric run``'s line of a run's link figures: per class the measured bytes, the
+    measured data blocks, the exact count and the closed form."""
+    parts = []
+    for kind, m in links["measured"].items():
+        closed = ("" if links["closed_form"] is None
+                  else f" / closed form {links['closed_form'][kind]:.1f}")
+        parts.append(f"{kind} {m['bytes']:,} B ({m['blocks']} blocks + {m['small']} small; "
+                     f"exact {links['exact'][kind]}{closed})")
+    return "  links (bytes; data blocks measured, exact, closed form): " + ", ".join(parts)
 
 
 def syncall_release_share(phases, cycles):
@@ -734,6 +758,8 @@ def summary_lines(kind, result, after, sync_label):
                      f"{run['bandwidth_gbps']:.1f} GB/s{after(run)}{sync}")
         lines.append("  phase ends (cycles, mean over AIVs; +duration): "
                      + _phase_split(run["phases"]))
+        if run.get("links"):
+            lines.append(link_line(run["links"]))
     return lines
 
 

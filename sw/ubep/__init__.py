@@ -9,6 +9,8 @@
 * :mod:`.layout` — where everything lives in HBM;
 * :mod:`.cann`, :mod:`.ubep` — the dispatch programs (CANN's BSP baseline,
   UBEP's decomposed kernel); :mod:`.combine` — both combines;
+* :mod:`.traffic` — the data blocks each system must put on each link class of a
+  superpod, exactly from the routing and in closed form (uniform top-k);
 
 The ``dispatch``/``combine`` kernels (``epfabric run dispatch|combine``) are
 in :mod:`epfabric.sw.kernels`; the DeepEP-like API on top of them

@@ -10,6 +10,7 @@ import pytest
 from epfabric.hw.host import HostTarget
 from epfabric.hw.isa import address
 from epfabric.hw.system import System
+from epfabric.hw.topology import SUPERPOD_HOPS
 from epfabric.sim.backends.host import (host_read, host_read_all, host_read_pipelined, host_run,
                                         host_write, load_programs)
 from epfabric.sw.assembler import Program
@@ -48,7 +49,12 @@ async def system_run(bench, programs, hbm=None, reads=(), max_cycles=2000):
            "waiting": [await bench.get(f"core_waiting.{g}") for g in range(n)],
            "wait_addr": [await bench.get(f"core_wait_addr.{g}") for g in range(n)],
            "tx_blocks": [await bench.get(f"fabric_tx_blocks.{r}") for r in range(sysc.ranks)],
+           "rx_blocks": [await bench.get(f"fabric_rx_blocks.{r}") for r in range(sysc.ranks)],
            "trace_dropped": await bench.get("trace_dropped")}
+    if bench.has_port("fabric_link_blocks.0"):           # a superpod: per link kind
+        out["links"] = {kind: [await bench.get(f"fabric_link_{what}.{k}")
+                               for what in ("blocks", "small")]
+                        for k, kind in enumerate(SUPERPOD_HOPS)}
     count = await bench.get("trace_count")
     trace = []
     for k in range(count):
@@ -296,6 +302,19 @@ def test_shared_switch_modules_route_as_the_constant_switches(simulator):
     got = run_sys(sp, progs, simulator=simulator, reads=reads, max_cycles=20000)
     assert got["done"] == 1
     assert got["mem"] == [2 * sum(range(1, 9))]
+    # the link counters: no block, and each fetch-add a small request along its path to rank 7
+    # and a small answer back (rank 7's own never enter the fabric), from the paths of
+    # sw/ubep/traffic.py; and what the ranks sent (received) left (entered) them by a direct
+    # link or their uplink
+    from epfabric.sw.ubep.traffic import path_links
+    want = {kind: [0, 0] for kind in SUPERPOD_HOPS}
+    for r in range(7):
+        for kind in path_links(r, 7, (2, 2, 2)) + path_links(7, r, (2, 2, 2)):
+            want[kind][1] += 2
+    assert got["links"] == want
+    links = got["links"]
+    assert sum(got["tx_blocks"]) == sum(links["direct"]) + sum(links["up"])
+    assert sum(got["rx_blocks"]) == sum(links["direct"]) + sum(links["down"])
     if simulator != "pysim":
         assert got == run_sys(sp, progs, reads=reads, max_cycles=20000)
 
@@ -401,3 +420,133 @@ def test_a_system_built_for_its_ports_has_the_flat_systems_ports():
     def ports(top):
         return [(path, member.flow, repr(member.shape)) for path, member, _v in top.signature.flatten(top)]
     assert ports(light) == ports(flat) and len(ports(flat)) > 50
+
+
+# --- the counter sampler (sample_depth) ----------------------------------------------------------
+
+#: 2 dies x 1 AIV with a counter sampler of 64 entries
+SAMPLED = spec(("superpod", 2, 1, 1), aivs=1, sample_depth=64)
+
+#: the sampled counters per rank, as ports (the sample entry's fields of the same names)
+RANK_COUNTERS = {"tx_blocks": "fabric_tx_blocks", "rx_blocks": "fabric_rx_blocks",
+                 "tx_stalls": "fabric_tx_stalls", "ub_blocks": "ub_blocks", "ub_words": "ub_words"}
+
+
+def store_stream_programs(blocks=5):
+    """Rank 0: ``blocks`` block stores and one word store to rank 1, one block store to its own
+    memory, fence, halt; rank 1 halts. Known UB commits: rank 1 ``blocks`` blocks + 1 word,
+    rank 0 one block (the UB port of a store's destination commits it)."""
+    p0 = Program().li(10, address(1, 2, 0)).li(11, address(0, 3, 0)).li(5, 0x55).li(6, blocks)
+    p0.label("loop").stb(0, 10, 0).addi(6, 6, -1).bne(6, 0, "loop")
+    p0.sw(5, 10, 4).stb(0, 11, 0).fence().halt()
+    return {(0, 0): p0, (1, 0): Program().halt()}
+
+
+async def _counters_now(bench, ranks):
+    out = {name: [await bench.get(f"{port}.{r}") for r in range(ranks)]
+           for name, port in RANK_COUNTERS.items()}
+    for what in ("blocks", "small"):
+        out[f"link_{what}"] = [await bench.get(f"fabric_link_{what}.{k}")
+                               for k in range(len(SUPERPOD_HOPS))]
+    return out
+
+
+async def sampled_run(bench, programs, every, live=False, max_cycles=2000):
+    """Load ``programs``, write the sampler's interval ``every`` (CTRL SAMPLE_EVERY_REG), run;
+    return the sampler's entries, ``sample_dropped``, the end-of-run counters and cycles and,
+    with ``live``, every running cycle's counters as the ports show them (``{cycle: ...}``)."""
+    from epfabric.hw.system import SAMPLE_EVERY_REG
+    ranks = bench.component.ranks
+    await host_write(bench, load_programs(programs) +
+                     [[HostTarget.CTRL.value, 0, 0, SAMPLE_EVERY_REG, every]])
+    seen = {}
+    if live:
+        bench.set("host.max_cycles", max_cycles)
+        bench.set("host.start", 1)
+        await bench.tick()
+        bench.set("host.start", 0)
+        await bench.tick()
+        while not await bench.get("host.stop"):
+            if await bench.get("host.running"):
+                seen[await bench.get("host.cycle")] = await _counters_now(bench, ranks)
+            await bench.tick()
+        cycles = await bench.get("host.cycle")
+    else:
+        cycles = (await host_run(bench, max_cycles))["cycles"]
+    count = await bench.get("sample_count")
+    samples = []
+    for k in range(count):
+        bench.set("sample_raddr", k)
+        await bench.tick()
+        e = bench.decode("sample_rdata", await bench.get("sample_rdata"))
+        samples.append({name: int(e[name]) if name == "cycle" else [int(v) for v in e[name]]
+                        for name in ("cycle", *RANK_COUNTERS, "link_blocks", "link_small")})
+    return {"cycles": cycles, "samples": samples, "dropped": await bench.get("sample_dropped"),
+            "end": await _counters_now(bench, ranks), "live": seen}
+
+
+def test_sampler_samples_the_live_counters_at_exact_cycles():
+    """Every 3 cycles of a known store stream the sample memory holds exactly what the
+    counters' ports show in that cycle: samples at cycles 0, 3, 6, ... up to the run's last,
+    monotone, the last at most the end-of-run counters, which are the stream's commits."""
+    every = 3
+    r, _ = run(SAMPLED, sampled_run, {"programs": _assembled(store_stream_programs()),
+                                       "every": every, "live": True})
+    samples, live, end = r["samples"], r["live"], r["end"]
+    assert sorted(live) == list(range(r["cycles"] + 1))          # running in cycles 0..N
+    assert [s["cycle"] for s in samples] == list(range(0, r["cycles"] + 1, every))
+    assert r["dropped"] == 0 and len(samples) > 10
+    for s in samples:
+        assert {k: v for k, v in s.items() if k != "cycle"} == live[s["cycle"]], s["cycle"]
+    for a, b in zip(samples, samples[1:]):
+        assert all(x <= y for k in a if k != "cycle" for x, y in zip(a[k], b[k]))
+    assert all(x <= y for k in end for x, y in zip(samples[-1][k], end[k]))
+    assert end["ub_blocks"] == [1, 5] and end["ub_words"] == [0, 1]
+    assert end["tx_blocks"][0] == 6 and end["rx_blocks"][1] == 6     # 5 blocks + 1 word
+    assert samples[0] == {"cycle": 0, **{k: [0] * len(v) for k, v in end.items()}}
+    # the commits land over the run, not at one instant: the rate is visible
+    ub1 = [s["ub_blocks"][1] for s in samples]
+    assert len(set(ub1)) >= 4
+
+
+def _assembled(programs):
+    return [[r, c, p.assemble()] for (r, c), p in programs.items()]
+
+
+def test_sampler_stops_when_full_and_counts_the_dropped():
+    """A 4-entry sampler every cycle keeps cycles 0..3 and counts every later sample dropped."""
+    r, _ = run(spec(("superpod", 2, 1, 1), aivs=1, sample_depth=4), sampled_run,
+               {"programs": _assembled(store_stream_programs()), "every": 1})
+    assert [s["cycle"] for s in r["samples"]] == [0, 1, 2, 3]
+    assert r["dropped"] == r["cycles"] + 1 - 4 > 0
+
+
+def test_sampler_off_takes_nothing_and_changes_no_cycle():
+    """Interval 0 (the register's reset value) takes no sample; the ping-pong's cycles and
+    MARKs are the pinned ones with the sampler built, and a system without it (sample_depth 0)
+    has none of its ports."""
+    r, _ = run(SAMPLED, sampled_run, {"programs": _assembled(pingpong_programs()), "every": 0})
+    assert r["samples"] == [] and r["dropped"] == 0 and r["cycles"] == PINGPONG_CYCLES
+    got = run_sys(SAMPLED, pingpong_programs())
+    assert (got["cycle"], got["trace"]) == (PINGPONG_CYCLES, PINGPONG_TRACE)
+    from epfabric.hw.instances import mark_used
+    plain, sampled = SMALL.build(), SAMPLED.build()
+    mark_used(plain)
+    mark_used(sampled)
+    names = {path[0] for path, _m, _v in plain.signature.flatten(plain)}
+    assert not {n for n in names if n.startswith(("sample_", "ub_"))}
+    extra = {path[0] for path, _m, _v in sampled.signature.flatten(sampled)} - names
+    assert extra == {"sample_count", "sample_dropped", "sample_raddr", "sample_rdata",
+                     "ub_blocks", "ub_words"}
+    with pytest.raises(ValueError, match=r"sample_depth"):
+        System(timing=tiny_timing(), topology=("superpod", 2, 1, 1), sample_depth=70000)
+
+
+def test_sampler_same_on_every_simulator(hdl_simulator):
+    """The store stream's samples every 4 cycles, bit for bit, on Icarus, Verilator and the
+    native backend as on Amaranth's simulator."""
+    args = {"programs": _assembled(store_stream_programs()), "every": 4}
+    ref, _ = run(SAMPLED, sampled_run, args)
+    got, _ = run(SAMPLED, sampled_run, args, simulator=hdl_simulator)
+    assert len(ref["samples"]) > 5
+    assert got == ref

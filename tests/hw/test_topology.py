@@ -165,8 +165,23 @@ async def random_traffic(bench, blocks, pattern, seed, stall_p, offer_p, hot=0, 
     if extra or expect != seq:
         raise SimulationError(f"extra deliveries at {extra} or missing flows")
     counters = [await bench.get(f"rx_blocks.{d}") for d in range(RANKS)]
+    links = {kind: [await bench.get(f"link_{what}.{k}") for what in ("blocks", "small")]
+             for k, kind in enumerate(SUPERPOD_HOPS)}
     return {"delivered": delivered, "digest": digest.hexdigest(), "rx_blocks": counters,
-            "end": bench.cycle - start}
+            "end": bench.cycle - start, "links": links, "plan": [plan[s] for s in range(RANKS)]}
+
+
+def plan_links(plan):
+    """``{kind: [blocks, 0]}``: what the links of each kind must count for the blocks of
+    ``plan`` (``plan[src]``: its destinations), from the paths of sw/ubep/traffic.py (a
+    payload without a ``small`` field counts every flit as a block)."""
+    from epfabric.sw.ubep.traffic import path_links
+    out = {kind: [0, 0] for kind in SUPERPOD_HOPS}
+    for s, dsts in enumerate(plan):
+        for d in dsts:
+            for kind in path_links(s, d, (2, 2, 2)):
+                out[kind][0] += 1
+    return out
 
 
 @pytest.mark.parametrize("pattern", ["uniform", "hotspot"])
@@ -175,6 +190,9 @@ def test_random_traffic_scoreboard(pattern):
                       {"blocks": 40, "pattern": pattern, "seed": 3, "stall_p": 0.4,
                        "offer_p": 0.8, "hot": 5})
     assert res["delivered"] == 8 * 40 and sum(res["rx_blocks"]) == 8 * 40
+    # every block counted once on each link of its path, whatever the stalls
+    assert res["links"] == plan_links(res["plan"])
+    assert all(res["links"][kind][0] > 0 for kind in SUPERPOD_HOPS)     # every kind is used
 
 
 def test_cycle_counts_do_not_depend_on_data_bytes():

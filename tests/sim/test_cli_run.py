@@ -133,6 +133,12 @@ def test_param_json_and_vcd(tmp_path):
     (["run", "dispatch", "--knob", "store_window=513"], "store_window must be in [1, 512], not 513"),
     (["run", "agrs", "--knob", "store_window=2"],
      "--knob: kernel agrs does not run on the AIV machine"),
+    (["run", "alltoall", "--sample-every", "8"],
+     "--sample-every needs --trace (the counter tracks are in the trace)"),
+    (["run", "alltoall", "--trace", "t.json", "--sample-every", "-1"],
+     "--sample-every must be in [0, 4294967295], not -1"),
+    (["run", "agrs", "--trace", "t.json", "--sample-every", "8"],
+     "--sample-every: kernel agrs does not run on the AIV machine (its counters are not sampled)"),
 ])
 def test_bad_input_one_line_before_any_simulation(argv, message, capsys, no_simulation):
     assert main(argv) == 2
@@ -313,10 +319,17 @@ def test_the_comparison_line_uses_the_kernels_own_latency():
 def test_both_systems_in_one_trace(tmp_path, capsys):
     """--system cann,ubep --trace: each system's ranks are processes of their own, named; every
     AIV's run is tiled by slices named after its phases (UBEP Fig. 8's stages)."""
-    trace = tmp_path / "t.json"
+    trace, out = tmp_path / "t.json", tmp_path / "r.json"
     assert main(["run", "dispatch", *SMALL, "--batch", "2", "--topk", "1", "--experts", "2",
-                 "--system", "cann,ubep", "--trace", str(trace)]) == 0
+                 "--system", "cann,ubep", "--trace", str(trace), "--json", str(out)]) == 0
     events = json.loads(trace.read_text())["traceEvents"]
+    printed = capsys.readouterr().out
+    # each system's short run had too few counter samples at the first interval and ran
+    # again at one a cycle (the same cycles); the machine is the sampler's
+    assert printed.count("counter samples every 8 cycles: running again with "
+                         "--sample-every 1") == 2
+    assert {r["config"]["sample_depth"] for result in json.loads(out.read_text())["results"]
+            for r in result["runs"]} == {1024}
     names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert sorted(names.values()) == ["system=cann: rank 0", "system=cann: rank 1",
                                       "system=ubep: rank 0", "system=ubep: rank 1"]
@@ -341,7 +354,21 @@ def test_both_systems_in_one_trace(tmp_path, capsys):
             assert a["ts"] + a["dur"] == pytest.approx(b["ts"])
     import re
     ubep_cycles, cann_cycles = map(int, re.search(r"latency (\d+) / (\d+) cycles",
-                                                  capsys.readouterr().out).groups())
+                                                  printed).groups())
+    # a line per run of bytes per link class, measured data blocks beside the exact count and
+    # the closed form: 2 dies of one NPU use only their direct links
+    links = re.findall(r"^  links \(bytes; data blocks measured, exact, closed form\): direct "
+                       r"([\d,]+) B \((\d+) blocks \+ (\d+) small; exact (\d+) / closed form "
+                       r"([\d.]+)\), up 0 B ", printed, re.M)
+    assert len(links) == 2
+    runs = [run for result in json.loads(out.read_text())["results"] for run in result["runs"]]
+    held = [(r["system"], r["links"]["exact"]["direct"], r["links"]["measured"]["direct"]["bytes"])
+            for r in runs]
+    assert held == [(system, int(exact), int(nbytes.replace(",", "")))
+                    for system, (nbytes, _b, _s, exact, _c) in zip(("cann", "ubep"), links)]
+    for nbytes, blocks, small, exact, _closed in links:
+        assert blocks == exact and int(blocks) > 0
+        assert int(nbytes.replace(",", "")) == 512 * int(blocks) + 32 * int(small)   # tiny's
     _check_flows_and_counters(json.loads(trace.read_text()), names,
                               {"system=cann": cann_cycles, "system=ubep": ubep_cycles})
 
@@ -398,13 +425,22 @@ def _check_flows_and_counters(doc, names, run_cycles):
     assert not pairs
     # counters: one end-of-run sample per (run, rank, counter), at the run's last cycle
     counters = [e for e in events if e["ph"] == "C"]
+    assert all(list(e["args"]) == ["value"] for e in counters)
+    _check_rate_tracks([e for e in counters if "end-of-run" not in e["name"]], names,
+                       run_cycles, counters)
     by_run = {}
     for e in counters:
-        assert e["name"].endswith("(end-of-run total)") and list(e["args"]) == ["value"]
-        by_run.setdefault(names[e["pid"]].split(":")[0], []).append(e)
+        if e["name"].endswith("end-of-run total)"):
+            by_run.setdefault(names[e["pid"]].split(":")[0], []).append(e)
     assert sorted(by_run) == ["system=cann", "system=ubep"]
+    from epfabric.hw.topology import SUPERPOD_HOPS
     for system, evs in by_run.items():
-        assert len({(e["pid"], e["name"]) for e in evs}) == len(evs) == 2 * 3
+        # 5 per rank (the fabric's 3, the UB port's 2 that come with the sampler); the link
+        # counters (blocks, small per kind) once for the machine, on rank 0
+        assert len({(e["pid"], e["name"]) for e in evs}) == len(evs) == \
+            2 * 5 + 2 * len(SUPERPOD_HOPS)
+        machine = [e for e in evs if "(machine, end-of-run total)" in e["name"]]
+        assert len(machine) == 2 * len(SUPERPOD_HOPS) and {e["pid"] % 1000 for e in machine} == {0}
         assert {e["ts"] for e in evs} == {run_cycles[system] / 1000.0}   # tiny: 1 ns cycles
         last = max(x["ts"] + x["dur"] for (pid, _, _), xs in slices.items() for x in xs
                    if names[pid].startswith(system))
@@ -415,6 +451,41 @@ def _check_flows_and_counters(doc, names, run_cycles):
         for s in range(2):                                    # at least its remote tokens
             remote = sum(int(e) // w.epr != s for e in w.topk_idx[s].reshape(-1))
             assert value[s, "tx_blocks"] >= remote * w.hidden_blocks
+
+
+def _check_rate_tracks(rates, names, run_cycles, counters):
+    """The counter sampler's rate tracks of test_both_systems_in_one_trace's file: per system
+    and rank the die link's tx/rx flits and the UB port's commits, the direct links' flits for
+    the machine; each sampled every cycle of these short runs (the sampler's second run at
+    the interval that gives ~400 samples), inside the run, and adding up to its end-of-run
+    total."""
+    tracks = {}
+    for e in rates:
+        tracks.setdefault((names[e["pid"]].split(":")[0], e["pid"] % 1000, e["name"]), []).append(e)
+    for system in ("system=cann", "system=ubep"):
+        got = {(rank, name) for s, rank, name in tracks if s == system}
+        want = {(r, f"{what} (rank {r})") for r in range(2)
+                for what in ("link tx flits/µs", "link rx flits/µs", "UB block commits/µs",
+                             "UB word commits/µs")}
+        want |= {(0, "direct links: block flits/µs (machine)"),
+                 (0, "direct links: small flits/µs (machine)")}
+        assert want <= got and all("stalled" in name for _r, name in got - want), got - want
+    totals = {(names[e["pid"]].split(":")[0], e["pid"] % 1000, e["name"].split()[0]):
+              e["args"]["value"] for e in counters if "end-of-run" in e["name"]}
+    counter_of = {"link tx flits/µs": "tx_blocks", "link rx flits/µs": "rx_blocks",
+                  "UB block commits/µs": "ub_blocks", "UB word commits/µs": "ub_words",
+                  "direct links: block flits/µs": "link_blocks.direct",
+                  "direct links: small flits/µs": "link_small.direct"}
+    for (system, rank, name), evs in tracks.items():
+        end = run_cycles[system] / 1000.0                  # tiny: 1 ns cycles
+        assert len(evs) == run_cycles[system] + 1, (name, len(evs))   # one step a cycle + 0
+        assert [e["ts"] for e in evs] == sorted(e["ts"] for e in evs)
+        assert evs[0]["ts"] == 0 and evs[-1]["ts"] == pytest.approx(end)
+        assert evs[-1]["args"]["value"] == 0 and all(e["args"]["value"] >= 0 for e in evs)
+        label = name.rsplit(" (", 1)[0]
+        if label in counter_of:                            # the rates add up to the total
+            area = sum(a["args"]["value"] * (b["ts"] - a["ts"]) for a, b in zip(evs, evs[1:]))
+            assert area == pytest.approx(totals[system, rank, counter_of[label]]), name
 
 
 def _routing_file(tmp_path, ranks=2):

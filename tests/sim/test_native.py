@@ -291,3 +291,36 @@ def test_threads_default_by_size_and_refuse_nonsense(monkeypatch):
         with pytest.raises(SimulationError, match=f"EPFABRIC_NATIVE_THREADS must be an integer "
                                                   f"in \\[1, 64\\], not '{bad}'"):
             native_threads(1)
+
+
+def _sampled_stream(simulator, monkeypatch, backdoor):
+    """A store stream on the machine of tests/hw/test_system.py's sampler tests (the same
+    Verilog: its native build serves both), sampled every 2 cycles; ``(samples, stats)``."""
+    from epfabric.hw.isa import address
+    from epfabric.sim.backends import native
+    from epfabric.sim.backends.machine import backend
+    from epfabric.sw.assembler import Program
+    from epfabric.sw.machine import Machine
+    monkeypatch.setenv("EPFABRIC_NATIVE_BACKDOOR", "1" if backdoor else "0")
+    m = Machine("tiny", backend=backend(simulator), topology=("superpod", 2, 1, 1),
+                aivs_per_die=1, imem_depth=32, ubuf_rows=2, hbm_blocks=8, data_bytes=32,
+                lanes=4, trace_depth=16, sample_depth=64)
+    p = Program().li(10, address(1, 2, 0)).li(6, 5)
+    p.label("loop").stb(0, 10, 0).addi(6, 6, -1).bne(6, 0, "loop").fence().halt()
+    m.load_program(0, 0, p)
+    m.load_program(1, 0, Program().halt())
+    m.set_sampling(2)
+    report = m.run(2_000)
+    return (report.cycles, report.samples), dict(native.LAST_STATS)
+
+
+def test_counter_samples_read_through_the_backdoor_are_the_ports(monkeypatch):
+    """The counter sampler's memory read straight from the glue (``backdoor_samples``, forced
+    on) gives the samples the host port reads, which are Amaranth's simulator's."""
+    require_simulator("native")
+    port, port_stats = _sampled_stream("native", monkeypatch, False)
+    direct, direct_stats = _sampled_stream("native", monkeypatch, True)
+    ref, _ = _sampled_stream("pysim", monkeypatch, False)
+    assert port_stats["backdoor_samples"] == 0 < direct_stats["backdoor_samples"]
+    assert len(ref[1]["cycles"]) > 5 and ref[1]["values"]["ub_blocks"][1][-1] > 0
+    assert direct == port == ref

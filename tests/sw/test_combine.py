@@ -138,3 +138,35 @@ def test_five_experts_per_rank_and_top6_on_both_systems():
         assert run["dispatch"]["correct"]
         runs[system] = run
     assert runs["cann"]["y_payload_digest"] == runs["ubep"]["y_payload_digest"]
+
+
+#: the smallest superpod with every link kind: 2 dies an NPU, 1 NPU a board, 2 boards
+LINKS_SHAPE = dict(preset="tiny", topology=("superpod", 2, 1, 2), aivs=2)
+LINKS_SMALL = {"batch": 4, "topk": 2, "experts": 8}
+links_run, _ = kernel_cases(K, LINKS_SMALL, LINKS_SHAPE)
+
+
+@pytest.mark.parametrize("system", ["cann", "ubep"])
+def test_link_counters_are_the_exact_count_of_the_routing(system):
+    """Dispatch (the combine run's first machine run) and combine on 4 dies that use every
+    link kind: the measured data blocks per link class are exactly what the routing makes the
+    kernels store (sw/ubep/traffic.py, tolerance 0), the small flits are there, and every flit a
+    rank sent entered a direct link or its uplink (and every one it got left one of those)."""
+    from epfabric.sw.ubep.traffic import LINK_KINDS, exact_link_blocks
+    m, report, inputs = links_run(system)
+    verdict = K.check(m, report, inputs)
+    assert verdict["correct"], verdict["problems"]
+    w = inputs[0]
+    for kernel, links, counters in (("dispatch", verdict["dispatch"]["links"], inputs[5].counters),
+                                    ("combine", verdict["links"], report.counters)):
+        measured = {kind: links["measured"][kind]["blocks"] for kind in LINK_KINDS}
+        want = exact_link_blocks(w, LINKS_SHAPE["topology"], system, kernel)
+        assert measured == links["exact"] == want, kernel
+        assert all(want[kind] > 0 for kind in LINK_KINDS)       # the case uses every kind
+        small = {kind: links["measured"][kind]["small"] for kind in LINK_KINDS}
+        assert small["up"] > 0 and small["direct"] > 0          # counts, flags and acks
+        total = {kind: measured[kind] + small[kind] for kind in LINK_KINDS}
+        assert sum(counters["tx_blocks"]) == total["direct"] + total["up"]
+        assert sum(counters["rx_blocks"]) == total["direct"] + total["down"]
+        assert total["up"] == total["down"] and total["t2_up"] == total["t2_down"]
+        assert set(links["closed_form"]) == set(LINK_KINDS)

@@ -723,3 +723,30 @@ def test_a_launch_skew_delays_each_die_by_its_word_and_stays_bit_exact():
     assert all(progs[0][k].assemble() == progs[1][k].assemble() for k in progs[0])
     with pytest.raises(UserError, match=r"launch_skew_ns must be in \[0, 1e7\], not -1.0"):
         K.resolve_params({**SMALL, "launch_skew_ns": -1.0})
+
+
+@pytest.mark.parametrize("system", ["cann", "ubep"])
+def test_the_report_carries_the_link_classes(system):
+    """2 dies of one NPU: every remote token block crosses one direct link, so the measured
+    data blocks are the routing's remote slots (counted here); the other classes are empty, and
+    the run's line shows them (dispatch+combine on every link kind: tests/sw/test_combine.py)."""
+    from epfabric.sw.kernels.dispatch import link_line
+    m, report, inputs = pysim_run(system)
+    links = K.check(m, report, inputs)["links"]
+    w = inputs[0]
+    remote = sum(int(e) // w.epr != s for s in range(2) for e in w.topk_idx[s].reshape(-1))
+    assert remote > 0
+    assert links["measured"]["direct"]["blocks"] == links["exact"]["direct"] == remote
+    assert all(links["measured"][k] == {"blocks": 0, "small": 0, "bytes": 0}
+               for k in ("up", "down", "t2_up", "t2_down"))
+    assert link_line(links).startswith(
+        f"  links (bytes; data blocks measured, exact, closed form): direct "
+        f"{links['measured']['direct']['bytes']:,} B ({remote} blocks + ")
+
+
+def test_a_star_has_no_link_classes():
+    from epfabric.sw.kernels.dispatch import links_of
+    from epfabric.sw.config import MachineConfig
+    star = MachineConfig("incmoe-testbed", topology=("star", 2))
+    assert "link_blocks.up" not in star.status_ports()["counters"]
+    assert links_of(None, None, star, {"system": "cann"}, "dispatch", None) is None

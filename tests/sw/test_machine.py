@@ -50,8 +50,12 @@ def test_run_writes_reads_and_reports():
     back = json.loads(report.to_json())
     assert back["cycles"] == report.cycles and back["config"]["aivs_per_die"] == 2
     assert back["config"]["kind"] == "aiv" and back["backend"] == "pysim"
-    assert set(report.counters) == {"tx_blocks", "rx_blocks", "tx_stalls"}
-    assert all(len(v) == m.ranks for v in report.counters.values())
+    from epfabric.hw.topology import SUPERPOD_HOPS
+    from epfabric.sw.config import link_counter
+    links = {link_counter(w, k) for w in ("blocks", "small") for k in SUPERPOD_HOPS}
+    assert set(report.counters) == {"tx_blocks", "rx_blocks", "tx_stalls"} | links
+    assert all(len(v) == m.ranks for k, v in report.counters.items() if k not in links)
+    assert all(len(report.counters[k]) == 1 for k in links)      # one value a machine
     assert report.counters["tx_blocks"][0] >= 1            # rank 0's store crossed the fabric
     assert [(c["rank"], c["core"]) for c in report.cores] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert all(c["halted"] for c in report.cores if (c["rank"], c["core"]) in {(0, 0), (1, 1)})
@@ -110,6 +114,7 @@ def test_watchdog_names_waiting_cores_and_addresses():
     ({"hbm_blocks": 12}, ValueError, "hbm_blocks must be a power of two, not 12"),
     ({"data_bytes": 48}, ValueError, "data_bytes must be a multiple of 32, not 48"),
     ({"lanes": 2.0}, TypeError, "lanes must be an integer, not 2.0"),
+    ({"sample_depth": -1}, ValueError, r"sample_depth must be in \[0, 65535\], not -1"),
 ])
 def test_bad_configuration_names_the_parameter(kw, exc, match):
     with pytest.raises(exc, match=match):
@@ -138,6 +143,33 @@ def test_bad_calls_are_rejected_early():
         m.write_control(0, 1)
     with pytest.raises(TypeError, match="give either config or preset and MachineConfig fields"):
         Machine("tiny", backend=backend("pysim"), config=m.config)
+    with pytest.raises(ValueError, match=r"set_sampling needs a machine with a counter sampler "
+                                         r"\(MachineConfig sample_depth > 0\)"):
+        m.set_sampling(8)
+    with pytest.raises(ValueError, match=r"sample_every must be in \[0, 4294967295\], not -2"):
+        machine(sample_depth=16).set_sampling(-2)
+
+
+def test_a_sampler_changes_no_cycle_and_leaves_other_machines_alone():
+    """A kernel run with the counter sampler (every 2 cycles) has the cycles, MARKs, memory and
+    counters of the run without it, plus the UB commit counters and the samples; a
+    configuration without it keeps its specification (and so its Verilog and builds)."""
+    from epfabric.sw.kernels import run_kernel
+    plain = MachineConfig(**{**MachineConfig().__dict__})
+    assert "sample_depth" not in plain.to_dict()
+    assert MachineConfig(sample_depth=8).to_dict()["sample_depth"] == 8
+    be = backend("pysim")
+    runs = [run_kernel("alltoall", be, params={"seed": 1}, sampling=s)
+            for s in (None, (64, 2))]
+    (a, [ra]), (b, [rb]) = runs
+    assert a["correct"] and b["correct"]
+    assert (ra.cycles, ra.trace) == (rb.cycles, rb.trace) and ra.cycles > 20
+    assert {k: v for k, v in rb.counters.items() if not k.startswith("ub_")} == ra.counters
+    assert ra.samples == {} and rb.samples["every"] == 2 and rb.samples["dropped"] == 0
+    assert rb.samples["cycles"] == list(range(0, ra.cycles + 1, 2))
+    assert all(s[-1] <= end for s, end in zip(rb.samples["values"]["ub_blocks"],
+                                              rb.counters["ub_blocks"]))
+    assert sum(rb.counters["ub_blocks"]) > 0
 
 
 @pytest.mark.parametrize("words, exc, message", [
@@ -232,7 +264,9 @@ def test_session_is_what_the_backend_runs():
     assert sent["status"] == m.config.status_ports()
     assert report.cycles == 42 and report.done and report.backend == "recorder"
     assert report.marks() == [{"rank": 0, "core": 1, "cycle": 5, "event": 99}]
-    assert report.counters == {"tx_blocks": [7, 7], "rx_blocks": [7, 7], "tx_stalls": [7, 7]}
+    assert {k: report.counters[k] for k in ("tx_blocks", "rx_blocks", "tx_stalls")} == {
+        "tx_blocks": [7, 7], "rx_blocks": [7, 7], "tx_stalls": [7, 7]}
+    assert all(v == [7] for k, v in report.counters.items() if k.startswith("link_"))
     assert m.read_mem(1, address(0, 0, 0), 1) == [1]
 
 

@@ -75,6 +75,58 @@ def test_counters_are_one_end_of_run_sample_per_rank():
     assert all(c["ts"] >= t for c in counters for t in marks)   # after every MARK
 
 
+def sampled(cycles, values, end, every=10, dropped=0, run_cycles=None):
+    """A report with counter samples (``values``: ``{counter: [series per rank]}``) and the
+    end-of-run totals ``end``."""
+    rep = report([(0, 0, 5, 1), (1, 1, 6, 1)], counters=end,
+                 cycles=run_cycles if run_cycles is not None else cycles[-1] + 5)
+    rep.samples = {"every": every, "depth": 64, "dropped": dropped, "cycles": cycles,
+                   "values": values}
+    return rep
+
+
+def test_sampled_counters_become_rate_tracks_between_samples():
+    """Between samples (and from the last to the end-of-run total) each track holds the
+    counter's increase per µs -- tx_stalls as per cent of the cycles -- at the interval's
+    start, then 0 at the run's end; a counter that stayed 0 has no rate track; the end-of-run
+    totals keep their own tracks."""
+    rep = sampled([0, 10, 20], {"tx_blocks": [[0, 4, 4], [0, 1, 6]],
+                                "tx_stalls": [[0, 5, 5], [0, 0, 0]],
+                                "link_blocks.up": [[0, 2, 3]], "ub_words": [[0, 0, 0], [0, 0, 0]]},
+                  {"tx_blocks": [4, 6], "tx_stalls": [5, 0], "link_blocks.up": [3],
+                   "ub_words": [0, 0]}, run_cycles=30)
+    doc = json.loads(json.dumps(rep.chrome_trace(2.0)))       # 2 ns cycles: 10 cycles = 0.02 µs
+    rates = {}
+    for e in events_of(doc, "C"):
+        if "end-of-run" not in e["name"]:
+            rates.setdefault((e["pid"], e["name"]), []).append((round(e["ts"], 9),
+                                                                 e["args"]["value"]))
+    assert rates == {
+        (0, "link tx flits/µs (rank 0)"): [(0.0, 200.0), (0.02, 0.0), (0.04, 0.0), (0.06, 0)],
+        (1, "link tx flits/µs (rank 1)"): [(0.0, 50.0), (0.02, 250.0), (0.04, 0.0), (0.06, 0)],
+        (0, "link tx stalled % (rank 0)"): [(0.0, 50.0), (0.02, 0.0), (0.04, 0.0), (0.06, 0)],
+        (0, "up links: block flits/µs (machine)"): [(0.0, 100.0), (0.02, 50.0), (0.04, 0.0),
+                                                    (0.06, 0)]}
+    totals = [e["name"] for e in events_of(doc, "C") if "end-of-run" in e["name"]]
+    assert len(totals) == 2 + 2 + 1 + 2
+
+
+def test_many_samples_merge_into_at_most_max_rate_steps_exactly():
+    """2000 samples become at most MAX_RATE_STEPS steps, every k-th sample kept: the rates
+    still add up to the counter's total (they are cumulative)."""
+    from epfabric.sw.report import MAX_RATE_STEPS
+    n = 2000
+    cycles = list(range(0, 2 * n, 2))
+    series = [c // 3 for c in cycles]
+    rep = sampled(cycles, {"rx_blocks": [series]}, {"rx_blocks": [series[-1] + 7]},
+                  run_cycles=cycles[-1] + 21)
+    track = [e for e in events_of(rep.chrome_trace(1.0), "C") if "flits/µs" in e["name"]]
+    assert len(track) - 1 <= MAX_RATE_STEPS and len(track) > MAX_RATE_STEPS // 2
+    assert track[0]["ts"] == 0 and track[-1]["ts"] == rep.cycles / 1000
+    total = sum(a["args"]["value"] * (b["ts"] - a["ts"]) for a, b in zip(track, track[1:]))
+    assert abs(total - (series[-1] + 7)) < 1e-6
+
+
 def test_kernel_flow_rules_name_real_slices():
     """dispatch's and combine's trace_flows name slices their trace_phases make, for both
     systems; a negative control that skips the wait draws none."""
