@@ -131,7 +131,7 @@ class open_scheduler:
         if self.scheduler == "local":
             self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,
                                         processes=True, dashboard_address=None,
-                                        silence_logs=40)
+                                        silence_logs=50)   # CRITICAL: no heartbeat tracebacks at close
             self.client = Client(self.cluster)
         else:
             self.client = Client(self.scheduler, timeout="30s")
