@@ -25,7 +25,7 @@ def add_arguments(parser):
     parser.add_argument("--fit", action="store_true",
                         help="fit the preset's timing knobs (store window, die injection, vector "
                              "op cost, SyncAll cost) to the training set F1-F5 of issue 30: 30 "
-                             "dispatch runs at the paper's shape, cached; about an hour cold")
+                             "dispatch runs at the paper's shape, cached; ~3.5 h cold on 2 cores")
     parser.add_argument("--write", action="store_true",
                         help="with --fit: write the fitted values and their provenance to "
                              "sw/fits/PRESET.json, the preset PRESET-fit")

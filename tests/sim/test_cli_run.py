@@ -540,11 +540,10 @@ def test_a_system_sweep_prints_fig8s_stages_side_by_side():
 def test_a_knob_changes_the_run_as_it_says(capsys):
     """``--syncall hard --knob syncall_cycles=N``: CANN's two SyncAlls each hold the dies N
     cycles longer than at 0 (tests/sw/test_dispatch.py has the exact accounting)."""
-    from utils import fast_simulator
     cycles = []
     for wait in (0, 300):
         assert main(["run", "dispatch", *SMALL, "--batch", "4", "--topk", "2", "--experts", "4",
-                     "--backend", fast_simulator(), "--syncall", "hard",
+                     "--backend", "pysim", "--syncall", "hard",
                      "--knob", f"syncall_cycles={wait}"]) == 0
         out = capsys.readouterr().out
         assert "correct" in out
@@ -558,7 +557,7 @@ def test_a_combines_trace_shows_its_dispatch_first(tmp_path, capsys):
     timeline starts where the dispatch's ended."""
     trace = tmp_path / "c.json"
     assert main(["run", "combine", *SMALL, "--batch", "2", "--topk", "1", "--experts", "2",
-                 "--system", "ubep", "--trace", str(trace)]) == 0
+                 "--system", "ubep", "--sample-every", "1", "--trace", str(trace)]) == 0
     doc = json.loads(trace.read_text())
     events = doc["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}

@@ -314,6 +314,7 @@ def _sampled_stream(simulator, monkeypatch, backdoor):
     return (report.cycles, report.samples), dict(native.LAST_STATS)
 
 
+@pytest.mark.slow        # its own native build (17 s); the sampler on native: tests/hw/test_system.py
 def test_counter_samples_read_through_the_backdoor_are_the_ports(monkeypatch):
     """The counter sampler's memory read straight from the glue (``backdoor_samples``, forced
     on) gives the samples the host port reads, which are Amaranth's simulator's."""

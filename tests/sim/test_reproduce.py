@@ -178,14 +178,33 @@ def test_bad_input_one_line(argv, message, capsys, no_simulation):
     assert message in err and "\n" not in err
 
 
-def test_every_experiment_has_a_grid_and_a_quick_grid():
-    for name, experiment in EXPERIMENTS.items():
+def _check_grids(names):
+    for name in names:
+        experiment = EXPERIMENTS[name]
         params = experiment.resolve()
         full, quick = experiment.points(params), experiment.points(params, quick=True)
         assert quick and len(quick) <= len(full), name
         for point in full + quick:
             json.dumps(point)                                     # points cross processes
         assert experiment.title and experiment.name == name
+
+
+def test_every_experiment_has_a_grid_and_a_quick_grid(monkeypatch):
+    """The training grid's machine sizes come from generating every run's programs (~2 min
+    on the full grid); here they are a fixed envelope, and the slow test below sizes them."""
+    from epfabric.sim.lab.experiments import training
+    monkeypatch.setattr(training, "_SIZES", {})
+    monkeypatch.setattr(training, "sizes", lambda *a, **k: {
+        "hbm_blocks": 1 << 16, "rank_bits": 5, "ubuf_rows": 64, "imem_depth": 1 << 12,
+        "trace_depth": 1 << 10})
+    _check_grids(EXPERIMENTS)
+
+
+@pytest.mark.slow
+def test_the_training_grid_is_sized_from_its_programs():
+    _check_grids(["training"])
+    point = EXPERIMENTS["training"].points(EXPERIMENTS["training"].resolve(), quick=True)[0]
+    assert point["imem_depth"] >= 1 and point["hbm_blocks"] >= 1 and point["ubuf_rows"] >= 1
 
 
 def test_every_experiments_points_are_submitted_before_the_first_is_collected(

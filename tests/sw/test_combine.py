@@ -146,7 +146,8 @@ LINKS_SMALL = {"batch": 4, "topk": 2, "experts": 8}
 links_run, _ = kernel_cases(K, LINKS_SMALL, LINKS_SHAPE)
 
 
-@pytest.mark.parametrize("system", ["cann", "ubep"])
+@pytest.mark.parametrize("system", [                 # 23 s of pysim each: UBEP's is `slow`
+    "cann", pytest.param("ubep", marks=pytest.mark.slow)])
 def test_link_counters_are_the_exact_count_of_the_routing(system):
     """Dispatch (the combine run's first machine run) and combine on 4 dies that use every
     link kind: the measured data blocks per link class are exactly what the routing makes the
