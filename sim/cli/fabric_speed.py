@@ -24,6 +24,10 @@ def add_arguments(parser):
             help_text += f" (default {p.default}), written --opt=-O1"
         # --opt defaults to None here so that an --opt given without verilator is an error
         names = [f"--{p.name.replace('_', '-')}"] + (["--backend"] if p.name == "backends" else [])
+        if p.name == "shape":            # --topology as every other command names it
+            names, help_text = ["--topology", "--shape"], (
+                "superpod:a,b,c or a,b,c: dies a NPU, NPUs a board, boards (default "
+                f"{p.default}; --shape is the same)")
         parser.add_argument(*names, dest=p.name, type=p.type,
                             default=None if p.name == "opt" else p.default, help=help_text)
     parser.add_argument("--json", metavar="FILE",
@@ -34,6 +38,8 @@ def prepare(args):
     backends = parse_backends("--backends", args.backends)
     if args.opt is not None:
         check_opt("--opt", args.opt, backends)
+    if args.shape.startswith("superpod:"):
+        args.shape = args.shape[len("superpod:"):]
     params = EXPERIMENT.resolve(**{p.name: getattr(args, p.name) for p in EXPERIMENT.params
                                    if getattr(args, p.name) is not None or p.name != "opt"})
     check_output(args.json, "--json")

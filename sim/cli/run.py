@@ -179,6 +179,38 @@ def prepare(args):
         waveform = Waveform(Path(args.vcd).resolve(), watch=("host.running",)) if args.vcd else None
         be = make_backend(args.backend, verbose=True, waveform=waveform)
         results, traced, status = [], [], 0
+        try:
+            status = _runs(be, waveform, results, traced)
+        except KeyboardInterrupt:
+            if results:           # Ctrl-C: keep what finished (a sweep's first systems)
+                _outputs(results, traced, interrupted=True)
+                print(f"epfabric run {args.kernel}: interrupted after {len(results)} of "
+                      f"{len(variants)} runs; --json/--trace hold those", file=sys.stderr)
+            raise
+        if status is None:
+            return 1
+        if sweep:
+            for line in _compare(sweep, results):
+                print(line)
+            for line in _stage_table(sweep, results):
+                print(line)
+        _outputs(results, traced)
+        return status
+
+    def _outputs(results, traced, interrupted=False):
+        if args.trace:
+            _write_trace(args.trace, traced, get_preset(preset).cycle_ns,
+                         getattr(kernel, "trace_spans", None),
+                         getattr(kernel, "trace_phases", None))
+        if args.json:
+            doc = (results[0] if not sweep else
+                   {"kernel": kernel.name, "sweep": sweep[0], "values": sweep[1][:len(results)],
+                    "correct": all(r["correct"] for r in results), "results": results})
+            write_json(args.json, {**doc, "interrupted": True} if interrupted else doc)
+
+    def _runs(be, waveform, results, traced):
+        """Run every variant into ``results``/``traced``; the exit status, ``None`` on a hang."""
+        status = 0
         for value, params in zip(sweep[1] if sweep else [None], variants):
             try:
                 result, reports = run_kernel(kernel, be, preset=preset, topology=topology,
@@ -195,7 +227,7 @@ def prepare(args):
             except WatchdogTimeout as exc:
                 print(f"epfabric run {args.kernel}: {exc}", file=sys.stderr)
                 _write_gtkw(waveform, scopes)      # the waveform shows where it hung
-                return 1
+                return None
             _write_gtkw(waveform, scopes)
             for line in kernel.summary(result):
                 print(line)
@@ -216,19 +248,6 @@ def prepare(args):
                 traced.append((label, report, flows(config, params) if flows else None, shift))
             results.append(result)
             status |= 0 if result["correct"] else 1
-        if sweep:
-            for line in _compare(sweep, results):
-                print(line)
-            for line in _stage_table(sweep, results):
-                print(line)
-        if args.trace:
-            _write_trace(args.trace, traced, get_preset(preset).cycle_ns,
-                         getattr(kernel, "trace_spans", None),
-                         getattr(kernel, "trace_phases", None))
-        if args.json:
-            write_json(args.json, results[0] if not sweep else
-                       {"kernel": kernel.name, "sweep": sweep[0], "values": sweep[1],
-                        "correct": all(r["correct"] for r in results), "results": results})
         return status
     return job
 

@@ -577,3 +577,32 @@ def test_a_combines_trace_shows_its_dispatch_first(tmp_path, capsys):
     flows = {e["name"] for e in events if e["ph"] == "s"}
     assert {"tokens", "count", "answers"} <= flows
     assert doc["otherData"] == {"flows_unmatched": 0}
+
+
+def test_version_is_the_installed_packages(capsys):
+    """``epfabric --version`` prints the installed distribution's version and exits 0."""
+    from importlib.metadata import version
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.split() == ["epfabric", version("epfabric")]
+
+
+def test_ctrl_c_in_a_sweep_keeps_the_runs_that_finished(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during a sweep's second run: exit 130, "interrupted", and --json holds the first
+    run, marked interrupted."""
+    calls = []
+
+    def first_then_interrupted(*args, **kwargs):
+        calls.append(kwargs["params"])
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return _canned()
+    monkeypatch.setattr("epfabric.sim.cli.run.run_kernel", first_then_interrupted)
+    out = tmp_path / "r.json"
+    assert main(["run", "alltoall", *SMALL, "--seed", "0,1", "--json", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["epfabric run alltoall: interrupted after 1 of 2 runs; --json/--trace hold "
+                   "those", "epfabric run: interrupted"]
+    doc = json.loads(out.read_text())
+    assert doc["interrupted"] and doc["values"] == [0] and len(doc["results"]) == 1

@@ -82,3 +82,20 @@ def test_backend_is_accepted_for_backends(no_simulation):
     for command in ("fabric-speed", "bench"):
         args = make_parser().parse_args([command, "--backend", "pysim,verilator"])
         assert args.backends == "pysim,verilator"
+
+
+@pytest.mark.parametrize("given", ["superpod:2,1,1", "2,1,1"])
+def test_topology_is_accepted_for_shape(given, monkeypatch):
+    """``--topology superpod:a,b,c`` (every other command's name and form) is ``--shape a,b,c``:
+    the experiment gets the same shape; ``--shape`` still works."""
+    from epfabric.sim.cli import make_parser
+    from epfabric.sim.cli.fabric_speed import prepare
+    seen = {}
+    monkeypatch.setattr(EXPERIMENTS["fabric_speed"], "run",
+                        lambda **params: seen.update(params) or [])
+    monkeypatch.setattr(EXPERIMENTS["fabric_speed"], "format", lambda rows: "")
+    for flag in ("--topology", "--shape"):
+        args = make_parser().parse_args(["fabric-speed", "--backends", "pysim", flag, given])
+        seen.clear()
+        prepare(args)()
+        assert seen["shape"] == "2,1,1", flag

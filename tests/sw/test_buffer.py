@@ -209,3 +209,20 @@ def test_deepep_receive_fields_are_views_of_the_delivered_rows():
         assert np.array_equal(head[:, 1], src[:, 0] << 16 | src[:, 1])
         assert np.array_equal(head[:, 2],
                               (got.recv_topk_idx[d].max(axis=1) + 2 * d) << 8 | slot)
+
+
+@pytest.mark.slow           # 20 s of pysim; the same fields at a smaller case are tested above
+def test_the_readmes_deepep_script_prints_what_the_readme_says(tmp_path):
+    """The README's runnable DeepEP-style script, run as written in an empty folder, prints
+    the lines the README shows under it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    after = readme.split("Runnable as is", 1)[1]
+    script = after.split("```python\n", 1)[1].split("```", 1)[0]
+    printed = after.split("prints\n\n```\n", 1)[1].split("```", 1)[0]
+    run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == printed
