@@ -322,3 +322,37 @@ def test_points_in_dask_workers_evaluate_native_models_on_one_thread(monkeypatch
     monkeypatch.setenv("EPFABRIC_NATIVE_THREADS", "3")
     sweep.run_task("no-such-experiment", {}, "key")
     assert os.environ["EPFABRIC_NATIVE_THREADS"] == "3"
+
+
+def test_ctrl_c_on_dask_keeps_the_finished_points_and_cancels_the_rest(result_cache, monkeypatch):
+    """Ctrl-C while a Dask sweep waits: the points that finished are in the result cache (a rerun
+    skips them), every future is cancelled, and the KeyboardInterrupt reaches the command (which
+    says "interrupted" and exits 130: tests/sim/test_cli_run.py)."""
+    require("dask distributed", None if importlib.util.find_spec("distributed")
+            else "distributed is not installed")
+    import distributed
+    from epfabric.sim.lab import sweep
+
+    class Future:
+        def __init__(self, entry):
+            self.entry, self.cancelled = entry, False
+
+        def result(self):
+            return self.entry
+
+        def cancel(self):
+            self.cancelled = True
+
+    done = {"rows": [{"x": 1}], "wall_s": 0.1, "error": None}
+    futures = {Future(done): 0, Future(None): 1}
+
+    def first_then_ctrl_c(fs):
+        yield next(iter(fs))
+        raise KeyboardInterrupt
+    monkeypatch.setattr(distributed, "as_completed", first_then_ctrl_c)
+    tasks = [({"i": 0}, "key0"), ({"i": 1}, "key1")]
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run_points("payload", tasks, client=object(), futures=futures)
+    assert all(f.cancelled for f in futures)
+    assert cache.load("payload", "key0")["rows"] == [{"x": 1}]
+    assert cache.load("payload", "key1") is None
