@@ -211,7 +211,7 @@ def test_deepep_receive_fields_are_views_of_the_delivered_rows():
                               (got.recv_topk_idx[d].max(axis=1) + 2 * d) << 8 | slot)
 
 
-@pytest.mark.slow           # 20 s of pysim; the same fields at a smaller case are tested above
+@pytest.mark.slow           # 10 s of pysim; the same fields at a smaller case are tested above
 def test_the_readmes_deepep_script_prints_what_the_readme_says(tmp_path):
     """The README's runnable DeepEP-style script, run as written in an empty folder, prints
     the lines the README shows under it."""
