@@ -38,8 +38,7 @@ def prepare(args):
     backends = parse_backends("--backends", args.backends)
     if args.opt is not None:
         check_opt("--opt", args.opt, backends)
-    if args.shape.startswith("superpod:"):
-        args.shape = args.shape[len("superpod:"):]
+    args.shape = args.shape.removeprefix("superpod:")          # --topology's form, as in soak
     params = EXPERIMENT.resolve(**{p.name: getattr(args, p.name) for p in EXPERIMENT.params
                                    if getattr(args, p.name) is not None or p.name != "opt"})
     check_output(args.json, "--json")

@@ -182,10 +182,13 @@ def prepare(args):
         try:
             status = _runs(be, waveform, results, traced)
         except KeyboardInterrupt:
-            if results:           # Ctrl-C: keep what finished (a sweep's first systems)
+            written = [o for o in ("--json", "--trace") if getattr(args, o[2:])]
+            if results and written:   # Ctrl-C: keep what finished (a sweep's first systems)
                 _outputs(results, traced, interrupted=True)
                 print(f"epfabric run {args.kernel}: interrupted after {len(results)} of "
-                      f"{len(variants)} runs; --json/--trace hold those", file=sys.stderr)
+                      f"{len(variants)} runs; {' and '.join(written)} "
+                      f"{'hold' if len(written) > 1 else 'holds'} them",
+                      file=sys.stderr)
             raise
         if status is None:
             return 1

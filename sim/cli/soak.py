@@ -52,8 +52,7 @@ def add_arguments(parser):
 def prepare(args):
     positive("--blocks", args.blocks)
     try:
-        text = args.shape[len("superpod:"):] if args.shape.startswith("superpod:") else args.shape
-        shape = tuple(int(x) for x in text.split(","))
+        shape = tuple(int(x) for x in args.shape.removeprefix("superpod:").split(","))
     except ValueError:
         shape = ()
     if len(shape) != 3:

@@ -602,7 +602,7 @@ def test_ctrl_c_in_a_sweep_keeps_the_runs_that_finished(tmp_path, monkeypatch, c
     out = tmp_path / "r.json"
     assert main(["run", "alltoall", *SMALL, "--seed", "0,1", "--json", str(out)]) == 130
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["epfabric run alltoall: interrupted after 1 of 2 runs; --json/--trace hold "
-                   "those", "epfabric run: interrupted"]
+    assert err == ["epfabric run alltoall: interrupted after 1 of 2 runs; --json holds them",
+                   "epfabric run: interrupted"]
     doc = json.loads(out.read_text())
     assert doc["interrupted"] and doc["values"] == [0] and len(doc["results"]) == 1
