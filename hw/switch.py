@@ -5,7 +5,7 @@ switches of a CloudMatrix384-like fabric; also the single switch of the
 INC-MoE testbed's ``star`` topology (INC-MoE §3).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -61,6 +61,28 @@ class Switch(wiring.Component):
         must have a ``small`` field), so a fabric can count control flits per link without
         reading whole payloads (:class:`~epfabric.hw.topology.Fabric`'s link counters).
         Default ``False``: the switch, and its Verilog, as without it.
+    multicast : bool
+        In-network multicast (issue 31; INC-MoE §3.1's switch replication, on the
+        superpod): a flit whose payload's ``mcast`` bit is set goes to every output
+        that some destination of its ``mask`` field (bit ``d``: destination ``d``)
+        routes to, each copy with ``mask`` cut to the destinations behind that
+        output; the input's head leaves its FIFO when every copy has been taken
+        (a register of the outputs already served). Unicast flits are unchanged.
+        The payload needs ``mcast`` and ``mask`` fields. Default ``False``: the
+        switch, and its Verilog, as without it.
+    reduce_port : int or None
+        The port of an in-switch reduction engine (:class:`~epfabric.hw.inc_reduce.ReduceUnit`,
+        wired by :class:`~epfabric.hw.inc_switch.IncSwitch`): a flit with ``red`` set that
+        stands for fewer contributions (``count``) than this switch expects for its
+        group -- ``popcount(mask & subtree[dst])``, the contributors whose path to ``dst``
+        passes here -- goes to that port instead of ``routes[dst]``. The engine's
+        releases carry the whole expected count, so they route on. Needs ``subtree``
+        and ``red``/``mask``/``count`` payload fields.
+    subtree : sequence of int or None
+        With ``reduce_port``: ``subtree[d]``, the mask of the contributors whose path
+        to destination ``d`` passes through this switch. With ``route_port`` it comes
+        from the input port ``subtree_in`` instead (``subtree`` then only gives its
+        length).
 
     Attributes
     ----------
@@ -84,7 +106,8 @@ class Switch(wiring.Component):
     """
 
     def __init__(self, *, ports, routes=None, payload=None, depth=4, counter_width=32,
-                 data_bits=32, route_port=False, planes=False, small_taps=False):
+                 data_bits=32, route_port=False, planes=False, small_taps=False,
+                 multicast=False, reduce_port=None, subtree=None):
         check_int("ports", ports, 2)
         if routes is None:
             routes = range(ports)
@@ -111,17 +134,43 @@ class Switch(wiring.Component):
         self.small_taps = bool(small_taps)
         if self.small_taps and "small" not in dict(iter(payload)):
             raise UserError("small_taps needs a payload with a 'small' field")
+        self.multicast = bool(multicast)
+        fields = dict(iter(payload))
+        if self.multicast:
+            _need_fields(payload, ("mcast", "mask"), "multicast")
+        self.reduce_port = reduce_port
+        self.subtree = None
+        if reduce_port is not None:
+            check_int("reduce_port", reduce_port, 0, ports - 1)
+            _need_fields(payload, ("red", "mask", "count"), "reduce_port")
+            if subtree is None:
+                raise UserError("reduce_port needs subtree (the contributors behind each "
+                                "destination)")
+            subtree = tuple(subtree)
+            if len(subtree) != len(routes):
+                raise UserError(f"subtree has {len(subtree)} entries, routes {len(routes)}: "
+                                f"one mask per destination")
+            for d, mask in enumerate(subtree):
+                check_int(f"subtree[{d}]", mask, 0, (1 << len(routes)) - 1)
+            self.subtree = subtree
+        if "mask" in fields and (self.multicast or reduce_port is not None):
+            width = Shape.cast(fields["mask"].shape).width
+            if width < len(routes):
+                raise UserError(f"the payload's mask field has {width} bits for "
+                                f"{len(routes)} destinations")
         super().__init__(self.signature_of(ports=ports, destinations=len(routes), payload=payload,
                                            counter_width=counter_width, route_port=route_port,
-                                           planes=planes, small_taps=small_taps))
+                                           planes=planes, small_taps=small_taps,
+                                           subtree_port=route_port and reduce_port is not None))
 
     @staticmethod
     def signature_of(*, ports, destinations, payload, counter_width, route_port, planes=False,
-                     small_taps=False):
+                     small_taps=False, subtree_port=False):
         """The signature of a switch with these (valid) parameters, without building one."""
         flit = stream.Signature(payload)
         return wiring.Signature({
             **({"routes_in": In(range(ports)).array(destinations)} if route_port else {}),
+            **({"subtree_in": In(destinations).array(destinations)} if subtree_port else {}),
             "i_stream": In(flit).array(ports),
             "o_stream": Out(flit).array(ports),
             "o_blocks": Out(counter_width).array(ports),
@@ -171,11 +220,24 @@ class Switch(wiring.Component):
             for d, p in reversed(list(enumerate(self.routes))):
                 onehot = (Const(1, n) << self.routes_in[d])[:n] if self.route_port else 1 << p
                 route = Mux(head.dst == d, onehot, route)
+            if self.multicast:
+                route = Mux(head.mcast, Cat(((head.mask & self._port_mask(p)) != 0)
+                                            for p in range(n)), route)
+            if self.reduce_port is not None:
+                expected = self._expected(head)
+                route = Mux(head.red & (expected > head.count),
+                            Const(1 << self.reduce_port, n), route)
             m.d.comb += want.eq(Mux(level != 0, route, 0))
             heads.append(head_bits)
             wants.append(want)
             pops.append(pop)
 
+        if self.multicast:
+            # the outputs each input's head still owes a copy to
+            served = [Signal(n, name=f"served{i}") for i in range(n)]
+            pending = [Signal(n, name=f"pending{i}") for i in range(n)]
+            m.d.comb += [p.eq(w & ~sv) for p, w, sv in zip(pending, wants, served)]
+            wants = pending
         granted = []  # one-hot input vectors popped by each output this cycle
         for o in range(n):
             out = self.o_stream[o]
@@ -197,7 +259,7 @@ class Switch(wiring.Component):
             ]
             sel = Const(0, width)
             for i in range(n):
-                sel = sel | Mux(grant[i], heads[i], 0)
+                sel = sel | Mux(grant[i], self._copy(heads[i], o) if self.multicast else heads[i], 0)
             with m.If(load):
                 m.d.sync += [data_reg.eq(sel), valid.eq(1)]
             with m.Elif(out.ready):
@@ -218,13 +280,70 @@ class Switch(wiring.Component):
         acc = Const(0, n)
         for g in granted:
             acc = acc | g
-        m.d.comb += popped.eq(acc & mask)
+        if self.multicast:
+            # an input's head leaves when this cycle's copies are the last it owes
+            taken = [Cat(g[i] for g in granted) for i in range(n)]
+            m.d.comb += popped.eq(Cat((t != 0) & ((w & ~t) == 0) for t, w in zip(taken, wants)))
+            for i in range(n):
+                with m.If(popped[i]):
+                    m.d.sync += served[i].eq(0)
+                with m.Else():
+                    m.d.sync += served[i].eq(served[i] | taken[i])
+        else:
+            m.d.comb += popped.eq(acc & mask)
         for i in range(n):
             m.d.comb += pops[i].eq(popped[i])
         if self.planes:
             m.d.comb += [self.x_pop.eq(popped),
                          self.x_push.eq(Cat(p.valid & p.ready for p in self.i_stream))]
         return m
+
+
+    def _port_mask(self, p):
+        """The destinations routed to output ``p``, as a mask (bit ``d``: destination ``d``)."""
+        if self.route_port:
+            return Cat(self.routes_in[d] == p for d in range(len(self.routes)))
+        return Const(sum(1 << d for d, q in enumerate(self.routes) if q == p),
+                     len(self.routes))
+
+    def _copy(self, head_bits, o):
+        """``head_bits`` as output ``o`` forwards it: a multicast flit's ``mask`` cut to the
+        destinations behind ``o``."""
+        field = self.payload["mask"]
+        lo, w = field.offset, Shape.cast(field.shape).width
+        head = self.payload(head_bits)
+        cut = Mux(head.mcast, head_bits[lo:lo + w] & self._port_mask(o), head_bits[lo:lo + w])
+        return Cat(head_bits[:lo], cut, head_bits[lo + w:])
+
+    def _expected(self, head):
+        """Contributions this switch expects for ``head``'s group: ``popcount(mask &
+        subtree[dst])``."""
+        nd = len(self.routes)
+        sub = Const(0, nd)
+        for d in reversed(range(nd)):
+            entry = self.subtree_in[d] if self.route_port else Const(self.subtree[d], nd)
+            sub = Mux(head.dst == d, entry, sub)
+        both = head.mask[:nd] & sub
+        return popcount(both[k] for k in range(nd))
+
+
+def popcount(bits):
+    """The number of set bits among ``bits`` (one-bit values), as a balanced adder tree."""
+    values = [Value.cast(b) for b in bits]
+    if not values:
+        return Const(0, 1)
+    while len(values) > 1:
+        values = [values[i] + values[i + 1] if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]
+
+
+def _need_fields(payload, names, option):
+    fields = dict(iter(payload))
+    missing = [f for f in names if f not in fields]
+    if missing:
+        raise UserError(f"{option} needs payload fields {', '.join(names)}; "
+                        f"missing: {', '.join(missing)}")
 
 
 class SwitchDataPlane(wiring.Component):

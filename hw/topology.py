@@ -35,12 +35,13 @@ from amaranth.lib.wiring import In, Out
 
 from .hbm import BLOCK_BYTES
 from .link import Link, check_payload, flit_layout
+from .inc_switch import IncSwitch, inc_payload
 from .switch import PlanarSwitch, Switch
 from .validate import UserError, UserTypeError, check_choice, check_int
 
 __all__ = ["FabricTiming", "Fabric", "superpod", "star", "superpod_distance", "SUPERPOD_HOPS",
            "STAR_HOPS", "TOPOLOGIES", "MAX_RANKS", "check_topology", "topology_ranks", "superpod_ranks",
-           "check_timing", "link_label"]
+           "check_timing", "link_label", "subtrees"]
 
 #: Topology kinds: ``("superpod", dies_per_npu, npus_per_board, boards)``, ``("star", n)``.
 TOPOLOGIES = ("superpod", "star")
@@ -316,41 +317,62 @@ class _Children:
     ``Instance``: there it is a :class:`~epfabric.hw.switch.PlanarSwitch`.
     """
 
-    def __init__(self, shared):
+    def __init__(self, shared, inc=None):
         self.shared = shared
+        self.inc = inc                       # IncSwitch parameters, or None: plain switches
+        self._pending = []                   # (name, parameters) of the switches to build
+        self._ends = []                      # (src, dst) of every link, in order
         self.switches, self.links = {}, []
         self.instances, self.parts = {}, {}
         self.link_kinds = []                 # the kind of each link (None: not counted)
         self._switch_kinds, self._link_kinds = {}, []
 
     def switch(self, name, *, ports, routes, payload, depth, counter_width, small_taps=False):
-        kind = (ports, len(routes), depth, counter_width, small_taps)
+        """Record a switch; it is built by :meth:`fabric_args`, once every link is known (an
+        in-network switch's tables come from the paths through the whole fabric)."""
+        self._pending.append((name, dict(ports=ports, routes=tuple(routes), payload=payload,
+                                         depth=depth, counter_width=counter_width,
+                                         small_taps=small_taps)))
+
+    def _build_switch(self, name, *, ports, routes, payload, depth, counter_width, small_taps,
+                      subtree=None):
+        inc = subtree is not None
+        kind = (ports, len(routes), depth, counter_width, small_taps, inc)
         wide = self.shared is not None and _output_bits(Switch.signature_of(
             ports=ports, destinations=len(routes), payload=payload, counter_width=counter_width,
             route_port=False, small_taps=small_taps)) > MAX_INSTANCE_OUTPUT_BITS
         # the native backend records instances instead of building them: a wide switch is
         # one there too, converted as a PlanarSwitch (control switch + data planes)
         planar = wide and self.shared.expose is not None and "data" in dict(iter(payload))
+        if inc and planar:
+            raise UserError(f"switch {name!r} is too wide for one module and in-network "
+                            f"switches have no planar form yet: use fewer data_bytes")
+        make = functools.partial(IncSwitch, **self.inc) if inc else Switch
+        extra = {"subtree": subtree} if inc else {}
         if self.shared is None or (wide and not planar):
-            self.switches[name] = Switch(ports=ports, routes=routes, payload=payload, depth=depth,
-                                         counter_width=counter_width, small_taps=small_taps)
+            self.switches[name] = make(ports=ports, routes=routes, payload=payload, depth=depth,
+                                       counter_width=counter_width, small_taps=small_taps, **extra)
             return
         if kind not in self._switch_kinds:
             module = self.shared.module(f"epf_switch{len(self._switch_kinds)}")
             self._switch_kinds[kind] = module
-            cls = PlanarSwitch if planar else functools.partial(Switch, route_port=True)
+            cls = PlanarSwitch if planar else functools.partial(make, route_port=True)
             self.parts[module.name] = cls(ports=ports, routes=routes, payload=payload,
                                           depth=depth, counter_width=counter_width,
-                                          small_taps=small_taps)
+                                          small_taps=small_taps, **extra)
         module = self._switch_kinds[kind]
         part = self.parts[module.name]
         self.switches[name] = part.signature.create(path=(name,))
         width = len(self.switches[name].routes_in[0])
-        self.instances[name] = (module, {f"routes_in__{d}": Const(p, width)
-                                         for d, p in enumerate(routes)})
+        consts = {f"routes_in__{d}": Const(p, width) for d, p in enumerate(routes)}
+        if inc:
+            consts.update({f"subtree_in__{d}": Const(mask, len(routes))
+                           for d, mask in enumerate(subtree)})
+        self.instances[name] = (module, consts)
 
     def link(self, params, src, dst, kind=None):
         n = len(self.links)
+        self._ends.append((src, dst))
         self.link_kinds.append(kind)
         if self.shared is None:
             self.links.append((Link(**params), src, dst))
@@ -366,9 +388,41 @@ class _Children:
         self.links.append((port, src, dst))
         self.instances[n] = (module, {})
 
-    def fabric_args(self):
+    def fabric_args(self, ranks):
+        if self.inc is not None:
+            tables = subtrees(ranks, {name: p["routes"] for name, p in self._pending}, self._ends)
+        for name, params in self._pending:
+            self._build_switch(name, **params,
+                               subtree=None if self.inc is None else tables[name])
+        self._pending = []
         return dict(switches=self.switches, links=self.links, instances=self.instances,
                     parts=self.parts, link_kinds=self.link_kinds)
+
+
+def subtrees(ranks, routes, links):
+    """``{switch: [mask per destination]}``: bit ``d`` of ``table[X][s]`` is set when the path
+    of a flit from rank ``d`` to rank ``s`` passes through switch ``X``.
+
+    ``routes`` is ``{switch name: routes}``, ``links`` the ``(src end, dst end)`` of every
+    link (ends as in :class:`Fabric`). Each path is walked from ``("tx", d)`` through the
+    switches' routes to ``("rx", s)``; a path that leaves the fabric elsewhere or loops is a
+    construction error.
+    """
+    nxt = dict(links)
+    table = {name: [0] * ranks for name in routes}
+    for d in range(ranks):
+        for s in range(ranks):
+            if d == s:
+                continue
+            end, seen = nxt.get(("tx", d)), []
+            while end is not None and end[0] in routes and len(seen) <= len(routes):
+                seen.append(end[0])
+                end = nxt.get((end[0], routes[end[0]][s]))
+            if end != ("rx", s):
+                raise RuntimeError(f"the path from rank {d} to {s} ends at {end!r}")
+            for name in set(seen):
+                table[name][s] |= 1 << d
+    return table
 
 
 def check_timing(timing):
@@ -458,7 +512,7 @@ def superpod_distance(dies_per_npu, npus_per_board):
 
 
 def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
-             data_bytes=None, switch_depth=4, counter_width=32, shared=None):
+             data_bytes=None, switch_depth=4, counter_width=32, shared=None, inc=None):
     """A two-tier superpod fabric (UBEP §2.3 Insight 3, Table 2).
 
     Rank ``r`` is die ``r % dies_per_npu`` of NPU ``(r // dies_per_npu) %
@@ -484,6 +538,14 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
         ``Fabric.parts`` holds the modules): every die's switch shares one,
         so does every tier-1 switch. ``None`` (default, what Amaranth's
         simulator runs): components. Same cycles.
+    inc : dict or None
+        In-network multicast and reduction (issue 31): every switch -- each die's, each
+        tier-1's, each tier-2's -- is an :class:`~epfabric.hw.inc_switch.IncSwitch` with
+        these parameters (``window``, ``header_bits``, ``lane_bits``, ``key_field``; ``{}``
+        for the defaults), its reduction tables from the fabric's own paths
+        (:func:`subtrees`). The payload needs :func:`~epfabric.hw.inc_switch.inc_fields`
+        and the key; with ``payload=None`` it is :func:`~epfabric.hw.inc_switch.inc_payload`.
+        ``None`` (default): plain switches, the fabric as without it.
 
     Returns
     -------
@@ -503,9 +565,14 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
     dpn, npb, nb = dies_per_npu, npus_per_board, boards
     dpb = dpn * npb
     hops = timing.need(SUPERPOD_HOPS)
+    if inc is not None and payload is None:
+        if data_bytes is None:
+            raise UserError("give payload (a flit layout) or data_bytes, not neither")
+        payload = inc_payload(ranks, 8 * check_int("data_bytes", data_bytes, 1),
+                              max(1, (inc.get("window", 16) - 1).bit_length()))
     payload = _payload(payload, ranks, data_bytes)
 
-    children = _Children(shared)
+    children = _Children(shared, inc=None if inc is None else dict(inc))
 
     def link(latency, src, dst, kind=None):
         children.link(timing.link_params(payload, latency), src, dst, kind)
@@ -558,7 +625,7 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
 
     classes = superpod_distance(dpn, npb)
     fabric = Fabric(ranks=ranks, payload=payload, classes=classes, counter_width=counter_width,
-                    kinds=SUPERPOD_HOPS, **children.fabric_args())
+                    kinds=SUPERPOD_HOPS, **children.fabric_args(ranks))
     fabric.shape = {"dies_per_npu": dpn, "npus_per_board": npb, "boards": nb}
     return fabric
 
@@ -610,6 +677,6 @@ def star(timing, n, *, attach=0, payload=None, data_bytes=None, switch_depth=4, 
         wires.append((("switch", n + j), ("attach_rx", j)))
     fabric = Fabric(ranks=n, payload=payload, wires=wires, attach=attach,
                     classes=lambda s, d: "one_hop", counter_width=counter_width,
-                    **children.fabric_args())
+                    **children.fabric_args(n))
     fabric.shape = {"n": n, "attach": attach}
     return fabric

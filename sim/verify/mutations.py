@@ -112,6 +112,33 @@ MUTATIONS = [
         "timeout": 120,
     },
     {
+        "name": "inc_switch_copy_keeps_the_whole_mask",
+        "file": "hw/switch.py",
+        "old": "        cut = Mux(head.mcast, head_bits[lo:lo + w] & self._port_mask(o), "
+               "head_bits[lo:lo + w])\n",
+        "new": "        cut = head_bits[lo:lo + w]\n",
+        "description": "a multicast copy leaves with its whole destination set instead of the "
+                       "dies behind its output: the next switch copies it again, so dies get "
+                       "duplicates",
+        "tests": [
+            "tests/hw/test_inc_switch.py::test_multicast_reaches_each_destination_once",
+            "tests/hw/test_topology.py::test_inc_superpod_multicast_and_reductions_under_stalls",
+        ],
+        "timeout": 180,
+    },
+    {
+        "name": "inc_reduce_releases_one_early",
+        "file": "hw/inc_reduce.py",
+        "old": "        m.d.comb += done.eq(total >= expected)\n",
+        "new": "        m.d.comb += done.eq(total + 1 >= expected)\n",
+        "description": "the in-switch reduction releases a group one contribution early (and the "
+                       "last contribution opens a slot of its own)",
+        "tests": [
+            "tests/hw/test_inc_switch.py::test_reductions_release_once_with_the_exact_sum",
+        ],
+        "timeout": 180,
+    },
+    {
         "name": "inc_reduce_after_n_minus_2",
         "file": "hw/inc_engine.py",
         "old": "        m.d.comb += last.eq(Mux(hit, slot.count, 0) == n - 2)\n",

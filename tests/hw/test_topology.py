@@ -11,7 +11,9 @@ from epfabric.hw.topology import (MAX_RANKS, STAR_HOPS, SUPERPOD_HOPS, TOPOLOGIE
                                    check_topology, star, superpod, topology_ranks)
 from epfabric.sim.backends import SimulationError
 from epfabric.sw.presets import get_preset
-from utils import ComponentSpec, run, simulators, tiny_timing
+from epfabric.sim.tb.inc_traffic import (check_multicast, check_reductions, inc_fabric,
+                                         multicast_queues, reduction_queues, traffic_intent)
+from utils import ComponentSpec, require_simulator, run, simulators, tiny_timing
 
 TINY = get_preset("tiny")
 TIMING = tiny_timing()       # the tiny preset's superpod timing (cycles only)
@@ -354,3 +356,84 @@ def test_a_switch_too_wide_for_an_instance_stays_inline():
     assert parts and all(sw.ports != 16 for sw in parts.values())
     assert all(isinstance(shared.switches[k], Switch) for k in wide)
     assert all(not isinstance(shared.switches[k], Switch) for k in shared.switches if k not in wide)
+
+
+# --- in-network switches (issue 31) ---------------------------------------------------------
+
+INC_HEADER, INC_LANES = 0, 4       # inc_fabric's 64 data bits: four 16-bit lanes
+
+
+def inc_spec():
+    return ComponentSpec("epfabric.sim.tb.inc_traffic:inc_fabric",
+                         {"preset": "tiny", "shape": [2, 2, 2], "window": 8, "data_bits": 64})
+
+
+def test_subtrees_are_the_paths_through_each_switch():
+    """Die switch r: every path to r (bit d for each d != r) and r's own paths out; tier-1 b:
+    paths between NPUs that touch board b; tier-2 plane k: paths between boards to dies whose
+    board-local index is k."""
+    fabric = inc_fabric(preset="tiny", shape=(2, 2, 2))
+    tables = {name: sw.switch.subtree for name, sw in fabric.switches.items()}
+    assert sorted(tables) == sorted([f"die{r}" for r in range(8)] + ["t1_0", "t1_1"]
+                                    + [f"t2_{k}" for k in range(4)])
+    npu, board = (lambda r: r // 2), (lambda r: r // 4)
+    for s in range(RANKS):
+        for d in range(RANKS):
+            if d == s:
+                continue
+            on = {f"die{d}", f"die{s}"}
+            if npu(d) != npu(s):
+                on |= {f"t1_{board(d)}", f"t1_{board(s)}"}
+            if board(d) != board(s):
+                on.add(f"t2_{s % 4}")
+            for name, sub in tables.items():
+                assert bool(sub[s] >> d & 1) == (name in on), (name, d, s)
+
+
+def inc_traffic(rounds, cycles, seed, simulator="pysim"):
+    return run(inc_spec(), traffic_intent, {"rounds": rounds, "cycles": cycles, "ranks": RANKS,
+                                            "ins": "tx", "outs": "rx", "seed": seed,
+                                            "counters": [f"link_blocks.{k}" for k in
+                                                         range(len(SUPERPOD_HOPS))]},
+               simulator=simulator)
+
+
+def test_inc_superpod_multicast_and_reductions_under_stalls():
+    """Multicasts, unicasts and reduction groups on 8 dies of 2 boards at once, every receiver
+    stalling 30 % of cycles: each die gets each multicast of its set once, each group once
+    with its exact sum; the tier-2 links carry one copy per board a multicast reaches across
+    boards, and one block per board a group's contributions leave."""
+    rng = random.Random(21)
+    mq, sent = multicast_queues(rng, RANKS, 10)
+    rq, want = reduction_queues(rng, RANKS, 24, window=8, lanes=INC_LANES)
+    queues = [a + b for a, b in zip(mq, rq)]
+    res, _ = inc_traffic([queues], 2500, seed=4)
+    assert res["left"] == [0]
+    got = res["got"][0]
+    check_multicast(got, sent)
+    check_reductions(got, want, header_bits=INC_HEADER, lanes=INC_LANES)
+    # tier-2 crossings (t2_up): a multicast crosses to the other board once per tier-2 plane
+    # it needs there (the planes are the board-local die indices it names); a group crosses
+    # once, on its destination's plane, when a contributor is on the other board
+    board = lambda r: r // 4                                    # noqa: E731
+    want_t2 = 0
+    for s, q in enumerate(mq):
+        for f in q:
+            dests = [d for d in range(RANKS) if f["mask"] >> d & 1] if f["mcast"] else [f["dst"]]
+            want_t2 += len({d % 4 for d in dests if board(d) != board(s)})
+    for (dst, _block), (mask, *_rest) in want.items():
+        want_t2 += any(board(r) != board(dst) for r in range(RANKS) if mask >> r & 1)
+    t2_up = res["counters"][f"link_blocks.{SUPERPOD_HOPS.index('t2_up')}"]
+    assert t2_up == want_t2
+
+
+@pytest.mark.slow      # a 44 s Verilator build; tests/hw/test_inc_switch.py compares the switch
+def test_inc_superpod_is_the_same_on_verilator():
+    rng = random.Random(3)
+    mq, _ = multicast_queues(rng, RANKS, 4)
+    rq, _ = reduction_queues(rng, RANKS, 10, window=8, lanes=INC_LANES)
+    queues = [a + b for a, b in zip(mq, rq)]
+    ref = inc_traffic([queues], 900, seed=2)
+    require_simulator("verilator")
+    assert ref[0]["left"] == [0]
+    assert inc_traffic([queues], 900, seed=2, simulator="verilator") == ref

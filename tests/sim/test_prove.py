@@ -31,6 +31,8 @@ BROKEN = {
     "decoder.table": {"loose": True},          # opcode 0 accepted
     "router.acks": {"lose_restart": True},     # a store in its entry's ack cycle is lost
     "router.answers": {"ignore_entering": True},  # a load admitted into the space a UB answer takes
+    "inc_switch.multicast_response": {"bound": 1},   # a copy takes more than a cycle
+    "inc_switch.reduce": {"miscount": True},        # a sum that leaves input 0 out
 }
 
 

@@ -1,0 +1,261 @@
+"""In-switch reduction for expert-parallel combine: contributions summed where their paths meet.
+
+Issue 31; INC-MoE §3.1 (message semantics: the switch reduces the payloads of
+messages that contribute to one result and forwards one). A :class:`ReduceUnit` sits
+on an extra port of a superpod switch (:class:`~epfabric.hw.inc_switch.IncSwitch`).
+A *group* is one result block: destination rank ``dst`` and block address
+``key``. Every contribution carries
+
+* ``mask`` -- the contributors of its group (bit ``d``: rank ``d`` sends one
+  contribution), the same in every contribution of the group;
+* ``count`` -- how many contributions it already holds (1 from a die, more once a
+  switch has summed some).
+
+A switch expects ``popcount(mask & subtree[dst])`` contributions of a group: the
+contributors whose path to ``dst`` passes through it (:func:`~epfabric.hw.topology.subtrees`
+computes the table from the fabric's routes). Nobody writes a group table: the
+kernel's routing, carried in the mask, *is* the count (INC-MoE's "each reduction
+knows how many contributions it waits for"). The unit sums the group's data lanes
+(16-bit, wrapping: integer, so bit-exact in any order), and when the counts reach
+the expectation it releases one flit with the sum and ``count`` = the expectation,
+which the switch routes on towards ``dst`` (the next switch expects at least as
+many, so it sums again or forwards).
+
+Slots are direct-mapped: slot ``(dst, key mod window)``, ``2**bits(dst) * window``
+of them, each a count and the partial sum. A group's slot is free again once it is
+released (count 0), so a slot is reused by every run (epoch) with no reset. The
+kernel's layout must put one run's result blocks of a destination in at most
+``window`` consecutive blocks (the unit counts a contribution whose count would
+pass the expectation as an ``o_errors``, which only a layout breaking that rule
+or a wrong mask can cause).
+
+The first ``header_bits`` of ``data`` (the Data-as-Flag header words of
+docs/spec/kernels.md §1.7) are not summed: the released block carries the
+header of the last contribution, which a kernel makes equal in every contribution
+(the epoch flag, the token). So the receiver polls one flag, as for any block.
+
+Deadlock freedom. The unit never waits for a slot: every contribution is absorbed
+in the cycle it is offered unless the one-flit output register is full and not
+draining. Its releases go to the switch as an input and leave by ``routes[dst]``,
+towards a die, which always sinks block stores (hw/router.py's argument), and on
+a tree with up/down routes every queue between drains. So every queue drains
+whether or not any group completes; a contribution is never stuck behind a
+release it is needed for; every group completes. Tests put random back-pressure on
+every output (tests/hw/test_inc_switch.py) and the formal harness
+(``inc_switch.reduce``) checks a release carries exactly the sum of its group.
+
+One contribution a cycle: the slot is read combinationally and written at the
+clock edge, so a contribution to the same slot in the next cycle sees the sum.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Shape, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from .switch import popcount
+from .validate import UserError, check_int, check_pow2
+
+__all__ = ["ReduceUnit", "sum_lanes", "VERILOG_EXPORTS"]
+
+
+def sum_lanes(a, b, *, header_bits, lane_bits=16):
+    """``b``'s header then the lane-wise wrapping sum of ``a`` and ``b`` past it.
+
+    Bits past the last whole lane are taken from ``b`` like the header.
+    """
+    a, b = Cat(a), Cat(b)
+    width = len(b)
+    lanes = (width - header_bits) // lane_bits
+    out = [b[:header_bits]]
+    for k in range(lanes):
+        lo = header_bits + k * lane_bits
+        out.append((a[lo:lo + lane_bits] + b[lo:lo + lane_bits])[:lane_bits])
+    tail = header_bits + lanes * lane_bits
+    if tail < width:
+        out.append(b[tail:])
+    return Cat(*out)
+
+
+def _field(payload, path):
+    layout = payload
+    offset = 0
+    for name in path:
+        try:
+            f = layout[name]
+        except KeyError:
+            raise UserError(f"the payload has no field {'.'.join(path)!r}") from None
+        offset += f.offset
+        layout = f.shape
+    return offset, Shape.cast(layout).width
+
+
+class ReduceUnit(wiring.Component):
+    """The reduction engine of one switch (see the module docstring).
+
+    Parameters
+    ----------
+    payload : data.Layout
+        The fabric's flit, with fields ``dst``, ``mask``, ``count``, ``red``, ``data``
+        and the group key (``key_field``).
+    subtree : sequence of int
+        ``subtree[d]``: the contributors whose path to ``d`` passes through the switch.
+        With ``subtree_port`` only its length is used and the masks come from the
+        input ``subtree_in``.
+    window : int
+        Result blocks of one destination a run may reduce into (a power of two): the
+        slots per destination.
+    key_field : tuple of str
+        Path of the payload field whose low bits name the group's block (default the
+        router flit's ``("addr", "block")``).
+    header_bits : int
+        Leading bits of ``data`` not summed (default 128: the four Data-as-Flag words).
+    lane_bits : int
+        Width of a summed lane (default 16: the vector unit's elements).
+    counter_width : int
+        Width of the counters.
+    subtree_port : bool
+        Take ``subtree`` from an input port (switches that differ only in their tables
+        share one Verilog module).
+
+    Attributes
+    ----------
+    i_stream : In(stream.Signature(payload))
+        Contributions, from the switch.
+    o_stream : Out(stream.Signature(payload))
+        Releases, to the switch.
+    o_absorbed, o_released, o_errors : Out(counter_width)
+        Contributions taken, groups released, contributions past their expectation.
+    o_open : Out(counter_width)
+        Slots holding a partial sum now.
+
+    Raises
+    ------
+    ValueError, TypeError
+        On an invalid parameter (named in the message).
+    """
+
+    def __init__(self, *, payload, subtree, window=16, key_field=("addr", "block"),
+                 header_bits=128, lane_bits=16, counter_width=32, subtree_port=False):
+        fields = dict(iter(payload))
+        missing = [f for f in ("dst", "mask", "count", "red", "data") if f not in fields]
+        if missing:
+            raise UserError(f"a ReduceUnit's payload needs fields dst, mask, count, red, data; "
+                            f"missing: {', '.join(missing)}")
+        self.payload = payload
+        self.subtree = tuple(subtree)
+        if not self.subtree:
+            raise UserError("subtree must have one mask per destination, not none")
+        nd = len(self.subtree)
+        for d, mask in enumerate(self.subtree):
+            check_int(f"subtree[{d}]", mask, 0, (1 << nd) - 1)
+        self.window = check_pow2("window", window, 1, 1 << 16)
+        self.key_field = tuple(key_field)
+        self.key_offset, key_width = _field(payload, self.key_field)
+        if (1 << key_width) < window:
+            raise UserError(f"window {window} needs {ceil_log2(window)} bits of "
+                            f"{'.'.join(self.key_field)}, which has {key_width}")
+        data_bits = Shape.cast(fields["data"].shape).width
+        check_int("lane_bits", lane_bits, 1, data_bits)
+        self.header_bits = check_int("header_bits", header_bits, 0, data_bits)
+        self.lane_bits = lane_bits
+        self.counter_width = check_int("counter_width", counter_width, 1)
+        self.subtree_port = bool(subtree_port)
+        if Shape.cast(fields["mask"].shape).width < nd:
+            raise UserError(f"the payload's mask field is narrower than the {nd} destinations")
+        flit = stream.Signature(payload)
+        super().__init__({
+            **({"subtree_in": In(nd).array(nd)} if subtree_port else {}),
+            "i_stream": In(flit),
+            "o_stream": Out(flit),
+            "o_absorbed": Out(counter_width),
+            "o_released": Out(counter_width),
+            "o_errors": Out(counter_width),
+            "o_open": Out(counter_width),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        nd = len(self.subtree)
+        inp, out = self.i_stream, self.o_stream
+        flit = inp.payload
+        data_bits = len(flit.data)
+        count_bits = len(flit.count)
+        wbits = ceil_log2(self.window)
+        dst_bits = len(flit.dst)
+        entry_bits = count_bits + data_bits
+        m.submodules.slots = slots = Memory(shape=entry_bits, depth=(1 << dst_bits) << wbits,
+                                            init=[])
+        rd = slots.read_port(domain="comb")
+        wr = slots.write_port()
+        key = Cat(flit)[self.key_offset:self.key_offset + wbits] if wbits else Cat()
+        index = Cat(key, flit.dst)
+        m.d.comb += rd.addr.eq(index)
+        old_count = rd.data[:count_bits]
+        old_sum = Mux(old_count == 0, 0, rd.data[count_bits:])
+
+        sub = Signal(nd)
+        table = 0
+        for d in reversed(range(nd)):
+            entry = self.subtree_in[d] if self.subtree_port else self.subtree[d]
+            table = Mux(flit.dst == d, entry, table)
+        m.d.comb += sub.eq(table)
+        expected = Signal(count_bits + 1)
+        m.d.comb += expected.eq(popcount((flit.mask[:nd] & sub)[k] for k in range(nd)))
+        total = Signal(count_bits + 1)
+        m.d.comb += total.eq(old_count + flit.count)
+        summed = Signal(data_bits)
+        m.d.comb += summed.eq(sum_lanes(old_sum, flit.data, header_bits=self.header_bits,
+                                        lane_bits=self.lane_bits))
+        done = Signal()
+        m.d.comb += done.eq(total >= expected)
+
+        o_valid = Signal()
+        o_bits = Signal(len(Cat(flit)))
+        m.d.comb += [out.valid.eq(o_valid), out.payload.eq(o_bits),
+                     inp.ready.eq(~o_valid | out.ready)]
+        take = inp.valid & inp.ready
+        with m.If(out.ready):
+            m.d.sync += o_valid.eq(0)
+        release = self.payload(Signal(len(Cat(flit)), name="release"))
+        m.d.comb += [release.eq(flit), release.data.eq(summed), release.count.eq(total)]
+        m.d.comb += [wr.addr.eq(index), wr.en.eq(take),
+                     wr.data.eq(Mux(done, 0, Cat(total[:count_bits], summed)))]
+        opened = Signal()
+        closed = Signal()
+        with m.If(take):
+            m.d.sync += self.o_absorbed.eq(self.o_absorbed + 1)
+            with m.If(done):
+                m.d.sync += [o_valid.eq(1), o_bits.eq(release),
+                             self.o_released.eq(self.o_released + 1)]
+                m.d.comb += closed.eq(old_count != 0)
+                with m.If(total > expected):
+                    m.d.sync += self.o_errors.eq(self.o_errors + 1)
+            with m.Else():
+                m.d.comb += opened.eq(old_count == 0)
+        with m.If(opened & ~closed):
+            m.d.sync += self.o_open.eq(self.o_open + 1)
+        with m.If(closed & ~opened):
+            m.d.sync += self.o_open.eq(self.o_open - 1)
+        return m
+
+
+def _example_payload():
+    from amaranth.lib import data
+    return data.StructLayout({"dst": 2, "src": 2, "red": 1, "mcast": 1, "mask": 4, "count": 3,
+                              "addr": data.StructLayout({"block": 4, "word": 7}),
+                              "data": 256})
+
+
+class _Example(ReduceUnit):
+    """The registered example: 4 ranks, a window of 8 (``epfabric verilog inc_reduce``)."""
+
+    def __init__(self, *, window=8, counter_width=16):
+        super().__init__(payload=_example_payload(), subtree=(0b1110, 0b1101, 0b1011, 0b0111),
+                         window=window, counter_width=counter_width)
+
+
+VERILOG_EXPORTS = {
+    "inc_reduce": (_Example, {"window": 8, "counter_width": 16}),
+}

@@ -1,0 +1,123 @@
+"""IncSwitch: multicast copies where paths part, reductions where they meet, under random stalls."""
+
+import random
+
+import pytest
+
+from epfabric.hw.inc_switch import IncSwitch, inc_fields, inc_payload
+from epfabric.hw.switch import Switch
+from epfabric.hw.validate import UserError
+from epfabric.sim.tb.inc_traffic import (check_multicast, check_reductions, flit,
+                                         multicast_queues, pack, reduction_queues,
+                                         traffic_intent, unpack)
+from utils import ComponentSpec, run, simulators
+
+RANKS = 4
+HEADER = 128
+LANES = (256 - HEADER) // 16
+COUNTERS = ("o_absorbed", "o_released", "o_errors", "o_open")
+
+
+def spec(**params):
+    return ComponentSpec("epfabric.hw.inc_switch:StarIncSwitch",
+                         {"ranks": RANKS, "depth": 4, "window": 8, "data_bits": 256,
+                          "header_bits": HEADER, "counter_width": 16, **params})
+
+
+def traffic(rounds, cycles, seed=0, simulator="pysim", **kw):
+    return run(spec(), traffic_intent, {"rounds": rounds, "cycles": cycles, "ranks": RANKS,
+                                        "counters": COUNTERS, "seed": seed, **kw},
+               simulator=simulator)
+
+
+def reductions(rng, groups):
+    return reduction_queues(rng, RANKS, groups, window=8, lanes=LANES, header_bits=HEADER)
+
+
+def test_multicast_reaches_each_destination_once():
+    queues, sent = multicast_queues(random.Random(5), RANKS, 24)
+    res, _ = traffic([queues], 600, seed=2)
+    assert res["left"] == [0]
+    check_multicast(res["got"][0], sent)
+    assert sum(map(len, res["got"][0])) == sum(bin(m).count("1") for _, m in sent)
+    assert res["counters"]["o_absorbed"] == 0
+
+
+def test_multicast_is_one_flit_per_output_per_cycle():
+    """A flit to all four dies from an idle switch: four copies in the same cycle, then the
+    input takes its next flit (one cycle per multicast when the outputs are free)."""
+    queues = [[flit(src=0, mcast=1, mask=0b1111, data=k + 1) for k in range(8)], [], [], []]
+    res, _ = traffic([queues], 40, stall_p=0.0, offer_p=1.0)
+    got = res["got"][0]
+    for p in range(RANKS):
+        assert [f["data"] for f in got[p]] == list(range(1, 9))
+    for k in range(8):
+        assert len({got[p][k]["cycle"] for p in range(RANKS)}) == 1
+    assert [got[0][k]["cycle"] - got[0][0]["cycle"] for k in range(8)] == list(range(8))
+
+
+def test_reductions_release_once_with_the_exact_sum():
+    queues, want = reductions(random.Random(11), 20)
+    res, _ = traffic([queues], 400, seed=3)
+    assert res["left"] == [0]
+    check_reductions(res["got"][0], want, header_bits=HEADER, lanes=LANES)
+    c = res["counters"]
+    merged = [k for k, w in want.items() if w[1] > 1]
+    assert c["o_released"] == len(merged)                      # one-contributor groups bypass
+    assert c["o_absorbed"] == sum(want[k][1] for k in merged)
+    assert c["o_errors"] == 0 and c["o_open"] == 0
+
+
+def test_slots_are_reused_run_after_run():
+    """The same groups in a second run, with other data: its sums are its own (a released slot
+    is free, nothing carries over)."""
+    q1, w1 = reductions(random.Random(4), 8)
+    q2, w2 = reductions(random.Random(4), 8)
+    q2 = [[dict(f, data=f["data"] ^ (0x1234 << HEADER)) for f in q] for q in q2]
+    w2 = {k: (mask, n, header, [sum(unpack(f["data"], HEADER, LANES)[1][0] for q in q2 for f in q
+                                    if (f["dst"], f["addr"]["block"]) == k) & 0xFFFF] + sums[1:])
+          for k, (mask, n, header, sums) in w2.items()}
+    res, _ = traffic([q1, q2], 300, seed=1)
+    assert res["left"] == [0, 0]
+    check_reductions(res["got"][0], w1, header_bits=HEADER, lanes=LANES)
+    check_reductions(res["got"][1], w2, header_bits=HEADER, lanes=LANES)
+    assert res["counters"]["o_open"] == 0 and res["counters"]["o_errors"] == 0
+
+
+def test_the_header_is_not_summed():
+    """Two contributions with the same flag header and lanes 1 and 2: the result has the
+    header once and lane 3."""
+    f = [flit(src=s, dst=0, red=1, mask=0b0110, count=1, block=2,
+              data=pack(0x0D0D0007, [s] + [0] * (LANES - 1), HEADER)) for s in (1, 2)]
+    res, _ = traffic([[[], [f[0]], [f[1]], []]], 30, stall_p=0.0, offer_p=1.0)
+    (out,) = res["got"][0][0]
+    assert unpack(out["data"], HEADER, LANES) == (0x0D0D0007, [3] + [0] * (LANES - 1))
+    assert out["count"] == 2
+
+
+@pytest.mark.parametrize("hdl_simulator", simulators("icarus", "verilator", slow=("icarus",)),
+                         indirect=True)
+def test_the_same_cycle_for_cycle_on_verilog_simulators(hdl_simulator):
+    """Multicast and reduction traffic together, under stalls: every delivered flit, its
+    cycle and the counters are Amaranth's simulator's."""
+    rng = random.Random(8)
+    mq, _ = multicast_queues(rng, RANKS, 8)
+    rq, _ = reductions(rng, 12)
+    queues = [a + b for a, b in zip(mq, rq)]
+    ref, ref_cycles = traffic([queues], 300, seed=6)
+    got, cycles = traffic([queues], 300, seed=6, simulator=hdl_simulator)
+    assert ref["left"] == [0]
+    assert (got, cycles) == (ref, ref_cycles)
+
+
+def test_bad_parameters_are_named():
+    with pytest.raises(UserError, match="multicast needs payload fields mcast, mask"):
+        Switch(ports=2, multicast=True)
+    with pytest.raises(UserError, match=r"subtree has 3 entries, routes 4"):
+        IncSwitch(ports=4, routes=range(4), payload=inc_payload(4), subtree=[0, 0, 0])
+    with pytest.raises(UserError, match=r"subtree\[1\]"):
+        IncSwitch(ports=4, routes=range(4), payload=inc_payload(4), subtree=[0, 99, 0, 0])
+    with pytest.raises(UserError, match="window 64 needs 6 bits of addr.block"):
+        IncSwitch(ports=4, routes=range(4), payload=inc_payload(4, block_bits=4),
+                  subtree=[0] * 4, window=64)
+    assert inc_fields(6) == {"mcast": 1, "red": 1, "mask": 6, "count": 3}
