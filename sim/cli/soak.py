@@ -46,6 +46,11 @@ def add_arguments(parser):
                              "instead of the fabric")
     parser.add_argument("--runs", type=int, default=100,
                         help="--kernel: runs, each with a random seed and shape (default 100)")
+    parser.add_argument("--inc", action="store_true",
+                        help="soak a superpod with in-network switches (tiny timing, default "
+                             "superpod:2,2,2) under multicast, unicast and reduction traffic "
+                             "with receiver stalls, every delivery checked in Python; --blocks "
+                             "is then the multicasts and unicasts per die (default 16)")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
 
 
@@ -68,6 +73,10 @@ def prepare(args):
     check_output(args.json, "--json")
     for seed in args.seed or ():
         check_int("--seed", seed, 0, 2**32 - 1)
+    if args.inc:
+        if args.kernel is not None:
+            raise UserError("--inc and --kernel are two different soaks: give one")
+        return _inc_job(args, shape)
     if args.kernel is not None:
         if len(args.seed or ()) > 1:
             raise UserError(f"--kernel takes one --seed (it draws every run's seed), not "
@@ -95,6 +104,33 @@ def prepare(args):
                       f"{row['misrouted']}, out of order {row['out_of_order']}; wall "
                       f"{row['wall_s']:.1f} s (run {row['run_s']:.1f} s) "
                       f"{'ok' if row['ok'] else 'FAILED'}", flush=True)
+        if args.json:
+            write_json(args.json, rows)
+        return 0 if all(r["ok"] for r in rows) else 1
+    return job
+
+
+def _inc_job(args, shape):
+    from ..verify.soak import inc_soak
+    if args.shape == ",".join(map(str, DEFAULT_SHAPE)):
+        shape = (2, 2, 2)
+    per_die = 16 if args.blocks == 100_000 else args.blocks
+    get_preset("tiny").check_shape(*shape)
+
+    def job():
+        rows = []
+        for seed in args.seed or [1]:
+            progress(f"inc soak seed {seed}: superpod:{','.join(map(str, shape))} "
+                     f"({args.backend})")
+            row = inc_soak(shape=shape, seed=seed, multicasts=per_die, offer=args.offer,
+                           stall=args.stall, backend=args.backend)
+            rows.append(row)
+            print(f"inc seed {seed}: {row['deliveries']} / {row['expected']} deliveries "
+                  f"({row['multicasts']} multicasts and unicasts, {row['groups']} groups of "
+                  f"{row['contributions']} contributions) in {row['cycles']} cycles, tier-2 "
+                  f"blocks {row['t2_blocks']}; wall {row['wall_s']:.1f} s "
+                  f"{'ok' if row['ok'] else 'FAILED: ' + '; '.join(row['problems'])}",
+                  flush=True)
         if args.json:
             write_json(args.json, rows)
         return 0 if all(r["ok"] for r in rows) else 1

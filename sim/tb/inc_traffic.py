@@ -19,7 +19,7 @@ from ...hw.topology import superpod
 from ...sw.presets import get_preset
 
 __all__ = ["inc_fabric", "flit", "pack", "unpack", "multicast_queues", "reduction_queues",
-           "traffic_intent", "check_multicast", "check_reductions", "LANE"]
+           "traffic_intent", "deliveries", "check_multicast", "check_reductions", "LANE"]
 
 LANE = 16
 
@@ -103,18 +103,25 @@ def reduction_queues(rng, ranks, groups, *, window, lanes, header_bits=0, p=0.6)
 
 
 async def traffic_intent(bench, rounds, cycles, ranks, ins="i_stream", outs="o_stream",
-                         counters=(), seed=0, stall_p=0.3, offer_p=0.8):
+                         counters=(), seed=0, stall_p=0.3, offer_p=0.8, expect=None, drain=64):
     """Round after round (``cycles`` each): input ``s`` offers the flits of ``round[s]`` in
     order with random gaps, every output stalls at random. Returns every flit each output
     delivered per round (with its cycle), the flits left unsent per round and ``counters``
-    (names of signals read at the end)."""
+    (names of signals read at the end).
+
+    ``expect`` (deliveries per round, e.g. :func:`deliveries`): a round ends ``drain``
+    cycles after its last expected delivery (so a late duplicate is still seen), and
+    ``cycles`` is only its limit."""
     rng = random.Random(seed)
     out, left = [], []
-    for queues in rounds:
+    for rnd, queues in enumerate(rounds):
         queues = [list(q) for q in queues]
         got = [[] for _ in range(ranks)]
         offered = [None] * ranks
-        for _ in range(cycles):
+        until = cycles
+        for cycle in range(cycles):
+            if cycle >= until:
+                break
             for s in range(ranks):
                 if offered[s] is None and queues[s] and rng.random() < offer_p:
                     offered[s] = queues[s].pop(0)
@@ -135,6 +142,8 @@ async def traffic_intent(bench, rounds, cycles, ranks, ins="i_stream", outs="o_s
             await bench.tick()
             for s in taken:
                 offered[s] = None
+            if expect is not None and until == cycles and sum(map(len, got)) >= expect[rnd]:
+                until = min(cycles, cycle + 1 + drain)
         for s in range(ranks):
             bench.set(f"{ins}.{s}.valid", 0)
         out.append(got)
@@ -143,6 +152,19 @@ async def traffic_intent(bench, rounds, cycles, ranks, ins="i_stream", outs="o_s
     for name in counters:
         values[name] = await bench.get(name)
     return {"got": out, "counters": values, "left": left}
+
+
+def deliveries(queues):
+    """Flits the receivers must see for ``queues``: a multicast's dies, one for a unicast,
+    one per reduction group."""
+    n, groups = 0, set()
+    for q in queues:
+        for f in q:
+            if f["red"]:
+                groups.add((f["dst"], f["addr"]["block"]))
+            else:
+                n += bin(f["mask"]).count("1") if f["mcast"] else 1
+    return n + len(groups)
 
 
 def check_multicast(got, sent):

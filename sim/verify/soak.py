@@ -26,7 +26,7 @@ from ...sw.presets import get_preset
 from ..backends import ComponentSpec, run
 
 __all__ = ["soak_fabric", "soak_spec", "soak_intent", "run_soak", "ok", "DEFAULT_SHAPE",
-           "KERNEL_SHAPES", "kernel_soak"]
+           "KERNEL_SHAPES", "kernel_soak", "inc_soak"]
 
 DEFAULT_SHAPE = (2, 8, 2)       # dies/NPU, NPUs/board, boards: 32 ranks
 
@@ -153,3 +153,76 @@ def kernel_soak(kernel="alltoall", *, runs=100, seed=0, backend="verilator", pre
         if progress:
             progress(row)
     return rows
+
+
+def inc_soak(*, shape=(2, 2, 2), seed=1, multicasts=16, groups=None, offer=0.7, stall=0.3,
+             backend="verilator", preset="tiny", window=8):
+    """A soak of a superpod with in-network switches (issue 31): every die offers
+    ``multicasts`` flits (a quarter unicast, the rest multicast to random die sets) and its
+    contributions to ``groups`` random reduction groups (default: a quarter of the slots),
+    interleaved at random, while every receiver stalls with probability ``stall``. Checked in
+    Python (:mod:`epfabric.sim.tb.inc_traffic`): each multicast reaches each die of its set
+    exactly once and in order, each group arrives once with its exact sum. The row has the
+    deliveries, the cycles, the tier-2 blocks and ``problems`` (empty when it passed); a
+    fabric that stops delivering ends at the cycle limit with the missing flits named."""
+    import random
+
+    from ...hw.topology import SUPERPOD_HOPS
+    from ..tb.inc_traffic import (check_multicast, check_reductions, deliveries,
+                                  multicast_queues, reduction_queues, traffic_intent)
+
+    check_int("seed", seed, 0, 2**32 - 1)
+    check_int("multicasts", multicasts, 0)
+    for name, value in (("offer", offer), ("stall", stall)):
+        if not 0 <= value < 1:
+            raise UserError(f"{name} must be a probability in [0, 1), not {value!r}")
+    if offer == 0:
+        raise UserError("offer must be > 0, not 0")
+    ranks = superpod_ranks(*shape)
+    groups = max(1, ranks * window // 4) if groups is None else check_int("groups", groups, 0,
+                                                                          ranks * window)
+    rng = random.Random(seed)
+    lanes = 4
+    mq, sent = multicast_queues(rng, ranks, multicasts)
+    rq, want = reduction_queues(rng, ranks, groups, window=window, lanes=lanes)
+    queues = []
+    for a, b in zip(mq, rq):           # a random merge: each kind keeps its own order
+        a, b, q = list(a), list(b), []
+        while a or b:
+            q.append((a if a and (not b or rng.random() < len(a) / (len(a) + len(b))) else b)
+                     .pop(0))
+        queues.append(q)
+    expect = deliveries(queues)
+    spec = ComponentSpec("epfabric.sim.tb.inc_traffic:inc_fabric",
+                         {"preset": preset, "shape": list(shape), "window": window,
+                          "data_bits": 16 * lanes})
+    limit = 200 * (expect + sum(map(len, queues))) + 20_000
+    t0 = time.monotonic()
+    res, cycles = run(spec, traffic_intent,
+                      {"rounds": [queues], "cycles": limit, "ranks": ranks, "ins": "tx",
+                       "outs": "rx", "seed": seed, "stall_p": stall, "offer_p": offer,
+                       "expect": [expect],
+                       "counters": [f"link_blocks.{k}" for k in range(len(SUPERPOD_HOPS))]},
+                      simulator=backend)
+    problems = []
+    got = res["got"][0]
+    for check, args in ((check_multicast, (got, sent)),
+                        (check_reductions, (got, want))):
+        try:
+            if check is check_reductions:
+                check(*args, header_bits=0, lanes=lanes)
+            else:
+                check(*args)
+        except AssertionError as e:
+            problems.append(f"{check.__name__}: {e}".splitlines()[0])
+    delivered = sum(map(len, got))
+    if delivered != expect:
+        problems.append(f"{delivered} deliveries, {expect} expected")
+    if res["left"][0]:
+        problems.append(f"{res['left'][0]} flits never accepted by the fabric")
+    t2 = res["counters"][f"link_blocks.{SUPERPOD_HOPS.index('t2_up')}"]
+    return {"backend": backend, "ranks": ranks, "seed": seed, "multicasts": ranks * multicasts,
+            "groups": groups, "contributions": sum(w[1] for w in want.values()),
+            "deliveries": delivered, "expected": expect, "cycles": cycles, "t2_blocks": t2,
+            "problems": problems, "ok": not problems,
+            "wall_s": round(time.monotonic() - t0, 2)}
