@@ -40,16 +40,20 @@ class MemOp(enum.Enum, shape=3):
     READ_BLOCK = 2   #: answer: the modelled bytes of the DataBlock in ``data``
     WRITE_BLOCK = 3  #: ``data`` to the DataBlock (one 512 B atomic write); answer: an ack
     FETCH_ADD = 4    #: word += ``data[0:32]`` atomically; answer: the old word
+    WRITE_MCAST = 5  #: ``data`` to the DataBlock on every die of ``mask`` (``stbm``); an ack each
+    WRITE_RED = 6    #: ``data`` contributed to the DataBlock's reduction group (``stbr``); no answer
 
 
-def mem_req_layout(data_bytes):
-    """Memory request: ``op``, byte ``addr``, ``data``.
+def mem_req_layout(data_bytes, mask=False):
+    """Memory request: ``op``, byte ``addr``, ``data`` (and, with ``mask``, the 32-bit die set
+    of a ``stbm``/``stbr``).
 
     ``addr`` is the 32-bit byte address as the core computed it; the system splits it into
     rank, block and word by its ``rank_bits`` (:func:`epfabric.hw.isa.address_layout`).
     """
     return data.StructLayout({"op": MemOp, "addr": unsigned(32),
-                              "data": unsigned(data_bytes * 8)})
+                              "data": unsigned(data_bytes * 8),
+                              **({"mask": unsigned(32)} if mask else {})})
 
 
 def mem_rsp_layout(data_bytes):
@@ -259,7 +263,7 @@ class AIVCore(wiring.Component):
     """
 
     def __init__(self, *, core_id=0, imem_depth=256, ubuf_rows=4, data_bytes=64, lanes=8,
-                 width=16, max_outstanding=15, inc=False):
+                 width=16, max_outstanding=15, inc=False, ep=False):
         if core_id is not None:
             check_int("core_id", core_id, 0, 255)
         check_pow2("imem_depth", imem_depth, 2, 65536)
@@ -275,6 +279,9 @@ class AIVCore(wiring.Component):
         if not isinstance(inc, bool):
             raise UserError(f"inc must be True or False, not {inc!r}")
         self.inc = inc
+        if not isinstance(ep, bool):
+            raise UserError(f"ep must be True or False, not {ep!r}")
+        self.ep = ep
         self.core_id, self.imem_depth, self.ubuf_rows = core_id, imem_depth, ubuf_rows
         self.data_bytes, self.lanes, self.width = data_bytes, lanes, width
         self.max_outstanding = max_outstanding
@@ -287,7 +294,7 @@ class AIVCore(wiring.Component):
             "vector_extra": In(VECTOR_EXTRA_BITS),
             "read_extra": In(READ_EXTRA_BITS),
             "rank": In(RANK_BITS),
-            "mem_req": Out(stream.Signature(mem_req_layout(data_bytes))),
+            "mem_req": Out(stream.Signature(mem_req_layout(data_bytes, mask=ep))),
             "mem_rsp": In(stream.Signature(mem_rsp_layout(data_bytes))),
             "trace": Out(stream.Signature(trace_layout)),
             "halted": Out(1),
@@ -367,9 +374,11 @@ class AIVCore(wiring.Component):
         m.submodules.decoder = dec = self.decoder
         m.d.comb += dec.insn.eq(insn)
         legal = Signal(name="legal")
-        unit_ops = [Opcode[ins.mnemonic.upper()] for ins in INSTRUCTIONS if ins.unit]
+        has = {"inc": self.inc, "cube": self.inc, "ep": self.ep}
+        unit_ops = [Opcode[ins.mnemonic.upper()] for ins in INSTRUCTIONS
+                    if ins.unit and not has[ins.unit]]
         m.d.comb += legal.eq(dec.legal)
-        if not self.inc:
+        if unit_ops:
             with m.Switch(insn.op):
                 with m.Case(*unit_ops):
                     m.d.comb += legal.eq(0)
@@ -414,7 +423,13 @@ class AIVCore(wiring.Component):
         outstanding = self.outstanding
         acked = Signal.like(outstanding)
         m.d.comb += acked.eq(Mux(rsp_ack, rsp.data[:ACK_COUNT_BITS], 0))
-        m.d.sync += outstanding.eq(outstanding + store_taken - acked)
+        if self.ep:
+            # a stbm is owed one ack per die of its mask; a stbr none
+            store_count = Signal(range(33), name="store_count")
+            m.d.sync += outstanding.eq(outstanding + store_count - acked)
+        else:
+            store_count = None
+            m.d.sync += outstanding.eq(outstanding + store_taken - acked)
         can_store = outstanding < self.max_outstanding
         can_block = can_store & (outstanding < self.store_window)
 
@@ -536,8 +551,13 @@ class AIVCore(wiring.Component):
                             m.d.comb += [req.op.eq(MemOp.WRITE_BLOCK), ua.addr.eq(row_of(rfile[ru])),
                                          req.data.eq(ua.data)]
                         m.d.comb += store_taken.eq(self.mem_req.valid & self.mem_req.ready)
+                        if self.ep:
+                            m.d.comb += store_count.eq(store_taken)
                         with m.If(~store_taken):
                             m.d.sync += self.pc.eq(self.pc)
+                    if self.ep:
+                        self._ep_store(m, insn, a, b, ru, rfile, ua, row_of, req, outstanding,
+                                       store_taken, store_count)
                     with m.Case(Opcode.LW, Opcode.LDB, Opcode.FADD, Opcode.POLL):
                         # the read_extra knob: offered once it waited that many cycles (and
                         # kept valid until taken); a poll's every read waits again
@@ -742,6 +762,26 @@ class AIVCore(wiring.Component):
             m.d.sync += [state.eq(_State.CUBE), self.pc.eq(self.pc), k["dst"].eq(row_of(rfile[ru])),
                          k["src"].eq(row_of(a)), k["a"].eq(b), k["b"].eq(c)]
         return waiting, k
+
+    def _ep_store(self, m, insn, a, b, ru, rfile, ua, row_of, req, outstanding, store_taken,
+                  store_count):
+        """RUN state, ``stbm``/``stbr`` (``ep=True``): the block of UBuf row R[ru] to address
+        R[rs1] with the die set R[rs2]. A ``stbm`` waits until the store window has room for
+        an ack from every die of its mask; a ``stbr`` is posted (never acknowledged)."""
+        from .switch import popcount
+        n_acks = Signal(range(33), name="stbm_acks")
+        with m.Case(Opcode.STBM, Opcode.STBR):
+            m.d.comb += n_acks.eq(popcount(b[k] for k in range(32)))
+            is_m = insn.op == Opcode.STBM
+            room = (outstanding + n_acks <= self.max_outstanding) & \
+                (outstanding < self.store_window)
+            m.d.comb += [self.mem_req.valid.eq(Mux(is_m, room, 1)), req.addr.eq(a),
+                         req.mask.eq(b), req.op.eq(Mux(is_m, MemOp.WRITE_MCAST, MemOp.WRITE_RED)),
+                         ua.addr.eq(row_of(rfile[ru])), req.data.eq(ua.data)]
+            m.d.comb += store_taken.eq(self.mem_req.valid & self.mem_req.ready)
+            m.d.comb += store_count.eq(Mux(store_taken & is_m, n_acks, 0))
+            with m.If(~store_taken):
+                m.d.sync += self.pc.eq(self.pc)
 
     def _cube_finish(self, m, k, ua, uw, nwords, state, pc_next):
         """CUBE state: wait for the die's unit, then write ``a * x + b`` per word of the row.

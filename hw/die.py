@@ -174,6 +174,10 @@ class Die(wiring.Component):
         Add ``ub_blocks`` and ``ub_words``: the requests the die's UB port committed since
         the run's ``host.start`` (counted in the cycle the port's answer is taken). Default
         ``False``: none, and the Verilog is unchanged (the system's counter sampler sets it).
+    ep : bool
+        Cores with ``stbm``/``stbr`` and a router that sends them into the fabric as
+        multicast blocks and reduction contributions (:class:`~epfabric.hw.system.System`
+        ``ep_inc``). Default ``False``: the Verilog is unchanged.
     nic : dict or None
         The INC-MoE machine's die (docs/spec/kernels.md §2.6): ``None`` (default) builds
         none of what follows. A dict of :class:`~epfabric.hw.inc_nic.IncNic`
@@ -239,7 +243,7 @@ class Die(wiring.Component):
     def __init__(self, *, rank=0, ranks=1, aivs=1, imem_depth=64, ubuf_rows=2, hbm_blocks=16,
                  data_bytes=32, lanes=4, width=16, max_outstanding=4, hbm_latency=2,
                  rsp_depth=None, core_module=None, non_atomic_port=False, nic=None, cube_cycles=1,
-                 rank_bits=RANK_BITS, small_bytes=32, ub_counters=False):
+                 rank_bits=RANK_BITS, small_bytes=32, ub_counters=False, ep=False):
         if core_module is not None and not isinstance(core_module, SharedModule):
             raise TypeError(f"core_module must be a SharedModule or None, not {core_module!r}")
         self.core_module = core_module
@@ -268,12 +272,17 @@ class Die(wiring.Component):
         check_int("rsp_depth", rsp_depth, 1)
         self.non_atomic_port = check_bool("non_atomic_port", non_atomic_port)
         self.ub_counters = check_bool("ub_counters", ub_counters)
+        self.ep = check_bool("ep", ep)
+        if ep and nic is not None:
+            raise UserError("ep (in-network EP stores) and nic (INC-MoE posts) are two "
+                            "machines: give one")
         self.rank, self.ranks, self.aivs = rank, ranks, aivs
         self.hbm_blocks, self.data_bytes, self.hbm_latency = hbm_blocks, data_bytes, hbm_latency
         self.imem_depth, self.max_outstanding, self.rsp_depth = imem_depth, max_outstanding, rsp_depth
         core_params = dict(imem_depth=imem_depth, ubuf_rows=ubuf_rows, data_bytes=data_bytes,
                            lanes=lanes, width=width, max_outstanding=max_outstanding,
-                           **({"inc": True} if nic is not None else {}))
+                           **({"inc": True} if nic is not None else {}),
+                           **({"ep": True} if ep else {}))
         self.core_params = core_params
         if core_module is None:
             self.core_part = None
@@ -289,7 +298,7 @@ class Die(wiring.Component):
         self.router = DieRouter(ranks=ranks, aivs=requesters, hbm_blocks=hbm_blocks,
                                 data_bytes=data_bytes,
                                 hbm_latency=hbm_latency, rsp_depth=rsp_depth,
-                                max_outstanding=max_outstanding, rank_bits=rank_bits)
+                                max_outstanding=max_outstanding, rank_bits=rank_bits, ep=ep)
         self.flit = self.router.flit
         super().__init__({
             "tx": Out(stream.Signature(self.flit)),

@@ -61,6 +61,10 @@ elsewhere they fault like an unassigned opcode.
   (:class:`~epfabric.hw.inc_nic.IncNic`), and wait on one of its cumulative
   completion counters (``ctr`` 0 = AG rows received, 1 = RS rows reduced, 2 =
   barriers released) against an increasing threshold (wrap-safe ``>=``).
+* ``unit="ep"`` (opcodes 53..54, issue 31: in-network expert parallelism on the superpod's
+  :class:`~epfabric.hw.inc_switch.IncSwitch` fabric): ``stbm``, one block store to a set
+  of dies, multicast by the switches; ``stbr``, a reduction contribution the switches sum
+  with the group's other contributions (:class:`~epfabric.hw.aiv_core.AIVCore` ``ep=True``).
 * ``unit="cube"`` (opcode 56): one row of the expert FFN on the die's cube
   (matrix) unit. Functionally the surrogate of docs/spec/kernels.md §4, ``y = a*x + b``
   on every 32-bit word of the row (mod 2**32); its time is the die's
@@ -68,7 +72,7 @@ elsewhere they fault like an unassigned opcode.
 
 Reserved opcode space
 ---------------------
-:data:`RESERVED` lists opcode ranges kept free for later work: 53..55 (INC)
+:data:`RESERVED` lists opcode ranges kept free for later work: 55 (INC)
 and 57..63 (cube). Opcode 0 is never assigned: executing it (e.g. running off the end of a
 program into zeroed instruction memory) faults the core.
 """
@@ -250,6 +254,14 @@ INSTRUCTIONS = (
     _i("incwait", 52, [RD, _imm("ctr", 2, False), RS2],
        "wait until INC counter ctr (0 AG, 1 RS, 2 barrier) >= R[rs2] (wrap-safe); "
        "then R[rd] = the counter", unit="inc"),
+    _i("stbm", 53, [RU, RS1, RS2],
+       "DataBlock at R[rs1] (its block and word; the rank field is ignored) on every die of "
+       "mask R[rs2] (bit d: die d) = UBuf row R[ru]: one send, copied in the network where "
+       "the paths part (posted; each die acks it)", unit="ep"),
+    _i("stbr", 54, [RU, RS1, RS2],
+       "contribute UBuf row R[ru] to the DataBlock at R[rs1] on its rank: summed in the network "
+       "with the contributions of the other dies of mask R[rs2], one from each (the "
+       "destination adds its own part itself); posted and not acknowledged", unit="ep"),
     _i("cube", 56, [RU, RS1, RS2, RS3],
        "UBuf row of R[ru] = R[rs2] * (UBuf row of R[rs1]) + R[rs3] per 32-bit word (mod 2**32), "
        "on the die's shared cube unit (cube_cycles per row)", unit="cube"),
@@ -260,7 +272,7 @@ INC_COUNTERS = ("ag", "rs", "bar")
 
 #: Opcode ranges kept free for later work (inclusive bounds).
 RESERVED = {
-    "inc": (53, 55),   # more INC message operations (INC-MoE §3.1)
+    "inc": (55, 55),   # more INC message operations (INC-MoE §3.1)
     "cube": (57, 63),  # more cube (matrix) unit operations
 }
 

@@ -103,7 +103,7 @@ from .hbm import ReadPortSignature, check_blocks, check_data_bytes
 from .host import HostMemorySignature
 from .ub_port import UBOp, request_layout, response_layout
 from .isa import RANK_BITS, address_layout, check_rank_bits
-from .validate import check_int, check_pow2
+from .validate import check_bool, check_int, check_pow2
 
 __all__ = ["FlitKind", "flit_layout", "rsp_depth_bound", "answer_layout", "ack_layout",
            "AckCoalescer", "TxMux", "DieRouter"]
@@ -119,7 +119,7 @@ def _bits(n):
     return max(1, ceil_log2(n))
 
 
-def flit_layout(ranks, aivs, data_bytes, blocks):
+def flit_layout(ranks, aivs, data_bytes, blocks, ep=False):
     """The die-to-die flit: one 512 B DataBlock's worth of fabric transfer.
 
     ============  =====================================  ========================================
@@ -137,11 +137,16 @@ def flit_layout(ranks, aivs, data_bytes, blocks):
     ``small``     1 bit                                  no DataBlock on board: the links charge
                                                          it ``small_bytes``, not ``block_bytes``
     ============  =====================================  ========================================
+
+    With ``ep`` (in-network switches, :func:`~epfabric.hw.inc_switch.inc_fields`): ``mcast``
+    (a ``stbm``'s block, to the dies of ``mask``), ``red`` (a ``stbr``'s contribution, of the
+    group of contributors ``mask``, ``count`` contributions so far).
     """
     check_int("ranks", ranks, 1, 256)
     check_int("aivs", aivs, 1, 256)
     check_data_bytes(data_bytes)
     check_blocks(blocks)
+    from .inc_switch import inc_fields
     return data.StructLayout({
         "dst": _bits(ranks),
         "src": _bits(ranks),
@@ -151,6 +156,7 @@ def flit_layout(ranks, aivs, data_bytes, blocks):
         "addr": data.StructLayout({"block": _bits(blocks), "word": 7}),
         "data": unsigned(data_bytes * 8),
         "small": 1,
+        **(inc_fields(ranks) if ep else {}),
     })
 
 
@@ -162,7 +168,8 @@ def rsp_depth_bound(ranks, aivs):
 
 
 _UB_OF = {MemOp.WRITE_WORD: UBOp.WORD_WRITE, MemOp.WRITE_BLOCK: UBOp.BLOCK_WRITE,
-          MemOp.FETCH_ADD: UBOp.FETCH_ADD}
+          MemOp.FETCH_ADD: UBOp.FETCH_ADD, MemOp.WRITE_MCAST: UBOp.BLOCK_WRITE,
+          MemOp.WRITE_RED: UBOp.BLOCK_WRITE}
 
 
 def _ub_op(m, mem_op, ub_op):
@@ -286,15 +293,15 @@ class TxMux(wiring.Component):
     """
 
     def __init__(self, *, ranks, aivs, hbm_blocks, data_bytes, max_outstanding,
-                 rank_bits=RANK_BITS):
-        self.aivs, self.hbm_blocks = aivs, hbm_blocks
+                 rank_bits=RANK_BITS, ep=False):
+        self.aivs, self.hbm_blocks, self.ranks, self.ep = aivs, hbm_blocks, ranks, ep
         self.rank_bits = check_rank_bits(rank_bits, ranks, hbm_blocks)
-        self.flit = flit_layout(ranks, aivs, data_bytes, hbm_blocks)
+        self.flit = flit_layout(ranks, aivs, data_bytes, hbm_blocks, ep=ep)
         super().__init__({
             "rank": In(range(max(2, ranks))),
             "answers": In(stream.Signature(answer_layout(self.flit))),
             "acks": In(stream.Signature(ack_layout(ranks, aivs, max_outstanding))),
-            "requests": In(stream.Signature(mem_req_layout(data_bytes))).array(aivs),
+            "requests": In(stream.Signature(mem_req_layout(data_bytes, mask=ep))).array(aivs),
             "tx": Out(stream.Signature(self.flit)),
         })
 
@@ -330,6 +337,13 @@ class TxMux(wiring.Component):
                              tx.addr.word.eq(a.word), tx.data.eq(r.payload.data),
                              tx.small.eq(r.payload.op != MemOp.WRITE_BLOCK),
                              r.ready.eq(self.tx.ready)]
+                if self.ep:
+                    op = r.payload.op
+                    red = op == MemOp.WRITE_RED
+                    m.d.comb += [tx.mcast.eq(op == MemOp.WRITE_MCAST), tx.red.eq(red),
+                                 tx.mask.eq(r.payload.mask[:self.ranks]), tx.count.eq(red),
+                                 tx.small.eq((op != MemOp.WRITE_BLOCK) & (op != MemOp.WRITE_MCAST)
+                                             & ~red)]
         return m
 
 
@@ -402,7 +416,7 @@ class DieRouter(wiring.Component):
     """
 
     def __init__(self, *, ranks=2, aivs=2, hbm_blocks=16, data_bytes=32, hbm_latency=2,
-                 rsp_depth=2, max_outstanding=4, rank_bits=RANK_BITS):
+                 rsp_depth=2, max_outstanding=4, rank_bits=RANK_BITS, ep=False):
         check_int("ranks", ranks, 1, 256)
         check_int("aivs", aivs, 1, 256)
         check_pow2("hbm_blocks", hbm_blocks, 1, 1 << 23)
@@ -414,10 +428,11 @@ class DieRouter(wiring.Component):
         self.max_outstanding = max_outstanding
         self.ranks, self.aivs, self.hbm_blocks = ranks, aivs, hbm_blocks
         self.data_bytes, self.hbm_latency, self.rsp_depth = data_bytes, hbm_latency, rsp_depth
-        self.flit = flit_layout(ranks, aivs, data_bytes, hbm_blocks)
+        self.ep = check_bool("ep", ep)
+        self.flit = flit_layout(ranks, aivs, data_bytes, hbm_blocks, ep=ep)
         super().__init__({
             "rank": In(range(max(2, ranks))),
-            "mem_req": In(stream.Signature(mem_req_layout(data_bytes))).array(aivs),
+            "mem_req": In(stream.Signature(mem_req_layout(data_bytes, mask=ep))).array(aivs),
             "mem_rsp": Out(stream.Signature(mem_rsp_layout(data_bytes))).array(aivs),
             "ub_req": Out(stream.Signature(request_layout(blocks=hbm_blocks,
                                                           data_bytes=data_bytes))),
@@ -445,8 +460,10 @@ class DieRouter(wiring.Component):
         addrs = [data.View(address_layout(self.rank_bits), r.payload.addr) for r in reqs]
         for i, r in enumerate(reqs):
             op = r.payload.op
+            # a stbm/stbr always goes into the fabric (its switches copy and sum)
+            net = ((op == MemOp.WRITE_MCAST) | (op == MemOp.WRITE_RED)) if self.ep else 0
             m.d.comb += [
-                is_local[i].eq(addrs[i].rank == rank),
+                is_local[i].eq((addrs[i].rank == rank) & ~net),
                 is_read[i].eq((op == MemOp.READ_WORD) | (op == MemOp.READ_BLOCK)),
             ]
         want_ub = [r.valid & is_local[i] & ~is_read[i] for i, r in enumerate(reqs)]
@@ -456,8 +473,11 @@ class DieRouter(wiring.Component):
         rx = self.rx.payload
         rx_req = self.rx.valid & (rx.kind == FlitKind.REQ)
         rx_rsp = self.rx.valid & (rx.kind == FlitKind.RSP)
-        rx_is_read = (rx.op == MemOp.READ_WORD) | (rx.op == MemOp.READ_BLOCK) | \
-            ~((rx.op == MemOp.WRITE_WORD) | (rx.op == MemOp.WRITE_BLOCK) | (rx.op == MemOp.FETCH_ADD))
+        writes = (rx.op == MemOp.WRITE_WORD) | (rx.op == MemOp.WRITE_BLOCK) | \
+            (rx.op == MemOp.FETCH_ADD)
+        if self.ep:
+            writes = writes | (rx.op == MemOp.WRITE_MCAST) | (rx.op == MemOp.WRITE_RED)
+        rx_is_read = (rx.op == MemOp.READ_WORD) | (rx.op == MemOp.READ_BLOCK) | ~writes
 
         # --- RSP queue: answers to incoming REQ flits ---------------------------------------------
         rsp_layout = answer_layout(self.flit)
@@ -484,6 +504,7 @@ class DieRouter(wiring.Component):
         tag_core = Signal(range(max(2, n)))
         tag_src = Signal.like(rx.src)   # ... else to core tag_core of rank tag_src
         tag_rcore = Signal.like(rx.core)
+        tag_noack = Signal()        # ... a reduction result: acknowledged to nobody
         with m.If(host_hbm):
             m.d.comb += [ub.valid.eq(1),
                          ub.payload.op.eq(Mux(self.host.wblock, UBOp.BLOCK_WRITE, UBOp.WORD_WRITE)),
@@ -502,6 +523,8 @@ class DieRouter(wiring.Component):
                 with m.If(ub.ready):
                     m.d.sync += [tag_host.eq(0), tag_local.eq(0), tag_src.eq(rx.src),
                                  tag_rcore.eq(rx.core)]
+                    if self.ep:
+                        m.d.sync += tag_noack.eq(rx.op == MemOp.WRITE_RED)
             for i, r in enumerate(reqs):
                 with m.If(ub_grant == i):
                     m.d.comb += [ub.payload.addr.eq(addrs[i].block[:blk_bits]),
@@ -576,9 +599,9 @@ class DieRouter(wiring.Component):
         # --- store acks: counted per (src, core), coalesced (module docstring) ---------------------
         m.submodules.acks = acks = AckCoalescer(ranks=self.ranks, aivs=n,
                                                 max_outstanding=self.max_outstanding)
-        m.d.comb += [acks.store.valid.eq(ub_remote & ub_store),
+        m.d.comb += [acks.store.valid.eq(ub_remote & ub_store & ~tag_noack),
                      acks.store.payload.src.eq(tag_src), acks.store.payload.core.eq(tag_rcore)]
-        with m.If(acks.store.valid):
+        with m.If(ub_remote & ub_store):
             m.d.comb += ub_rsp.ready.eq(1)          # counting never waits
 
         # --- answers to the cores: local load > local UB answer > RSP flit --------------------------
@@ -614,7 +637,7 @@ class DieRouter(wiring.Component):
         m.submodules.tx_mux = txm = TxMux(ranks=self.ranks, aivs=n, hbm_blocks=self.hbm_blocks,
                                           data_bytes=self.data_bytes,
                                           max_outstanding=self.max_outstanding,
-                                          rank_bits=self.rank_bits)
+                                          rank_bits=self.rank_bits, ep=self.ep)
         m.d.comb += [txm.rank.eq(rank), txm.answers.valid.eq(rspq.r_rdy),
                      txm.answers.payload.eq(rspq.r_data), rspq.r_en.eq(txm.answers.ready)]
         wiring.connect(m, acks.ack, txm.acks)

@@ -20,7 +20,7 @@ from .instances import Sharing, mark_used, shared_modules_active
 from .isa import RANK_BITS
 from .topology import (SUPERPOD_HOPS, check_timing, check_topology, star, superpod,
                        topology_ranks)
-from .validate import UserError, check_int
+from .validate import UserError, UserTypeError, check_int
 
 __all__ = ["System", "trace_entry_layout", "imem_row_window", "MAX_AIVS_PER_DIE",
            "SAMPLE_EVERY_REG", "SAMPLE_RANK_COUNTERS", "MAX_SAMPLE_DEPTH", "sample_layout"]
@@ -188,6 +188,14 @@ class System(wiring.Component):
         With ``nic``: the engine's aggregator slots; cycles of one cube row.
     sample_depth : int
         Entries of the counter sample memory (0..:data:`MAX_SAMPLE_DEPTH`; 0 = no sampler).
+    ep_inc : dict or None
+        In-network expert parallelism (issue 31): every switch of the superpod is an
+        :class:`~epfabric.hw.inc_switch.IncSwitch` (these parameters: ``window``, the result
+        blocks of a destination a run reduces into; ``header_bits``, default 128, the
+        Data-as-Flag words a reduction keeps rather than sums), every core runs ``stbm`` and
+        ``stbr`` (``AIVCore(ep=True)``), the flits carry ``mcast``/``red``/``mask``/``count``.
+        At most 32 dies (a register holds the die mask). ``None`` (default): none of it, and
+        the Verilog is unchanged.
 
     Counter sampler (``sample_depth`` > 0 only)
     -------------------------------------------
@@ -221,7 +229,7 @@ class System(wiring.Component):
                  hbm_blocks=16, data_bytes=32, lanes=4, trace_depth=64, width=16,
                  max_outstanding=512, hbm_latency=2, rsp_depth=None, switch_depth=4,
                  shared=None, non_atomic_port=False, nic=None, inc_slots=16, cube_cycles=1,
-                 rank_bits=RANK_BITS, sample_depth=0):
+                 rank_bits=RANK_BITS, sample_depth=0, ep_inc=None):
         self._params = dict(timing=timing, topology=topology, aivs_per_die=aivs_per_die,
                             imem_depth=imem_depth, ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks,
                             data_bytes=data_bytes, lanes=lanes, trace_depth=trace_depth, width=width,
@@ -238,6 +246,12 @@ class System(wiring.Component):
             self._params.update(nic=nic, inc_slots=inc_slots, cube_cycles=cube_cycles)
             check_int("inc_slots", inc_slots, 1, 1 << 12)
         self.nic, self.inc_slots = nic, inc_slots
+        if ep_inc is not None:
+            if not isinstance(ep_inc, dict):
+                raise UserTypeError(f"ep_inc must be a dict of in-network switch parameters "
+                                    f"(window, ...) or None, not {ep_inc!r}")
+            self._params.update(ep_inc=ep_inc)
+        self.ep_inc = ep_inc
         if shared is None and shared_modules_active():
             shared = Sharing(has_reset=False)    # ports only (see hw.instances.shared_modules)
         if shared is not None and not isinstance(shared, Sharing):
@@ -255,7 +269,13 @@ class System(wiring.Component):
         self.hbm_latency = hbm_latency
         self.host_read_latency = hbm_latency + 1   # + the host port register
         # the router's requesters: the cores, and the network interface of an INC machine
-        self.flit = flit_layout(ranks, aivs_per_die + (nic is not None), data_bytes, hbm_blocks)
+        if ep_inc is not None and kind != "superpod":
+            raise UserError(f"in-network EP (ep_inc) needs a superpod topology, not {topology!r}")
+        if ep_inc is not None and ranks > 32:
+            raise UserError(f"in-network EP names its dies in a 32-bit register mask: at most "
+                            f"32 dies, not {ranks}")
+        self.flit = flit_layout(ranks, aivs_per_die + (nic is not None), data_bytes, hbm_blocks,
+                                ep=ep_inc is not None)
         die_params = dict(ranks=ranks, aivs=aivs_per_die, imem_depth=imem_depth,
                           ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks, data_bytes=data_bytes,
                           lanes=lanes, width=width, max_outstanding=max_outstanding,
@@ -264,6 +284,8 @@ class System(wiring.Component):
                           small_bytes=check_timing(timing).small_bytes or timing.block_bytes)
         if sample_depth:
             die_params.update(ub_counters=True)
+        if ep_inc is not None:
+            die_params.update(ep=True)
         if nic is not None:
             if kind != "star":
                 raise UserError(f"an INC machine (nic) needs a star topology, not {topology!r}")
@@ -280,7 +302,8 @@ class System(wiring.Component):
             self.dies = [die.signature.create(path=(f"die{r}",)) for r in range(ranks)]
         if kind == "superpod":
             self.fabric = superpod(timing, *shape, payload=self.flit, switch_depth=switch_depth,
-                                   shared=shared)
+                                   shared=shared,
+                                   inc=None if ep_inc is None else {"header_bits": 128, **ep_inc})
         else:
             self.fabric = star(timing, ranks, payload=self.flit, switch_depth=switch_depth,
                                shared=shared)

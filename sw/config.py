@@ -110,6 +110,11 @@ class MachineConfig:
     #: <epfabric.sw.machine.Machine.set_sampling>`); 0 (default) builds no sampler and no UB
     #: commit counters, and the Verilog is unchanged
     sample_depth: int = 0
+    #: in-network expert parallelism (issue 31; :class:`~epfabric.hw.system.System`
+    #: ``ep_inc``): 0 (default) builds none of it and the Verilog is unchanged; else every
+    #: superpod switch multicasts and reduces, with this many result blocks per destination
+    #: a run may reduce into (a power of two), and the cores run ``stbm``/``stbr``
+    ep_window: int = 0
 
     #: the JSON-facing factory of the top (``ComponentSpec`` of a backend)
     factory = "epfabric.sw.tops:aiv_system"
@@ -134,6 +139,17 @@ class MachineConfig:
         check_choice("width", self.width, (8, 16, 32))
         check_bool("non_atomic_port", self.non_atomic_port)
         check_int("sample_depth", self.sample_depth, 0, MAX_SAMPLE_DEPTH)
+        if self.ep_window:
+            check_pow2("ep_window", self.ep_window, 1, 1 << 16)
+            if topo[0] != "superpod":
+                raise UserError(f"ep_window={self.ep_window} (in-network EP) needs a superpod "
+                                f"topology, not {topo!r}")
+            if self.ranks > 32:
+                raise UserError(f"ep_window={self.ep_window}: in-network EP names its dies in a "
+                                f"32-bit mask, at most 32 dies, not {self.ranks}")
+            if self.ep_window > self.hbm_blocks:
+                raise UserError(f"ep_window={self.ep_window} is more than hbm_blocks="
+                                f"{self.hbm_blocks}")
         window = preset.knobs().get("store_window")
         if window is not None and window > self.max_outstanding:
             raise UserError(f"send_window_bytes={preset.send_window_bytes} of preset "
@@ -234,6 +250,8 @@ class MachineConfig:
             del d["rank_bits"]
         if not self.sample_depth:
             del d["sample_depth"]
+        if not self.ep_window:
+            del d["ep_window"]
         if not self.has_nic:
             for k in ("nic_mode", "nic_tmax", "inc_slots"):
                 del d[k]

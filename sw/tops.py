@@ -29,6 +29,9 @@ def aiv_system(**fields):
         params.update(nic={"mode": cfg.nic_mode, "tmax": cfg.nic_tmax, "xg_base": regions["xg"],
                            "z_base": regions["z"], "rsin_base": regions["rsin"]},
                       inc_slots=cfg.inc_slots, cube_cycles=preset.cube_cycles())
+    window = params.pop("ep_window", 0)
+    if window:
+        params.update(ep_inc={"window": window})
     return System(timing=preset.fabric_timing(topology[0]), topology=topology, **params)
 
 

@@ -18,6 +18,12 @@ the 512 B block at ``addr & ~511``. ``events`` are scheduled writes
 ``[cycle, addr, value]`` (cycles counted from ``start``) applied by the model
 itself, e.g. to release a POLL.
 
+In-network EP stores (a core built with ``ep=True``)
+---------------------------------------------------
+A ``stbm`` (WRITE_MCAST) writes its block once and is acknowledged by one answer counting
+every die of its mask (as the dies' coalesced acks add up); a ``stbr`` (WRITE_RED) is only
+recorded (``requests`` rows then end with the mask): nobody answers a contribution.
+
 INC units (a core built with ``inc=True``)
 -----------------------------------------
 The model also plays the die's network interface and cube unit: every post
@@ -110,8 +116,9 @@ async def run_program(bench, words, memory, *, latency=MEM_LATENCY, events=(), m
             op = MemOp(req.op)
             addr = int(req.addr) & ~3
             value = int(req.data)
-            requests.append([now, op.name, addr])
             base = addr & ~511
+            ep_op = op in (MemOp.WRITE_MCAST, MemOp.WRITE_RED)
+            requests.append([now, op.name, addr] + ([int(req.mask)] if ep_op else []))
             if op == MemOp.READ_WORD:
                 out = mem.get(addr, 0)
             elif op == MemOp.WRITE_WORD:
@@ -122,12 +129,16 @@ async def run_program(bench, words, memory, *, latency=MEM_LATENCY, events=(), m
                 mem[addr] = (out + value) & 0xFFFFFFFF
             elif op == MemOp.READ_BLOCK:
                 out = sum(mem.get(base + 4 * w, 0) << (32 * w) for w in range(nwords))
+            elif op == MemOp.WRITE_RED:
+                out = None                                # a contribution: nobody answers
             else:
                 for w in range(nwords):
                     mem[base + 4 * w] = (value >> (32 * w)) & 0xFFFFFFFF
-                out = 1
-            due = max([now + latency] + [p[0] + 1 for p in pending])
-            pending.append((due, op, out))
+                out = bin(int(req.mask)).count("1") if op == MemOp.WRITE_MCAST else 1
+                op = MemOp.WRITE_BLOCK if op == MemOp.WRITE_MCAST else op   # the acks' op
+            if out is not None:
+                due = max([now + latency] + [p[0] + 1 for p in pending])
+                pending.append((due, op, out))
         if trace_ready and await bench.get("trace.valid"):
             ev = bench.decode("trace.payload", await bench.get("trace.payload"))
             trace.append([int(ev.core), (int(ev.cycle) - c0) & 0xFFFFFFFF, int(ev.event)])

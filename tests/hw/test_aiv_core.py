@@ -372,9 +372,59 @@ def inc_results():
     return dict(zip(INC_NAMES, out))
 
 
+# --- in-network EP stores: a core built with ep=True (issue 31) ----------------------------
+
+EP_SPEC = ComponentSpec("epfabric.hw.aiv_core:AIVCore", {**PARAMS, "ep": True})
+EP_SRC, EP_DST = 0x400, 0x800
+EP_X = [(0x9E3779B9 * (w + 3)) & M32 for w in range(8)]
+
+
+def _ep_programs():
+    mem = {EP_SRC + 4 * w: x for w, x in enumerate(EP_X)}
+    progs = {}
+    p = Program().li(1, EP_SRC).li(5, 1 << 9).ldb(5, 1, 0).li(2, EP_DST).li(3, 0b1011)
+    p.mark(1).stbm(5, 2, 3).fence().mark(2).halt()
+    progs["stbm"] = ({"words": p.assemble(), "memory": mem},
+                     {EP_DST + 4 * w: x for w, x in enumerate(EP_X)}, ["stbm"])
+    p = Program().li(1, EP_SRC).li(5, 1 << 9).ldb(5, 1, 0).li(2, address(2, 8, 0)).li(3, 0b0110)
+    p.mark(1).stbr(5, 2, 3).fence().mark(2).halt()
+    progs["stbr"] = ({"words": p.assemble(), "memory": mem}, {}, ["stbr"])
+    return progs
+
+
+EP_PROGRAMS = _ep_programs()
+
+
+@pytest.fixture(scope="module")
+def ep_results():
+    names = list(EP_PROGRAMS)
+    out, _ = run(EP_SPEC, run_programs, {"programs": [EP_PROGRAMS[n][0] for n in names]})
+    return dict(zip(names, out))
+
+
+def test_stbm_sends_one_request_with_its_mask_and_waits_for_an_ack_per_die(ep_results):
+    res = ep_results["stbm"]
+    _check_words("stbm", res, EP_PROGRAMS["stbm"][1])
+    (req,) = [r for r in res["requests"] if r[1] == "WRITE_MCAST"]
+    assert req[2:] == [EP_DST, 0b1011]
+    marks = {e: c for _core, c, e in res["trace"]}
+    # mark, stbm, then the fence waits for the one answer counting the three dies' acks (the
+    # memory's latency after the issue), then mark
+    assert marks[2] - marks[1] == 3 + L
+
+
+def test_stbr_is_posted_and_never_fenced(ep_results):
+    res = ep_results["stbr"]
+    assert not res["timeout"] and not res["fault"]
+    (req,) = [r for r in res["requests"] if r[1] == "WRITE_RED"]
+    assert req[2:] == [address(2, 8, 0), 0b0110]
+    marks = {e: c for _core, c, e in res["trace"]}
+    assert marks[2] - marks[1] == 3                   # mark, stbr, fence: nothing to wait for
+
+
 def test_every_instruction_runs_on_the_core():
     """The decoder is tested per instruction: fails when an instruction has no program."""
-    covered = {mn for table in (PROGRAMS, INC_PROGRAMS)
+    covered = {mn for table in (PROGRAMS, INC_PROGRAMS, EP_PROGRAMS)
                for _p, _e, covers in table.values() for mn in covers}
     assert covered == set(BY_MNEMONIC), sorted(set(BY_MNEMONIC) ^ covered)
 

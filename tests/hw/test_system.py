@@ -550,3 +550,82 @@ def test_sampler_same_on_every_simulator(hdl_simulator):
     got, _ = run(SAMPLED, sampled_run, args, simulator=hdl_simulator)
     assert len(ref["samples"]) > 5
     assert got == ref
+
+
+# --- in-network expert parallelism (issue 31): stbm and stbr on IncSwitch fabrics -------------
+
+#: 4 dies on 2 boards (one NPU of 2 dies each): direct links, tier-1 and tier-2 switches
+EP = spec(("superpod", 2, 1, 2), aivs=1, hbm_blocks=16, ep_window=8)
+EP_RANKS = 4
+
+
+def ep_programs():
+    """Rank 0 multicasts its block 1 to block 4 of dies 1, 2, 3 (one ``stbm``, fenced: three
+    acks). Dies 0, 2, 3 each contribute their block 1 to block 8 of die 1 (``stbr``): 2's and
+    3's meet in board 1's tier-1 switch, that sum and 0's in die 1's switch. Die 1 polls the
+    result's flag word, then copies the flag it saw to block 9."""
+    mcast, red = 0b1110, 0b1101
+    progs = {}
+    p0 = Program().li(10, address(0, 1, 0)).li(11, address(0, 4, 0)).li(12, mcast).li(1, 0)
+    p0.ldb(1, 10, 0).stbm(1, 11, 12).fence()
+    progs[(0, 0)] = p0
+    for r in (0, 2, 3):
+        p = progs.get((r, 0)) or Program().li(1, 0)
+        p.li(13, address(r, 1, 0)).li(14, address(1, 8, 0)).li(15, red)
+        p.ldb(1, 13, 0).stbr(1, 14, 15)
+        progs[(r, 0)] = p
+    p1 = Program().li(11, address(1, 8, 0)).li(6, 0x0D0D0001).poll(4, 11, 6, "eq")
+    p1.li(12, address(1, 9, 0)).sw(4, 12, 0).fence()
+    progs[(1, 0)] = p1
+    for p in progs.values():
+        p.halt()
+    return progs, mcast, red
+
+
+def ep_hbm():
+    """Block 1 of every die: the flag word 0x0D0D0001, three header words, then eight 16-bit
+    lanes (r * 0x1000 + lane) as four words."""
+    hbm = []
+    for r in range(EP_RANKS):
+        words = [0x0D0D0001, 0, 0, 0] + [((r * 0x1000 + 2 * k + 1) << 16) | (r * 0x1000 + 2 * k)
+                                         for k in range(4)]
+        hbm += [[r, address(r, 1, w), v] for w, v in enumerate(words)]
+    return hbm
+
+
+def ep_run(simulator):
+    progs, _mcast, _red = ep_programs()
+    reads = [[r, address(r, 4, w)] for r in range(EP_RANKS) for w in range(8)]
+    reads += [[1, address(1, 8, w)] for w in range(8)] + [[1, address(1, 9, 0)]]
+    return run_sys(EP, progs, hbm=ep_hbm(), reads=reads, max_cycles=4000, simulator=simulator)
+
+
+def test_stbm_and_stbr_multicast_and_reduce_in_the_network():
+    r = ep_run("pysim")
+    _progs, mcast, red = ep_programs()
+    assert r["done"] == 1 and not any(r["fault"])
+    mem = r["mem"]
+    src = [w for _, _, w in ep_hbm()[:8]]                 # rank 0's block 1
+    for d in range(EP_RANKS):
+        assert mem[8 * d:8 * d + 8] == (src if mcast >> d & 1 else [0] * 8), d
+    result = mem[32:40]
+    contributors = [d for d in range(EP_RANKS) if red >> d & 1]
+    lanes = [sum(d * 0x1000 + k for d in contributors) & 0xFFFF for k in range(8)]
+    assert result[:4] == [0x0D0D0001, 0, 0, 0]            # the header once, not summed
+    assert result[4:] == [(lanes[2 * k + 1] << 16) | lanes[2 * k] for k in range(4)]
+    assert mem[40] == 0x0D0D0001
+    # tier-2: the multicast crosses once per plane it needs on board 1 (dies 2, 3: planes 0
+    # and 1), the group once (2's and 3's contributions summed before they leave board 1)
+    assert r["links"]["t2_up"][0] == 2 + 1
+
+
+def test_stbm_and_stbr_are_the_same_on_verilator():
+    require_simulator("verilator")
+    assert ep_run("verilator") == ep_run("pysim")
+
+
+def test_ep_stores_fault_without_the_unit():
+    """On a machine without in-network EP, stbm is an illegal instruction: the core faults."""
+    p = Program().li(12, 1).stbm(1, 0, 12).halt()
+    r = run_sys(SMALL, {(0, 0): p}, max_cycles=200)
+    assert r["fault"][0] == 1
