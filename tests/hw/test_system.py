@@ -619,6 +619,7 @@ def test_stbm_and_stbr_multicast_and_reduce_in_the_network():
     assert r["links"]["t2_up"][0] == 2 + 1
 
 
+@pytest.mark.slow      # a 40 s Verilator build; tests/hw/test_inc_switch.py compares the switch
 def test_stbm_and_stbr_are_the_same_on_verilator():
     require_simulator("verilator")
     assert ep_run("verilator") == ep_run("pysim")
