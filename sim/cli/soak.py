@@ -47,7 +47,7 @@ def add_arguments(parser):
     parser.add_argument("--runs", type=int, default=100,
                         help="--kernel: runs, each with a random seed and shape (default 100)")
     parser.add_argument("--inc", action="store_true",
-                        help="soak a superpod with in-network switches (tiny timing, default "
+                        help="soak a cm384 superpod with in-network switches (default "
                              "superpod:2,2,2) under multicast, unicast and reduction traffic "
                              "with receiver stalls, every delivery checked in Python; --blocks "
                              "is then the multicasts and unicasts per die (default 16)")
@@ -115,7 +115,7 @@ def _inc_job(args, shape):
     if args.shape == ",".join(map(str, DEFAULT_SHAPE)):
         shape = (2, 2, 2)
     per_die = 16 if args.blocks == 100_000 else args.blocks
-    get_preset("tiny").check_shape(*shape)
+    get_preset("cm384").check_shape(*shape)
 
     def job():
         rows = []
