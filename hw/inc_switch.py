@@ -54,6 +54,8 @@ class IncSwitch(wiring.Component):
         (:func:`~epfabric.hw.topology.subtrees`); with ``route_port`` from ``subtree_in``.
     window, key_field, header_bits, lane_bits
         Of the :class:`~epfabric.hw.inc_reduce.ReduceUnit`.
+    mcast_uplinks : (int, int) or None
+        A tier-1 switch's uplink ports (:class:`~epfabric.hw.switch.Switch`).
 
     Attributes
     ----------
@@ -63,14 +65,14 @@ class IncSwitch(wiring.Component):
 
     def __init__(self, *, ports, routes, payload, subtree, depth=4, counter_width=32,
                  small_taps=False, route_port=False, window=16, key_field=("addr", "block"),
-                 header_bits=128, lane_bits=16):
+                 header_bits=128, lane_bits=16, mcast_uplinks=None):
         check_int("ports", ports, 2)
         self.ports, self.routes = ports, tuple(routes)
         self.payload, self.route_port = payload, bool(route_port)
         self.switch = Switch(ports=ports + 1, routes=self.routes, payload=payload, depth=depth,
                              counter_width=counter_width, small_taps=small_taps,
                              route_port=route_port, multicast=True, reduce_port=ports,
-                             subtree=subtree)
+                             subtree=subtree, mcast_uplinks=mcast_uplinks)
         self.unit = ReduceUnit(payload=payload, subtree=subtree, window=window,
                                key_field=key_field, header_bits=header_bits,
                                lane_bits=lane_bits, counter_width=counter_width,

@@ -70,6 +70,15 @@ class Switch(wiring.Component):
         (a register of the outputs already served). Unicast flits are unchanged.
         The payload needs ``mcast`` and ``mask`` fields. Default ``False``: the
         switch, and its Verilog, as without it.
+    mcast_uplinks : (int, int) or None
+        With ``multicast``, on a tier-1 switch: ports ``first .. first + count - 1`` are its
+        uplinks to the ``count`` tier-2 planes. A multicast's copies for dies of other boards
+        all leave by one of them, plane ``src % count`` (the source's board-local index),
+        as one copy naming all of them; the tier-2 switch copies it per board and each
+        board's tier-1 switch per die. So a token crosses the tier-2 layer once on the way
+        up, whatever dies it goes to (unicast routes spread over the planes by destination;
+        a multicast cannot, and still takes up links before down links, so the routes stay
+        deadlock-free). ``None``: copies follow each destination's unicast route.
     reduce_port : int or None
         The port of an in-switch reduction engine (:class:`~epfabric.hw.inc_reduce.ReduceUnit`,
         wired by :class:`~epfabric.hw.inc_switch.IncSwitch`): a flit with ``red`` set that
@@ -107,7 +116,7 @@ class Switch(wiring.Component):
 
     def __init__(self, *, ports, routes=None, payload=None, depth=4, counter_width=32,
                  data_bits=32, route_port=False, planes=False, small_taps=False,
-                 multicast=False, reduce_port=None, subtree=None):
+                 multicast=False, reduce_port=None, subtree=None, mcast_uplinks=None):
         check_int("ports", ports, 2)
         if routes is None:
             routes = range(ports)
@@ -138,6 +147,14 @@ class Switch(wiring.Component):
         fields = dict(iter(payload))
         if self.multicast:
             _need_fields(payload, ("mcast", "mask"), "multicast")
+        self.mcast_uplinks = None
+        if mcast_uplinks is not None:
+            if not self.multicast:
+                raise UserError("mcast_uplinks needs multicast=True")
+            first, count = mcast_uplinks
+            check_int("mcast_uplinks first port", first, 0, ports - 1)
+            check_int("mcast_uplinks count", count, 1, ports - first)
+            self.mcast_uplinks = (first, count)
         self.reduce_port = reduce_port
         self.subtree = None
         if reduce_port is not None:
@@ -221,8 +238,21 @@ class Switch(wiring.Component):
                 onehot = (Const(1, n) << self.routes_in[d])[:n] if self.route_port else 1 << p
                 route = Mux(head.dst == d, onehot, route)
             if self.multicast:
-                route = Mux(head.mcast, Cat(((head.mask & self._port_mask(p)) != 0)
-                                            for p in range(n)), route)
+                hits = [(head.mask & self._port_mask(p)) != 0 for p in range(n)]
+                if self.mcast_uplinks is not None:
+                    # every copy for the other boards takes one tier-2 plane: the source's
+                    # (the tier-2 switch copies it to each board, that board's tier-1 to its dies)
+                    first, count = self.mcast_uplinks
+                    up = hits[first:first + count]
+                    any_up = up[0]
+                    for h in up[1:]:
+                        any_up = any_up | h
+                    plane = Const(0, range(count))
+                    for r in reversed(range(len(self.routes))):
+                        plane = Mux(head.src == r, r % count, plane)
+                    for k in range(count):
+                        hits[first + k] = any_up & (plane == k)
+                route = Mux(head.mcast, Cat(*hits), route)
             if self.reduce_port is not None:
                 expected = self._expected(head)
                 route = Mux(head.red & (expected > head.count),
@@ -312,7 +342,14 @@ class Switch(wiring.Component):
         field = self.payload["mask"]
         lo, w = field.offset, Shape.cast(field.shape).width
         head = self.payload(head_bits)
-        cut = Mux(head.mcast, head_bits[lo:lo + w] & self._port_mask(o), head_bits[lo:lo + w])
+        keep = self._port_mask(o)
+        if self.mcast_uplinks is not None and \
+                self.mcast_uplinks[0] <= o < sum(self.mcast_uplinks):
+            first, count = self.mcast_uplinks       # the one plane carries every other board's dies
+            keep = self._port_mask(first)
+            for k in range(1, count):
+                keep = keep | self._port_mask(first + k)
+        cut = Mux(head.mcast, head_bits[lo:lo + w] & keep, head_bits[lo:lo + w])
         return Cat(head_bits[:lo], cut, head_bits[lo + w:])
 
     def _expected(self, head):

@@ -327,17 +327,20 @@ class _Children:
         self.link_kinds = []                 # the kind of each link (None: not counted)
         self._switch_kinds, self._link_kinds = {}, []
 
-    def switch(self, name, *, ports, routes, payload, depth, counter_width, small_taps=False):
+    def switch(self, name, *, ports, routes, payload, depth, counter_width, small_taps=False,
+               mcast_uplinks=None):
         """Record a switch; it is built by :meth:`fabric_args`, once every link is known (an
-        in-network switch's tables come from the paths through the whole fabric)."""
+        in-network switch's tables come from the paths through the whole fabric).
+        ``mcast_uplinks`` only matters to an in-network switch."""
         self._pending.append((name, dict(ports=ports, routes=tuple(routes), payload=payload,
                                          depth=depth, counter_width=counter_width,
-                                         small_taps=small_taps)))
+                                         small_taps=small_taps, mcast_uplinks=mcast_uplinks)))
 
     def _build_switch(self, name, *, ports, routes, payload, depth, counter_width, small_taps,
-                      subtree=None):
+                      mcast_uplinks=None, subtree=None):
         inc = subtree is not None
-        kind = (ports, len(routes), depth, counter_width, small_taps, inc)
+        kind = (ports, len(routes), depth, counter_width, small_taps, inc,
+                mcast_uplinks if inc else None)
         wide = self.shared is not None and _output_bits(Switch.signature_of(
             ports=ports, destinations=len(routes), payload=payload, counter_width=counter_width,
             route_port=False, small_taps=small_taps)) > MAX_INSTANCE_OUTPUT_BITS
@@ -348,7 +351,7 @@ class _Children:
             raise UserError(f"switch {name!r} is too wide for one module and in-network "
                             f"switches have no planar form yet: use fewer data_bytes")
         make = functools.partial(IncSwitch, **self.inc) if inc else Switch
-        extra = {"subtree": subtree} if inc else {}
+        extra = {"subtree": subtree, "mcast_uplinks": mcast_uplinks} if inc else {}
         if self.shared is None or (wide and not planar):
             self.switches[name] = make(ports=ports, routes=routes, payload=payload, depth=depth,
                                        counter_width=counter_width, small_taps=small_taps, **extra)
@@ -541,7 +544,8 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
     inc : dict or None
         In-network multicast and reduction (issue 31): every switch -- each die's, each
         tier-1's, each tier-2's -- is an :class:`~epfabric.hw.inc_switch.IncSwitch` with
-        these parameters (``window``, ``header_bits``, ``lane_bits``, ``key_field``; ``{}``
+        these parameters (a tier-1 switch sends a multicast's copies for other boards up one
+        tier-2 plane, the source's: ``mcast_uplinks``) (``window``, ``header_bits``, ``lane_bits``, ``key_field``; ``{}``
         for the defaults), its reduction tables from the fabric's own paths
         (:func:`subtrees`). The payload needs :func:`~epfabric.hw.inc_switch.inc_fields`
         and the key; with ``payload=None`` it is :func:`~epfabric.hw.inc_switch.inc_payload`.
@@ -613,7 +617,7 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
             routes = [d % dpb if board_of(d) == b else dpb + d % dpb for d in range(ranks)]
             children.switch(f"t1_{b}", ports=dpb * (2 if nb > 1 else 1), routes=routes,
                             payload=payload, depth=switch_depth, counter_width=counter_width,
-                            small_taps=taps)
+                            small_taps=taps, mcast_uplinks=(dpb, dpb) if nb > 1 else None)
     if nb > 1:
         for k in range(dpb):
             children.switch(f"t2_{k}", ports=nb, routes=[board_of(d) for d in range(ranks)],

@@ -7,7 +7,8 @@ contributions to random reduction groups -- offered with random gaps while every
 receiver stalls at random; then every delivery is checked in Python:
 
 * a multicast flit reached each die of its set exactly once (its copy naming only
-  that die) and no other, in per-(source, destination) order;
+  that die) and no other, in order per (source, destination) among multicasts and among
+  unicasts (the two may take different tier-2 planes: ``Switch`` ``mcast_uplinks``);
 * a reduction group was delivered exactly once, at its die, with ``count`` = its
   contributors and every lane the wrapping 16-bit sum of their lanes.
 """
@@ -169,7 +170,7 @@ def deliveries(queues):
 
 def check_multicast(got, sent):
     """Raise AssertionError unless every serial of ``sent`` reached exactly the dies of its
-    mask, once each, multicast copies naming only their die, in order per source."""
+    mask, once each, multicast copies naming only their die, in order per source and kind."""
     ranks = len(got)
     serials = {sn for sn, _ in sent}
     for p in range(ranks):
@@ -179,8 +180,9 @@ def check_multicast(got, sent):
         for f in mine:
             assert not f["mcast"] or f["mask"] == 1 << p, f"die {p}: a copy names other dies"
         for s in range(ranks):
-            order = [f["data"] for f in mine if f["src"] == s]
-            assert order == sorted(order), f"die {p}: source {s} out of order"
+            for kind in (0, 1):       # a multicast may take another tier-2 plane than a unicast
+                order = [f["data"] for f in mine if f["src"] == s and f["mcast"] == kind]
+                assert order == sorted(order), f"die {p}: source {s} out of order"
 
 
 def check_reductions(got, want, *, header_bits, lanes):

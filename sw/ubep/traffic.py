@@ -25,13 +25,16 @@ stores where (read from the programs, :mod:`.cann`, :mod:`.ubep`, :mod:`.combine
   UBEP's ``TCNT`` blocks, the reordering into ``OUT`` and the combine's ``YOUT`` are stores to
   the own die. So there are no metadata blocks, and every variant (``send_split``,
   ``mapping``, ``sync``, ``syncall``) moves the same blocks.
-* ``ubep-inc`` (issue 31's planned in-network system, docs/spec/inc-ep-proposal.md §0, §4;
-  no kernel yet): dispatch, one block store per (token block, sibling die with an expert),
-  one multicast per (token block, board with an expert outside the own NPU), which the
-  destination board's tier-1 switch copies to each destination die; plus the routing
-  broadcast, ``2·route_blocks + 1`` blocks per source to every other die (one multicast per
-  board). Combine: one pre-summed contribution per (token block, die holding one of its
-  experts), reduced where paths meet (tier-1 uplink, tier-2 port, the root's tier-1 die port).
+* ``ubep-inc`` (issue 31's in-network system; the hardware is built, hw/inc_switch.py, the
+  kernels not yet): dispatch, one ``stbm`` per token block to the dies holding its experts
+  (the own die excepted), copied by the switches where the paths part: one copy on each
+  sibling's direct link, one up the die's uplink for all dies outside its NPU, one up the
+  tier-2 layer (the source's plane, ``Switch`` ``mcast_uplinks``) for all other boards, one
+  down to each of those boards, one down to each destination die; plus the routing
+  broadcast, ``2·route_blocks + 1`` blocks per source, each one ``stbm`` to every other die.
+  Combine: one pre-summed contribution per (token block, die holding one of its experts),
+  reduced where paths meet (the remote board's tier-1 uplink, the tier-2 port, the root's
+  tier-1 die port).
 
 Small flits are not predicted: acks are coalesced per (source, core), so their number
 depends on timing.
@@ -47,8 +50,8 @@ experts is on a given set of ``m`` dies:
 kind         cann, ubep       ubep-inc dispatch               ubep-inc combine
 ===========  ===============  ==============================  ===========================
 ``direct``   ``k(n−1)/R``     ``(n−1)(1−q(1))``               ``(n−1)(1−q(1))``
-``up``       ``k(R−n)/R``     ``1−q(D−n) + (B−1)(1−q(D))``    ``(R−n)(1−q(1))``
-``t2_up``    ``k(R−D)/R``     ``(B−1)(1−q(D))``               ``(B−1)(1−q(D))``
+``up``       ``k(R−n)/R``     ``1−q(R−n)``                    ``(R−n)(1−q(1))``
+``t2_up``    ``k(R−D)/R``     ``1−q(R−D)``                    ``(B−1)(1−q(D))``
 ``t2_down``  ``k(R−D)/R``     ``(B−1)(1−q(D))``               ``1−q(R−D)``
 ``down``     ``k(R−n)/R``     ``(R−n)(1−q(1))``               ``1−q(R−n)``
 ===========  ===============  ==============================  ===========================
@@ -139,7 +142,8 @@ def link_blocks_per_token(workload, shape, system, kernel="dispatch"):
     remote = boards & (np.arange(nb)[None, None, :] != own[:, None, None])
     direct = (hit & sib[:, None, :]).sum(axis=2)
     if kernel == "dispatch":
-        return {"direct": direct, "up": boards.sum(axis=2), "t2_up": remote.sum(axis=2),
+        return {"direct": direct, "up": far_dies.any(axis=2).astype(np.int64),
+                "t2_up": remote.any(axis=2).astype(np.int64),
                 "t2_down": remote.sum(axis=2), "down": far_dies.sum(axis=2)}
     return {"direct": direct, "up": far_dies.sum(axis=2), "t2_up": remote.sum(axis=2),
             "t2_down": remote.any(axis=2).astype(np.int64),
@@ -153,8 +157,8 @@ def _metadata_blocks(shape, system, kernel, batch, topk):
     if system != "ubep-inc" or kernel != "dispatch":
         return {kind: 0 for kind in LINK_KINDS}
     m = 2 * -(-(batch * topk) // ELEMS_PER_ROW) + 1       # ROUTE, WEIGHTS and a flag block
-    return {"direct": R * m * (n - 1), "up": R * m * ((nb - 1) + (D > n)),
-            "t2_up": R * m * (nb - 1), "t2_down": R * m * (nb - 1), "down": R * m * (R - n)}
+    return {"direct": R * m * (n - 1), "up": R * m * (R > n),
+            "t2_up": R * m * (nb > 1), "t2_down": R * m * (nb - 1), "down": R * m * (R - n)}
 
 
 def exact_link_blocks(workload, shape, system, kernel="dispatch"):
@@ -190,8 +194,8 @@ def per_token_expectation(shape, system, kernel="dispatch", *, experts, topk):
                 "down": topk * (R - n) / R, "t2_up": topk * (R - D) / R,
                 "t2_down": topk * (R - D) / R}
     if kernel == "dispatch":
-        return {"direct": (n - 1) * (1 - q(1)), "up": 1 - q(D - n) + (nb - 1) * (1 - q(D)),
-                "t2_up": (nb - 1) * (1 - q(D)), "t2_down": (nb - 1) * (1 - q(D)),
+        return {"direct": (n - 1) * (1 - q(1)), "up": 1 - q(R - n),
+                "t2_up": 1 - q(R - D), "t2_down": (nb - 1) * (1 - q(D)),
                 "down": (R - n) * (1 - q(1))}
     return {"direct": (n - 1) * (1 - q(1)), "up": (R - n) * (1 - q(1)),
             "t2_up": (nb - 1) * (1 - q(D)), "t2_down": 1 - q(R - D), "down": 1 - q(R - n)}

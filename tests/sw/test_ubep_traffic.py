@@ -61,10 +61,10 @@ def loop_reference(w, shape, system, kernel):
                 continue
             far = {d for d in dies if d // n != s // n}
             links = [("direct",) for d in set(dies) if d // n == s // n and d != s]
-            if kernel == "dispatch":            # one copy per board, split at its tier-1
-                for b in {d // D for d in far}:
-                    links.append(("up",) if b == s // D else ("up", "t2_up", "t2_down"))
-                links += [("down",)] * len(far)
+            if kernel == "dispatch":            # copied where the paths part
+                boards = {d // D for d in far} - {s // D}
+                links += [("up",)] * bool(far) + [("t2_up",)] * bool(boards)
+                links += [("t2_down",)] * len(boards) + [("down",)] * len(far)
             else:                               # contributions reduced where paths meet
                 links += [("up",)] * len(far)
                 boards = {d // D for d in far} - {s // D}
@@ -89,8 +89,8 @@ def test_exact_counts_equal_a_slot_by_slot_count(shape, experts, topk, system, k
     if system == "ubep-inc" and kernel == "dispatch":     # + the routing broadcast
         R, D = n * npb * nb, n * npb
         m = 2 * 1 + 1
-        meta = {"direct": R * m * (n - 1), "up": R * m * ((nb - 1) + (D > n)),
-                "t2_up": R * m * (nb - 1), "t2_down": R * m * (nb - 1), "down": R * m * (R - n)}
+        meta = {"direct": R * m * (n - 1), "up": R * m * (R > n),
+                "t2_up": R * m * (nb > 1), "t2_down": R * m * (nb - 1), "down": R * m * (R - n)}
         want = {k: v + meta[k] for k, v in want.items()}
     assert got == want
 
@@ -123,7 +123,8 @@ def test_the_closed_form_is_the_monte_carlo_mean_within_3_sigma(shape, experts, 
 
 def test_the_monte_carlo_check_sees_a_wrong_formula():
     """Negative control: the per-slot closed form of CANN is far outside 3 sigma of ubep-inc's
-    dispatch (which sends one copy per board), and so is the `up` of a shape with one die an NPU."""
+    dispatch (which crosses tier-2 once a token), and so is the `up` of a shape with one die an
+    NPU."""
     shape, experts, topk = MC_CASES[0]
     mc = monte_carlo(shape, experts, topk, "ubep-inc", "dispatch")
     wrong = per_token_expectation(shape, "cann", "dispatch", experts=experts, topk=topk)
@@ -140,10 +141,10 @@ def test_the_run_expectation_scales_the_table_and_adds_the_broadcast():
     assert per == {"direct": 0.5, "up": 3.0, "down": 3.0, "t2_up": 2.0, "t2_down": 2.0}
     inc = expected_link_blocks((2, 2, 2), "ubep-inc", experts=16, topk=4, batch=3)
     per = per_token_expectation((2, 2, 2), "ubep-inc", experts=16, topk=4)
-    # 2 route blocks (ROUTE, WEIGHTS) and a flag a source: a multicast to the other board
-    # (up, t2_up, t2_down) and one to the own board's other NPU (up); copies on 6 down links
+    # 2 route blocks (ROUTE, WEIGHTS) and a flag a source, each one stbm to the 7 other dies:
+    # one copy up the die's uplink and one up the tier-2 layer, copies on 6 down links
     assert inc["t2_up"] == pytest.approx(24 * per["t2_up"] + 8 * 3)
-    assert inc["up"] == pytest.approx(24 * per["up"] + 8 * 3 * 2)
+    assert inc["up"] == pytest.approx(24 * per["up"] + 8 * 3)
     assert inc["down"] == pytest.approx(24 * per["down"] + 8 * 3 * 6)
 
 
