@@ -621,9 +621,10 @@ def test_stbm_and_stbr_multicast_and_reduce_in_the_network():
 
 
 @pytest.mark.slow      # a 40 s Verilator build; tests/hw/test_inc_switch.py compares the switch
-def test_stbm_and_stbr_are_the_same_on_verilator():
-    require_simulator("verilator")
-    assert ep_run("verilator") == ep_run("pysim")
+@pytest.mark.parametrize("hdl", ["icarus", "verilator"])
+def test_stbm_and_stbr_are_the_same_on_verilog_simulators(hdl):
+    require_simulator(hdl)
+    assert ep_run(hdl) == ep_run("pysim")
 
 
 def test_ep_stores_fault_without_the_unit():
