@@ -114,8 +114,7 @@ MUTATIONS = [
     {
         "name": "inc_switch_copy_keeps_the_whole_mask",
         "file": "hw/switch.py",
-        "old": "        cut = Mux(head.mcast, head_bits[lo:lo + w] & self._port_mask(o), "
-               "head_bits[lo:lo + w])\n",
+        "old": "        cut = Mux(head.mcast, head_bits[lo:lo + w] & keep, head_bits[lo:lo + w])\n",
         "new": "        cut = head_bits[lo:lo + w]\n",
         "description": "a multicast copy leaves with its whole destination set instead of the "
                        "dies behind its output: the next switch copies it again, so dies get "
