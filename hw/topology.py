@@ -29,14 +29,14 @@ block's path sums to its class latency. Hardware never sees physical units.
 import functools
 from dataclasses import dataclass, field
 
-from amaranth.hdl import Const, Module, Shape, Value
+from amaranth.hdl import Const, Module, Shape
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .hbm import BLOCK_BYTES
 from .link import Link, check_payload, flit_layout
 from .inc_switch import IncSwitch, inc_payload
-from .switch import PlanarSwitch, Switch
+from .switch import PlanarSwitch, Switch, popcount
 from .validate import UserError, UserTypeError, check_choice, check_int
 
 __all__ = ["FabricTiming", "Fabric", "superpod", "star", "superpod_distance", "SUPERPOD_HOPS",
@@ -266,8 +266,8 @@ class Fabric(wiring.Component):
                 blocks.append(fire if tap is None else fire & ~tap)
                 small.append(0 if tap is None else fire & tap)
             if blocks:
-                m.d.sync += [self.link_blocks[k].eq(self.link_blocks[k] + _popcount(blocks)),
-                             self.link_small[k].eq(self.link_small[k] + _popcount(small))]
+                m.d.sync += [self.link_blocks[k].eq(self.link_blocks[k] + popcount(blocks)),
+                             self.link_small[k].eq(self.link_small[k] + popcount(small))]
 
     def _child(self, key, child):
         """``child`` itself, or the instance of its shared module."""
@@ -287,15 +287,6 @@ class Fabric(wiring.Component):
         if kind in ("rx", "attach_rx"):
             return wiring.flipped(getattr(self, kind)[idx])
         return self.switches[kind].i_stream[idx]
-
-
-def _popcount(bits):
-    """The number of set bits among ``bits`` (one-bit values), as a balanced adder tree."""
-    values = [Value.cast(b) for b in bits]
-    while len(values) > 1:
-        values = [values[i] + values[i + 1] if i + 1 < len(values) else values[i]
-                  for i in range(0, len(values), 2)]
-    return values[0]
 
 
 def link_label(n, src, dst):
