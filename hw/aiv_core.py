@@ -13,6 +13,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from .decoder import Decoder
+from .switch import popcount
 from .isa import (BLOCK_BYTES, INC_COUNTERS, INSTRUCTIONS, NUM_REGS, RANK_BITS, Cond, Csr, Opcode,
                   VecOp, insn_layout)
 from .validate import UserError, check_choice, check_int, check_multiple, check_pow2
@@ -263,7 +264,7 @@ class AIVCore(wiring.Component):
     """
 
     def __init__(self, *, core_id=0, imem_depth=256, ubuf_rows=4, data_bytes=64, lanes=8,
-                 width=16, max_outstanding=15, inc=False, ep=False):
+                 width=16, max_outstanding=15, inc=False, ep=False, ep_dies=32):
         if core_id is not None:
             check_int("core_id", core_id, 0, 255)
         check_pow2("imem_depth", imem_depth, 2, 65536)
@@ -282,6 +283,8 @@ class AIVCore(wiring.Component):
         if not isinstance(ep, bool):
             raise UserError(f"ep must be True or False, not {ep!r}")
         self.ep = ep
+        # the dies a stbm's mask can name (the router sends mask[:ranks]): acks are owed for those
+        self.ep_dies = check_int("ep_dies", ep_dies, 1, 32)
         self.core_id, self.imem_depth, self.ubuf_rows = core_id, imem_depth, ubuf_rows
         self.data_bytes, self.lanes, self.width = data_bytes, lanes, width
         self.max_outstanding = max_outstanding
@@ -423,13 +426,10 @@ class AIVCore(wiring.Component):
         outstanding = self.outstanding
         acked = Signal.like(outstanding)
         m.d.comb += acked.eq(Mux(rsp_ack, rsp.data[:ACK_COUNT_BITS], 0))
-        if self.ep:
-            # a stbm is owed one ack per die of its mask; a stbr none
-            store_count = Signal(range(33), name="store_count")
-            m.d.sync += outstanding.eq(outstanding + store_count - acked)
-        else:
-            store_count = None
-            m.d.sync += outstanding.eq(outstanding + store_taken - acked)
+        # stores taken this cycle, in acks owed: 1 for sw/stb, a stbm one per die of its mask,
+        # a stbr none
+        store_count = Signal(range(self.ep_dies + 1) if self.ep else 1, name="store_count")
+        m.d.sync += outstanding.eq(outstanding + store_count - acked)
         can_store = outstanding < self.max_outstanding
         can_block = can_store & (outstanding < self.store_window)
 
@@ -550,9 +550,8 @@ class AIVCore(wiring.Component):
                         with m.Else():
                             m.d.comb += [req.op.eq(MemOp.WRITE_BLOCK), ua.addr.eq(row_of(rfile[ru])),
                                          req.data.eq(ua.data)]
-                        m.d.comb += store_taken.eq(self.mem_req.valid & self.mem_req.ready)
-                        if self.ep:
-                            m.d.comb += store_count.eq(store_taken)
+                        m.d.comb += [store_taken.eq(self.mem_req.valid & self.mem_req.ready),
+                                     store_count.eq(store_taken)]
                         with m.If(~store_taken):
                             m.d.sync += self.pc.eq(self.pc)
                     if self.ep:
@@ -767,11 +766,11 @@ class AIVCore(wiring.Component):
                   store_count):
         """RUN state, ``stbm``/``stbr`` (``ep=True``): the block of UBuf row R[ru] to address
         R[rs1] with the die set R[rs2]. A ``stbm`` waits until the store window has room for
-        an ack from every die of its mask; a ``stbr`` is posted (never acknowledged)."""
-        from .switch import popcount
-        n_acks = Signal(range(33), name="stbm_acks")
+        an ack from every die of its mask (bits ``ep_dies`` and up name no die and are not
+        counted); a ``stbr`` is posted (never acknowledged)."""
+        n_acks = Signal(range(self.ep_dies + 1), name="stbm_acks")
         with m.Case(Opcode.STBM, Opcode.STBR):
-            m.d.comb += n_acks.eq(popcount(b[k] for k in range(32)))
+            m.d.comb += n_acks.eq(popcount(b[k] for k in range(self.ep_dies)))
             is_m = insn.op == Opcode.STBM
             room = (outstanding + n_acks <= self.max_outstanding) & \
                 (outstanding < self.store_window)

@@ -282,7 +282,7 @@ class Die(wiring.Component):
         core_params = dict(imem_depth=imem_depth, ubuf_rows=ubuf_rows, data_bytes=data_bytes,
                            lanes=lanes, width=width, max_outstanding=max_outstanding,
                            **({"inc": True} if nic is not None else {}),
-                           **({"ep": True} if ep else {}))
+                           **({"ep": True, "ep_dies": ranks} if ep else {}))
         self.core_params = core_params
         if core_module is None:
             self.core_part = None

@@ -256,7 +256,8 @@ INSTRUCTIONS = (
        "then R[rd] = the counter", unit="inc"),
     _i("stbm", 53, [RU, RS1, RS2],
        "DataBlock at R[rs1] (its block and word; the rank field is ignored) on every die of "
-       "mask R[rs2] (bit d: die d) = UBuf row R[ru]: one send, copied in the network where "
+       "mask R[rs2] (bit d: die d; bits past the machine's dies are ignored) = UBuf row R[ru]: "
+       "one send, copied in the network where "
        "the paths part (posted; each die acks it)", unit="ep"),
     _i("stbr", 54, [RU, RS1, RS2],
        "contribute UBuf row R[ru] to the DataBlock at R[rs1] on its rank: summed in the network "

@@ -328,7 +328,6 @@ class Switch(wiring.Component):
                          self.x_push.eq(Cat(p.valid & p.ready for p in self.i_stream))]
         return m
 
-
     def _port_mask(self, p):
         """The destinations routed to output ``p``, as a mask (bit ``d``: destination ``d``)."""
         if self.route_port:

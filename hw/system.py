@@ -22,8 +22,11 @@ from .topology import (SUPERPOD_HOPS, check_timing, check_topology, star, superp
                        topology_ranks)
 from .validate import UserError, UserTypeError, check_int
 
-__all__ = ["System", "trace_entry_layout", "imem_row_window", "MAX_AIVS_PER_DIE",
+__all__ = ["System", "trace_entry_layout", "imem_row_window", "MAX_AIVS_PER_DIE", "MAX_EP_DIES",
            "SAMPLE_EVERY_REG", "SAMPLE_RANK_COUNTERS", "MAX_SAMPLE_DEPTH", "sample_layout"]
+
+#: the most dies an in-network EP machine has: a core's register holds the die mask
+MAX_EP_DIES = 32
 
 #: Verilog names of the shared die and core modules (``hierarchical_verilog``).
 DIE_MODULE = "epf_die"
@@ -271,9 +274,9 @@ class System(wiring.Component):
         # the router's requesters: the cores, and the network interface of an INC machine
         if ep_inc is not None and kind != "superpod":
             raise UserError(f"in-network EP (ep_inc) needs a superpod topology, not {topology!r}")
-        if ep_inc is not None and ranks > 32:
+        if ep_inc is not None and ranks > MAX_EP_DIES:
             raise UserError(f"in-network EP names its dies in a 32-bit register mask: at most "
-                            f"32 dies, not {ranks}")
+                            f"{MAX_EP_DIES} dies, not {ranks}")
         self.flit = flit_layout(ranks, aivs_per_die + (nic is not None), data_bytes, hbm_blocks,
                                 ep=ep_inc is not None)
         die_params = dict(ranks=ranks, aivs=aivs_per_die, imem_depth=imem_depth,
@@ -303,7 +306,7 @@ class System(wiring.Component):
         if kind == "superpod":
             self.fabric = superpod(timing, *shape, payload=self.flit, switch_depth=switch_depth,
                                    shared=shared,
-                                   inc=None if ep_inc is None else {"header_bits": 128, **ep_inc})
+                                   inc=ep_inc)
         else:
             self.fabric = star(timing, ranks, payload=self.flit, switch_depth=switch_depth,
                                shared=shared)

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from ..hw.inc_endpoint import MODES, agrs_control_map, agrs_memory_map
 from ..hw.aiv_core import MAX_WINDOW
 from ..hw.isa import RANK_BITS, check_rank_bits
-from ..hw.system import MAX_AIVS_PER_DIE, MAX_SAMPLE_DEPTH
+from ..hw.system import MAX_AIVS_PER_DIE, MAX_EP_DIES, MAX_SAMPLE_DEPTH
 from ..hw.topology import SUPERPOD_HOPS, check_topology, topology_ranks
 from ..hw.validate import UserError, check_bool, check_choice, check_int, check_multiple, check_pow2
 from .presets import get_preset, preset_names
@@ -144,9 +144,9 @@ class MachineConfig:
             if topo[0] != "superpod":
                 raise UserError(f"ep_window={self.ep_window} (in-network EP) needs a superpod "
                                 f"topology, not {topo!r}")
-            if self.ranks > 32:
+            if self.ranks > MAX_EP_DIES:
                 raise UserError(f"ep_window={self.ep_window}: in-network EP names its dies in a "
-                                f"32-bit mask, at most 32 dies, not {self.ranks}")
+                                f"32-bit mask, at most {MAX_EP_DIES} dies, not {self.ranks}")
             if self.ep_window > self.hbm_blocks:
                 raise UserError(f"ep_window={self.ep_window} is more than hbm_blocks="
                                 f"{self.hbm_blocks}")

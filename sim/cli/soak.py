@@ -16,16 +16,17 @@ from ...hw.validate import UserError, check_int
 from ...sw.presets import get_preset
 from ..backends import SIMULATORS, missing_reason
 from ..output import progress
-from ..verify.soak import DEFAULT_SHAPE, ok, run_soak
+from ..verify.soak import DEFAULT_SHAPE, INC_SHAPE, check_rates, ok, run_soak
 from .common import check_output, positive, write_json
 
 __all__ = ["add_arguments", "prepare"]
 
 
 def add_arguments(parser):
-    parser.add_argument("--blocks", type=int, default=100_000,
+    parser.add_argument("--blocks", type=int, default=None,
                         help="blocks per run, all ranks together (default 100000; rounded up "
-                             "to a multiple of the rank count)")
+                             "to a multiple of the rank count); with --inc the multicasts and "
+                             "unicasts per die (default 16)")
     parser.add_argument("--pattern", action="append", choices=PATTERNS,
                         help="traffic pattern (repeatable; default: uniform and hotspot)")
     parser.add_argument("--seed", action="append", type=int,
@@ -37,10 +38,10 @@ def add_arguments(parser):
     parser.add_argument("--backend", default="verilator", choices=SIMULATORS,
                         help="simulator (default verilator)")
     parser.add_argument("--topology", "--shape", dest="shape", metavar="TOPOLOGY",
-                        default=",".join(map(str, DEFAULT_SHAPE)),
+                        default=None,
                         help="the cm384 superpod: superpod:dies_per_npu,npus_per_board,boards "
-                             "(or the three numbers; default 2,8,2: 32 ranks; --shape is the "
-                             "old name)")
+                             "(or the three numbers; default 2,8,2: 32 ranks, with --inc "
+                             "2,2,2; --shape is the old name)")
     parser.add_argument("--kernel", default=None,
                         help="soak a registered kernel with a seed parameter (e.g. alltoall) "
                              "instead of the fabric")
@@ -49,24 +50,23 @@ def add_arguments(parser):
     parser.add_argument("--inc", action="store_true",
                         help="soak a cm384 superpod with in-network switches (default "
                              "superpod:2,2,2) under multicast, unicast and reduction traffic "
-                             "with receiver stalls, every delivery checked in Python; --blocks "
-                             "is then the multicasts and unicasts per die (default 16)")
+                             "with receiver stalls, every delivery checked in Python")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
 
 
 def prepare(args):
+    if args.blocks is None:
+        args.blocks = 16 if args.inc else 100_000
     positive("--blocks", args.blocks)
+    if args.shape is None:
+        args.shape = ",".join(map(str, INC_SHAPE if args.inc else DEFAULT_SHAPE))
     try:
         shape = tuple(int(x) for x in args.shape.removeprefix("superpod:").split(","))
     except ValueError:
         shape = ()
     if len(shape) != 3:
         raise UserError(f"--topology must be superpod:a,b,c (or a,b,c), not {args.shape!r}")
-    for name, value in (("--offer", args.offer), ("--stall", args.stall)):
-        if not 0 <= value < 1:
-            raise UserError(f"{name} must be a probability in [0, 1), not {value!r}")
-    if args.offer == 0:
-        raise UserError("--offer must be > 0, not 0")
+    check_rates(args.offer, args.stall, prefix="--")
     why = missing_reason(args.backend)
     if why:
         raise UserError(f"--backend {args.backend}: {why}")
@@ -112,9 +112,7 @@ def prepare(args):
 
 def _inc_job(args, shape):
     from ..verify.soak import inc_soak
-    if args.shape == ",".join(map(str, DEFAULT_SHAPE)):
-        shape = (2, 2, 2)
-    per_die = 16 if args.blocks == 100_000 else args.blocks
+    per_die = args.blocks
     get_preset("cm384").check_shape(*shape)
 
     def job():

@@ -26,9 +26,10 @@ from ...sw.presets import get_preset
 from ..backends import ComponentSpec, run
 
 __all__ = ["soak_fabric", "soak_spec", "soak_intent", "run_soak", "ok", "DEFAULT_SHAPE",
-           "KERNEL_SHAPES", "kernel_soak", "inc_soak"]
+           "KERNEL_SHAPES", "kernel_soak", "inc_soak", "check_rates", "INC_SHAPE"]
 
 DEFAULT_SHAPE = (2, 8, 2)       # dies/NPU, NPUs/board, boards: 32 ranks
+INC_SHAPE = (2, 2, 2)           # inc_soak's: 8 ranks on two boards
 
 
 def soak_fabric(*, preset="cm384", shape=DEFAULT_SHAPE, hot=0, duplicate_first=False):
@@ -67,17 +68,23 @@ async def soak_intent(bench, blocks, offer, stall, hotspot, seed, timeout):
     return out
 
 
+def check_rates(offer, stall, prefix=""):
+    """``UserError`` naming ``offer`` or ``stall`` (with ``prefix``, e.g. ``--``) unless both
+    are probabilities in [0, 1) and ``offer`` is not 0."""
+    for name, value in (("offer", offer), ("stall", stall)):
+        if not 0 <= value < 1:
+            raise UserError(f"{prefix}{name} must be a probability in [0, 1), not {value!r}")
+    if offer == 0:
+        raise UserError(f"{prefix}offer must be > 0, not 0")
+
+
 def run_soak(*, blocks_per_rank, pattern="uniform", seed=1, hot=0, offer=0.7, stall=0.3,
              backend="verilator", preset="cm384", shape=DEFAULT_SHAPE, timeout=None,
              duplicate_first=False):
     """One soak run; its row (see the module docstring)."""
     check_choice("pattern", pattern, PATTERNS)
     check_int("blocks_per_rank", blocks_per_rank, 1)
-    for name, value in (("offer", offer), ("stall", stall)):
-        if not 0 <= value < 1:
-            raise UserError(f"{name} must be a probability in [0, 1), not {value!r}")
-    if offer == 0:
-        raise UserError("offer must be > 0, not 0")
+    check_rates(offer, stall)
     check_int("seed", seed, 0, 2**32 - 1)
     params = {"preset": preset, "shape": list(shape), "hot": hot}
     if duplicate_first:
@@ -155,7 +162,7 @@ def kernel_soak(kernel="alltoall", *, runs=100, seed=0, backend="verilator", pre
     return rows
 
 
-def inc_soak(*, shape=(2, 2, 2), seed=1, multicasts=16, groups=None, offer=0.7, stall=0.3,
+def inc_soak(*, shape=INC_SHAPE, seed=1, multicasts=16, groups=None, offer=0.7, stall=0.3,
              backend="verilator", preset="cm384", window=8):
     """A soak of a superpod with in-network switches (issue 31), on ``preset``'s timing: every
     die offers
@@ -165,7 +172,8 @@ def inc_soak(*, shape=(2, 2, 2), seed=1, multicasts=16, groups=None, offer=0.7, 
     Python (:mod:`epfabric.sim.tb.inc_traffic`): each multicast reaches each die of its set
     exactly once and in order, each group arrives once with its exact sum. The row has the
     deliveries, the cycles, the tier-2 blocks and ``problems`` (empty when it passed); a
-    fabric that stops delivering ends at the cycle limit with the missing flits named."""
+    fabric that stops delivering ends at the cycle limit, and ``problems`` names the first
+    die whose deliveries are wrong and how many deliveries are missing."""
     import random
 
     from ...hw.topology import SUPERPOD_HOPS
@@ -174,11 +182,7 @@ def inc_soak(*, shape=(2, 2, 2), seed=1, multicasts=16, groups=None, offer=0.7, 
 
     check_int("seed", seed, 0, 2**32 - 1)
     check_int("multicasts", multicasts, 0)
-    for name, value in (("offer", offer), ("stall", stall)):
-        if not 0 <= value < 1:
-            raise UserError(f"{name} must be a probability in [0, 1), not {value!r}")
-    if offer == 0:
-        raise UserError("offer must be > 0, not 0")
+    check_rates(offer, stall)
     ranks = superpod_ranks(*shape)
     groups = max(1, ranks * window // 4) if groups is None else check_int("groups", groups, 0,
                                                                           ranks * window)

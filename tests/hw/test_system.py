@@ -627,6 +627,17 @@ def test_stbm_and_stbr_are_the_same_on_verilog_simulators(hdl):
     assert ep_run(hdl) == ep_run("pysim")
 
 
+def test_stbm_mask_bits_past_the_dies_name_no_die_and_owe_no_ack():
+    """A mask of every bit: the block reaches the 3 other dies and the own one, and the fence
+    waits for their 4 acks only (a core counting all 32 bits would wait forever)."""
+    p = Program().li(10, address(0, 1, 0)).li(11, address(0, 4, 0)).li(12, -1).li(1, 0)
+    p.ldb(1, 10, 0).stbm(1, 11, 12).fence().halt()
+    r = run_sys(EP, {(0, 0): p}, hbm=ep_hbm(), max_cycles=2000,
+                reads=[[d, address(d, 4, 0)] for d in range(EP_RANKS)])
+    assert r["done"] == 1 and not r["timeout"]
+    assert r["mem"] == [0x0D0D0001] * EP_RANKS
+
+
 def test_ep_stores_fault_without_the_unit():
     """On a machine without in-network EP, stbm is an illegal instruction: the core faults."""
     p = Program().li(12, 1).stbm(1, 0, 12).halt()

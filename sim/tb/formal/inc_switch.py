@@ -40,6 +40,17 @@ LANE = 4
 DATA = 2 * LANE
 
 
+def _free_inputs(m, dut):
+    """Every input offers any flit in any cycle (to a die of the switch; never multicast and
+    reduction at once); returns each input's stream."""
+    ports = [dut.i_stream[i] for i in range(RANKS)]
+    for port in ports:
+        f = port.payload
+        m.d.comb += [port.valid.eq(AnySeq(1)), f.eq(AnySeq(len(f.as_value()))),
+                     Assume(f.dst < RANKS), Assume(~(f.mcast & f.red))]
+    return ports
+
+
 def _dut(depth):
     return StarIncSwitch(ranks=RANKS, depth=depth, window=2, data_bits=DATA, header_bits=0,
                          lane_bits=LANE, counter_width=2)
@@ -62,11 +73,8 @@ class MulticastScoreboard(Harness):
         sent = Signal(name="sent_a")
         got = Signal(n, name="got_a")
         age = Signal(range(self.bound + 2), name="age_a")
-        for i in range(n):
-            port = dut.i_stream[i]
+        for i, port in enumerate(_free_inputs(m, dut)):
             f = port.payload
-            m.d.comb += [port.valid.eq(AnySeq(1)), f.eq(AnySeq(len(f.as_value()))),
-                         Assume(f.dst < n), Assume(~(f.mcast & f.red))]
             pick = Signal(name=f"in{i}_pick")
             m.d.comb += pick.eq((src_sel == i) & ~sent & AnySeq(1))
             with m.If(pick):
@@ -113,11 +121,8 @@ class ReduceScoreboard(Harness):
         released = Signal(name="released")
         expect = popcount(mset[d] for d in range(n))
         entered = []
-        for i in range(n):
-            port = dut.i_stream[i]
+        for i, port in enumerate(_free_inputs(m, dut)):
             f = port.payload
-            m.d.comb += [port.valid.eq(AnySeq(1)), f.eq(AnySeq(len(f.as_value()))),
-                         Assume(f.dst < n), Assume(~(f.mcast & f.red))]
             mine = Signal(name=f"in{i}_group")
             m.d.comb += mine.eq(f.red & (f.dst == g) & (f.addr.block[0] == k))
             with m.If(mine):
