@@ -47,7 +47,8 @@ def carry_to_combine(machine, w, params, expert_out, carried=None):
     lay = layout_of(cfg, params)
     wpb = cfg.words_per_block
     if carried is None:
-        blocks = [lay.CTRL] + list(range(lay.COUNTS, lay.WEIGHTS))
+        blocks = ([lay.CTRL] + list(range(lay.COUNTS, lay.WEIGHTS))
+                  + list(range(lay.IMETA, lay.MCBUF)))     # UBEP-INC's IMETA (else empty)
         carried = {(r, b): machine.read_mem(r, machine.address(0, b), wpb)
                    for r in range(cfg.ranks) for b in blocks}
     carried = dict(carried)
@@ -130,6 +131,14 @@ class Combine(Dispatch):
             return []
         epr = params["experts"] // R
         w = workload_of(params, R, config.words_per_block)
+        if params["system"] != "ubep":             # UBEP-INC: a pre-sum per (token, die)
+            for s in range(R):
+                for t in range(w.batch):
+                    summer = next(b for b in range(A) if t in range(*split(w.batch, A, b)))
+                    for d in {int(e) // epr for e in w.topk_idx[s][t]}:
+                        flows.add(("answers", (d, s % A, "Combine send"),
+                                   (s, summer, "Combine sum")))
+            return sorted(flows)
         for s in range(R):
             for t in range(w.batch):
                 summer = next(b for b in range(A) if t in range(*split(w.batch, A, b)))
@@ -147,9 +156,9 @@ class Combine(Dispatch):
             raise UserError(f"broken must be one of {', '.join(map(str, self.choices['broken']))}, "
                             f"not {broken!r}")
         resolved = DISPATCH.resolve_params(p)
-        if broken and resolved["system"] != "ubep":
+        if broken and resolved["system"] == "cann":
             raise UserError("broken variants of the combine are negative controls of "
-                            "system='ubep'")
+                            "system='ubep' or 'ubep-inc'")
         return {**resolved, "combine_broken": broken, "broken": None}
 
     def programs(self, config, params):
@@ -187,7 +196,7 @@ class Combine(Dispatch):
         wpb = cfg.words_per_block
         problems = [f"dispatch: {p}" for p in before["problems"]]
         want = combine_out(w, expert_ref)
-        lo = HEADER_WORDS if system == "ubep" else 0
+        lo = HEADER_WORDS if system != "cann" else 0
         digests = []
         for s in range(cfg.ranks):
             got = np.array(machine.read_mem(s, machine.address(0, lay.YOUT),

@@ -70,7 +70,7 @@ from ..config import MachineConfig
 from ..isa import block_bits, narrowest_rank_bits, rank_bits_for
 from ..presets import SYNCALLS as SYNCALL_KINDS, get_preset
 from ..routing import HOT_LAYOUTS
-from ..ubep import combine, ubep
+from ..ubep import combine, ubep, ubep_inc
 from ..ubep import cann
 from ..ubep.cann import BROKEN, PHASES, SEND_SPLITS, SYNCALLS, dispatch_program
 from ..ubep.layout import GUARD, Layout
@@ -82,12 +82,14 @@ from . import Kernel, pow2_at_least, register
 __all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times", "option", "OPTIONS", "VARIANTS",
            "MAX_TOPK", "model_shape", "syncall_release_share", "links_of", "link_line"]
 
-SYSTEMS = ("cann", "ubep")
+SYSTEMS = ("cann", "ubep", "ubep-inc")
+#: the systems that need switches that multicast and reduce (a machine with ``ep_window``)
+INC_SYSTEMS = ("ubep-inc",)
 #: the parameters of one system only: ``{name: (system, its values, the first the default)}``
 OPTIONS = {"send_split": ("cann", SEND_SPLITS), "mapping": ("ubep", ubep.MAPPINGS),
            "sync": ("ubep", ubep.SYNCS), "syncall": ("cann", SYNCALL_KINDS)}
 #: the mapping ablation's variant per system (UBEP Fig. 9): a machine is sized for all of them
-VARIANTS = {"cann": "send_split", "ubep": "mapping"}
+VARIANTS = {"cann": "send_split", "ubep": "mapping", "ubep-inc": None}
 #: UBEP's header words at the front of every block (TFF): the rest is payload
 HEADER_WORDS = 4
 #: ``{phase-end MARK: the phase's name}`` for the Perfetto trace (UBEP Fig. 8's stages): each
@@ -115,7 +117,7 @@ def model_shape(model, system):
         raise UserError(f"model must be one of {', '.join(MODELS)}, not {model!r}")
     m = MODELS[model]
     return {"topk": m.topk, "experts": m.experts,
-            "hidden_blocks": blocks_per_token(m.hidden_bytes, tff=system == "ubep")}
+            "hidden_blocks": blocks_per_token(m.hidden_bytes, tff=system != "cann")}
 
 
 def hidden_bytes(params):
@@ -133,8 +135,9 @@ def layout_of(config, params):
                  topk=params["topk"], hidden_blocks=params["hidden_blocks"],
                  words=config.words_per_block, cap=params.get("cap") or params["batch"],
                  flag_words=(config.ranks * config.aivs_per_die
-                             if option(params, "sync") == "sw" else 0),
-                 rank_bits=config.rank_bits)
+                             if params["system"] == "ubep" and option(params, "sync") == "sw"
+                             else 0),
+                 rank_bits=config.rank_bits, inc=params["system"] in INC_SYSTEMS)
     if lay.blocks > 1 << block_bits(config.rank_bits):
         # the machine's addresses cannot hold the combine's regions: a dispatch-only machine
         # (Dispatch.configs sizes one only for the dispatch kernel; the combine refuses it)
@@ -245,6 +248,11 @@ def cumsum_aivs(config, params):
 def combine_programs(config, params):
     """``{(rank, core): Program}`` of the combine that follows a dispatch of ``params``."""
     lay = layout_of(config, params)
+    if params["system"] in INC_SYSTEMS:
+        return {(r, c): ubep_inc.combine_program(lay, rank=r, core=c, aivs=config.aivs_per_die,
+                                                 experts=params["experts"],
+                                                 broken=params.get("combine_broken"))
+                for r in range(config.ranks) for c in range(config.aivs_per_die)}
     syncall = params.get("syncall") or get_preset(config.preset).syncall
     return {(r, c): combine.combine_program(lay, rank=r, core=c, aivs=config.aivs_per_die,
                                             system=params["system"],
@@ -252,15 +260,22 @@ def combine_programs(config, params):
             for r in range(config.ranks) for c in range(config.aivs_per_die)}
 
 
-def with_headers(w, order, rows, epoch):
+def die_mask(w, s, t):
+    """The dies holding one of token ``t``'s experts (of source ``s``), a bit each."""
+    return sum({1 << int(e) // w.epr for e in w.topk_idx[s][t]})
+
+
+def with_headers(w, order, rows, epoch, inc=False):
     """``rows`` (a rank's expected OUT) with UBEP's TFF header in words 0..3 of every block;
     ``order`` is that rank's ``dispatch_order(w)[d]`` (computed once per check: it walks every
-    rank's slots)."""
+    rank's slots). ``inc`` (UBEP-INC): word 2 is the token's die mask, not ``e << 8 | i`` (one
+    multicast block serves all its experts)."""
     out = rows.copy()
     for p, (s, t, i) in enumerate(order):
         e = int(w.topk_idx[s][t, i])
+        word2 = die_mask(w, s, t) if inc else e << 8 | i
         for b in range(w.hidden_blocks):
-            out[p, b, :HEADER_WORDS] = [ubep.TFF_TAG | epoch, s << 16 | t, e << 8 | i, b]
+            out[p, b, :HEADER_WORDS] = [ubep.TFF_TAG | epoch, s << 16 | t, word2, b]
     return out
 
 
@@ -272,6 +287,8 @@ def option(params, name):
 def variants_of(system):
     """``[{variant parameter: value}]``: every variant of ``system`` a machine must fit."""
     name = VARIANTS[system]
+    if name is None:
+        return [{}]
     return [{name: v} for v in OPTIONS[name][1]]
 
 
@@ -470,7 +487,8 @@ class Dispatch(Kernel):
         return {(r, c): ubep.dispatch_program(lay, rank=r, core=c, aivs=a,
                                               experts=params["experts"], cumsum_aivs=C,
                                               mapping=option(params, "mapping"),
-                                              sync=option(params, "sync"), launch=launch)
+                                              sync=option(params, "sync"), launch=launch,
+                                              inc=params["system"] in INC_SYSTEMS)
                 for r in range(config.ranks) for c in range(a)}
 
     def configs(self, preset, topology=None, aivs=None, params=None):
@@ -485,7 +503,7 @@ class Dispatch(Kernel):
         if params.get("routing") is not None:
             return self._configs(pr, topology, aivs, params)   # a file can change between calls
         varied = {"system"} | {k for system in SYSTEMS for each in variants_of(system) for k in each}
-        key = (pr.name, topology, aivs,
+        key = (pr.name, topology, aivs, params["system"] in INC_SYSTEMS,
                repr(sorted((k, v) for k, v in params.items() if k not in varied)))
         cache = self.__dict__.setdefault("_configs_memo", {})
         if key not in cache:
@@ -504,7 +522,17 @@ class Dispatch(Kernel):
             # one machine runs either system's dispatch, in every variant, and the combine
             # that follows it (the same hardware for a comparison, and one build serves all;
             # with a model, each system at its own blocks per token)
-            systems = SYSTEMS if a >= 2 else ("cann",)     # UBEP needs a T- and a C-AIV
+            # UBEP needs a T- and a C-AIV; a machine whose switches multicast and reduce
+            # (ep_window) runs UBEP-INC and the others, one without runs the others
+            inc = params["system"] in INC_SYSTEMS
+            if inc and a < 2:
+                raise UserError(f"system={params['system']!r} needs at least 2 AIVs a die (a "
+                                f"T-AIV and a C-AIV), not {a}")
+            if inc and topology[0] != "superpod":
+                raise UserError(f"system={params['system']!r} needs a superpod (its switches "
+                                f"multicast and reduce), not topology {topology!r}")
+            systems = ((SYSTEMS if inc else tuple(x for x in SYSTEMS if x not in INC_SYSTEMS))
+                       if a >= 2 else ("cann",))
             runs = [{**params, "system": system, **each,
                      **(model_shape(params["model"], system) if params["model"] else {})}
                     for system in systems for each in variants_of(system)]
@@ -532,18 +560,23 @@ class Dispatch(Kernel):
                                   lanes=16, rank_bits=rank_bits_for(shape.ranks, hbm_blocks))
             lay = layout_of(shape, params)
             # the same UBuf for both systems (one build serves a comparison)
-            rows = max(cann.ubuf_rows_needed(lay, "expert"),
-                       ubep.ubuf_rows_needed(lay, params["experts"], a),
-                       combine.ubuf_rows_needed(lay))
+            inc_lay = replace(lay, inc=True)
+            rows = max([cann.ubuf_rows_needed(lay, "expert"),
+                        ubep.ubuf_rows_needed(lay, params["experts"], a),
+                        combine.ubuf_rows_needed(lay)]
+                       + ([ubep.ubuf_rows_needed(inc_lay, params["experts"], a),
+                           ubep_inc.ubuf_rows_needed(inc_lay)] if inc else []))
             if pow2_at_least(rows) > MAX_UBUF_ROWS:
                 raise UserError(
                     f"batch={params['batch']}, topk={params['topk']}, experts={params['experts']} "
                     f"on {shape.ranks} ranks need {rows} UBuf rows of an AIV (its routing, slot "
                     f"and count lists); a core's UBuf holds {MAX_UBUF_ROWS} (a smaller batch)")
             longest = self._longest(shape, runs, with_combine)
+            window = (ubep_inc.ep_window(max(r["batch"] for r in runs),
+                                         max(r["hidden_blocks"] for r in runs)) if inc else 0)
             out.append(MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
                                      lanes=16, hbm_blocks=hbm_blocks, rank_bits=shape.rank_bits,
-                                     ubuf_rows=pow2_at_least(rows),
+                                     ep_window=window, ubuf_rows=pow2_at_least(rows),
                                      imem_depth=pow2_at_least(longest),
                                      trace_depth=max(64, pow2_at_least(len(PHASES)
                                                                        * shape.cores))))
@@ -586,14 +619,17 @@ class Dispatch(Kernel):
                 armed = [ubep.SENTINEL_WORD] * min(8, wpb) + [0] * max(0, wpb - 8)
                 for b in range(lay.recv_blocks):
                     machine.write_mem(r, machine.address(0, lay.RECV + b), armed)
-            ids = w.topk_idx[r].reshape(-1).astype(np.uint64)
-            if len(ids) % 2:
-                ids = np.append(ids, 0)
-            words = (ids[0::2] | (ids[1::2] << 16)).tolist()
-            for b in range(lay.route_blocks):
-                chunk = words[b * wpb:(b + 1) * wpb]
-                if chunk:
-                    machine.write_mem(r, machine.address(0, lay.ROUTE + b), chunk)
+            # the routing (and for UBEP-INC, whose experts weight their rows, the weights)
+            for region, values in ((lay.ROUTE, w.topk_idx[r]),) + (
+                    ((lay.WEIGHTS, w.topk_w[r]),) if lay.inc else ()):
+                ids = np.asarray(values).reshape(-1).astype(np.uint64)
+                if len(ids) % 2:
+                    ids = np.append(ids, 0)
+                words = (ids[0::2] | (ids[1::2] << 16)).tolist()
+                for b in range(lay.route_blocks):
+                    chunk = words[b * wpb:(b + 1) * wpb]
+                    if chunk:
+                        machine.write_mem(r, machine.address(0, region + b), chunk)
             for t in range(w.batch):
                 for b in range(w.hidden_blocks):
                     machine.write_mem(r, machine.address(0, lay.X + t * w.hidden_blocks + b),
@@ -610,7 +646,8 @@ class Dispatch(Kernel):
         machine.read_back([(lay.CTRL, 1), (lay.RECV_GUARD, 1),
                            (lay.OUT, max(1, most * w.hidden_blocks)), (lay.OUT_GUARD, 1),
                            (lay.COUNTS, lay.WEIGHTS - lay.COUNTS)]
-                          + ([(lay.RECV, lay.recv_blocks)] if sp else []))
+                          + ([(lay.RECV, lay.recv_blocks)] if sp else [])
+                          + ([(lay.IMETA, lay.MCBUF - lay.IMETA)] if lay.inc else []))
         return w, params, epoch
 
     def check(self, machine, report, inputs):
@@ -620,7 +657,7 @@ class Dispatch(Kernel):
         lay = layout_of(cfg, params)
         wpb = cfg.words_per_block
         out, recv = dispatch_out(w)
-        raw = system == "cann" or option(params, "sync") != "tff"
+        raw = system == "cann" or (system == "ubep" and option(params, "sync") != "tff")
         order = None if raw else dispatch_order(w)
         cnt = counts(w)
         problems, digests = [], []
@@ -632,7 +669,8 @@ class Dispatch(Kernel):
                 if rows else np.zeros((0, w.hidden_blocks, wpb), dtype=np.uint64)
             digests.append(hashlib.sha1(np.ascontiguousarray(got[:, :, HEADER_WORDS:]))
                            .hexdigest()[:16])
-            want_out = out[d] if raw else with_headers(w, order[d], out[d], epoch)
+            want_out = (out[d] if raw else
+                        with_headers(w, order[d], out[d], epoch, inc=system in INC_SYSTEMS))
             if rows and not np.array_equal(got, want_out):
                 bad = int(np.flatnonzero((got != want_out).any(axis=(1, 2)))[0])
                 problems.append(f"rank {d}: OUT token {bad} of {rows} differs from numpy")

@@ -49,7 +49,8 @@ SYSTEMS = ("cann", "ubep")
 EVENTS = {"c_init": 20, "c_send": 21, "c_sync": 22, "c_combine": 23}
 #: the phases each system's AIVs MARK, in order
 PHASES = {"cann": ("c_init", "c_send", "c_sync", "c_combine"),
-          "ubep": ("c_init", "c_send", "c_combine")}
+          "ubep": ("c_init", "c_send", "c_combine"),
+          "ubep-inc": ("c_init", "c_send", "c_combine")}     # :mod:`.ubep_inc`
 #: 16-bit elements per 512 B row
 ELEMS = 256
 

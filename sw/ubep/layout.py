@@ -31,6 +31,16 @@ region      contents                                                    written 
             (word 0 ``0x0D0D0000 | epoch``, then counts); ≤ E blocks
 ``SWFLAG``  UBEP ``sync="sw"`` only: ``R·A`` words, the epoch, one per    other ranks'
             (source rank, T-AIV) — written after the T-AIV's ``fence``   T-AIVs
+``IDX``     UBEP-INC only: 2 words per receive slot (region ``s·epr +    other ranks'
+            e_l``, slot ``j``): ``epoch << 16 | t`` and                  T-AIVs
+            ``epoch << 16 | w[t,i]``
+``IMETA``   UBEP-INC only: 4 words per ``OUT`` row: ``t``, the weight,   own reorder
+            the token's die mask, 0 (what the combine pre-sums by)
+``MCBUF``   UBEP-INC only: ``R`` sources × BS tokens × ``B_tok`` blocks, other ranks'
+            token ``t`` of ``s`` at ``(s·BS + t)·B_tok`` (one multicast  T-AIVs (stbm)
+            copy per die, whatever its experts there)
+``YOWN``    UBEP-INC only: BS × ``B_tok`` blocks, a source's own die's    own combine
+            pre-summed part of each token (the rest arrives reduced)
 ==========  ==========================================================  ==============
 
 ``CTRL`` word 2 is the combine's die-local SyncAll counter (CANN).
@@ -72,6 +82,8 @@ class Layout:
     #: the combine's regions (``CWIN``, ``YOUT`` and their guards); without them they are
     #: empty (a dispatch-only layout, for machines whose addresses cannot hold them)
     combine: bool = True
+    #: UBEP-INC's regions (``IDX``, ``IMETA``, ``MCBUF``, ``YOWN``); empty without
+    inc: bool = False
 
     def __post_init__(self):
         for name in ("ranks", "epr", "batch", "topk", "hidden_blocks", "words", "cap"):
@@ -189,9 +201,34 @@ class Layout:
         return self.TCNT + self.entries        # TCNT: at most one block per expert
 
     @cached_property
+    def IDX(self):
+        return self.SWFLAG + self._word_blocks(self.flag_words)
+
+    @cached_property
+    def IMETA(self):
+        return self.IDX + (self._word_blocks(2 * self.entries * self.cap) if self.inc else 0)
+
+    @cached_property
+    def MCBUF(self):
+        return self.IMETA + (self._word_blocks(4 * self.entries * self.cap) if self.inc else 0)
+
+    @cached_property
+    def YOWN(self):
+        return self.MCBUF + (self.ranks * self.batch * self.hidden_blocks if self.inc else 0)
+
+    @cached_property
     def blocks(self):
         """Blocks the layout needs (``hbm_blocks`` must be at least this, a power of two)."""
-        return self.SWFLAG + self._word_blocks(self.flag_words)
+        return self.YOWN + (self.batch * self.hidden_blocks if self.inc else 0)
+
+    def idx_word(self, s, e_l, j):
+        """Word index in ``IDX`` of receive slot ``j`` of (source ``s``, local expert ``e_l``)
+        (its second word, the weight, follows)."""
+        return 2 * ((s * self.epr + e_l) * self.cap + j)
+
+    def mcbuf_block(self, s, t, b=0):
+        """Block ``b`` of token ``t`` of source ``s`` in ``MCBUF``."""
+        return self.MCBUF + (s * self.batch + t) * self.hidden_blocks + b
 
     def cwin_block(self, e, j, b=0):
         """Block of slot ``j``, block ``b`` of expert ``e``'s part of the combine window."""
@@ -206,7 +243,8 @@ class Layout:
                ("RECV", False), ("RECV_GUARD", False), ("OUT", False), ("OUT_GUARD", False),
                ("COUNTS", True), ("CNT", True), ("OFFS", True), ("EXPAND", True),
                ("WEIGHTS", False), ("CWIN", False), ("CWIN_GUARD", False), ("YOUT", False),
-               ("YOUT_GUARD", False), ("CSTATUS", True), ("TCNT", False), ("SWFLAG", True))
+               ("YOUT_GUARD", False), ("CSTATUS", True), ("TCNT", False), ("SWFLAG", True),
+               ("IDX", True), ("IMETA", True), ("MCBUF", False), ("YOWN", False))
     #: what the ``CTRL`` words hold
     CTRL_WORDS = {0: "dispatch SyncAll arrivals", 1: "the run's epoch",
                   2: "combine SyncAll arrivals", 3: "the die's launch delay (cycles)"}

@@ -25,16 +25,15 @@ stores where (read from the programs, :mod:`.cann`, :mod:`.ubep`, :mod:`.combine
   UBEP's ``TCNT`` blocks, the reordering into ``OUT`` and the combine's ``YOUT`` are stores to
   the own die. So there are no metadata blocks, and every variant (``send_split``,
   ``mapping``, ``sync``, ``syncall``) moves the same blocks.
-* ``ubep-inc`` (issue 31's in-network system; the hardware is built, hw/inc_switch.py, the
-  kernels not yet): dispatch, one ``stbm`` per token block to the dies holding its experts
-  (the own die excepted), copied by the switches where the paths part: one copy on each
-  sibling's direct link, one up the die's uplink for all dies outside its NPU, one up the
-  tier-2 layer (the source's plane, ``Switch`` ``mcast_uplinks``) for all other boards, one
-  down to each of those boards, one down to each destination die; plus the routing
-  broadcast, ``2·route_blocks + 1`` blocks per source, each one ``stbm`` to every other die.
-  Combine: one pre-summed contribution per (token block, die holding one of its experts),
-  reduced where paths meet (the remote board's tier-1 uplink, the tier-2 port, the root's
-  tier-1 die port).
+* ``ubep-inc`` (issue 31's in-network system, hw/inc_switch.py, :mod:`.ubep_inc`): dispatch,
+  one ``stbm`` per token block to the dies holding its experts (the own die's copy crosses no
+  link), copied by the switches where the paths part: one copy on each sibling's direct link,
+  one up the die's uplink for all dies outside its NPU, one up the tier-2 layer (the source's
+  plane, ``Switch`` ``mcast_uplinks``) for all other boards, one down to each of those boards,
+  one down to each destination die. Each slot's ``t`` and weight travel as two word stores
+  (small flits), so there are no metadata blocks. Combine: one pre-summed contribution per
+  (token block, other die holding one of its experts), reduced where paths meet (the remote
+  board's tier-1 uplink, the tier-2 port, the root's tier-1 die port).
 
 Small flits are not predicted: acks are coalesced per (source, core), so their number
 depends on timing.
@@ -68,13 +67,12 @@ from ...hw.hbm import BLOCK_BYTES
 from ...hw.topology import SUPERPOD_HOPS, check_topology
 from ...hw.validate import UserError, check_choice, check_int
 from ..config import link_counter
-from .layout import ELEMS_PER_ROW
 
 __all__ = ["SYSTEMS", "KERNELS", "LINK_KINDS", "superpod_shape", "path_links",
            "link_blocks_per_token", "exact_link_blocks", "expected_link_blocks",
            "per_token_expectation", "measured_links", "link_report"]
 
-#: systems with a count: the two kernels and the planned in-network one (module docstring)
+#: systems with a count: the two kernels and the in-network one (module docstring)
 SYSTEMS = ("cann", "ubep", "ubep-inc")
 #: the kernels whose traffic is counted
 KERNELS = ("dispatch", "combine")
@@ -151,14 +149,10 @@ def link_blocks_per_token(workload, shape, system, kernel="dispatch"):
 
 
 def _metadata_blocks(shape, system, kernel, batch, topk):
-    """``{kind: blocks}`` the system sends besides its token blocks (module docstring)."""
-    n, npb, nb = superpod_shape(shape)
-    D, R = n * npb, n * npb * nb
-    if system != "ubep-inc" or kernel != "dispatch":
-        return {kind: 0 for kind in LINK_KINDS}
-    m = 2 * -(-(batch * topk) // ELEMS_PER_ROW) + 1       # ROUTE, WEIGHTS and a flag block
-    return {"direct": R * m * (n - 1), "up": R * m * (R > n),
-            "t2_up": R * m * (nb > 1), "t2_down": R * m * (nb - 1), "down": R * m * (R - n)}
+    """``{kind: blocks}`` the system sends besides its token blocks: none (module docstring;
+    every system's metadata are word stores)."""
+    superpod_shape(shape)
+    return {kind: 0 for kind in LINK_KINDS}
 
 
 def exact_link_blocks(workload, shape, system, kernel="dispatch"):

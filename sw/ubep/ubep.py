@@ -74,8 +74,9 @@ Counts, offsets and flags are epoch-tagged (the run's epoch is the host's
 on the configuration only.
 """
 
-from ...hw.validate import check_choice, check_int
+from ...hw.validate import UserError, check_choice, check_int
 from ..assembler import Program
+from . import ubep_inc
 from ..dataflag import SENTINEL_WORD, TFF_TAG
 from .cann import count_experts, divmod_const, launch_delay, split
 
@@ -183,6 +184,9 @@ class _Rows:
         self.slot_rows = -(-lay.batch // 128)
         self.tok = (after + 3 + self.tcnt_rows + self.slot_rows) * 512
         self.rows = after + 4 + self.tcnt_rows + self.slot_rows
+        if lay.inc:                                # UBEP-INC: the weights go with each slot
+            self.weights = self.rows * 512
+            self.rows += lay.route_blocks
 
     def count_at(self, e):
         """UBuf byte address of expert ``e``'s count (in its counting T-AIV's block)."""
@@ -204,7 +208,7 @@ def ubuf_rows_needed(lay, experts, aivs):
     return max(_Rows(lay, experts, n).rows for n in range(1, max(2, aivs)))
 
 
-def _reorder(p, lay, rank, aivs, index, rows, sync="tff", n_tok=None):
+def _reorder(p, lay, rank, aivs, index, rows, sync="tff", n_tok=None, inc=False):
     """Poll and copy this AIV's share of the (e_l, s') pairs into OUT.
 
     How a block's arrival is seen depends on ``sync`` (:data:`SYNCS`): TFF
@@ -249,6 +253,9 @@ def _reorder(p, lay, rank, aivs, index, rows, sync="tff", n_tok=None):
             p.mul(14, 14, 11)
         p.li(11, lay.address(rank, lay.OUT))
         p.add(14, 14, 11)
+        if inc:                                    # UBEP-INC: IDX, then the multicast copy
+            ubep_inc.reorder_pair(p, lay, rank, q)
+            continue
         if sync == "sw":                           # every T-AIV of src has fenced its stores
             for a in range(n_tok):
                 fb, fw = lay.word_at(lay.SWFLAG, src * aivs + a)
@@ -275,7 +282,7 @@ def _reorder(p, lay, rank, aivs, index, rows, sync="tff", n_tok=None):
 
 
 def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="transpose",
-                     sync="tff", launch=False):
+                     sync="tff", launch=False, inc=False):
     """The UBEP program of AIV ``core`` on ``rank`` (module docstring).
 
     ``mapping`` picks the remapping ``π`` (:data:`MAPPINGS`); ``sync`` how a
@@ -294,6 +301,11 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
     check_int("aivs", aivs, 2)
     check_choice("mapping", mapping, MAPPINGS)
     check_choice("sync", sync, SYNCS)
+    if inc:
+        ubep_inc.check_layout(lay)
+        if sync != "tff":
+            raise UserError(f"system='ubep-inc' flags its blocks in them (sync='tff'), not "
+                            f"sync={sync!r}")
     if sync == "sw":
         check_int("flag_words", lay.flag_words, lay.ranks * aivs)
     C = check_int("cumsum_aivs", cumsum_aivs, 1, aivs - 1)
@@ -342,7 +354,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
             p.sw(6, 14, 0)                         # publish as soon as known
             p.add(1, 1, 5)
         p.mark(EVENTS["cumsum"])
-        _reorder(p, lay, rank, aivs, core, rows, sync, n_tok)
+        _reorder(p, lay, rank, aivs, core, rows, sync, n_tok, inc)
         p.halt()
         return p
 
@@ -352,6 +364,13 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
     _epoch(p, rank, lay, 6, 0)
     p.or_(5, 5, 6)
     p.usw(5, 0, rows.consts)                       # the TFF flag word of this epoch
+    if inc:
+        p.slli(6, 6, 16)
+        p.usw(6, 0, rows.consts + 4)               # epoch << 16 (the IDX words' tag)
+        for r in range(lay.route_blocks):          # the weights (sent with each slot)
+            p.li(12, rows.weights + r * 512)
+            p.li(14, lay.address(rank, lay.WEIGHTS + r))
+            p.ldb(12, 14, 0)
     # TokenCnt, shared by the T-AIVs: a counts its chunk of the experts into its own
     # TCNT rows and publishes each row as one Token-Flag-Fused block (flag word 0) ...
     e0, e1, first = rows.chunks[a]
@@ -428,41 +447,44 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
         p.li(13, lay.address(rank, lay.EXPAND))
         p.add(8, 8, 13)
         p.sw(6, 8, 0)                              # expandIdx[n] = j (kept for the combine)
-        divmod_const(p, 8, 9, 7, k, S, 13)         # t, i
-        divmod_const(p, 11, 12, 4, epr, experts, 13, shift=lay.rank_shift)   # rank(x) << 24, e_l
-        p.addi(12, 12, rank * epr)                 # region s·epr + e_l
-        p.li(13, lay.cap)
-        p.mul(12, 12, 13)
-        p.add(12, 12, 6)                           # + j (= off)
-        if B > 1:
-            p.li(13, B)
+        if inc:                                    # UBEP-INC: IDX words, the multicast
+            ubep_inc.send_slot(p, lay, rank, rows, experts)
+        else:
+            divmod_const(p, 8, 9, 7, k, S, 13)         # t, i
+            divmod_const(p, 11, 12, 4, epr, experts, 13, shift=lay.rank_shift)   # rank(x) << 24, e_l
+            p.addi(12, 12, rank * epr)                 # region s·epr + e_l
+            p.li(13, lay.cap)
             p.mul(12, 12, 13)
-        p.addi(12, 12, lay.RECV)
-        p.slli(12, 12, 9)
-        p.or_(11, 11, 12)                          # destination of the token's first block
-        p.li(13, B * 512)
-        p.mul(15, 8, 13)
-        p.li(13, lay.address(rank, lay.X))
-        p.add(15, 15, 13)                          # the token in X
-        p.li(10, rows.tok)
-        if sync == "tff":
-            p.ulw(13, 0, rows.consts)              # header word 0: the TFF flag word
-            p.li(14, rank << 16)
-            p.or_(12, 8, 14)                       # header word 1: s << 16 | t
-            p.slli(14, 4, 8)
-            p.or_(14, 14, 9)                       # header word 2: x << 8 | i
-        for b in range(B):
-            p.ldb(10, 15, b * 512)
+            p.add(12, 12, 6)                           # + j (= off)
+            if B > 1:
+                p.li(13, B)
+                p.mul(12, 12, 13)
+            p.addi(12, 12, lay.RECV)
+            p.slli(12, 12, 9)
+            p.or_(11, 11, 12)                          # destination of the token's first block
+            p.li(13, B * 512)
+            p.mul(15, 8, 13)
+            p.li(13, lay.address(rank, lay.X))
+            p.add(15, 15, 13)                          # the token in X
+            p.li(10, rows.tok)
             if sync == "tff":
-                p.usw(13, 10, 0)
-                p.usw(12, 10, 4)
-                p.usw(14, 10, 8)
-                if b:
-                    p.li(9, b)
-                    p.usw(9, 10, 12)
-                else:
-                    p.usw(0, 10, 12)
-            p.stb(10, 11, b * 512)                 # one atomic 512 B store, never fenced
+                p.ulw(13, 0, rows.consts)              # header word 0: the TFF flag word
+                p.li(14, rank << 16)
+                p.or_(12, 8, 14)                       # header word 1: s << 16 | t
+                p.slli(14, 4, 8)
+                p.or_(14, 14, 9)                       # header word 2: x << 8 | i
+            for b in range(B):
+                p.ldb(10, 15, b * 512)
+                if sync == "tff":
+                    p.usw(13, 10, 0)
+                    p.usw(12, 10, 4)
+                    p.usw(14, 10, 8)
+                    if b:
+                        p.li(9, b)
+                        p.usw(9, 10, 12)
+                    else:
+                        p.usw(0, 10, 12)
+                p.stb(10, 11, b * 512)                 # one atomic 512 B store, never fenced
         p.addi(6, 6, 1)
         p.addi(5, 5, -1)
         p.addi(1, 1, 1)
@@ -476,6 +498,6 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
             p.li(14, lay.address(d, fb, fw))
             p.sw(5, 14, 0)
     p.mark(EVENTS["send"])
-    _reorder(p, lay, rank, aivs, a, rows, sync, n_tok)
+    _reorder(p, lay, rank, aivs, a, rows, sync, n_tok, inc)
     p.halt()
     return p

@@ -1,0 +1,366 @@
+"""UBEP-INC: UBEP's kernels on switches that multicast and reduce (issue 31).
+
+The machine is :class:`~epfabric.hw.system.System` ``ep_inc`` (every superpod switch an
+:class:`~epfabric.hw.inc_switch.IncSwitch`; cores with ``stbm``/``stbr``). The kernels keep
+UBEP's (:mod:`.ubep`, :mod:`.combine`) structure and change what crosses the network.
+
+**Dispatch.** UBEP's C-AIVs (TokenCnt, CalCumSum), the T-AIVs' shared count, the remapping
+``π`` and the slot walk are unchanged, so every slot ``(t, i)`` of source ``s`` still finds its
+receive slot ``j`` on the rank of its expert ``x``, and ``COUNTS``/``OFFS``/``EXPAND`` are
+UBEP's. What a slot sends differs:
+
+* every slot: two posted words to ``IDX`` on ``x``'s rank, slot ``(s, e_l, j)``:
+  ``epoch << 16 | t`` and ``epoch << 16 | w[t, i]`` (each epoch-tagged, so neither waits
+  for the other: no ordering between them is assumed);
+* the slot with ``i = 0`` (its T-AIV is whichever walks expert ``topk_idx[t, 0]``) also
+  builds the token's die mask from its ``k`` expert ids (``vcomp``'s routing copy in UBuf)
+  and sends each token block once, with one ``stbm`` to ``MCBUF[s][t]`` on every die of the
+  mask (the own die too when it holds an expert: its die switch loops the copy back), the
+  block's header words ``0x0D0D0000 | epoch``, ``s << 16 | t``, the mask and the block index.
+  The switches copy it where the paths part: a token crosses each link towards its
+  destinations once, however many of its experts lie behind it.
+
+The reordering walks the same pairs ``(e_l, s')`` as UBEP's; per receive slot ``j`` it polls
+the two ``IDX`` words, then each block's flag in ``MCBUF[s'][t]``, copies the block to ``OUT``
+(so ``OUT`` is UBEP's, header word 2 the token's die mask instead of ``x << 8 | i``) and
+writes ``IMETA[row] = t, w, mask``, what the combine pre-sums by.
+
+**Combine.** Rank ``d``'s ``OUT`` holds the expert outputs. Phase 1 (MARK ``c_send``): AIV
+``a`` takes the sources ``s ≡ a (mod A)``; per source it merges the ``epr`` pairs ``(e_l, s)``
+(each pair's rows are in token order, the order of ``j``) over ``t = 0 … BS−1``: the rows of
+token ``t`` are weighted (``vmuls`` by their ``IMETA`` weight) and summed (``vadd``) into one
+pre-sum, which goes with one ``stbr`` per block to ``YOUT[t]`` on ``s``, contributor mask =
+the token's die mask without ``s`` (the switches sum the contributions of one token block
+where their paths meet; 16-bit lanes, wrapping, so the order does not matter); ``s``'s own
+pre-sum goes to its ``YOWN[t]`` instead (``stbr``'s contract: the destination adds its own
+part). Phase 2 (``c_combine``): AIV ``a`` takes tokens ``split(BS, A, a)`` of its own rank,
+builds the token's die mask from its routing, polls the reduced block in ``YOUT[t]`` if
+another die holds one of its experts and ``YOWN[t]`` if its own does, adds them and writes
+``YOUT[t]``. ``y`` equals UBEP's: ``Σ_i w·o`` mod 2^16 in any grouping.
+
+The reductions' layout rule (:class:`~epfabric.hw.inc_reduce.ReduceUnit`): a run's result
+blocks for one destination are ``YOUT``'s ``BS·B_tok`` consecutive blocks, so the machine's
+``ep_window`` is at least that (:func:`ep_window`).
+"""
+
+from ...hw.validate import UserError
+from ..assembler import Program
+from .cann import divmod_const, split
+from ..dataflag import TFF_TAG
+
+__all__ = ["send_slot", "reorder_pair", "combine_program", "ep_window", "ubuf_rows_needed",
+           "check_layout", "PHASES", "EVENTS"]
+
+#: 16-bit elements per 512 B row
+ELEMS = 256
+#: the combine's MARK events (the same ids as :mod:`.combine`'s)
+EVENTS = {"c_init": 20, "c_send": 21, "c_combine": 23}
+PHASES = ("c_init", "c_send", "c_combine")
+
+
+def ep_window(batch, hidden_blocks):
+    """The machine's ``ep_window`` for a run: ``YOUT``'s ``BS · B_tok`` result blocks per
+    destination, rounded up to a power of two."""
+    n = batch * hidden_blocks
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def check_layout(lay):
+    """``UserError`` unless ``lay`` can carry UBEP-INC (full 512 B blocks, its regions)."""
+    if lay.words != 128:
+        raise UserError(f"system='ubep-inc' needs full 512 B blocks (128 words), not {lay.words}")
+    if not lay.inc:
+        raise UserError("system='ubep-inc' needs a layout with its regions (Layout inc=True)")
+
+
+def _mask_of(p, rows_route, first, k, epr, experts, out, e, rank_reg, tmp):
+    """``R[out]`` = the die mask of the ``k`` expert ids from element ``R[first]`` of the UBuf
+    routing at ``rows_route``: bit ``e // epr`` of each. Clobbers ``e``, ``rank_reg``, ``tmp``
+    and ``R[first]`` is kept."""
+    from .ubep import _elem
+    p.mv(out, 0)
+    for i in range(k):
+        p.addi(tmp, first, i)
+        _elem(p, e, rows_route, tmp, rank_reg)     # e = topk_idx[t, i]
+        divmod_const(p, rank_reg, None, e, epr, experts, tmp)
+        p.li(tmp, 1)
+        p.sll(tmp, tmp, rank_reg)
+        p.or_(out, out, tmp)
+
+
+def send_slot(p, lay, rank, rows, experts):
+    """The dispatch T-AIV's work for one slot (module docstring): in r4 the expert ``x``, r6
+    the receive slot ``j``, r7 the slot ``n = t·k + i``; r1–r6 are kept."""
+    k, epr, B, S = lay.topk, lay.epr, lay.hidden_blocks, lay.slots
+    divmod_const(p, 8, 9, 7, k, S, 13)             # r8 = t, r9 = i
+    divmod_const(p, 11, 12, 4, epr, experts, 13, shift=lay.rank_shift)  # rank(x) << ., e_l
+    p.addi(12, 12, rank * epr)                     # region s·epr + e_l
+    p.li(13, lay.cap)
+    p.mul(12, 12, 13)
+    p.add(12, 12, 6)                               # + j
+    p.slli(12, 12, 3)                              # two words a slot
+    p.li(13, lay.address(0, lay.IDX))
+    p.add(12, 12, 13)
+    p.or_(11, 11, 12)                              # the slot's IDX words on rank(x)
+    p.ulw(13, 0, rows.consts + 4)                  # epoch << 16
+    p.or_(12, 13, 8)
+    p.sw(12, 11, 0)                                # epoch << 16 | t (posted)
+    from .ubep import _elem
+    _elem(p, 12, rows.weights, 7, 14)              # w[t, i]
+    p.or_(12, 12, 13)
+    p.sw(12, 11, 4)                                # epoch << 16 | w
+    p.bne(9, 0, "inc_slot_done")                   # the token itself: from its slot i = 0
+    _mask_of(p, rows.route, 7, k, epr, experts, out=11, e=12, rank_reg=9, tmp=14)
+    p.li(13, B * 512)
+    p.mul(15, 8, 13)
+    p.li(14, lay.address(rank, lay.X))
+    p.add(15, 15, 14)                              # the token in X
+    p.mul(14, 8, 13)
+    p.li(13, lay.address(0, lay.mcbuf_block(rank, 0)))
+    p.add(14, 14, 13)                              # MCBUF[s][t] (the rank field is ignored)
+    p.ulw(13, 0, rows.consts)                      # header word 0: the TFF flag word
+    p.li(12, rank << 16)
+    p.or_(12, 12, 8)                               # header word 1: s << 16 | t
+    p.li(10, rows.tok)
+    for b in range(B):
+        p.ldb(10, 15, b * 512)
+        p.usw(13, 10, 0)
+        p.usw(12, 10, 4)
+        p.usw(11, 10, 8)                           # header word 2: the die mask
+        if b:
+            p.li(9, b)
+            p.usw(9, 10, 12)
+            p.addi(14, 14, 512)
+        else:
+            p.usw(0, 10, 12)
+        p.stbm(10, 14, 11)                         # one send, copied where the paths part
+    p.label("inc_slot_done")
+
+
+def reorder_pair(p, lay, rank, q):
+    """Copy pair ``q = e_l·R + src``'s tokens to ``OUT`` (module docstring). In: r2 its
+    count, r1 its first ``OUT`` row, r14 that row's address, r10 the UBuf token row, r12 the
+    TFF flag word, r13 ``epoch << 16``."""
+    R, B = lay.ranks, lay.hidden_blocks
+    e_l, src = divmod(q, R)
+    p.li(15, lay.address(rank, lay.IDX) + 4 * lay.idx_word(src, e_l, 0))
+    p.mv(9, 1)                                     # the OUT row
+    p.label(f"inc_copy{q}")
+    p.beq(2, 0, f"inc_copied{q}")
+    p.poll(3, 15, 13, "ge")                        # slot j's token of this epoch
+    p.andi(3, 3, 0xFFFF)
+    p.addi(11, 15, 4)
+    p.poll(4, 11, 13, "ge")                        # and its weight
+    p.andi(4, 4, 0xFFFF)
+    p.li(11, B * 512)
+    p.mul(5, 3, 11)
+    p.li(11, lay.address(rank, lay.mcbuf_block(src, 0)))
+    p.add(5, 5, 11)                                # MCBUF[src][t]
+    for b in range(B):
+        p.poll(11, 5, 12, "eq")                    # Data-as-Flag: the copy has arrived
+        p.ldb(10, 5, 0)
+        if b == 0:
+            p.ulw(6, 10, 8)                        # the token's die mask
+        p.stb(10, 14, 0)
+        p.addi(5, 5, 512)
+        p.addi(14, 14, 512)
+    p.slli(7, 9, 4)
+    p.li(8, lay.address(rank, lay.IMETA))
+    p.add(7, 7, 8)
+    p.sw(3, 7, 0)                                  # IMETA[row] = t, w, mask
+    p.sw(4, 7, 4)
+    p.sw(6, 7, 8)
+    p.addi(9, 9, 1)
+    p.addi(15, 15, 8)
+    p.addi(2, 2, -1)
+    p.j(f"inc_copy{q}")
+    p.label(f"inc_copied{q}")
+
+
+class _Rows:
+    """The combine's UBuf: routing, ``B_tok`` accumulator rows, a temporary row, a scratch row
+    (word 0 the TFF flag word, then each local expert's cursor and end)."""
+
+    def __init__(self, lay):
+        self.route = 0
+        n = lay.route_blocks
+        self.accs = [(n + b) * 512 for b in range(lay.hidden_blocks)]
+        self.tmp = (n + lay.hidden_blocks) * 512
+        self.scratch = self.tmp + 512
+        self.rows = n + lay.hidden_blocks + 2 + (2 * lay.epr + 1) // 128
+
+    def cur(self, e_l):
+        return self.scratch + 4 * (1 + 2 * e_l)
+
+    def end(self, e_l):
+        return self.scratch + 4 * (2 + 2 * e_l)
+
+
+def ubuf_rows_needed(lay):
+    return _Rows(lay).rows
+
+
+def _header(p, row, flag, word1, mask, b):
+    """Header words 0..3 of UBuf row ``R[row]``: flag, ``word1``, mask, ``b``."""
+    p.usw(flag, row, 0)
+    p.usw(word1, row, 4)
+    p.usw(mask, row, 8)
+    if b:
+        p.li(8, b)
+        p.usw(8, row, 12)
+    else:
+        p.usw(0, row, 12)
+
+
+def combine_program(lay, *, rank, core, aivs, experts, broken=None):
+    """The UBEP-INC combine of AIV ``core`` on ``rank`` (module docstring).
+
+    ``broken="no_flag_poll"`` reads the reduced blocks without polling: the checker's
+    negative control.
+    """
+    check_layout(lay)
+    R, B, epr, k = lay.ranks, lay.hidden_blocks, lay.epr, lay.topk
+    rows = _Rows(lay)
+    p = Program()
+    for r in range(lay.route_blocks):
+        p.li(12, rows.route + r * 512)
+        p.li(14, lay.address(rank, lay.ROUTE + r))
+        p.ldb(12, 14, 0)
+    p.mark(EVENTS["c_init"])
+    p.li(12, TFF_TAG)
+    p.li(13, lay.address(rank, lay.CTRL, 1))
+    p.lw(13, 13, 0)
+    p.or_(12, 12, 13)
+    p.usw(12, 0, rows.scratch)                     # the TFF flag word of this epoch
+    for s in range(core, R, aivs):                 # ---- phase 1: pre-sum, per source ----
+        for e_l in range(epr):
+            q = e_l * R + s
+            ob, ow = lay.word_at(lay.OFFS, q)
+            p.li(14, lay.address(rank, ob, ow))
+            p.lw(5, 14, 0)
+            p.andi(5, 5, 0xFFFF)                   # the pair's first OUT row
+            kb, kw = lay.word_at(lay.COUNTS, q)
+            p.li(14, lay.address(rank, kb, kw))
+            p.lw(6, 14, 0)
+            p.add(6, 6, 5)
+            p.usw(5, 0, rows.cur(e_l))
+            p.usw(6, 0, rows.end(e_l))
+        p.li(1, 0)
+        p.li(2, lay.batch)
+        p.label(f"t{s}")
+        p.mv(3, 0)                                 # rows of token t summed so far
+        for e_l in range(epr):
+            tag = f"{s}_{e_l}"
+            p.ulw(5, 0, rows.cur(e_l))
+            p.ulw(6, 0, rows.end(e_l))
+            p.bgeu(5, 6, f"skip{tag}")
+            p.slli(7, 5, 4)
+            p.li(8, lay.address(rank, lay.IMETA))
+            p.add(7, 7, 8)
+            p.lw(8, 7, 0)
+            p.bne(8, 1, f"skip{tag}")              # the pair's next row is a later token
+            p.lw(9, 7, 4)                          # its weight
+            p.lw(4, 7, 8)                          # the token's die mask
+            p.li(8, B * 512)
+            p.mul(7, 5, 8)
+            p.li(8, lay.address(rank, lay.OUT))
+            p.add(7, 7, 8)
+            p.li(11, ELEMS)
+            p.bne(3, 0, f"add{tag}")
+            for b in range(B):
+                p.li(10, rows.accs[b])
+                p.ldb(10, 7, b * 512)
+                p.vmuls(10, 10, 11, 9)
+            p.j(f"took{tag}")
+            p.label(f"add{tag}")
+            for b in range(B):
+                p.li(10, rows.tmp)
+                p.ldb(10, 7, b * 512)
+                p.vmuls(10, 10, 11, 9)
+                p.li(8, rows.accs[b])
+                p.vadd(8, 8, 11, 10)
+            p.label(f"took{tag}")
+            p.addi(3, 3, 1)
+            p.addi(5, 5, 1)
+            p.usw(5, 0, rows.cur(e_l))
+            p.label(f"skip{tag}")
+        p.beq(3, 0, f"next{s}")
+        p.ulw(12, 0, rows.scratch)
+        p.li(13, s << 16)
+        p.or_(13, 13, 1)                           # header word 1: s << 16 | t
+        p.li(8, B * 512)
+        p.mul(14, 1, 8)
+        p.li(8, lay.address(rank, lay.YOWN) if s == rank else lay.address(s, lay.YOUT))
+        p.add(14, 14, 8)
+        if s != rank:
+            p.li(15, ~(1 << s) & 0xFFFFFFFF)
+            p.and_(15, 4, 15)                      # the contributors: the mask without s
+        for b in range(B):
+            p.li(10, rows.accs[b])
+            _header(p, 10, 12, 13, 4, b)
+            if s == rank:
+                p.stb(10, 14, b * 512)             # the own part: the root adds it
+            else:
+                if b:
+                    p.addi(14, 14, 512)
+                p.stbr(10, 14, 15)                 # one contribution, summed in the network
+        p.label(f"next{s}")
+        p.addi(1, 1, 1)
+        p.bltu(1, 2, f"t{s}")
+    p.mark(EVENTS["c_send"])
+    t0, t1 = split(lay.batch, aivs, core)          # ---- phase 2: the root's tokens ----
+    if t0 < t1:
+        p.ulw(12, 0, rows.scratch)
+        p.li(1, t0)
+        p.li(2, t1)
+        p.label("root")
+        p.bgeu(1, 2, "root_end")
+        p.li(13, k)
+        p.mul(3, 1, 13)                            # n = t·k
+        _mask_of(p, rows.route, 3, k, epr, experts, out=4, e=5, rank_reg=6, tmp=14)
+        p.li(14, ~(1 << rank) & 0xFFFFFFFF)
+        p.and_(5, 4, 14)                           # the other dies: a reduced block comes
+        p.srli(6, 4, rank)
+        p.andi(6, 6, 1)                            # the own die: YOWN holds its part
+        p.li(8, B * 512)
+        p.mul(7, 1, 8)
+        p.mul(9, 1, 8)
+        p.li(8, lay.address(rank, lay.YOUT))
+        p.add(7, 7, 8)                             # YOUT[t]
+        p.li(8, lay.address(rank, lay.YOWN))
+        p.add(9, 9, 8)                             # YOWN[t]
+        p.li(11, ELEMS)
+        p.li(13, rank << 16)
+        p.or_(13, 13, 1)
+        p.beq(5, 0, "own_only")
+        if broken != "no_flag_poll":
+            for b in range(B):
+                p.addi(15, 7, b * 512)
+                p.poll(10, 15, 12, "eq")           # the network's sum has arrived
+        p.beq(6, 0, "root_next")
+        for b in range(B):
+            p.li(10, rows.accs[b])
+            p.ldb(10, 7, b * 512)
+            p.addi(15, 9, b * 512)
+            p.poll(8, 15, 12, "eq")
+            p.li(15, rows.tmp)
+            p.ldb(15, 9, b * 512)
+            p.vadd(10, 10, 11, 15)                 # + the own part
+            _header(p, 10, 12, 13, 4, b)
+            p.stb(10, 7, b * 512)
+        p.j("root_next")
+        p.label("own_only")
+        for b in range(B):
+            p.addi(15, 9, b * 512)
+            p.poll(8, 15, 12, "eq")
+            p.li(10, rows.accs[0])
+            p.ldb(10, 9, b * 512)
+            p.stb(10, 7, b * 512)
+        p.label("root_next")
+        p.addi(1, 1, 1)
+        p.j("root")
+        p.label("root_end")
+    p.fence()
+    p.mark(EVENTS["c_combine"])
+    p.halt()
+    return p
