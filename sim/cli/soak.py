@@ -17,7 +17,7 @@ from ...sw.presets import get_preset
 from ..backends import SIMULATORS, missing_reason
 from ..output import progress
 from ..verify.soak import DEFAULT_SHAPE, INC_SHAPE, check_rates, ok, run_soak
-from .common import check_output, positive, write_json
+from .common import check_output, parse_params, positive, write_json
 
 __all__ = ["add_arguments", "prepare"]
 
@@ -47,6 +47,12 @@ def add_arguments(parser):
                              "instead of the fabric")
     parser.add_argument("--runs", type=int, default=100,
                         help="--kernel: runs, each with a random seed and shape (default 100)")
+    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="--kernel: a fixed kernel parameter (repeatable), e.g. "
+                             "system=ubep-inc (its soak draws shapes with tier-2 links)")
+    parser.add_argument("--preset", default="tiny",
+                        help="--kernel: the machine preset (default tiny; cm384 for the "
+                             "superpod's latencies)")
     parser.add_argument("--inc", action="store_true",
                         help="soak a cm384 superpod with in-network switches (default "
                              "superpod:2,2,2) under multicast, unicast and reduction traffic "
@@ -144,6 +150,12 @@ def _kernel_job(args):
     if "seed" not in KERNELS[args.kernel].params:
         raise UserError(f"--kernel {args.kernel} has no seed parameter to vary")
     from ..verify.soak import kernel_soak
+    params = parse_params(args.param)
+    if "seed" in params:
+        raise UserError("--param seed=...: the soak draws every run's seed (give --seed for "
+                        "the draw)")
+    KERNELS[args.kernel].resolve_params(params)            # a bad parameter fails here
+    preset = get_preset(args.preset).name
 
     def show(row):
         print(f"{row['kernel']} run {row['run']}: {row['topology']} x {row['aivs']} AIVs, seed "
@@ -153,7 +165,7 @@ def _kernel_job(args):
 
     def job():
         rows = kernel_soak(args.kernel, runs=args.runs, seed=(args.seed or [0])[0],
-                           backend=args.backend, progress=show)
+                           backend=args.backend, progress=show, params=params, preset=preset)
         good = sum(r["correct"] for r in rows)
         print(f"{args.kernel}: {good} / {len(rows)} runs correct")
         if args.json:

@@ -122,13 +122,19 @@ def ok(row):
 #: machine shapes a kernel soak draws from: (topology, AIVs per die) on the ``tiny`` preset
 KERNEL_SHAPES = ((("superpod", 2, 1, 1), 1), (("superpod", 2, 1, 1), 2),
                  (("superpod", 2, 2, 1), 1), (("superpod", 2, 2, 1), 2))
+#: the shapes of a ``system="ubep-inc"`` soak: at least a T- and a C-AIV a die, and every link
+#: kind (tier-2 too), so multicast copies and reductions meet in every kind of switch
+INC_KERNEL_SHAPES = ((("superpod", 2, 1, 1), 2), (("superpod", 2, 2, 1), 2),
+                     (("superpod", 2, 1, 2), 2), (("superpod", 1, 2, 2), 3))
 
 
 def kernel_soak(kernel="alltoall", *, runs=100, seed=0, backend="verilator", preset="tiny",
-                shapes=KERNEL_SHAPES, params=None, progress=None):
+                shapes=None, params=None, progress=None):
     """``runs`` runs of a registered kernel, each with a random data seed and a random shape.
 
-    ``params`` are fixed kernel parameters (``seed`` is drawn per run). Every
+    ``params`` are fixed kernel parameters (``seed`` is drawn per run); ``shapes`` the
+    ``(topology, AIVs per die)`` drawn from, by default :data:`KERNEL_SHAPES`
+    (:data:`INC_KERNEL_SHAPES` for ``system="ubep-inc"``). Every
     run is checked against the kernel's numpy reference
     (:func:`~epfabric.sw.kernels.run_kernel`). Returns one row per run:
     shape, data seed, cycles, correct, problems, wall time.
@@ -143,6 +149,9 @@ def kernel_soak(kernel="alltoall", *, runs=100, seed=0, backend="verilator", pre
     if "seed" not in KERNELS[kernel].params:
         raise UserError(f"kernel {kernel!r} has no seed parameter to vary")
     check_int("runs", runs, 1)
+    if shapes is None:
+        shapes = (INC_KERNEL_SHAPES if (params or {}).get("system") == "ubep-inc"
+                  else KERNEL_SHAPES)
     rng = random.Random(seed)
     be = make_backend(backend)
     rows = []

@@ -34,8 +34,8 @@ region      contents                                                    written 
 ``IDX``     UBEP-INC only: 2 words per receive slot (region ``s·epr +    other ranks'
             e_l``, slot ``j``): ``epoch << 16 | t`` and                  T-AIVs
             ``epoch << 16 | w[t,i]``
-``IMETA``   UBEP-INC only: 4 words per ``OUT`` row: ``t``, the weight,   own reorder
-            the token's die mask, 0 (what the combine pre-sums by)
+``IMETA``   UBEP-INC only: 2 words per ``OUT`` row: ``t | w << 16``      own reorder
+            and the token's die mask (what the combine pre-sums by)
 ``MCBUF``   UBEP-INC only: ``R`` sources × BS tokens × ``B_tok`` blocks, other ranks'
             token ``t`` of ``s`` at ``(s·BS + t)·B_tok`` (one multicast  T-AIVs (stbm)
             copy per die, whatever its experts there)
@@ -210,7 +210,7 @@ class Layout:
 
     @cached_property
     def MCBUF(self):
-        return self.IMETA + (self._word_blocks(4 * self.entries * self.cap) if self.inc else 0)
+        return self.IMETA + (self._word_blocks(2 * self.entries * self.cap) if self.inc else 0)
 
     @cached_property
     def YOWN(self):

@@ -410,6 +410,8 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
         p.usw(5, 0, rows.pi + 2 * m)
     p.mark(EVENTS["init"])
 
+    if inc:                                        # UBEP-INC: each token once, multicast
+        ubep_inc.multicast_tokens(p, lay, rank, rows, experts, *split(lay.batch, n_tok, a))
     per = -(-S // n_tok)
     T0, T1 = min(S, a * per), min(S, (a + 1) * per)
     if T0 < T1:

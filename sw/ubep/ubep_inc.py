@@ -12,18 +12,21 @@ UBEP's. What a slot sends differs:
 * every slot: two posted words to ``IDX`` on ``x``'s rank, slot ``(s, e_l, j)``:
   ``epoch << 16 | t`` and ``epoch << 16 | w[t, i]`` (each epoch-tagged, so neither waits
   for the other: no ordering between them is assumed);
-* the slot with ``i = 0`` (its T-AIV is whichever walks expert ``topk_idx[t, 0]``) also
-  builds the token's die mask from its ``k`` expert ids (``vcomp``'s routing copy in UBuf)
-  and sends each token block once, with one ``stbm`` to ``MCBUF[s][t]`` on every die of the
-  mask (the own die too when it holds an expert: its die switch loops the copy back), the
-  block's header words ``0x0D0D0000 | epoch``, ``s << 16 | t``, the mask and the block index.
-  The switches copy it where the paths part: a token crosses each link towards its
-  destinations once, however many of its experts lie behind it.
+* every token, before the walk: T-AIV ``a`` takes tokens ``split(BS, A − C, a)``, builds
+  each one's die mask from its ``k`` expert ids (the routing copy in UBuf) and sends each
+  token block once, with one ``stbm`` to ``MCBUF[s][t]`` on every die of the mask (the own
+  die too when it holds an expert: its die switch loops the copy back), the block's header
+  words ``0x0D0D0000 | epoch``, ``s << 16 | t``, the mask and the block index. The switches
+  copy it where the paths part: a token crosses each link towards its destinations once,
+  however many of its experts lie behind it. [choice] Sending a token from the walk of its
+  slot ``i = 0`` instead (measured first) made a receiver wait for the later of a slot's
+  ``IDX`` words and its token, sent at two unrelated times of the walk: the 8-die acceptance
+  dispatch took 5,645 cycles that way.
 
 The reordering walks the same pairs ``(e_l, s')`` as UBEP's; per receive slot ``j`` it polls
 the two ``IDX`` words, then each block's flag in ``MCBUF[s'][t]``, copies the block to ``OUT``
 (so ``OUT`` is UBEP's, header word 2 the token's die mask instead of ``x << 8 | i``) and
-writes ``IMETA[row] = t, w, mask``, what the combine pre-sums by.
+writes ``IMETA[row] = t | w << 16, mask``, what the combine pre-sums by.
 
 **Combine.** Rank ``d``'s ``OUT`` holds the expert outputs. Phase 1 (MARK ``c_send``): AIV
 ``a`` takes the sources ``s ≡ a (mod A)``; per source it merges the ``epr`` pairs ``(e_l, s)``
@@ -89,10 +92,11 @@ def _mask_of(p, rows_route, first, k, epr, experts, out, e, rank_reg, tmp):
 
 
 def send_slot(p, lay, rank, rows, experts):
-    """The dispatch T-AIV's work for one slot (module docstring): in r4 the expert ``x``, r6
-    the receive slot ``j``, r7 the slot ``n = t·k + i``; r1–r6 are kept."""
+    """The dispatch T-AIV's work for one slot (module docstring): its two ``IDX`` words. In r4
+    the expert ``x``, r6 the receive slot ``j``, r7 the slot ``n = t·k + i``; r1–r6 are
+    kept."""
     k, epr, B, S = lay.topk, lay.epr, lay.hidden_blocks, lay.slots
-    divmod_const(p, 8, 9, 7, k, S, 13)             # r8 = t, r9 = i
+    divmod_const(p, 8, None, 7, k, S, 13)          # r8 = t
     divmod_const(p, 11, 12, 4, epr, experts, 13, shift=lay.rank_shift)  # rank(x) << ., e_l
     p.addi(12, 12, rank * epr)                     # region s·epr + e_l
     p.li(13, lay.cap)
@@ -109,19 +113,33 @@ def send_slot(p, lay, rank, rows, experts):
     _elem(p, 12, rows.weights, 7, 14)              # w[t, i]
     p.or_(12, 12, 13)
     p.sw(12, 11, 4)                                # epoch << 16 | w
-    p.bne(9, 0, "inc_slot_done")                   # the token itself: from its slot i = 0
-    _mask_of(p, rows.route, 7, k, epr, experts, out=11, e=12, rank_reg=9, tmp=14)
-    p.li(13, B * 512)
-    p.mul(15, 8, 13)
-    p.li(14, lay.address(rank, lay.X))
-    p.add(15, 15, 14)                              # the token in X
-    p.mul(14, 8, 13)
-    p.li(13, lay.address(0, lay.mcbuf_block(rank, 0)))
-    p.add(14, 14, 13)                              # MCBUF[s][t] (the rank field is ignored)
+
+
+def multicast_tokens(p, lay, rank, rows, experts, t0, t1):
+    """The T-AIV's tokens ``[t0, t1)``, each block once with one ``stbm`` to ``MCBUF[s][t]``
+    on the dies of the token's experts (module docstring). Before the slot walk; clobbers
+    r1, r2, r7–r15."""
+    if t0 >= t1:
+        return
+    k, epr, B = lay.topk, lay.epr, lay.hidden_blocks
+    p.li(1, t0)
+    p.li(2, t1)
     p.ulw(13, 0, rows.consts)                      # header word 0: the TFF flag word
-    p.li(12, rank << 16)
-    p.or_(12, 12, 8)                               # header word 1: s << 16 | t
     p.li(10, rows.tok)
+    p.label("inc_tok")
+    p.bgeu(1, 2, "inc_tok_end")
+    p.li(14, k)
+    p.mul(7, 1, 14)                                # n = t·k
+    _mask_of(p, rows.route, 7, k, epr, experts, out=11, e=12, rank_reg=9, tmp=14)
+    p.li(14, B * 512)
+    p.mul(15, 1, 14)
+    p.li(8, lay.address(rank, lay.X))
+    p.add(15, 15, 8)                               # the token in X
+    p.mul(14, 1, 14)
+    p.li(8, lay.address(0, lay.mcbuf_block(rank, 0)))
+    p.add(14, 14, 8)                               # MCBUF[s][t] (the rank field is ignored)
+    p.li(12, rank << 16)
+    p.or_(12, 12, 1)                               # header word 1: s << 16 | t
     for b in range(B):
         p.ldb(10, 15, b * 512)
         p.usw(13, 10, 0)
@@ -134,7 +152,9 @@ def send_slot(p, lay, rank, rows, experts):
         else:
             p.usw(0, 10, 12)
         p.stbm(10, 14, 11)                         # one send, copied where the paths part
-    p.label("inc_slot_done")
+    p.addi(1, 1, 1)
+    p.j("inc_tok")
+    p.label("inc_tok_end")
 
 
 def reorder_pair(p, lay, rank, q):
@@ -144,33 +164,33 @@ def reorder_pair(p, lay, rank, q):
     R, B = lay.ranks, lay.hidden_blocks
     e_l, src = divmod(q, R)
     p.li(15, lay.address(rank, lay.IDX) + 4 * lay.idx_word(src, e_l, 0))
-    p.mv(9, 1)                                     # the OUT row
+    p.slli(9, 1, 3)
+    p.li(8, lay.address(rank, lay.IMETA))
+    p.add(9, 9, 8)                                 # IMETA of the pair's first OUT row
+    p.li(1, lay.address(rank, lay.mcbuf_block(src, 0)))
+    p.li(8, B * 512)
     p.label(f"inc_copy{q}")
     p.beq(2, 0, f"inc_copied{q}")
     p.poll(3, 15, 13, "ge")                        # slot j's token of this epoch
     p.andi(3, 3, 0xFFFF)
     p.addi(11, 15, 4)
     p.poll(4, 11, 13, "ge")                        # and its weight
-    p.andi(4, 4, 0xFFFF)
-    p.li(11, B * 512)
-    p.mul(5, 3, 11)
-    p.li(11, lay.address(rank, lay.mcbuf_block(src, 0)))
-    p.add(5, 5, 11)                                # MCBUF[src][t]
+    p.slli(4, 4, 16)
+    p.or_(4, 4, 3)                                 # IMETA word 0: t | w << 16
+    p.mul(5, 3, 8)
+    p.add(5, 5, 1)                                 # MCBUF[src][t]
     for b in range(B):
         p.poll(11, 5, 12, "eq")                    # Data-as-Flag: the copy has arrived
         p.ldb(10, 5, 0)
         if b == 0:
             p.ulw(6, 10, 8)                        # the token's die mask
         p.stb(10, 14, 0)
-        p.addi(5, 5, 512)
+        if b + 1 < B:
+            p.addi(5, 5, 512)
         p.addi(14, 14, 512)
-    p.slli(7, 9, 4)
-    p.li(8, lay.address(rank, lay.IMETA))
-    p.add(7, 7, 8)
-    p.sw(3, 7, 0)                                  # IMETA[row] = t, w, mask
-    p.sw(4, 7, 4)
-    p.sw(6, 7, 8)
-    p.addi(9, 9, 1)
+    p.sw(4, 9, 0)
+    p.sw(6, 9, 4)                                  # IMETA word 1: the mask
+    p.addi(9, 9, 8)
     p.addi(15, 15, 8)
     p.addi(2, 2, -1)
     p.j(f"inc_copy{q}")
@@ -254,13 +274,14 @@ def combine_program(lay, *, rank, core, aivs, experts, broken=None):
             p.ulw(5, 0, rows.cur(e_l))
             p.ulw(6, 0, rows.end(e_l))
             p.bgeu(5, 6, f"skip{tag}")
-            p.slli(7, 5, 4)
+            p.slli(7, 5, 3)
             p.li(8, lay.address(rank, lay.IMETA))
             p.add(7, 7, 8)
-            p.lw(8, 7, 0)
+            p.lw(9, 7, 0)                          # t | w << 16
+            p.andi(8, 9, 0xFFFF)
             p.bne(8, 1, f"skip{tag}")              # the pair's next row is a later token
-            p.lw(9, 7, 4)                          # its weight
-            p.lw(4, 7, 8)                          # the token's die mask
+            p.srli(9, 9, 16)                       # its weight
+            p.lw(4, 7, 4)                          # the token's die mask
             p.li(8, B * 512)
             p.mul(7, 5, 8)
             p.li(8, lay.address(rank, lay.OUT))

@@ -236,7 +236,7 @@ def test_commands_and_experiments_are_registered():
     assert set(EXPERIMENTS) == {"table2", "fig6", "eq5", "payload", "races", "speed",
                                 "fabric_speed", "quaternary", "fig3b", "fig7a", "fig7b", "fig7c",
                                 "fig8", "fig9", "fig10", "fig13", "fig14", "incmoe-layer", "table4",
-                                "mechanisms", "training", "validation"}
+                                "mechanisms", "training", "validation", "inc-ep"}
     assert all(e.name == name and e.title for name, e in EXPERIMENTS.items())
 
 

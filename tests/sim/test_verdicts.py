@@ -253,6 +253,25 @@ def validation(ratios=(0.72, 0.73), effs=(1.0, 0.75, 0.60, 0.45, 0.30), seeds=(0
     return rows
 
 
+def inc_ep(inc_t2=100, closed_t2=100.0, exact_off=0):
+    """inc-ep rows of one cell (16 dies, B 2): UBEP-INC's tier-2 blocks of each kind and
+    kernel ``inc_t2`` against the closed form ``closed_t2`` (UBEP's twice both), every other
+    class 10 blocks; ``exact_off`` blocks between UBEP-INC's measured and exact count."""
+    from epfabric.sw.ubep.traffic import LINK_KINDS
+    rows = []
+    for system, scale in (("cann", 2), ("ubep", 2), ("ubep-inc", 1)):
+        row = {"ranks": 16, "hidden_blocks": 2, "seed": 0, "system": system,
+               "dispatch_us": 3.0 * scale, "combine_us": 2.0 * scale}
+        for k in ("d", "c"):
+            for kind in LINK_KINDS:
+                n = inc_t2 * scale if kind.startswith("t2") else 10
+                row[f"{k}_{kind}_blocks"] = n
+                row[f"{k}_{kind}_exact"] = n + (exact_off if system == "ubep-inc" else 0)
+                row[f"{k}_{kind}_closed"] = closed_t2 * scale if kind.startswith("t2") else 10.0
+        rows.append(row)
+    return rows
+
+
 #: name -> (expected verdict on rows inside the tolerance, [rows inside], {why: rows outside})
 CASES = {
     "fig6": (True, [fig6()], {
@@ -341,6 +360,9 @@ CASES = {
         "holds on one seed of three": validation(seeds=(0,)) + [
             dict(r, seed=s) for s in (1, 2) for r in validation(ratios=(0.9, 0.9), seeds=(0,))],
         "nothing ran": []}),
+    "inc-ep": (True, [inc_ep(), inc_ep(101, 100.0)], {
+        "tier-2 blocks 5 % above the closed form": inc_ep(105, 100.0),
+        "a measured count off the routing's exact one": inc_ep(exact_off=1)}),
     "races": (True, [races()], {"an unsafe variant without its race": races(unsafe=False),
                                 "a safe variant racing": races(safe=True)}),
 }

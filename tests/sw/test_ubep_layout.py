@@ -1,5 +1,7 @@
 """The dispatch/combine HBM layout (sw/ubep/layout.py): regions in order, names for addresses."""
 
+from dataclasses import replace
+
 from epfabric.sw.ubep.layout import Layout
 
 LAY = Layout(ranks=2, epr=2, batch=4, topk=2, hidden_blocks=2, words=16, cap=4)
@@ -22,4 +24,11 @@ def test_every_block_is_named_by_its_region():
     assert LAY.where(LAY.TCNT) == "TCNT block 0 word 0"
     assert LAY.where(LAY.blocks) == f"outside the layout (block {LAY.blocks} of {LAY.blocks})"
     named = {LAY.where(b).split()[0].split("[")[0] for b in range(LAY.blocks)}
-    assert named == {name for name, _ in Layout.REGIONS} - {"SWFLAG"}   # no SWFLAG words here
+    # no SWFLAG words here, and no UBEP-INC regions (Layout inc=False)
+    assert named == {name for name, _ in Layout.REGIONS} - {"SWFLAG", "IDX", "IMETA", "MCBUF",
+                                                            "YOWN"}
+    inc = replace(LAY, inc=True)
+    assert inc.IDX == LAY.blocks and inc.blocks > LAY.blocks      # after every other region
+    assert {inc.where(b).split()[0].split("[")[0] for b in range(LAY.blocks, inc.blocks)} == {
+        "IDX", "IMETA", "MCBUF", "YOWN"}
+    assert inc.where(inc.mcbuf_block(1, 2, 1)).startswith("MCBUF block ")

@@ -171,3 +171,4 @@ from . import table4  # noqa: E402,F401
 from . import mechanisms  # noqa: E402,F401
 from . import training  # noqa: E402,F401
 from . import validation  # noqa: E402,F401
+from . import inc_ep  # noqa: E402,F401
