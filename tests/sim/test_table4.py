@@ -20,6 +20,7 @@ def tiny_rows():
     return TABLE4.run(**TINY)
 
 
+@pytest.mark.slow     # 36 s (a Verilator build); the kernels: tests/sw/test_dispatch.py
 def test_a_point_runs_both_systems_bit_exact(tiny_rows):
     from epfabric.sim.backends.machine import backend
     from epfabric.sw.kernels import KERNELS, run_kernel

@@ -71,6 +71,7 @@ def test_the_envelope_changes_no_cycle():
         assert (run["cycles"], run["phases"]) == (a["cycles"], a["phases"])
 
 
+@pytest.mark.slow     # 34 s; the measures each figure reads are pinned by the other tests
 def test_compare_systems_splits_each_run_into_a2a_and_bsp():
     row, runs = compare_systems(tiny_grid([CELL])[0])
     for system in ("cann", "ubep"):

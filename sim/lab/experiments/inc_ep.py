@@ -60,7 +60,7 @@ class IncEp(Experiment):
         aivs = 2 if quick else params["aivs"]
         return [{"preset": params["preset"], "backend": params["backend"], "ranks": r,
                  "topology": SHAPES[r], "aivs": aivs, "batch": batch,
-                 "topk": 8 if 2 * r >= 8 else 4, "experts": 2 * r, "hidden_blocks": b,
+                 "topk": 8 if 2 * r > 8 else 4, "experts": 2 * r, "hidden_blocks": b,
                  "max_blocks": max(blocks), "seed": s}
                 for r in ranks for b in blocks for s in range(seeds)]
 
