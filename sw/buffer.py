@@ -107,6 +107,7 @@ class Buffer:
             if missing:
                 raise UserError(f"Buffer needs {' and '.join(missing)} (or a model)")
         given = {name: v for name, v in shape.items() if v is not None}
+        _check_system(system)
         #: the model of UBEP Table 3 the buffer was sized for, or None
         self.model = model
         self.params = {**self._dispatch.resolve_params(
@@ -259,6 +260,7 @@ class Buffer:
         idx = self._check_idx(idx)
         w = Workload.from_arrays(x, idx, wts, p["experts"])
         params = {**p, "system": system or p["system"]}
+        _check_system(params["system"])
         self._dispatch.resolve_params(params)
         self.epoch += 1
         if params["system"] == "cann":           # SyncAll #2 of every epoch before this one
@@ -357,3 +359,12 @@ def _integers(name, value, what):
     if not np.issubdtype(a.dtype, np.integer):
         raise UserError(f"{name} must be an integer array ({what}), not {a.dtype}")
     return a
+
+
+def _check_system(system):
+    """``UserError`` for ``system="ubep-inc"``: the in-network system needs a machine with
+    ``ep_window`` and carries its own state between dispatch and combine, which the Buffer does
+    not do yet (``epfabric run dispatch|combine --system ubep-inc`` runs it)."""
+    if system == "ubep-inc":
+        raise UserError("Buffer runs system='cann' or 'ubep'; system='ubep-inc' (in-network "
+                        "EP) runs with epfabric run dispatch|combine --system ubep-inc")

@@ -98,7 +98,7 @@ def test_param_json_and_vcd(tmp_path):
     (["run", "alltoall", "--trace", "/missing-folder/t.json"], "--trace '/missing-folder/t.json'"),
     (["run", "pingpong", "--batch", "4"],
      "--batch is not a parameter of kernel pingpong; its parameters: none"),
-    (["run", "dispatch", "--system", "cann,mpi"], "system must be one of cann, ubep, not 'mpi'"),
+    (["run", "dispatch", "--system", "cann,mpi"], "system must be one of cann, ubep, ubep-inc, not 'mpi'"),
     (["run", "dispatch", "--system", "cann,ubep", "--batch", "4,8"],
      "one option may list values, not --system and --batch"),
     (["run", "dispatch", "--batch", "4", "--param", "batch=8"],
@@ -279,7 +279,7 @@ def _run_help():
 def test_help_gives_each_kernel_options_values_and_defaults():
     helps = {a.dest: a.help for a in _run_help()._actions}
     assert helps["kernel_system"] == ("kernel parameter system (= --param system=VALUE): one of "
-                                      "cann, ubep; default 'cann' (dispatch, combine)")
+                                      "cann, ubep, ubep-inc; default 'cann' (dispatch, combine)")
     assert "one of sp, sw, tff; default unset (the kernel chooses)" in helps["kernel_sync"]
     assert helps["kernel_protocol"].endswith("one of dc, sp, sw, tff; default 'tff' (daf)")
     assert helps["kernel_mode"].endswith("one of both, inc, ring; default 'inc' (agrs); "
@@ -300,7 +300,7 @@ def test_a_name_matches_in_any_case(monkeypatch):
     with pytest.raises(ZeroDivisionError):
         job()
     assert seen == ["ubep"]
-    with pytest.raises(UserError, match="system must be one of cann, ubep, not 'UBEPP'"):
+    with pytest.raises(UserError, match="system must be one of cann, ubep, ubep-inc, not 'UBEPP'"):
         prepare(make_parser().parse_args(["run", "dispatch", *SMALL, "--system", "UBEPP"]))
 
 

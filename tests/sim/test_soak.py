@@ -67,6 +67,9 @@ def test_the_shape_is_a_topology_like_every_other_command(monkeypatch):
     (["--json", "."], "--json '.' is a folder, not a file"),
     (["--topology", "superpod:2,x,1"], "--topology must be superpod:a,b,c (or a,b,c), not "),
     (["--inc", "--kernel", "alltoall"], "--inc and --kernel are two different soaks: give one"),
+    (["--kernel", "combine", "--param", "system=mpi"], "system must be one of"),
+    (["--kernel", "combine", "--param", "seed=3"], "--param seed=...: the soak draws every "),
+    (["--kernel", "combine", "--preset", "nosuch"], "nosuch"),
 ])
 def test_bad_input_one_line_before_any_simulation(argv, message, capsys, no_simulation):
     assert main(["soak", "--backend", "pysim", *argv]) == 2
@@ -80,7 +83,27 @@ def test_kernel_soak_checks_every_run():
     assert len(rows) == 2 and all(r["correct"] for r in rows)
     assert rows[0]["seed"] != rows[1]["seed"]
     assert main(["soak", "--kernel", "no_such_kernel"]) == 2
-    assert main(["soak", "--kernel", "alltoall", "--runs", "0"]) == 2
+
+
+def test_an_inc_kernel_soak_draws_shapes_it_can_run(monkeypatch):
+    """``--param system=ubep-inc`` draws from the shapes with a T- and a C-AIV and tier-2 links
+    and passes its parameters to every run (the runs themselves: tests/sw/test_combine.py)."""
+    from epfabric.sim.verify.soak import INC_KERNEL_SHAPES
+    assert all(aivs >= 2 for _, aivs in INC_KERNEL_SHAPES)
+    assert any(topo[3] > 1 for topo, _ in INC_KERNEL_SHAPES)          # two boards: tier-2
+    calls = []
+
+    def fake(kernel, be, *, preset, topology, aivs, params):
+        calls.append((preset, (topology, aivs), params))
+        return {"runs": [{"cycles": 1}], "correct": True, "problems": []}, []
+    monkeypatch.setattr("epfabric.sw.kernels.run_kernel", fake)
+    rows = kernel_soak("combine", runs=12, seed=0, backend="pysim", preset="cm384",
+                       params={"system": "ubep-inc"})
+    assert len(rows) == 12 and all(r["correct"] for r in rows)
+    assert {shape for _, shape, _ in calls} <= set(INC_KERNEL_SHAPES)
+    assert len({shape for _, shape, _ in calls}) > 1
+    assert all(p["system"] == "ubep-inc" and pr == "cm384" for pr, _, p in calls)
+    assert len({p["seed"] for _, _, p in calls}) == 12
 
 
 @pytest.mark.slow

@@ -71,6 +71,10 @@ def test_bad_inputs_are_named():
         buf.dispatch(x[:1], idx[:1], wts[:1])
     with pytest.raises(ValueError, match="num_experts"):
         buf.get_dispatch_layout(idx, 5)
+    with pytest.raises(ValueError, match="system='ubep-inc' .in-network EP. runs with epfabric run"):
+        buf.dispatch(x, idx, wts, system="ubep-inc")
+    with pytest.raises(ValueError, match="Buffer runs system='cann' or 'ubep'"):
+        Buffer(backend("pysim"), system="ubep-inc", **SHAPE)
     assert issubclass(DispatchError, RuntimeError)
 
 

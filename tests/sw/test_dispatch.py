@@ -122,7 +122,7 @@ def test_a_one_bit_rank_field_gives_the_same_run(system):
 
 
 @pytest.mark.parametrize("params, message", [
-    ({"system": "deepep"}, "system must be one of cann, ubep, not 'deepep'"),
+    ({"system": "deepep"}, "system must be one of cann, ubep, ubep-inc, not 'deepep'"),
     ({"system": "ubep", "cumsum_aivs": 2}, r"cumsum_aivs must be in \[1, 1\], not 2"),
     ({"system": "ubep", "broken": "no_flag_wait"}, "negative controls of system='cann'"),
     ({"experts": 5}, r"experts \(5\) must be a multiple of ranks \(2\)"),
