@@ -643,3 +643,33 @@ def test_ep_stores_fault_without_the_unit():
     p = Program().li(12, 1).stbm(1, 0, 12).halt()
     r = run_sys(SMALL, {(0, 0): p}, max_cycles=200)
     assert r["fault"][0] == 1
+
+
+def test_in_network_switches_leave_other_traffic_as_it_was():
+    """Every die stores a block and a flag word to every other die, fences and polls the flags
+    of the others (unicast traffic on every link kind): on the machine with in-network
+    switches (``ep_window``) the run is the one without them -- cycles, trace, link counters,
+    memory -- so a comparison of CANN and UBEP with UBEP-INC may run all three on one build."""
+    progs = {}
+    for r in range(EP_RANKS):
+        p = Program().li(1, 0).li(10, address(r, 1, 0)).ldb(1, 10, 0).li(6, 0x77)
+        for d in range(EP_RANKS):
+            if d != r:
+                p.li(11, address(d, 4 + r, 0)).stb(1, 11, 0)
+        p.fence()
+        for d in range(EP_RANKS):
+            if d != r:
+                p.li(12, address(d, 2, r)).sw(6, 12, 0)
+        for d in range(EP_RANKS):
+            if d != r:
+                p.li(12, address(r, 2, d)).poll(7, 12, 6, "eq")
+        p.mark(9).halt()
+        progs[(r, 0)] = p
+    reads = [[d, address(d, 4 + r, w)] for d in range(EP_RANKS) for r in range(EP_RANKS)
+             for w in range(8)]
+    plain, ep = (spec(("superpod", 2, 1, 2), aivs=1, hbm_blocks=16, imem_depth=64, **extra)
+                 for extra in ({}, {"ep_window": 8}))
+    runs = [run_sys(s, progs, hbm=ep_hbm(), reads=reads, max_cycles=6000) for s in (plain, ep)]
+    assert runs[0]["done"] == 1 and not runs[0]["timeout"]
+    assert runs[0]["links"]["t2_up"][0] > 0 and runs[0]["trace"]
+    assert runs[0] == runs[1]
