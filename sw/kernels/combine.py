@@ -74,7 +74,7 @@ def _write_packed(machine, rank, block, values, wpb):
     """16-bit ``values`` (flattened) two to a word from ``block`` on."""
     v = np.asarray(values).reshape(-1).astype(np.uint64)
     if len(v) % 2:
-        v = np.append(v, 0)
+        v = np.append(v, np.uint64(0))
     words = (v[0::2] | (v[1::2] << 16)).tolist()
     for b in range(0, len(words), wpb):
         machine.write_mem(rank, machine.address(0, block + b // wpb), words[b:b + wpb])

@@ -624,7 +624,7 @@ class Dispatch(Kernel):
                     ((lay.WEIGHTS, w.topk_w[r]),) if lay.inc else ()):
                 ids = np.asarray(values).reshape(-1).astype(np.uint64)
                 if len(ids) % 2:
-                    ids = np.append(ids, 0)
+                    ids = np.append(ids, np.uint64(0))
                 words = (ids[0::2] | (ids[1::2] << 16)).tolist()
                 for b in range(lay.route_blocks):
                     chunk = words[b * wpb:(b + 1) * wpb]

@@ -453,7 +453,8 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
             ubep_inc.send_slot(p, lay, rank, rows, experts)
         else:
             divmod_const(p, 8, 9, 7, k, S, 13)         # t, i
-            divmod_const(p, 11, 12, 4, epr, experts, 13, shift=lay.rank_shift)   # rank(x) << 24, e_l
+            # rank(x) << 24, e_l
+            divmod_const(p, 11, 12, 4, epr, experts, 13, shift=lay.rank_shift)
             p.addi(12, 12, rank * epr)                 # region s·epr + e_l
             p.li(13, lay.cap)
             p.mul(12, 12, 13)

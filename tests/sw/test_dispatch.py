@@ -93,14 +93,24 @@ def test_a_syncall_waiting_for_one_core_too_many_hangs_and_the_watchdog_says_whe
                    max_cycles=1000, **SHAPE)
 
 
-def test_programs_do_not_depend_on_the_data():
-    cfg = K.configs("tiny", SHAPE["topology"], 2, SMALL)[0]
+@pytest.mark.parametrize("system", ["cann", "ubep-inc"])
+def test_programs_do_not_depend_on_the_data(system):
+    cfg = K.configs("tiny", SHAPE["topology"], 2, {**SMALL, "system": system})[0]
     programs = []
     for seed in (1, 2):
         m = Machine(backend=backend("pysim"), config=cfg)
-        K.load(m, K.resolve_params({**SMALL, "seed": seed}))
+        K.load(m, K.resolve_params({**SMALL, "seed": seed, "system": system}))
         programs.append(dict(m._programs))
     assert programs[0] == programs[1]
+
+
+def test_an_odd_number_of_slots_packs_its_last_id_and_weight():
+    """BS·k odd (5 tokens, top-1): the routing and weights are packed two to a word with the
+    last half zero (a float pad once made the load fail); UBEP-INC, which carries the
+    weights, is bit-exact."""
+    p = {"batch": 5, "topk": 1, "experts": 4, "system": "ubep-inc"}
+    result, _ = run_kernel(KERNELS["combine"], backend("pysim"), params=p, **SHAPE)
+    assert result["correct"], result["problems"]
 
 
 @pytest.mark.parametrize("system", ["cann", "ubep"])

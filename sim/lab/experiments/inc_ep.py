@@ -126,7 +126,8 @@ class IncEp(Experiment):
         holds = exact and worst <= TOLERANCE
         return holds, (f"measured link blocks {'equal' if exact else 'DIFFER FROM'} the routing's "
                        f"exact count in every run; UBEP-INC's tier-2 blocks are within "
-                       f"{100 * worst:.1f} % of the closed form (tolerance {100 * TOLERANCE:.0f} %); "
+                       f"{100 * worst:.1f} % of the closed form "
+                       f"(tolerance {100 * TOLERANCE:.0f} %); "
                        + "; ".join(parts))
 
     def plot(self, rows, path):
@@ -146,7 +147,8 @@ class IncEp(Experiment):
                 line[2].plot(bs, t2, marker="o", label=f"{system} measured")
                 if system == "ubep-inc":
                     closed = [a + b for a, b in zip(avg("d_t2_up_closed"), avg("c_t2_up_closed"))]
-                    line[2].plot(bs, closed, linestyle="--", color="k", label="UBEP-INC closed form")
+                    line[2].plot(bs, closed, linestyle="--", color="k",
+                                 label="UBEP-INC closed form")
             for ax, what in zip(line, ("dispatch latency (us)", "combine latency (us)",
                                        "tier-2 up blocks (dispatch + combine)")):
                 ax.set_xlabel("blocks per token")
