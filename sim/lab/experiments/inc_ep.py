@@ -12,6 +12,15 @@ Shapes: 8 dies ``superpod:2,2,2``, 16 ``superpod:2,4,2``, 32 ``superpod:2,8,2`` 
 each, so tier-2 carries traffic); 64 dies are past in-network EP's 32-die mask
 (:data:`~epfabric.hw.system.MAX_EP_DIES`). ``experts = 2 · ranks``, top-8 (top-4 at the quick
 grid's 4 dies, which have 8 experts).
+
+The in-network switches hold a reduction slot for every (destination, result block) of a run
+(:class:`~epfabric.hw.inc_reduce.ReduceUnit`; ``ep_window = BS · B_tok`` rounded up to a power
+of two): ``ranks · ep_window`` slots of a block each in every switch, and the switches grow
+with the dies, so the machine holds about ``ranks² · ep_window`` slots. Past
+:data:`SLOT_LIMIT` of them the machine's Verilog does not convert here (Yosys's WebAssembly
+build runs out of its 4 GiB: measured at 32 dies with ``ep_window`` 256; 16 dies at 256
+converted), so a shape runs the token sizes whose slots fit (32 dies at BS 16: B_tok <= 4)
+and the rest of its row is not measured.
 """
 
 from ....hw.validate import UserError
@@ -19,6 +28,7 @@ from ....sw.config import format_topology, parse_topology
 from ....sw.kernels import KERNELS
 from ....sw.machine import Machine
 from ....sw.ubep.traffic import LINK_KINDS
+from ....sw.ubep.ubep_inc import ep_window
 from ...backends import SIMULATORS
 from ...backends.machine import backend as make_backend
 from . import Experiment, Param, int_list, register
@@ -30,6 +40,9 @@ SHAPES = {4: "superpod:2,1,2", 8: "superpod:2,2,2", 16: "superpod:2,4,2", 32: "s
 SYSTEMS = ("cann", "ubep", "ubep-inc")
 #: the issue's bound on |measured - closed form| / closed form of UBEP-INC's tier-2 blocks
 TOLERANCE = 0.02
+#: the most ``ranks² · ep_window`` of a machine whose Verilog converted here (16 dies,
+#: ``ep_window`` 256); 32 dies at 256 ran out of memory (module docstring)
+SLOT_LIMIT = 16 * 16 * 256
 
 
 class IncEp(Experiment):
@@ -58,11 +71,19 @@ class IncEp(Experiment):
         seeds = 1 if quick else params["seeds"]
         batch = 8 if quick else params["batch"]
         aivs = 2 if quick else params["aivs"]
-        return [{"preset": params["preset"], "backend": params["backend"], "ranks": r,
-                 "topology": SHAPES[r], "aivs": aivs, "batch": batch,
-                 "topk": 8 if 2 * r > 8 else 4, "experts": 2 * r, "hidden_blocks": b,
-                 "max_blocks": max(blocks), "seed": s}
-                for r in ranks for b in blocks for s in range(seeds)]
+        out = []
+        for r in ranks:
+            fits = [b for b in blocks if r * r * ep_window(batch, b) <= SLOT_LIMIT]
+            out += [{"preset": params["preset"], "backend": params["backend"], "ranks": r,
+                     "topology": SHAPES[r], "aivs": aivs, "batch": batch,
+                     "topk": 8 if 2 * r > 8 else 4, "experts": 2 * r, "hidden_blocks": b,
+                     "max_blocks": max(fits), "seed": s}
+                    for b in fits for s in range(seeds)]
+        if not out:
+            raise UserError(f"no token size of blocks={params['blocks']} fits the switches' "
+                            f"reduction slots at batch={batch} (ranks² · BS · B_tok <= "
+                            f"{SLOT_LIMIT})")
+        return out
 
     def measure(self, point):
         kernel = KERNELS["combine"]
