@@ -142,8 +142,8 @@ class IncEp(Experiment):
         from ..results.plot import save, subplots
         ranks = sorted({r["ranks"] for r in rows})
         fig, axes = subplots(len(ranks), 3, width=13, height=3.6 * len(ranks))
-        axes = [axes] if len(ranks) == 1 else axes
-        for line, n in zip(axes, ranks):
+        lines = [axes[3 * k:3 * k + 3] for k in range(len(ranks))]     # a flat list: by row
+        for line, n in zip(lines, ranks):
             for system in SYSTEMS:
                 mine = [r for r in rows if r["ranks"] == n and r["system"] == system]
                 bs = sorted({r["hidden_blocks"] for r in mine})
