@@ -98,7 +98,6 @@ def test_phase_stack_maps_phase_ends_to_fig8s_stages():
                                           "cumsum": 15, "reorder": 55}
 
 
-@pytest.mark.slow     # 46 s: the grid test_compare_systems (slow) shares; phase_stack is pinned above
 def test_every_aiv_of_a_run_has_the_stages_of_its_role():
     """CANN: every AIV sends, verifies and reorders; UBEP: T-AIVs send and have no flag or
     CalCumSum stage, C-AIVs send nothing and count; no stage is negative, none ends after
