@@ -50,12 +50,11 @@ from ...hw.validate import UserError
 from ..assembler import Program
 from .cann import divmod_const, split
 from ..dataflag import TFF_TAG
+from .layout import ELEMS_PER_ROW as ELEMS
 
 __all__ = ["send_slot", "reorder_pair", "combine_program", "ep_window", "ubuf_rows_needed",
            "check_layout", "PHASES", "EVENTS"]
 
-#: 16-bit elements per 512 B row
-ELEMS = 256
 #: the combine's MARK events (the same ids as :mod:`.combine`'s)
 EVENTS = {"c_init": 20, "c_send": 21, "c_combine": 23}
 PHASES = ("c_init", "c_send", "c_combine")
@@ -142,15 +141,9 @@ def multicast_tokens(p, lay, rank, rows, experts, t0, t1):
     p.or_(12, 12, 1)                               # header word 1: s << 16 | t
     for b in range(B):
         p.ldb(10, 15, b * 512)
-        p.usw(13, 10, 0)
-        p.usw(12, 10, 4)
-        p.usw(11, 10, 8)                           # header word 2: the die mask
+        _header(p, 10, 13, 12, 11, b)              # header word 2: the die mask
         if b:
-            p.li(9, b)
-            p.usw(9, 10, 12)
             p.addi(14, 14, 512)
-        else:
-            p.usw(0, 10, 12)
         p.stbm(10, 14, 11)                         # one send, copied where the paths part
     p.addi(1, 1, 1)
     p.j("inc_tok")
