@@ -46,6 +46,13 @@ every output (tests/hw/test_inc_switch.py) and the formal harness
 
 One contribution a cycle: the slot is read combinationally and written at the
 clock edge, so a contribution to the same slot in the next cycle sees the sum.
+
+Planes. A switch of many ports and 512 B flits is too wide for one Amaranth module (the
+native backend builds it as a :class:`~epfabric.hw.switch.PlanarSwitch`; for an in-network
+switch :class:`~epfabric.hw.inc_switch.PlanarIncSwitch`). The sums never steer the unit, so
+``ReduceUnit(planes=True)`` keeps only the counts and the decisions (``x_index``, ``x_take``,
+``x_fresh``, ``x_release``) and each :class:`ReduceDataPlane` keeps the partial sums of its
+bits of ``data`` and follows them: cycle for cycle the same unit.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Shape, Signal
@@ -57,7 +64,7 @@ from amaranth.utils import ceil_log2
 from .switch import popcount
 from .validate import UserError, check_int, check_pow2
 
-__all__ = ["ReduceUnit", "sum_lanes", "VERILOG_EXPORTS"]
+__all__ = ["ReduceUnit", "ReduceDataPlane", "sum_lanes", "VERILOG_EXPORTS"]
 
 
 def sum_lanes(a, b, *, header_bits, lane_bits=16):
@@ -118,6 +125,10 @@ class ReduceUnit(wiring.Component):
     subtree_port : bool
         Take ``subtree`` from an input port (switches that differ only in their tables
         share one Verilog module).
+    planes : bool
+        The control part only (see the module docstring): ``payload`` has no ``data`` (its
+        sums live in the data planes, :class:`ReduceDataPlane`) and the unit exposes its decisions.
+        ``header_bits`` and ``lane_bits`` are then the data planes' business.
 
     Attributes
     ----------
@@ -129,6 +140,9 @@ class ReduceUnit(wiring.Component):
         Contributions taken, groups released, contributions past their expectation.
     o_open : Out(counter_width)
         Slots holding a partial sum now.
+    x_index, x_take, x_fresh, x_release : Out, with ``planes``
+        The slot of the flit offered, whether it is taken this cycle, whether its slot held
+        nothing (count 0), whether it completes its group (the release register loads).
 
     Raises
     ------
@@ -137,11 +151,14 @@ class ReduceUnit(wiring.Component):
     """
 
     def __init__(self, *, payload, subtree, window=16, key_field=("addr", "block"),
-                 header_bits=128, lane_bits=16, counter_width=32, subtree_port=False):
+                 header_bits=128, lane_bits=16, counter_width=32, subtree_port=False,
+                 planes=False):
         fields = dict(iter(payload))
-        missing = [f for f in ("dst", "mask", "count", "red", "data") if f not in fields]
+        self.planes = bool(planes)
+        need = ("dst", "mask", "count", "red") + (() if self.planes else ("data",))
+        missing = [f for f in need if f not in fields]
         if missing:
-            raise UserError(f"a ReduceUnit's payload needs fields dst, mask, count, red, data; "
+            raise UserError(f"a ReduceUnit's payload needs fields {', '.join(need)}; "
                             f"missing: {', '.join(missing)}")
         self.payload = payload
         self.subtree = tuple(subtree)
@@ -156,17 +173,22 @@ class ReduceUnit(wiring.Component):
         if (1 << key_width) < window:
             raise UserError(f"window {window} needs {ceil_log2(window)} bits of "
                             f"{'.'.join(self.key_field)}, which has {key_width}")
-        data_bits = Shape.cast(fields["data"].shape).width
-        check_int("lane_bits", lane_bits, 1, data_bits)
-        self.header_bits = check_int("header_bits", header_bits, 0, data_bits)
+        if not self.planes:
+            data_bits = Shape.cast(fields["data"].shape).width
+            check_int("lane_bits", lane_bits, 1, data_bits)
+            check_int("header_bits", header_bits, 0, data_bits)
+        self.header_bits = header_bits
         self.lane_bits = lane_bits
         self.counter_width = check_int("counter_width", counter_width, 1)
         self.subtree_port = bool(subtree_port)
         if Shape.cast(fields["mask"].shape).width < nd:
             raise UserError(f"the payload's mask field is narrower than the {nd} destinations")
         flit = stream.Signature(payload)
+        index_bits = Shape.cast(fields["dst"].shape).width + ceil_log2(self.window)
         super().__init__({
             **({"subtree_in": In(nd).array(nd)} if subtree_port else {}),
+            **({"x_index": Out(index_bits), "x_take": Out(1), "x_fresh": Out(1),
+                "x_release": Out(1)} if self.planes else {}),
             "i_stream": In(flit),
             "o_stream": Out(flit),
             "o_absorbed": Out(counter_width),
@@ -180,7 +202,7 @@ class ReduceUnit(wiring.Component):
         nd = len(self.subtree)
         inp, out = self.i_stream, self.o_stream
         flit = inp.payload
-        data_bits = len(flit.data)
+        data_bits = 0 if self.planes else len(flit.data)
         count_bits = len(flit.count)
         wbits = ceil_log2(self.window)
         dst_bits = len(flit.dst)
@@ -193,7 +215,7 @@ class ReduceUnit(wiring.Component):
         index = Cat(key, flit.dst)
         m.d.comb += rd.addr.eq(index)
         old_count = rd.data[:count_bits]
-        old_sum = Mux(old_count == 0, 0, rd.data[count_bits:])
+        old_sum = Mux(old_count == 0, 0, rd.data[count_bits:]) if data_bits else None
 
         sub = Signal(nd)
         table = 0
@@ -205,9 +227,12 @@ class ReduceUnit(wiring.Component):
         m.d.comb += expected.eq(popcount((flit.mask[:nd] & sub)[k] for k in range(nd)))
         total = Signal(count_bits + 1)
         m.d.comb += total.eq(old_count + flit.count)
-        summed = Signal(data_bits)
-        m.d.comb += summed.eq(sum_lanes(old_sum, flit.data, header_bits=self.header_bits,
-                                        lane_bits=self.lane_bits))
+        if data_bits:
+            summed = Signal(data_bits)
+            m.d.comb += summed.eq(sum_lanes(old_sum, flit.data, header_bits=self.header_bits,
+                                            lane_bits=self.lane_bits))
+        else:
+            summed = Cat()
         done = Signal()
         m.d.comb += done.eq(total >= expected)
 
@@ -219,9 +244,14 @@ class ReduceUnit(wiring.Component):
         with m.If(out.ready):
             m.d.sync += o_valid.eq(0)
         release = self.payload(Signal(len(Cat(flit)), name="release"))
-        m.d.comb += [release.eq(flit), release.data.eq(summed), release.count.eq(total)]
+        m.d.comb += [release.eq(flit), release.count.eq(total)]
+        if data_bits:
+            m.d.comb += release.data.eq(summed)
         m.d.comb += [wr.addr.eq(index), wr.en.eq(take),
                      wr.data.eq(Mux(done, 0, Cat(total[:count_bits], summed)))]
+        if self.planes:
+            m.d.comb += [self.x_index.eq(index), self.x_take.eq(take),
+                         self.x_fresh.eq(old_count == 0), self.x_release.eq(take & done)]
         opened = Signal()
         closed = Signal()
         with m.If(take):
@@ -238,6 +268,46 @@ class ReduceUnit(wiring.Component):
             m.d.sync += self.o_open.eq(self.o_open + 1)
         with m.If(closed & ~opened):
             m.d.sync += self.o_open.eq(self.o_open - 1)
+        return m
+
+
+class ReduceDataPlane(wiring.Component):
+    """The partial sums of ``width`` bits of ``data`` of a ``ReduceUnit(planes=True)``.
+
+    A memory of ``2**index_bits`` slots of ``width`` bits, read at ``index``; on ``take``
+    the slot gets the sum of ``data_in`` and its old value (nothing when ``fresh``), and
+    on ``release`` the output register the sum -- the storage and moves of
+    :class:`ReduceUnit` for these bits. ``header_bits`` are the plane's leading bits that
+    are not summed (the unit's header as it falls in this plane); the plane's lanes must
+    start where the unit's do (:class:`~epfabric.hw.inc_switch.PlanarIncSwitch` checks).
+    """
+
+    def __init__(self, *, index_bits, width, header_bits=0, lane_bits=16):
+        self.index_bits = check_int("index_bits", index_bits, 0, 24)
+        self.width = check_int("width", width, 1)
+        self.header_bits = check_int("header_bits", header_bits, 0, width)
+        self.lane_bits = check_int("lane_bits", lane_bits, 1)
+        super().__init__({"index": In(max(1, index_bits)), "take": In(1), "fresh": In(1),
+                          "release": In(1), "data_in": In(width), "data_out": Out(width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.slots = slots = Memory(shape=self.width, depth=1 << self.index_bits,
+                                            init=[])
+        rd = slots.read_port(domain="comb")
+        wr = slots.write_port()
+        index = self.index[:self.index_bits] if self.index_bits else Cat()
+        summed = Signal(self.width)
+        m.d.comb += [
+            rd.addr.eq(index), wr.addr.eq(index),
+            summed.eq(sum_lanes(Mux(self.fresh, 0, rd.data), self.data_in,
+                                header_bits=self.header_bits, lane_bits=self.lane_bits)),
+            wr.en.eq(self.take), wr.data.eq(Mux(self.release, 0, summed)),
+        ]
+        out = Signal(self.width)
+        with m.If(self.take & self.release):
+            m.d.sync += out.eq(summed)
+        m.d.comb += self.data_out.eq(out)
         return m
 
 

@@ -23,15 +23,17 @@ could wait for), so the union adds no cycle; the unit is a buffer on the way to
 ``routes[dst]`` that never waits for anything but its own output (hw/inc_reduce.py).
 """
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Shape
 from amaranth.lib import data, wiring
-from amaranth.lib.wiring import Out
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
 
-from .inc_reduce import ReduceUnit
-from .switch import Switch
-from .validate import check_int
+from .inc_reduce import ReduceDataPlane, ReduceUnit
+from .switch import PlanarSwitch, Switch, SwitchDataPlane
+from .validate import UserError, check_int
 
-__all__ = ["IncSwitch", "StarIncSwitch", "inc_fields", "inc_payload", "VERILOG_EXPORTS"]
+__all__ = ["IncSwitch", "IncDataPlane", "PlanarIncSwitch", "PlanarStarIncSwitch", "StarIncSwitch", "inc_fields",
+           "inc_payload", "VERILOG_EXPORTS"]
 
 
 def inc_fields(ranks):
@@ -56,33 +58,44 @@ class IncSwitch(wiring.Component):
         Of the :class:`~epfabric.hw.inc_reduce.ReduceUnit`.
     mcast_uplinks : (int, int) or None
         A tier-1 switch's uplink ports (:class:`~epfabric.hw.switch.Switch`).
+    planes : bool
+        The control part of a :class:`PlanarIncSwitch`: ``payload`` has no ``data``, and the
+        decisions of the inner switch (``ports + 1`` ports) and of the unit are outputs.
 
     Attributes
     ----------
     As a ``Switch`` of ``ports`` ports, plus ``o_absorbed``, ``o_released``,
-    ``o_errors``, ``o_open`` of its reduction unit.
+    ``o_errors``, ``o_open`` of its reduction unit. With ``planes`` also ``x_push``,
+    ``x_pop``, ``x_load``, ``x_grant`` (of ``ports + 1`` ports) and ``x_rindex``,
+    ``x_rtake``, ``x_rfresh``, ``x_rrelease`` (the unit's ``x_*``).
     """
 
     def __init__(self, *, ports, routes, payload, subtree, depth=4, counter_width=32,
                  small_taps=False, route_port=False, window=16, key_field=("addr", "block"),
-                 header_bits=128, lane_bits=16, mcast_uplinks=None):
+                 header_bits=128, lane_bits=16, mcast_uplinks=None, planes=False):
         check_int("ports", ports, 2)
         self.ports, self.routes = ports, tuple(routes)
         self.payload, self.route_port = payload, bool(route_port)
+        self.planes = bool(planes)
         self.switch = Switch(ports=ports + 1, routes=self.routes, payload=payload, depth=depth,
                              counter_width=counter_width, small_taps=small_taps,
                              route_port=route_port, multicast=True, reduce_port=ports,
-                             subtree=subtree, mcast_uplinks=mcast_uplinks)
+                             subtree=subtree, mcast_uplinks=mcast_uplinks, planes=self.planes)
         self.unit = ReduceUnit(payload=payload, subtree=subtree, window=window,
                                key_field=key_field, header_bits=header_bits,
                                lane_bits=lane_bits, counter_width=counter_width,
-                               subtree_port=route_port)
+                               subtree_port=route_port, planes=self.planes)
         sig = Switch.signature_of(ports=ports, destinations=len(self.routes), payload=payload,
                                   counter_width=counter_width, route_port=route_port,
                                   small_taps=small_taps, subtree_port=route_port)
         members = dict(sig.members)
         for name in ("o_absorbed", "o_released", "o_errors", "o_open"):
             members[name] = Out(counter_width)
+        if self.planes:
+            members.update({"x_push": Out(ports + 1), "x_pop": Out(ports + 1),
+                            "x_load": Out(ports + 1), "x_grant": Out(ports + 1).array(ports + 1),
+                            "x_rindex": Out(len(self.unit.x_index)), "x_rtake": Out(1),
+                            "x_rfresh": Out(1), "x_rrelease": Out(1)})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -106,7 +119,125 @@ class IncSwitch(wiring.Component):
                              unit.subtree_in[d].eq(self.subtree_in[d])]
         for name in ("o_absorbed", "o_released", "o_errors", "o_open"):
             m.d.comb += getattr(self, name).eq(getattr(unit, name))
+        if self.planes:
+            m.d.comb += [self.x_push.eq(sw.x_push), self.x_pop.eq(sw.x_pop),
+                         self.x_load.eq(sw.x_load)]
+            m.d.comb += [self.x_grant[o].eq(sw.x_grant[o]) for o in range(n + 1)]
+            for a, b in (("x_rindex", "x_index"), ("x_rtake", "x_take"), ("x_rfresh", "x_fresh"),
+                         ("x_rrelease", "x_release")):
+                m.d.comb += getattr(self, a).eq(getattr(unit, b))
         return m
+
+
+class IncDataPlane(wiring.Component):
+    """``width`` bits of ``data`` of an :class:`IncSwitch`, driven by its decisions: the data
+    plane of its inner switch (``ports + 1`` ports, :class:`~epfabric.hw.switch.SwitchDataPlane`)
+    with the unit's partial sums (:class:`~epfabric.hw.inc_reduce.ReduceDataPlane`) on the
+    last port, as the unit sits on the switch's. Outside, the ``ports`` ports of the switch.
+    """
+
+    def __init__(self, *, ports, depth, width, index_bits, header_bits=0, lane_bits=16):
+        check_int("ports", ports, 2)
+        self.ports, self.depth, self.width = ports, depth, width
+        self.index_bits, self.header_bits, self.lane_bits = index_bits, header_bits, lane_bits
+        n = ports + 1
+        super().__init__({
+            "push": In(n), "pop": In(n), "load": In(n), "grant": In(n).array(n),
+            "rindex": In(max(1, index_bits)), "rtake": In(1), "rfresh": In(1),
+            "rrelease": In(1),
+            "data_in": In(width).array(ports),
+            "data_out": Out(width).array(ports),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.ports
+        m.submodules.switch = sp = SwitchDataPlane(ports=n + 1, depth=self.depth,
+                                                   width=self.width)
+        m.submodules.reduce = rp = ReduceDataPlane(index_bits=self.index_bits,
+                                                   width=self.width,
+                                                   header_bits=self.header_bits,
+                                                   lane_bits=self.lane_bits)
+        m.d.comb += [sp.push.eq(self.push), sp.pop.eq(self.pop), sp.load.eq(self.load),
+                     rp.index.eq(self.rindex), rp.take.eq(self.rtake),
+                     rp.fresh.eq(self.rfresh), rp.release.eq(self.rrelease),
+                     rp.data_in.eq(sp.data_out[n]), sp.data_in[n].eq(rp.data_out)]
+        m.d.comb += [sp.grant[o].eq(self.grant[o]) for o in range(n + 1)]
+        for p in range(n):
+            m.d.comb += [sp.data_in[p].eq(self.data_in[p]), self.data_out[p].eq(sp.data_out[p])]
+        return m
+
+
+class PlanarIncSwitch(PlanarSwitch):
+    """An :class:`IncSwitch` too wide for one Amaranth module, as Verilog: a control
+    ``IncSwitch(planes=True)`` (every payload field but ``data``; it decides) and
+    data planes (:class:`IncDataPlane`) of ``plane_bits`` of ``data`` each (they follow), wrapped in a
+    module with the ports of ``IncSwitch(route_port=True)`` -- cycle for cycle the same
+    switch, as :class:`~epfabric.hw.switch.PlanarSwitch` is for a ``Switch``. The native
+    backend builds wide in-network switches this way (:mod:`epfabric.hw.topology`).
+
+    A plane sums its own lanes, so the lanes of ``data`` (16 bits from ``header_bits`` on)
+    must not straddle two planes: every plane starting past the header starts on a lane.
+    """
+
+    def __init__(self, *, ports, routes, payload, depth, counter_width, subtree, plane_bits=None,
+                 small_taps=False, mcast_uplinks=None, window=16, key_field=("addr", "block"),
+                 header_bits=128, lane_bits=16):
+        self.inc = dict(subtree=tuple(subtree), mcast_uplinks=mcast_uplinks, window=window,
+                        key_field=tuple(key_field), header_bits=header_bits, lane_bits=lane_bits)
+        # the planes' inputs: a data word per outer port, the inner switch's (ports + 1)²
+        # grants and decisions, the unit's few: what plane_bits_for(ports + 1) leaves room for
+        super().__init__(ports=ports, routes=routes, payload=payload, depth=depth,
+                         counter_width=counter_width, small_taps=small_taps,
+                         plane_bits=self.plane_bits_for(ports + 1) if plane_bits is None
+                         else plane_bits)
+        self.inner_ports = ports + 1
+        from .instances import mark_used
+        whole = IncSwitch(ports=ports, routes=routes, payload=payload, depth=depth,
+                          counter_width=counter_width, small_taps=small_taps, route_port=True,
+                          **self.inc)
+        mark_used(whole)                     # built for its signature only
+        self.signature = whole.signature
+        self.index_bits = (Shape.cast(dict(iter(payload))["dst"].shape).width
+                           + ceil_log2(check_int("window", window, 1)))
+        for k, plo in enumerate(range(0, self.data_bits, self.plane_bits)):
+            if plo > header_bits and (plo - header_bits) % lane_bits:
+                raise UserError(f"plane {k} of {self.plane_bits} bits starts at data bit {plo}, "
+                                f"inside a {lane_bits}-bit lane (lanes start at bit "
+                                f"{header_bits}): choose plane_bits a multiple of {lane_bits}")
+
+    def _planes(self, name):
+        """``[(offset, width, module name)]`` of the data planes: one module per distinct
+        (width, header bits in the plane)."""
+        out = []
+        for plo in range(0, self.data_bits, self.plane_bits):
+            pw = min(self.plane_bits, self.data_bits - plo)
+            h = min(pw, max(0, self.inc["header_bits"] - plo))
+            out.append((plo, pw, f"{name}_dp{pw}" + (f"h{h}" if h else "")))
+        return out
+
+    def parts(self, name):
+        out = {f"{name}_ctl": IncSwitch(ports=self.ports, routes=self.routes,
+                                        payload=self.control_payload, depth=self.depth,
+                                        counter_width=self.counter_width, route_port=True,
+                                        small_taps=self.small_taps, planes=True, **self.inc)}
+        for plo, pw, module in self._planes(name):
+            if module in out:
+                continue                                  # one module serves equal planes
+            h = min(pw, max(0, self.inc["header_bits"] - plo))
+            out[module] = IncDataPlane(ports=self.ports, depth=self.depth, width=pw,
+                                       index_bits=self.index_bits, header_bits=h,
+                                       lane_bits=self.inc["lane_bits"])
+        return out
+
+    def _constants(self):
+        return {**super()._constants(),
+                **{f"subtree_in__{d}": m for d, m in enumerate(self.inc["subtree"])}}
+
+    def _extra_wires(self):
+        ib = max(1, self.index_bits)
+        return [("rindex", ib, "x_rindex"), ("rtake", 1, "x_rtake"), ("rfresh", 1, "x_rfresh"),
+                ("rrelease", 1, "x_rrelease")]
 
 
 def inc_payload(ranks, data_bits=256, block_bits=4):
@@ -134,6 +265,26 @@ class StarIncSwitch(IncSwitch):
                          depth=depth, subtree=[full & ~(1 << d) for d in range(ranks)],
                          window=window, header_bits=header_bits, lane_bits=lane_bits,
                          counter_width=counter_width)
+
+
+class PlanarStarIncSwitch(StarIncSwitch):
+    """A :class:`StarIncSwitch` whose simulation Verilog is its planar form
+    (:class:`PlanarIncSwitch` with ``plane_bits``-bit planes and its tables as constants):
+    the same ports, so a Verilog simulator runs it where Amaranth's simulator runs the
+    switch itself (tests/hw/test_inc_switch.py). Amaranth's simulator runs the plain switch."""
+
+    def __init__(self, *, plane_bits=48, **params):
+        super().__init__(**params)
+        self.planar = PlanarIncSwitch(ports=self.ports, routes=self.routes, payload=self.payload,
+                                      depth=self.switch.depth,
+                                      counter_width=self.unit.counter_width,
+                                      subtree=self.unit.subtree, plane_bits=plane_bits,
+                                      window=self.unit.window, header_bits=self.unit.header_bits,
+                                      lane_bits=self.unit.lane_bits)
+
+    def simulation_verilog(self, top, convert):
+        """Verilog of module ``top`` (see :meth:`PlanarSwitch.verilog_with_constants`)."""
+        return self.planar.verilog_with_constants(top, "epf_planar_inc", convert)
 
 
 VERILOG_EXPORTS = {

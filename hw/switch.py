@@ -480,6 +480,18 @@ class PlanarSwitch:
         self.signature = Switch.signature_of(ports=ports, destinations=len(self.routes),
                                              payload=payload, counter_width=counter_width,
                                              route_port=True, small_taps=small_taps)
+        self.inner_ports = ports        # ports of the decisions (a PlanarIncSwitch: one more)
+
+    def _planes(self, name):
+        """``[(offset, width, module name)]`` of the data planes (one module per width)."""
+        return [(plo, min(self.plane_bits, self.data_bits - plo),
+                 f"{name}_dp{min(self.plane_bits, self.data_bits - plo)}")
+                for plo in range(0, self.data_bits, self.plane_bits)]
+
+    def _extra_wires(self):
+        """``[(wire, width, control port)]``: decisions besides the switch's, wired from the
+        control part to every plane's port ``wire``."""
+        return []
 
     def parts(self, name):
         """``{module name: component}`` of the control switch and the data planes."""
@@ -487,10 +499,8 @@ class PlanarSwitch:
                                      payload=self.control_payload, depth=self.depth,
                                      counter_width=self.counter_width, route_port=True,
                                      planes=True, small_taps=self.small_taps)}
-        widths = sorted({min(self.plane_bits, self.data_bits - lo)
-                         for lo in range(0, self.data_bits, self.plane_bits)})
-        for w in widths:
-            out[f"{name}_dp{w}"] = SwitchDataPlane(ports=self.ports, depth=self.depth, width=w)
+        for _plo, w, module in self._planes(name):
+            out[module] = SwitchDataPlane(ports=self.ports, depth=self.depth, width=w)
         return out
 
     def verilog(self, name, convert):
@@ -515,24 +525,29 @@ class PlanarSwitch:
         for port, _member in members:
             if not port.endswith("__payload") or not port.startswith(("i_stream", "o_stream")):
                 ctl.append(f"    .{port}({port}),")
-        body += [f"  wire [{n - 1}:0] push, pop, load;"] + \
-                [f"  wire [{n - 1}:0] grant{o};" for o in range(n)]
+        ni = self.inner_ports
+        extra = self._extra_wires()
+        body += [f"  wire [{ni - 1}:0] push, pop, load;"] + \
+                [f"  wire [{ni - 1}:0] grant{o};" for o in range(ni)] + \
+                [f"  wire {f'[{bits - 1}:0] ' if bits > 1 else ''}{wire};"
+                 for wire, bits, _port in extra]
         ctl += ["    .x_push(push),", "    .x_pop(pop),", "    .x_load(load),"] + \
-               [f"    .x_grant__{o}(grant{o})," for o in range(n)]
+               [f"    .x_grant__{o}(grant{o})," for o in range(ni)] + \
+               [f"    .{port}({wire})," for wire, _bits, port in extra]
         ctl.append("    .clk(clk)")
         body.append(f"  {name}_ctl ctl (\n" + "\n".join(ctl) + "\n  );")
         planes = []
-        for k, plo in enumerate(range(0, w, self.plane_bits)):
-            pw = min(self.plane_bits, w - plo)
+        for k, (plo, pw, module) in enumerate(self._planes(name)):
             conns = ["    .clk(clk),", "    .push(push),", "    .pop(pop),", "    .load(load),"]
-            conns += [f"    .grant__{o}(grant{o})," for o in range(n)]
+            conns += [f"    .grant__{o}(grant{o})," for o in range(ni)]
+            conns += [f"    .{wire}({wire})," for wire, _bits, _port in extra]
             for i in range(n):
                 body.append(f"  wire [{pw - 1}:0] dp{k}_out{i};")
                 conns.append(f"    .data_in__{i}(i_stream__{i}__payload[{lo + plo + pw - 1}:"
                              f"{lo + plo}]),")
             conns += [f"    .data_out__{o}(dp{k}_out{o})," for o in range(n)]
             conns[-1] = conns[-1].rstrip(",")
-            body.append(f"  {name}_dp{pw} dp{k} (\n" + "\n".join(conns) + "\n  );")
+            body.append(f"  {module} dp{k} (\n" + "\n".join(conns) + "\n  );")
             planes.append(k)
         for o in range(n):
             pieces = ([f"ctl_out{o}[{ctl_total - 1}:{lo}]"] if lo < ctl_total else []) + \
@@ -543,6 +558,31 @@ class PlanarSwitch:
         wrapper = "\n".join([f"module {name}({', '.join(ports)});", "  input clk;", *decl, *body,
                              "endmodule", ""])
         return "\n".join([wrapper, *texts])
+
+    def _constants(self):
+        """``{input port: value}`` that bind the wrapper's tables (``routes_in__d``)."""
+        return {f"routes_in__{d}": p for d, p in enumerate(self.routes)}
+
+    def verilog_with_constants(self, top, name, convert):
+        """:meth:`verilog` of ``name``, and a module ``top`` with the ports of the same switch
+        built with its tables as constants (``route_port=False``): it instantiates ``name``
+        and ties its table inputs to the tables. For simulating the planar form against the
+        switch itself (tests/hw/test_inc_switch.py)."""
+        inner = self.verilog(name, convert)
+        consts = self._constants()
+        members = [("__".join(map(str, path)), member) for path, member, _v
+                   in self.signature.flatten(self.signature.create())]
+        widths = {port: Shape.cast(member.shape).width for port, member in members}
+        outer = [(port, member) for port, member in members if port not in consts]
+        decl = [f"  {'input' if member.flow == In else 'output'} "
+                f"{f'[{widths[port] - 1}:0] ' if widths[port] > 1 else ''}{port};"
+                for port, member in outer]
+        conns = ["    .clk(clk)"] + [f"    .{port}({port})" for port, _m in outer] + \
+                [f"    .{port}({widths[port]}'d{value})" for port, value in consts.items()]
+        text = "\n".join([f"module {top}({', '.join(['clk'] + [p for p, _m in outer])});",
+                          "  input clk;", *decl, f"  {name} sw (", ",\n".join(conns), "  );",
+                          "endmodule", ""])
+        return "\n".join([text, inner])
 
 
 VERILOG_EXPORTS = {

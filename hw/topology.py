@@ -35,7 +35,7 @@ from amaranth.lib.wiring import In, Out
 
 from .hbm import BLOCK_BYTES
 from .link import Link, check_payload, flit_layout
-from .inc_switch import IncSwitch, inc_payload
+from .inc_switch import IncSwitch, PlanarIncSwitch, inc_payload
 from .switch import PlanarSwitch, Switch, popcount
 from .validate import UserError, UserTypeError, check_choice, check_int
 
@@ -305,7 +305,8 @@ class _Children:
     :data:`MAX_INSTANCE_OUTPUT_BITS` output bits (e.g. a 16-port tier-1
     switch of 4 KB flits) stays a component: Amaranth cannot build an
     ``Instance`` with that many -- except for the native backend, which builds no
-    ``Instance``: there it is a :class:`~epfabric.hw.switch.PlanarSwitch`.
+    ``Instance``: there it is a :class:`~epfabric.hw.switch.PlanarSwitch` (an in-network
+    one a :class:`~epfabric.hw.inc_switch.PlanarIncSwitch`).
     """
 
     def __init__(self, shared, inc=None):
@@ -338,9 +339,6 @@ class _Children:
         # the native backend records instances instead of building them: a wide switch is
         # one there too, converted as a PlanarSwitch (control switch + data planes)
         planar = wide and self.shared.expose is not None and "data" in dict(iter(payload))
-        if inc and planar:
-            raise UserError(f"switch {name!r} is too wide for one module and in-network "
-                            f"switches have no planar form yet: use fewer data_bytes")
         make = functools.partial(IncSwitch, **self.inc) if inc else Switch
         extra = {"subtree": subtree, "mcast_uplinks": mcast_uplinks} if inc else {}
         if self.shared is None or (wide and not planar):
@@ -350,7 +348,10 @@ class _Children:
         if kind not in self._switch_kinds:
             module = self.shared.module(f"epf_switch{len(self._switch_kinds)}")
             self._switch_kinds[kind] = module
-            cls = PlanarSwitch if planar else functools.partial(make, route_port=True)
+            if planar:
+                cls = functools.partial(PlanarIncSwitch, **self.inc) if inc else PlanarSwitch
+            else:
+                cls = functools.partial(make, route_port=True)
             self.parts[module.name] = cls(ports=ports, routes=routes, payload=payload,
                                           depth=depth, counter_width=counter_width,
                                           small_taps=small_taps, **extra)

@@ -87,6 +87,9 @@ def _convert(spec, reset_less):
     kw = {"missing_domain": lambda name: ClockDomain(name, reset_less=True)} if reset_less else {}
     with shared_modules():
         top, parts = spec.build(), {}
+    if hasattr(top, "simulation_verilog"):
+        # a component whose Verilog is written around converted parts (a planar switch)
+        return top.simulation_verilog(TOPLEVEL, lambda name, part: _to_verilog(part, name, kw))
     if hasattr(top, "hierarchical_verilog"):
         # Repeated blocks as one shared module (e.g. System's dies, cores,
         # links and switches): converted once each, whatever the instance count.

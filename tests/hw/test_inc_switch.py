@@ -10,7 +10,7 @@ from epfabric.hw.validate import UserError
 from epfabric.sim.tb.inc_traffic import (check_multicast, check_reductions, flit,
                                          multicast_queues, pack, reduction_queues,
                                          traffic_intent, unpack)
-from utils import ComponentSpec, run, simulators
+from utils import ComponentSpec, require_simulator, run, simulators
 
 RANKS = 4
 HEADER = 128
@@ -108,6 +108,38 @@ def test_the_same_cycle_for_cycle_on_verilog_simulators(hdl_simulator):
     got, cycles = traffic([queues], 300, seed=6, simulator=hdl_simulator)
     assert ref["left"] == [0]
     assert (got, cycles) == (ref, ref_cycles)
+
+
+def test_the_planar_form_is_the_same_switch():
+    """The switch as the native backend builds one too wide for an Amaranth module
+    (:class:`~epfabric.hw.inc_switch.PlanarIncSwitch`): a control part and data planes of 48
+    bits -- two of header only, one of header and a lane, two of three lanes, one of a lane
+    -- each summing its own lanes. Multicasts and reductions under stalls on Icarus:
+    every delivered flit, its cycle and the counters are the switch's own, on Amaranth's
+    simulator."""
+    from epfabric.hw.inc_switch import PlanarStarIncSwitch
+    rng = random.Random(8)
+    mq, _ = multicast_queues(rng, RANKS, 8)
+    rq, want = reductions(rng, 12)
+    queues = [a + b for a, b in zip(mq, rq)]
+    ref, ref_cycles = traffic([queues], 300, seed=6)
+    assert ref["left"] == [0] and ref["counters"]["o_released"] > 0
+    check_reductions(ref["got"][0], want, header_bits=HEADER, lanes=LANES)
+    planar = ComponentSpec("epfabric.hw.inc_switch:PlanarStarIncSwitch",
+                           {**spec().params, "plane_bits": 48})
+    assert [m for _lo, _w, m in PlanarStarIncSwitch(**planar.params).planar._planes("p")] == \
+        ["p_dp48h48", "p_dp48h48", "p_dp48h32", "p_dp48", "p_dp48", "p_dp16"]
+    require_simulator("icarus")
+    got = run(planar, traffic_intent, {"rounds": [queues], "cycles": 300, "ranks": RANKS,
+                                       "counters": COUNTERS, "seed": 6}, simulator="icarus")
+    assert got == (ref, ref_cycles)
+
+
+def test_a_plane_that_splits_a_lane_is_refused():
+    from epfabric.hw.inc_switch import PlanarStarIncSwitch
+    with pytest.raises(UserError, match=r"plane 5 of 40 bits starts at data bit 200, inside "
+                                        r"a 16-bit lane"):
+        PlanarStarIncSwitch(**{**spec().params, "plane_bits": 40})
 
 
 def test_bad_parameters_are_named():

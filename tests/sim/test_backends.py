@@ -185,3 +185,50 @@ def test_a_model_is_not_rebuilt_only_for_the_default_level(tmp_path, monkeypatch
     monkeypatch.setenv("EPFABRIC_VERILATOR_OPT", "-O1")
     assert build(SPEC, "verilator") != o0
     assert built == ["-O1"]                       # the second -O1 build is the first one's
+
+
+def test_a_kept_pysim_simulator_starts_from_the_initial_state(monkeypatch):
+    """Amaranth's simulator of a design is kept for the next run on it (reset, not rebuilt:
+    sim/backends/pysim.py). A second machine run on the kept simulator sees nothing of the
+    first's memory or counters, and is the same run as on a simulator built afresh."""
+    from epfabric.sim.backends import pysim
+    from epfabric.sim.backends.machine import machine_spec
+    from epfabric.sw.assembler import Program
+    from epfabric.sw.isa import address
+    from utils import machine
+
+    def first():
+        m = machine()
+        p = Program()
+        p.li(1, 0x5A5A)
+        p.li(2, address(1, 3, 0))            # rank 0 stores into rank 1's word 3:0
+        p.sw(1, 2, 0)
+        p.fence()
+        p.halt()
+        m.load_program(0, 0, p)
+        m.run(5_000)
+        assert m.read_mem(1, address(0, 3, 0), 1) == [0x5A5A]
+        return pysim._SIMULATORS[machine_spec(m.config).to_json()][0]
+
+    def second():
+        m = machine()
+        p = Program()
+        p.li(1, address(1, 3, 0))            # rank 1 copies its word 3:0 to 2:0
+        p.lw(3, 1, 0)
+        p.li(2, address(1, 2, 0))
+        p.sw(3, 2, 0)
+        p.fence()
+        p.halt()
+        m.load_program(1, 0, p)
+        report = m.run(5_000)
+        return (m.read_mem(1, address(0, 2, 0), 1), report.cycles, report.trace,
+                report.counters), machine_spec(m.config).to_json()
+
+    kept = first()
+    got, key = second()
+    assert pysim._SIMULATORS[key][0] is kept                     # reused, not rebuilt
+    assert got[0] == [0] and got[3]["tx_blocks"] == [0, 0]       # nothing of the first run
+    monkeypatch.setattr(pysim, "SIMULATOR_CACHE", 0)
+    monkeypatch.setattr(pysim, "_SIMULATORS", type(pysim._SIMULATORS)())
+    fresh, _ = second()
+    assert got == fresh

@@ -133,6 +133,35 @@ def test_ubep_inc_is_bit_exact_and_the_same_on_three_simulators():
         assert got[1] == trace and got[2] == counters, sim
 
 
+# slow: a 45 s native build; tests/hw/test_inc_switch.py runs the planar switch on Icarus
+@pytest.mark.slow
+def test_ubep_inc_on_planar_switches_is_the_same_run(monkeypatch):
+    """The native backend builds a switch too wide for one Amaranth module as a control part
+    and data planes; an in-network one (:class:`~epfabric.hw.inc_switch.PlanarIncSwitch`)
+    also splits its reduction unit's sums by plane. Every switch of this machine built that
+    way, with 96-bit planes (256 data bits: a plane of header only, one of header and four
+    lanes, one of 64 bits): the ubep-inc dispatch + combine is the same run as Amaranth's
+    simulator's -- cycles, phases, MARK trace, counters -- and bit-exact."""
+    require_simulator("native")
+    from epfabric.hw import switch, topology
+    from epfabric.sim.backends.native_build import native_design
+    from epfabric.sim.backends.machine import machine_spec
+    monkeypatch.setattr(topology, "MAX_INSTANCE_OUTPUT_BITS", 0)
+    monkeypatch.setattr(switch.PlanarSwitch, "PLANE_BITS", 96)
+    m, _report, _inputs = pysim_run("ubep-inc")
+    modules = native_design(machine_spec(m.config))["modules"]
+    switches = [name for name in modules if name.startswith("epf_switch")]
+    assert switches and all(f"module {name}_dp96h96(" in modules[name]
+                            and f"module {name}_dp96h32(" in modules[name]
+                            and f"module {name}_dp64(" in modules[name] for name in switches)
+    ref, got = outcome("pysim", "ubep-inc"), outcome("native", "ubep-inc")
+    assert got[0]["correct"], got[0]["problems"]
+    a, b = got[0]["runs"][0], ref[0]["runs"][0]
+    assert a["cycles"] == b["cycles"] and a["phases"] == b["phases"]
+    assert a["dispatch"]["cycles"] == b["dispatch"]["cycles"]
+    assert got[1] == ref[1] and got[2] == ref[2]
+
+
 def test_the_combine_is_fed_what_the_dispatch_delivered():
     m, _, (w, params, _before, delivered, _expected, _dispatch) = pysim_run("ubep")
     lay = layout_of(m.config, params)
