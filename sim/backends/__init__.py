@@ -25,7 +25,7 @@ __all__ = ["run", "ComponentSpec", "Testbench", "SimulationError", "stream_put",
            "wait_until", "SIMULATORS", "missing_reason", "CLOCK_PERIOD_NS"]
 
 
-def run(spec, intent, args=None, *, simulator="pysim", waveform=None, opt=None):
+def run(spec, intent, args=None, *, simulator="pysim", waveform=None, opt=None, keep=None):
     """Run ``intent(bench, **args)`` on ``spec``'s component under ``simulator``.
 
     Returns ``(result, cycles)``: the intent's return value and ``bench.cycle``
@@ -33,7 +33,9 @@ def run(spec, intent, args=None, *, simulator="pysim", waveform=None, opt=None):
     save file (pysim), or the simulator's own dump (cocotb), into
     :func:`~epfabric.sim.output.waveform_dir`. ``opt`` is the Verilator C++
     optimisation level (default
-    :func:`~epfabric.sim.backends.cocotb_runner.verilator_opt`).
+    :func:`~epfabric.sim.backends.cocotb_runner.verilator_opt`). ``keep`` (pysim): a token
+    naming the runs that may share one simulator of the design (a machine backend's runs;
+    :func:`~epfabric.sim.backends.pysim.run_pysim`); ``None``: a simulator of its own.
     """
     from ...hw.validate import check_choice
     args = dict(args or {})
@@ -43,7 +45,7 @@ def run(spec, intent, args=None, *, simulator="pysim", waveform=None, opt=None):
         raise SimulationError(f"{simulator} unavailable: {reason}")
     if simulator == "pysim":
         from .pysim import run_pysim
-        return run_pysim(spec, intent, args, waveform)
+        return run_pysim(spec, intent, args, waveform, keep=keep)
     if simulator == "native":
         from .native import run_native
         return run_native(spec, intent, args, waveform, opt)

@@ -15,6 +15,7 @@ Verilator execute literally the same host-port sequence
    ``sample_depth``) and every read-back memory word of every rank at once (``re_all``).
 """
 
+import itertools
 import time
 
 from ...hw.validate import check_choice
@@ -115,6 +116,9 @@ async def session_intent(bench, session):
     return result
 
 
+_KEEP_TOKENS = itertools.count()
+
+
 class SimulatorBackend(Backend):
     """Run sessions on ``simulator`` (``pysim``, ``icarus`` or ``verilator``).
 
@@ -129,6 +133,8 @@ class SimulatorBackend(Backend):
         self.waveform = waveform
         self.opt = opt
         self.last_wall_s = None
+        # this backend's runs of one design share a pysim simulator (sim/backends/pysim.py)
+        self.keep = next(_KEEP_TOKENS)
 
     def execute(self, config, session):
         t0 = time.monotonic()
@@ -138,7 +144,8 @@ class SimulatorBackend(Backend):
             print(f"[{self.name}] running {shape} (max {session['max_cycles']} cycles) ...",
                   flush=True)
         result, _ = run(machine_spec(config), session_intent, {"session": session},
-                        simulator=self.name, waveform=self.waveform, opt=self.opt)
+                        simulator=self.name, waveform=self.waveform, opt=self.opt,
+                        keep=self.keep)
         self.last_wall_s = time.monotonic() - t0
         if self.verbose:
             run_s = result.get("run_wall_s")

@@ -41,24 +41,30 @@ def _default_traces(component):
     return [obj for _p, _f, obj in component.signature.flatten(component)]
 
 
-#: simulators kept per process for reuse, by design (:func:`_simulator`)
+#: simulators kept for reuse (:func:`_simulator`), the most recently used last
 SIMULATOR_CACHE = 4
 _SIMULATORS = collections.OrderedDict()
 
 
-def _simulator(spec):
-    """``(simulator, component, slot)`` of ``spec``'s design, reused from an earlier run.
+def _simulator(spec, keep):
+    """``(simulator, component, slot)`` of ``spec``'s design, reused from an earlier run with
+    the same ``keep`` token.
 
     Building a simulator -- elaborating the design and compiling its processes to Python --
     took 8.5 s of a 14.5 s run of the small dispatch case (cProfile), and a machine is run
-    many times (a kernel's load, its run; a combine's dispatch first). A kept simulator is
+    several times (a kernel's load, its run; a combine's dispatch first). A kept simulator is
     :meth:`~amaranth.sim.Simulator.reset` (every signal and memory back to its initial value,
     its clock and testbench restarted) and its one testbench runs whatever ``slot`` holds.
-    The last :data:`SIMULATOR_CACHE` designs are kept; a run that fails drops its simulator.
+
+    Reuse is scoped by ``keep`` (a :class:`~epfabric.sim.backends.machine.SimulatorBackend`'s
+    own token), not by the design's description alone: a design is also what the code
+    around its parameters makes of them, and a test that patches a preset's method between
+    two backends must get the new design. The last :data:`SIMULATOR_CACHE` are kept; a run
+    that fails drops its simulator.
     """
     from amaranth.sim import Simulator
 
-    key = spec.to_json()
+    key = None if keep is None else (keep, spec.to_json())
     if key in _SIMULATORS:
         _SIMULATORS.move_to_end(key)
         sim, component, slot = _SIMULATORS[key]
@@ -75,21 +81,22 @@ def _simulator(spec):
         slot["out"]["cycles"] = bench.cycle
 
     sim.add_testbench(testbench)
-    if SIMULATOR_CACHE:
+    if key is not None and SIMULATOR_CACHE:
         _SIMULATORS[key] = (sim, component, slot)
         while len(_SIMULATORS) > SIMULATOR_CACHE:
             _SIMULATORS.popitem(last=False)
     return sim, component, slot
 
 
-def run_pysim(spec, intent, args, waveform=None):
+def run_pysim(spec, intent, args, waveform=None, keep=None):
     """Run ``intent(bench, **args)`` on ``spec``'s component; return ``(result, cycles)``.
 
     ``waveform`` (a name) writes ``<waveform_dir>/<name>.vcd`` and a ``.gtkw``
     save file listing the component's ``gtkw_traces()``, zoomed to the whole
     run. A :class:`~epfabric.sim.backends.waveforms.Waveform` writes the VCD to its
     next path (no save file: its owner writes one) and records the edges of
-    its watched ports.
+    its watched ports. ``keep``: runs with the same token (and design) share one simulator,
+    reset between them (:func:`_simulator`); ``None``: a simulator of its own.
     """
     from amaranth.sim import Simulator
 
@@ -108,7 +115,7 @@ def run_pysim(spec, intent, args, waveform=None):
 
         sim.add_testbench(testbench)
     else:
-        sim, component, slot = _simulator(spec)
+        sim, component, slot = _simulator(spec, keep)
         slot.update(out=out, intent=intent, args=args)
     vcd = gtkw = None
     if isinstance(waveform, Waveform):
@@ -126,7 +133,7 @@ def run_pysim(spec, intent, args, waveform=None):
         with writer:
             sim.run()
     except BaseException as exc:
-        _SIMULATORS.pop(spec.to_json(), None)       # a run cut short: build afresh next time
+        _SIMULATORS.pop((keep, spec.to_json()), None)   # a run cut short: afresh next time
         if isinstance(exc, SimulationError) or not isinstance(exc, Exception):
             raise
         raise SimulationError(f"test intent failed on pysim: {type(exc).__name__}: {exc}") from exc

@@ -669,6 +669,9 @@ def test_in_network_switches_leave_other_traffic_as_it_was():
              for w in range(8)]
     plain, ep = (spec(("superpod", 2, 1, 2), aivs=1, hbm_blocks=16, imem_depth=64, **extra)
                  for extra in ({}, {"ep_window": 8}))
+    from epfabric.hw.inc_switch import IncSwitch
+    kinds = [{type(sw) for sw in s.build().fabric.switches.values()} for s in (plain, ep)]
+    assert IncSwitch not in kinds[0] and kinds[1] == {IncSwitch}   # the two machines differ
     runs = [run_sys(s, progs, hbm=ep_hbm(), reads=reads, max_cycles=6000) for s in (plain, ep)]
     assert runs[0]["done"] == 1 and not runs[0]["timeout"]
     assert runs[0]["links"]["t2_up"][0] > 0 and runs[0]["trace"]

@@ -188,17 +188,19 @@ def test_a_model_is_not_rebuilt_only_for_the_default_level(tmp_path, monkeypatch
 
 
 def test_a_kept_pysim_simulator_starts_from_the_initial_state(monkeypatch):
-    """Amaranth's simulator of a design is kept for the next run on it (reset, not rebuilt:
-    sim/backends/pysim.py). A second machine run on the kept simulator sees nothing of the
-    first's memory or counters, and is the same run as on a simulator built afresh."""
+    """Amaranth's simulator of a design is kept for the same backend's next run on it (reset,
+    not rebuilt: sim/backends/pysim.py). A second machine run on the kept simulator sees
+    nothing of the first's memory or counters, and is the same run as on a simulator built
+    afresh; another backend gets a simulator of its own (a patched preset must be seen)."""
     from epfabric.sim.backends import pysim
-    from epfabric.sim.backends.machine import machine_spec
+    from epfabric.sim.backends.machine import backend, machine_spec
     from epfabric.sw.assembler import Program
     from epfabric.sw.isa import address
-    from utils import machine
+    from epfabric.sw.machine import Machine
+    from utils import MACHINE
 
-    def first():
-        m = machine()
+    def first(be):
+        m = Machine("tiny", backend=be, **MACHINE)
         p = Program()
         p.li(1, 0x5A5A)
         p.li(2, address(1, 3, 0))            # rank 0 stores into rank 1's word 3:0
@@ -208,10 +210,10 @@ def test_a_kept_pysim_simulator_starts_from_the_initial_state(monkeypatch):
         m.load_program(0, 0, p)
         m.run(5_000)
         assert m.read_mem(1, address(0, 3, 0), 1) == [0x5A5A]
-        return pysim._SIMULATORS[machine_spec(m.config).to_json()][0]
+        return pysim._SIMULATORS[(be.keep, machine_spec(m.config).to_json())][0]
 
-    def second():
-        m = machine()
+    def second(be):
+        m = Machine("tiny", backend=be, **MACHINE)
         p = Program()
         p.li(1, address(1, 3, 0))            # rank 1 copies its word 3:0 to 2:0
         p.lw(3, 1, 0)
@@ -221,14 +223,16 @@ def test_a_kept_pysim_simulator_starts_from_the_initial_state(monkeypatch):
         p.halt()
         m.load_program(1, 0, p)
         report = m.run(5_000)
-        return (m.read_mem(1, address(0, 2, 0), 1), report.cycles, report.trace,
-                report.counters), machine_spec(m.config).to_json()
+        return m.read_mem(1, address(0, 2, 0), 1), report.cycles, report.trace, report.counters
 
-    kept = first()
-    got, key = second()
-    assert pysim._SIMULATORS[key][0] is kept                     # reused, not rebuilt
+    be = backend("pysim")
+    kept = first(be)
+    got = second(be)
+    assert pysim._SIMULATORS[(be.keep, machine_spec(Machine("tiny", backend=be, **MACHINE)
+                                                    .config).to_json())][0] is kept
     assert got[0] == [0] and got[3]["tx_blocks"] == [0, 0]       # nothing of the first run
+    other = backend("pysim")
+    assert first(other) is not kept                               # its own simulator
     monkeypatch.setattr(pysim, "SIMULATOR_CACHE", 0)
     monkeypatch.setattr(pysim, "_SIMULATORS", type(pysim._SIMULATORS)())
-    fresh, _ = second()
-    assert got == fresh
+    assert second(backend("pysim")) == got
