@@ -581,6 +581,27 @@ MUTATIONS = [
         "timeout": 300,
     },
     {
+        "name": "planar_inc_plane_writes_on_release_only",
+        "file": "hw/inc_reduce.py",
+        "old": "            wr.en.eq(self.take), wr.data.eq(Mux(self.release, 0, summed)),\n",
+        "new": "            wr.en.eq(self.release), wr.data.eq(Mux(self.release, 0, summed)),\n",
+        "description": "a data plane of the native backend's planar in-network switch keeps a "
+                       "partial sum only when its group is released (so every sum but the last "
+                       "contribution is lost)",
+        "tests": ["tests/hw/test_inc_switch.py::test_the_planar_form_is_the_same_switch"],
+        "timeout": 180,
+    },
+    {
+        "name": "pysim_kept_simulator_not_reset",
+        "file": "sim/backends/pysim.py",
+        "old": "        sim.reset()\n",
+        "new": "        pass\n",
+        "description": "Amaranth's simulator kept for a backend's next run is not reset (the run "
+                       "would start from the previous one's state)",
+        "tests": ["tests/sim/test_backends.py::test_a_kept_pysim_simulator_starts_from_the_initial_state"],
+        "timeout": 120,
+    },
+    {
         "name": "router_rank_field_fixed_at_8_bits",
         "file": "hw/router.py",
         "old": "        addrs = [data.View(address_layout(self.rank_bits), r.payload.addr) for r in reqs]\n",
