@@ -25,20 +25,20 @@ from . import sweep
 __all__ = ["reproduce", "reproduce_one", "write_summary", "redraw"]
 
 
-def _params(experiment, backend):
+def _params(experiment, backend, given=None):
     names = {p.name for p in experiment.params}
-    given = {"backend": backend} if backend is not None and "backend" in names else {}
-    return experiment.resolve(**given)
+    base = {"backend": backend} if backend is not None and "backend" in names else {}
+    return experiment.resolve(**base, **(given or {}))
 
 
-def _prepare(experiment, *, client, backend, quick, force):
+def _prepare(experiment, *, client, backend, quick, force, given=None):
     """Params, grid, keys, cached entries, the points to run and (on Dask) their futures.
 
     ``t0`` is when the points were submitted: a later experiment's ``wall_s``
     includes the time its points waited behind earlier experiments'.
     """
     name = experiment.name
-    params = _params(experiment, backend)
+    params = _params(experiment, backend, given)
     points = experiment.points(params, quick)
     keys = [cache.point_key(name, p) for p in points]
     entries = [None if force else cache.load(name, k) for k in keys]
@@ -51,7 +51,7 @@ def _prepare(experiment, *, client, backend, quick, force):
 
 
 def reproduce_one(experiment, out_dir, *, client=None, backend=None, quick=False, force=False,
-                  scheduler="serial", log=print, prepared=None):
+                  scheduler="serial", log=print, prepared=None, given=None):
     """Reproduce one experiment into ``out_dir``; return its JSON document.
 
     ``prepared`` (:func:`_prepare`, by :func:`reproduce`) holds its points
@@ -60,7 +60,7 @@ def reproduce_one(experiment, out_dir, *, client=None, backend=None, quick=False
     out_dir = Path(out_dir)
     name = experiment.name
     prep = prepared or _prepare(experiment, client=client, backend=backend, quick=quick,
-                                force=force)
+                                force=force, given=given)
     t0 = prep["t0"]
     params, points, keys, entries, todo = (prep[k] for k in ("params", "points", "keys",
                                                              "entries", "todo"))
@@ -115,8 +115,12 @@ def reproduce_one(experiment, out_dir, *, client=None, backend=None, quick=False
 
 
 def reproduce(experiments, out_dir, *, backend=None, quick=False, scheduler="local", force=False,
-              workers=None, log=print):
-    """Reproduce ``experiments`` (objects) into ``out_dir``; write ``summary.md``; return the docs."""
+              workers=None, log=print, params=None):
+    """Reproduce ``experiments`` (objects) into ``out_dir``; write ``summary.md``; return the docs.
+
+    ``params``: ``{experiment name: {parameter: value}}`` set on top of the defaults (and
+    ``backend``)."""
+    params = params or {}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     docs = {}
@@ -127,10 +131,10 @@ def reproduce(experiments, out_dir, *, backend=None, quick=False, scheduler="loc
         # points go to the workers at once, so one's Verilog and build overlap another's runs
         for e in experiments:
             if not e.parallel:
-                docs[e.name] = reproduce_one(e, out_dir, **kw)
+                docs[e.name] = reproduce_one(e, out_dir, **kw, given=params.get(e.name))
         rest = [e for e in experiments if e.parallel]
-        prepared = [_prepare(e, client=client, backend=backend, quick=quick, force=force)
-                    for e in rest]
+        prepared = [_prepare(e, client=client, backend=backend, quick=quick, force=force,
+                             given=params.get(e.name)) for e in rest]
         for e, prep in zip(rest, prepared):
             docs[e.name] = reproduce_one(e, out_dir, **kw, prepared=prep)
     write_summary(out_dir)

@@ -61,6 +61,15 @@ def test_csv_has_parameters_model_and_paper_columns(tmp_path, result_cache, smal
     assert "| payload | INC-MoE §2.2 |" in summary
 
 
+def test_param_sets_an_experiments_parameter(tmp_path, result_cache, small_payload):
+    """``--param NAME=VALUE`` replaces a default, typed as the experiment declares it (the
+    grid and each point's cache key follow)."""
+    assert main(["reproduce", "payload", "--scheduler", "serial", "-o", str(tmp_path),
+                 "--param", "seeds=3", "--param", "tokens=2000"]) == 0
+    rows = files.read_csv(tmp_path / "payload.csv")
+    assert [(r["seed"], r["tokens"]) for r in rows] == [(3, 2000)]
+
+
 def test_second_run_reads_the_cache(tmp_path, result_cache, small_payload, monkeypatch):
     reproduce([small_payload], tmp_path / "a", scheduler="serial", log=lambda *_: None)
 
@@ -171,6 +180,16 @@ def test_figures_redraws_from_the_csv_without_simulating(tmp_path, result_cache,
     (["reproduce", "payload", "-o", __file__], f"--output {__file__!r} is a file, not a folder"),
     (["reproduce", "payload", "-o", __file__ + "/sub"],
      f"--output {__file__ + '/sub'!r}: {__file__!r} is a file, not a folder"),
+    (["reproduce", "payload", "-o", "x", "--param", "nope=1"],
+     "--param nope: experiment payload has no parameter 'nope'; its parameters:"),
+    (["reproduce", "payload", "-o", "x", "--param", "tokens=many"],
+     "--param tokens=many: tokens must be an integer"),
+    (["reproduce", "payload", "table2", "-o", "x", "--param", "tokens=9"],
+     "--param sets one experiment's parameters: name one experiment, not 2"),
+    (["reproduce", "inc-ep", "-o", "x", "--param", "ranks=32"],
+     "ranks=32 needs backend native, not 'verilator'"),
+    (["reproduce", "inc-ep", "-o", "x", "--param", "backend=native", "--backend", "native"],
+     "give the backend once: --backend or --param backend=..., not both"),
 ])
 def test_bad_input_one_line(argv, message, capsys, no_simulation):
     assert main(argv) == 2
