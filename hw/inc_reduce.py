@@ -184,7 +184,9 @@ class ReduceUnit(wiring.Component):
         if Shape.cast(fields["mask"].shape).width < nd:
             raise UserError(f"the payload's mask field is narrower than the {nd} destinations")
         flit = stream.Signature(payload)
-        index_bits = Shape.cast(fields["dst"].shape).width + ceil_log2(self.window)
+        #: bits of a slot's address: the destination, then the key's low bits
+        self.index_bits = Shape.cast(fields["dst"].shape).width + ceil_log2(self.window)
+        index_bits = self.index_bits
         super().__init__({
             **({"subtree_in": In(nd).array(nd)} if subtree_port else {}),
             **({"x_index": Out(index_bits), "x_take": Out(1), "x_fresh": Out(1),

@@ -23,17 +23,16 @@ could wait for), so the union adds no cycle; the unit is a buffer on the way to
 ``routes[dst]`` that never waits for anything but its own output (hw/inc_reduce.py).
 """
 
-from amaranth.hdl import Module, Shape
+from amaranth.hdl import Module
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2
 
 from .inc_reduce import ReduceDataPlane, ReduceUnit
 from .switch import PlanarSwitch, Switch, SwitchDataPlane
 from .validate import UserError, check_int
 
-__all__ = ["IncSwitch", "IncDataPlane", "PlanarIncSwitch", "PlanarStarIncSwitch", "StarIncSwitch", "inc_fields",
-           "inc_payload", "VERILOG_EXPORTS"]
+__all__ = ["IncSwitch", "IncDataPlane", "PlanarIncSwitch", "PlanarStarIncSwitch",
+           "StarIncSwitch", "inc_fields", "inc_payload", "VERILOG_EXPORTS"]
 
 
 def inc_fields(ranks):
@@ -94,7 +93,7 @@ class IncSwitch(wiring.Component):
         if self.planes:
             members.update({"x_push": Out(ports + 1), "x_pop": Out(ports + 1),
                             "x_load": Out(ports + 1), "x_grant": Out(ports + 1).array(ports + 1),
-                            "x_rindex": Out(len(self.unit.x_index)), "x_rtake": Out(1),
+                            "x_rindex": Out(self.unit.index_bits), "x_rtake": Out(1),
                             "x_rfresh": Out(1), "x_rrelease": Out(1)})
         super().__init__(members)
 
@@ -171,8 +170,8 @@ class IncDataPlane(wiring.Component):
 class PlanarIncSwitch(PlanarSwitch):
     """An :class:`IncSwitch` too wide for one Amaranth module, as Verilog: a control
     ``IncSwitch(planes=True)`` (every payload field but ``data``; it decides) and
-    data planes (:class:`IncDataPlane`) of ``plane_bits`` of ``data`` each (they follow), wrapped in a
-    module with the ports of ``IncSwitch(route_port=True)`` -- cycle for cycle the same
+    data planes (:class:`IncDataPlane`) of ``plane_bits`` of ``data`` each (they follow),
+    wrapped in a module with the ports of ``IncSwitch(route_port=True)`` -- cycle for cycle the same
     switch, as :class:`~epfabric.hw.switch.PlanarSwitch` is for a ``Switch``. The native
     backend builds wide in-network switches this way (:mod:`epfabric.hw.topology`).
 
@@ -196,25 +195,24 @@ class PlanarIncSwitch(PlanarSwitch):
         whole = IncSwitch(ports=ports, routes=routes, payload=payload, depth=depth,
                           counter_width=counter_width, small_taps=small_taps, route_port=True,
                           **self.inc)
-        mark_used(whole)                     # built for its signature only
+        mark_used(whole)                     # built for its signature and unit only
         self.signature = whole.signature
-        self.index_bits = (Shape.cast(dict(iter(payload))["dst"].shape).width
-                           + ceil_log2(check_int("window", window, 1)))
-        for k, plo in enumerate(range(0, self.data_bits, self.plane_bits)):
+        self.index_bits = whole.unit.index_bits
+        for k, (plo, _pw, _module) in enumerate(super()._planes("")):
             if plo > header_bits and (plo - header_bits) % lane_bits:
                 raise UserError(f"plane {k} of {self.plane_bits} bits starts at data bit {plo}, "
                                 f"inside a {lane_bits}-bit lane (lanes start at bit "
                                 f"{header_bits}): choose plane_bits a multiple of {lane_bits}")
 
+    def _header_in(self, plo, pw):
+        """Bits of the header (not summed) in the plane of ``pw`` bits at data bit ``plo``."""
+        return min(pw, max(0, self.inc["header_bits"] - plo))
+
     def _planes(self, name):
         """``[(offset, width, module name)]`` of the data planes: one module per distinct
         (width, header bits in the plane)."""
-        out = []
-        for plo in range(0, self.data_bits, self.plane_bits):
-            pw = min(self.plane_bits, self.data_bits - plo)
-            h = min(pw, max(0, self.inc["header_bits"] - plo))
-            out.append((plo, pw, f"{name}_dp{pw}" + (f"h{h}" if h else "")))
-        return out
+        return [(plo, pw, module + (f"h{h}" if (h := self._header_in(plo, pw)) else ""))
+                for plo, pw, module in super()._planes(name)]
 
     def parts(self, name):
         out = {f"{name}_ctl": IncSwitch(ports=self.ports, routes=self.routes,
@@ -224,9 +222,9 @@ class PlanarIncSwitch(PlanarSwitch):
         for plo, pw, module in self._planes(name):
             if module in out:
                 continue                                  # one module serves equal planes
-            h = min(pw, max(0, self.inc["header_bits"] - plo))
             out[module] = IncDataPlane(ports=self.ports, depth=self.depth, width=pw,
-                                       index_bits=self.index_bits, header_bits=h,
+                                       index_bits=self.index_bits,
+                                       header_bits=self._header_in(plo, pw),
                                        lane_bits=self.inc["lane_bits"])
         return out
 

@@ -164,6 +164,22 @@ def run_on_all(spec, intent, args, simulators, **kw):
 MACHINE = dict(topology=("superpod", 2, 1, 1), aivs_per_die=2, hbm_blocks=16, imem_depth=128)
 
 
+def store_program(rank, values):
+    """A core program that stores ``values`` to words ``0, 1, ...`` of region 3 of ``rank``
+    (MARK ``10 + i`` after each), fences and halts."""
+    from epfabric.sw.assembler import Program
+    from epfabric.sw.isa import address
+    p = Program()
+    for i, v in enumerate(values):
+        p.li(1, v)
+        p.li(2, address(rank, 3, i))
+        p.sw(1, 2, 0)
+        p.mark(10 + i)
+    p.fence()
+    p.halt()
+    return p
+
+
 def machine(simulator="pysim", **overrides):
     """A :class:`~epfabric.sw.machine.Machine` of the shared test configuration."""
     from epfabric.sim.backends.machine import backend

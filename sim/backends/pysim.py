@@ -51,7 +51,7 @@ def _simulator(spec, keep):
     the same ``keep`` token.
 
     Building a simulator -- elaborating the design and compiling its processes to Python --
-    took 8.5 s of a 14.5 s run of the small dispatch case (cProfile), and a machine is run
+    took 8.5 s of each 14.5 s run of the small dispatch case (under cProfile), and a machine is run
     several times (a kernel's load, its run; a combine's dispatch first). A kept simulator is
     :meth:`~amaranth.sim.Simulator.reset` (every signal and memory back to its initial value,
     its clock and testbench restarted) and its one testbench runs whatever ``slot`` holds.
@@ -98,25 +98,13 @@ def run_pysim(spec, intent, args, waveform=None, keep=None):
     its watched ports. ``keep``: runs with the same token (and design) share one simulator,
     reset between them (:func:`_simulator`); ``None``: a simulator of its own.
     """
-    from amaranth.sim import Simulator
-
     if isinstance(waveform, Waveform) and waveform.format != "vcd":
         raise SimulationError(f"Amaranth's simulator writes VCD only, not {waveform.path.name!r}")
     out = {}
-    if waveform:            # a simulator of its own: a VCD writer stays attached to it
-        component = spec.build()
-        sim = Simulator(component)
-        sim.add_clock(CLOCK_PERIOD_NS * 1e-9)
-
-        async def testbench(ctx):
-            bench = PysimTestbench(ctx, component)
-            out["result"] = await intent(bench, **args)
-            out["cycles"] = bench.cycle
-
-        sim.add_testbench(testbench)
-    else:
-        sim, component, slot = _simulator(spec, keep)
-        slot.update(out=out, intent=intent, args=args)
+    if waveform:
+        keep = None         # a simulator of its own: a VCD writer stays attached to it
+    sim, component, slot = _simulator(spec, keep)
+    slot.update(out=out, intent=intent, args=args)
     vcd = gtkw = None
     if isinstance(waveform, Waveform):
         vcd = waveform.next_path()

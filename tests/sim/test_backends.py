@@ -197,17 +197,11 @@ def test_a_kept_pysim_simulator_starts_from_the_initial_state(monkeypatch):
     from epfabric.sw.assembler import Program
     from epfabric.sw.isa import address
     from epfabric.sw.machine import Machine
-    from utils import MACHINE
+    from utils import MACHINE, store_program
 
     def first(be):
         m = Machine("tiny", backend=be, **MACHINE)
-        p = Program()
-        p.li(1, 0x5A5A)
-        p.li(2, address(1, 3, 0))            # rank 0 stores into rank 1's word 3:0
-        p.sw(1, 2, 0)
-        p.fence()
-        p.halt()
-        m.load_program(0, 0, p)
+        m.load_program(0, 0, store_program(1, [0x5A5A]))   # rank 0 into rank 1's word 3:0
         m.run(5_000)
         assert m.read_mem(1, address(0, 3, 0), 1) == [0x5A5A]
         return pysim._SIMULATORS[(be.keep, machine_spec(m.config).to_json())][0]

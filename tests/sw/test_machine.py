@@ -13,19 +13,7 @@ from epfabric.sw.isa import address
 from epfabric.sw import report as report_module
 from epfabric.sim.backends.machine import backend
 
-from utils import machine
-
-
-def store_program(rank, values):
-    p = Program()
-    for i, v in enumerate(values):
-        p.li(1, v)
-        p.li(2, address(rank, 3, i))
-        p.sw(1, 2, 0)
-        p.mark(10 + i)
-    p.fence()
-    p.halt()
-    return p
+from utils import machine, store_program
 
 
 def test_run_writes_reads_and_reports():
