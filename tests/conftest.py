@@ -11,10 +11,18 @@
   every test that needs a tool, go through :func:`utils.require_simulator`.
 * Verilator builds at ``-O0`` unless ``EPFABRIC_VERILATOR_OPT`` says otherwise
   (short runs, many builds: the build dominates).
+* Amaranth's simulator of a design is built once per test process, not once per backend:
+  every test's pysim backends share one keep token (sim/backends/pysim.py ``_simulator``),
+  so a later test's run on the same design resets the kept simulator instead of
+  elaborating and compiling it again (that was 385 s of a cold run's 1,420 s of test
+  time, 213 s of it repeats); harness runs (``run(spec, intent)``) share it too. A test that takes ``monkeypatch`` may change what a design
+  elaborates to: it gets backends of its own, and the kept simulators are dropped before
+  and after it.
 * ``--waveforms`` (or ``EPFABRIC_WAVEFORMS=1``): the ``waveform`` fixture gives
   the test's name, and harness runs write ``waveforms/<name>.vcd`` + ``.gtkw``.
 """
 
+import itertools
 import os
 import re
 
@@ -37,6 +45,33 @@ def pytest_configure(config):
     # The tests' runs are short and their Verilator builds many: -O0 hot code builds in about
     # 60 % of -O1's time (Makefile, `run`); the cycles are the same at every level.
     os.environ.setdefault("EPFABRIC_VERILATOR_OPT", "-O0")
+
+
+#: the keep token every test's pysim backend shares (see the module docstring)
+SHARED_KEEP = "tests"
+#: designs a test process keeps simulators of (the library keeps 4)
+SHARED_SIMULATORS = 8
+
+
+@pytest.fixture(autouse=True)
+def _shared_pysim_simulators(request):
+    from epfabric.sim.backends import machine, pysim
+    pysim.SIMULATOR_CACHE = SHARED_SIMULATORS
+    if "monkeypatch" in request.fixturenames:
+        pysim._SIMULATORS.clear()
+        yield
+        pysim._SIMULATORS.clear()
+        return
+    tokens, run_pysim = machine._KEEP_TOKENS, pysim.run_pysim
+
+    def shared(spec, intent, args, waveform=None, keep=None):      # harness runs too
+        return run_pysim(spec, intent, args, waveform, keep=SHARED_KEEP if keep is None else keep)
+
+    machine._KEEP_TOKENS, pysim.run_pysim = itertools.repeat(SHARED_KEEP), shared
+    try:
+        yield
+    finally:
+        machine._KEEP_TOKENS, pysim.run_pysim = tokens, run_pysim
 
 
 @pytest.fixture(params=[s for s in SIMULATORS if s != "native"])
