@@ -167,6 +167,9 @@ def prepare(args):
         raise UserError(f"--vcd needs one value of --{sweep[0].replace('_', '-')}")
     # every configuration is built (and so validated) before anything runs
     configs = [c for p in variants for c in kernel.configs(preset, topology, args.aivs, p)]
+    # a comparison whose machine one variant's serves for all (cann,ubep,ubep-inc): one build
+    shared = getattr(kernel, "shared_machine", lambda variants: None)(variants) if sweep else None
+    machines = None if shared is None else kernel.configs(preset, topology, args.aivs, shared)
     for option in ("json", "trace", "vcd"):
         check_output(getattr(args, option), f"--{option}")
     sampling = _sampling(args, configs)
@@ -219,13 +222,13 @@ def prepare(args):
                 result, reports = run_kernel(kernel, be, preset=preset, topology=topology,
                                              aivs=args.aivs, params=params,
                                              max_cycles=args.max_cycles, knobs=knobs,
-                                             sampling=sampling)
+                                             sampling=sampling, configs=machines)
                 again = _resample(args, sampling, reports)
                 if again:
                     result, reports = run_kernel(kernel, be, preset=preset, topology=topology,
                                                  aivs=args.aivs, params=params,
                                                  max_cycles=args.max_cycles, knobs=knobs,
-                                                 sampling=(sampling[0], again))
+                                                 sampling=(sampling[0], again), configs=machines)
                 _say_dropped(reports)
             except WatchdogTimeout as exc:
                 print(f"epfabric run {args.kernel}: {exc}", file=sys.stderr)
@@ -237,8 +240,8 @@ def prepare(args):
             print("correct" if result["correct"] else
                   "INCORRECT: " + "; ".join(result["problems"]))
             flows = getattr(kernel, "trace_flows", None) if args.trace else None
-            run_configs = (kernel.configs(preset, topology, args.aivs, params) if flows
-                           else [None] * len(reports))
+            run_configs = ((machines or kernel.configs(preset, topology, args.aivs, params))
+                           if flows else [None] * len(reports))
             for run, report, config in zip(result["runs"], reports, run_configs):
                 label = _run_label(sweep and (sweep[0], value), run, len(reports))
                 shift = 0                  # the runs before this one (combine: its dispatch)

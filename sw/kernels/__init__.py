@@ -126,7 +126,7 @@ def register(kernel):
 
 
 def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params=None,
-               max_cycles=None, knobs=None, sampling=None):
+               max_cycles=None, knobs=None, sampling=None, configs=None):
     """Run ``kernel`` (a name or a :class:`Kernel`) on ``backend``; return ``(result, reports)``.
 
     ``result`` is ``{"kernel", "preset", "backend", "correct", "problems",
@@ -137,7 +137,10 @@ def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params
     dies' runtime knobs over the preset's (:meth:`~epfabric.sw.machine.Machine.set_knob`).
     ``sampling`` (``(depth, every)``) gives every AIV machine a counter sampler of ``depth``
     entries sampling every ``every`` cycles (:meth:`~epfabric.sw.machine.Machine.set_sampling`;
-    the reports' ``samples``); it never changes a run's cycles.
+    the reports' ``samples``); it never changes a run's cycles. ``configs``: the machines to
+    run on instead of the kernel's own for ``params`` (larger ones, as one machine for a
+    comparison of systems: ``epfabric run --system cann,ubep,ubep-inc``); the kernel's load
+    refuses one that cannot hold the run.
     """
     if isinstance(kernel, str):
         if kernel not in KERNELS:
@@ -149,7 +152,7 @@ def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params
         check_int("aivs", aivs, 1)
     max_cycles = kernel.default_max_cycles if max_cycles is None else max_cycles
     check_int("max_cycles", max_cycles, 1, (1 << 32) - 1)
-    configs = kernel.configs(preset, topology, aivs, params)
+    configs = kernel.configs(preset, topology, aivs, params) if configs is None else list(configs)
     if sampling is not None:
         depth, every = sampling
         configs = [replace(c, sample_depth=depth) if c.kind == "aiv" else c for c in configs]

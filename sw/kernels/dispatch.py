@@ -491,6 +491,16 @@ class Dispatch(Kernel):
                                               inc=params["system"] in INC_SYSTEMS)
                 for r in range(config.ranks) for c in range(a)}
 
+    def shared_machine(self, variants):
+        """Of a comparison's ``variants`` (resolved parameters), the one whose machines run them
+        all, or ``None``. A sweep over ``system`` that includes an in-network system: its
+        machine (switches that multicast and reduce) is sized for every system
+        (:meth:`configs`), and its switches leave the others' traffic as it was, cycle for
+        cycle (tests/hw/test_system.py), so the comparison is one build instead of two."""
+        rest = {repr(sorted((k, v) for k, v in p.items() if k != "system")) for p in variants}
+        inc = [p for p in variants if p["system"] in INC_SYSTEMS]
+        return inc[0] if inc and len(rest) == 1 else None
+
     def configs(self, preset, topology=None, aivs=None, params=None):
         """The machines of a run: one per AIV count, sized for both systems' dispatch in every
         variant (and the combine after it). Remembered for the last few calls: the result
