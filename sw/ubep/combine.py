@@ -39,18 +39,20 @@ routing and the weights are data in memory).
 from ...hw.validate import UserError, check_choice, check_int
 from ..assembler import Program
 from ..presets import SYNCALLS as SYNCALL_KINDS
+from . import ubep_inc
 from .cann import split
+from .layout import COMBINE_EVENTS
 from .ubep import TFF_TAG, _elem
 
 __all__ = ["combine_program", "EVENTS", "PHASES", "SYSTEMS", "ubuf_rows_needed"]
 
 SYSTEMS = ("cann", "ubep")
 #: MARK events at the end of each combine phase
-EVENTS = {"c_init": 20, "c_send": 21, "c_sync": 22, "c_combine": 23}
+EVENTS = COMBINE_EVENTS
 #: the phases each system's AIVs MARK, in order
 PHASES = {"cann": ("c_init", "c_send", "c_sync", "c_combine"),
           "ubep": ("c_init", "c_send", "c_combine"),
-          "ubep-inc": ("c_init", "c_send", "c_combine")}     # :mod:`.ubep_inc`
+          "ubep-inc": ubep_inc.PHASES}
 #: 16-bit elements per 512 B row
 ELEMS = 256
 

@@ -57,7 +57,10 @@ from functools import cached_property
 from ...hw.isa import RANK_BITS, WORD_BITS, address, check_rank_bits
 from ...hw.validate import check_int
 
-__all__ = ["Layout", "ELEMS_PER_ROW", "GUARD"]
+__all__ = ["Layout", "ELEMS_PER_ROW", "GUARD", "COMBINE_EVENTS"]
+
+#: MARK events at the end of each combine phase, every system's (:mod:`.combine`, :mod:`.ubep_inc`)
+COMBINE_EVENTS = {"c_init": 20, "c_send": 21, "c_sync": 22, "c_combine": 23}
 
 #: 16-bit routing elements per 512 B UBuf row (the vector unit's element width is 16)
 ELEMS_PER_ROW = 256

@@ -50,13 +50,13 @@ from ...hw.validate import UserError
 from ..assembler import Program
 from .cann import divmod_const, split
 from ..dataflag import TFF_TAG
-from .layout import ELEMS_PER_ROW as ELEMS
+from .layout import COMBINE_EVENTS, ELEMS_PER_ROW as ELEMS
 
 __all__ = ["send_slot", "reorder_pair", "combine_program", "ep_window", "ubuf_rows_needed",
            "check_layout", "PHASES", "EVENTS"]
 
-#: the combine's MARK events (the same ids as :mod:`.combine`'s)
-EVENTS = {"c_init": 20, "c_send": 21, "c_combine": 23}
+#: the combine's MARK events (:mod:`.combine`'s, every system's), and the phases it MARKs
+EVENTS = COMBINE_EVENTS
 PHASES = ("c_init", "c_send", "c_combine")
 
 
