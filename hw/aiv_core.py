@@ -19,7 +19,7 @@ from .isa import (BLOCK_BYTES, INC_COUNTERS, INSTRUCTIONS, NUM_REGS, RANK_BITS, 
 from .validate import UserError, check_choice, check_int, check_multiple, check_pow2
 from .vector_unit import VectorUnit
 
-__all__ = ["MAX_UBUF_ROWS", "MemOp", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore", "MAX_WINDOW",
+__all__ = ["MAX_UBUF_ROWS", "MAX_LANES", "MemOp", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore", "MAX_WINDOW",
            "VECTOR_EXTRA_BITS", "READ_EXTRA_BITS", "ACK_COUNT_BITS", "INC_POSTS", "inc_post_layout", "INC_WAIT_ADDR", "BAR_WAIT_ADDR"]
 
 #: Largest store window (``max_outstanding``) of a core.
@@ -30,6 +30,8 @@ VECTOR_EXTRA_BITS = 12
 READ_EXTRA_BITS = 12
 #: Most rows (512 B each) of a core's Unified Buffer.
 MAX_UBUF_ROWS = 1024
+#: Widest vector unit: 128 lanes (Ascend's 256 B a repeat at 16-bit elements)
+MAX_LANES = 128
 #: Bits of an ack answer's count (``data[0:ACK_COUNT_BITS]``: stores acknowledged at once).
 ACK_COUNT_BITS = 16
 
@@ -179,7 +181,8 @@ class AIVCore(wiring.Component):
         Modelled bytes of each block (multiple of 32, 32..512); never changes
         a cycle count.
     lanes : int
-        Vector-unit lanes (power of two, 1..64).
+        Vector-unit lanes (power of two, 1..128): elements a beat. 128 lanes of 16 bits are
+        Ascend's 256 B a repeat (a preset's ``vector_lanes``).
     width : int
         Vector element width in bits: 8, 16 or 32.
     max_outstanding : int
@@ -270,7 +273,7 @@ class AIVCore(wiring.Component):
         check_pow2("imem_depth", imem_depth, 2, 65536)
         check_pow2("ubuf_rows", ubuf_rows, 1, MAX_UBUF_ROWS)
         check_multiple("data_bytes", data_bytes, 32, 32, 512)
-        check_pow2("lanes", lanes, 1, 64)
+        check_pow2("lanes", lanes, 1, MAX_LANES)
         check_choice("width", width, (8, 16, 32))
         if (lanes * width) % 32 or (data_bytes * 8) % (lanes * width):
             raise UserError(f"lanes * width must be a multiple of 32 that divides "

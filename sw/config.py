@@ -20,7 +20,7 @@ their memory is laid out and which status outputs a run reports.
 from dataclasses import asdict, dataclass
 
 from ..hw.inc_endpoint import MODES, agrs_control_map, agrs_memory_map
-from ..hw.aiv_core import MAX_WINDOW
+from ..hw.aiv_core import MAX_LANES, MAX_WINDOW
 from ..hw.isa import RANK_BITS, check_rank_bits
 from ..hw.system import MAX_AIVS_PER_DIE, MAX_EP_DIES, MAX_SAMPLE_DEPTH
 from ..hw.topology import SUPERPOD_HOPS, check_topology, topology_ranks
@@ -133,7 +133,7 @@ class MachineConfig:
         check_pow2("hbm_blocks", self.hbm_blocks, 1, 1 << 23)
         check_rank_bits(self.rank_bits, self.ranks, self.hbm_blocks)
         check_multiple("data_bytes", self.data_bytes, 32, 32, 512)
-        check_pow2("lanes", self.lanes, 1, 64)
+        check_pow2("lanes", self.lanes, 1, MAX_LANES)
         check_int("trace_depth", self.trace_depth, 1, 65535)
         check_int("max_outstanding", self.max_outstanding, 1, MAX_WINDOW)
         check_choice("width", self.width, (8, 16, 32))

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from fractions import Fraction
 
-from ..hw.aiv_core import READ_EXTRA_BITS, VECTOR_EXTRA_BITS
+from ..hw.aiv_core import MAX_LANES, READ_EXTRA_BITS, VECTOR_EXTRA_BITS
 from ..hw.die import INJECT_BITS, INJECT_DEN, SYNCALL_BITS
 from ..hw.link import LINK_MIN_LATENCY
 from ..hw.switch import SWITCH_LATENCY
@@ -111,6 +111,12 @@ class Preset:
         "ns every read an AIV issues (a load, a block copy in, a fetch-add, each read of a "
         "poll) waits before its request: the copy engine's start beyond the memory's access "
         "time (the die's runtime knob read_extra)"))
+    vector_lanes: int = field(default=16, metadata=_help(
+        "16-bit elements an AIV's vector unit takes a beat (a cycle) in the MoE kernels' "
+        "machines; 128 is Ascend's vector unit, 256 B a repeat (Ascend C's vector API: one "
+        "repeat of a 16-bit op covers up to 128 elements, its mask; issue 30). A build-time "
+        "width, not a knob: every preset so far keeps 16, the width their figures and the "
+        "cm384 fit were measured at"))
     description: str = field(default="", metadata=_help("what the preset models"))
 
     def __post_init__(self):
@@ -159,6 +165,7 @@ class Preset:
                                 f"{self.inject_rate() / INJECT_DEN} bytes per cycle; the knob "
                                 f"holds 1/{INJECT_DEN} .. {((1 << INJECT_BITS) - 1) / INJECT_DEN}")
         check_choice("syncall", self.syncall, SYNCALLS)
+        check_pow2("vector_lanes", self.vector_lanes, 2, MAX_LANES)
         # delays that become a cycle-count knob of that many bits
         for name, bits in (("syncall_ns", SYNCALL_BITS), ("vector_op_ns", VECTOR_EXTRA_BITS),
                            ("read_start_ns", READ_EXTRA_BITS)):

@@ -55,7 +55,8 @@ checker compares every rank's ``OUT`` and ``COUNTS`` with
 per-AIV phase times from the MARK trace.
 
 Machine sizes: full-fidelity blocks (``data_bytes = 512``: the routing list is
-read by the vector unit as 16-bit elements, 256 to a block), 16 lanes.
+read by the vector unit as 16-bit elements, 256 to a block), the preset's ``vector_lanes``
+(16 in every preset so far; Ascend's 256 B a repeat is 128).
 """
 
 import hashlib
@@ -513,7 +514,7 @@ class Dispatch(Kernel):
         if params.get("routing") is not None:
             return self._configs(pr, topology, aivs, params)   # a file can change between calls
         varied = {"system"} | {k for system in SYSTEMS for each in variants_of(system) for k in each}
-        key = (pr.name, topology, aivs, params["system"] in INC_SYSTEMS,
+        key = (pr, topology, aivs, params["system"] in INC_SYSTEMS,
                repr(sorted((k, v) for k, v in params.items() if k not in varied)))
         cache = self.__dict__.setdefault("_configs_memo", {})
         if key not in cache:
@@ -526,7 +527,7 @@ class Dispatch(Kernel):
         out = []
         for a in ([aivs] if aivs is not None else self.default_aivs):
             shape = MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
-                                  lanes=16)
+                                  lanes=pr.vector_lanes)
             w = workload_of(params, shape.ranks, 8)  # fits this shape (else: named)
             check_cap(w, params["cap"])
             # one machine runs either system's dispatch, in every variant, and the combine
@@ -567,7 +568,8 @@ class Dispatch(Kernel):
                     f"(a smaller {fix})")
             hbm_blocks = pow2_at_least(blocks)
             shape = MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
-                                  lanes=16, rank_bits=rank_bits_for(shape.ranks, hbm_blocks))
+                                  lanes=pr.vector_lanes,
+                                  rank_bits=rank_bits_for(shape.ranks, hbm_blocks))
             lay = layout_of(shape, params)
             # the same UBuf for both systems (one build serves a comparison)
             inc_lay = replace(lay, inc=True)
@@ -585,7 +587,8 @@ class Dispatch(Kernel):
             window = (ubep_inc.ep_window(max(r["batch"] for r in runs),
                                          max(r["hidden_blocks"] for r in runs)) if inc else 0)
             out.append(MachineConfig(pr.name, topology=topology, aivs_per_die=a, data_bytes=512,
-                                     lanes=16, hbm_blocks=hbm_blocks, rank_bits=shape.rank_bits,
+                                     lanes=pr.vector_lanes, hbm_blocks=hbm_blocks,
+                                     rank_bits=shape.rank_bits,
                                      ep_window=window, ubuf_rows=pow2_at_least(rows),
                                      imem_depth=pow2_at_least(longest),
                                      trace_depth=max(64, pow2_at_least(len(PHASES)

@@ -760,3 +760,21 @@ def test_a_star_has_no_link_classes():
     star = MachineConfig("incmoe-testbed", topology=("star", 2))
     assert "link_blocks.up" not in star.status_ports()["counters"]
     assert links_of(None, None, star, {"system": "cann"}, "dispatch", None) is None
+
+
+def test_the_presets_vector_width_builds_the_cores_and_shortens_canns_counting(monkeypatch):
+    """A preset's ``vector_lanes`` is the width of the cores the dispatch's machine is built
+    with: at 128 lanes (Ascend's 256 B a repeat) CANN's run is correct and shorter, since each
+    per-slot prefix ``vcount`` over the BS·k = 32 routing ids is one beat instead of two."""
+    from epfabric.sw import presets
+    params = {"batch": 8, "topk": 4, "experts": 4, "system": "cann"}
+    runs = {}
+    for lanes in (16, 128):
+        monkeypatch.setitem(presets.PRESETS, "tiny",
+                            dataclasses.replace(presets.PRESETS["tiny"], vector_lanes=lanes))
+        result, _ = run_kernel(K, backend("pysim"), **SHAPE, params=params,
+                               max_cycles=KERNEL_CASE_MAX_CYCLES)
+        assert result["correct"], (lanes, result["problems"])
+        runs[lanes] = result["runs"][0]
+        assert runs[lanes]["config"]["lanes"] == lanes
+    assert runs[128]["cycles"] < runs[16]["cycles"], {k: r["cycles"] for k, r in runs.items()}

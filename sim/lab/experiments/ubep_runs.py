@@ -41,6 +41,7 @@ from ....sw.kernels.dispatch import layout_of
 from ....sw.ubep import combine, ubep
 from ....sw.ubep.cann import PHASES
 from ....sw.machine import Machine
+from ....sw.presets import get_preset
 from ...backends import SIMULATORS
 from ...backends.machine import backend as make_backend
 from . import Param
@@ -109,7 +110,7 @@ def sizes_for(preset, topology, aivs, points, envelope=None):
     """
     kernel = KERNELS["dispatch"]
     cfg = MachineConfig(preset, topology=parse_topology(topology), aivs_per_die=aivs,
-                        data_bytes=512, lanes=16)
+                        data_bytes=512, lanes=get_preset(preset).vector_lanes)
     sizes = dict(ENVELOPE if envelope is None else envelope)
     sizes["trace_depth"] = max(sizes["trace_depth"], pow2_at_least(len(PHASES) * cfg.cores))
     for point in points:
@@ -127,7 +128,7 @@ def config_of(point):
     topo = parse_topology(point["topology"])
     extra = {"rank_bits": point["rank_bits"]} if point.get("rank_bits") is not None else {}
     return MachineConfig(point["preset"], topology=topo, aivs_per_die=point["aivs"],
-                         data_bytes=512, lanes=16,
+                         data_bytes=512, lanes=get_preset(point["preset"]).vector_lanes,
                          **{k: point[k] for k in ENVELOPE}, **extra)
 
 
