@@ -602,6 +602,18 @@ MUTATIONS = [
         "timeout": 120,
     },
     {
+        "name": "dispatch_machine_ignores_the_vector_width",
+        "file": "sw/kernels/dispatch.py",
+        "old": "                                     lanes=pr.vector_lanes, hbm_blocks=hbm_blocks,\n",
+        "new": "                                     lanes=16, hbm_blocks=hbm_blocks,\n",
+        "description": "the MoE kernels' machine is built with 16-lane cores whatever the "
+                       "preset's vector_lanes (issue 30's vector width would not reach the "
+                       "hardware)",
+        "tests": ["tests/sw/test_dispatch.py::test_the_presets_vector_width_builds_the_cores_and_"
+                  "shortens_canns_counting"],
+        "timeout": 180,
+    },
+    {
         "name": "router_rank_field_fixed_at_8_bits",
         "file": "hw/router.py",
         "old": "        addrs = [data.View(address_layout(self.rank_bits), r.payload.addr) for r in reqs]\n",
