@@ -15,9 +15,9 @@
   every test's pysim backends share one keep token (sim/backends/pysim.py ``_simulator``),
   so a later test's run on the same design resets the kept simulator instead of
   elaborating and compiling it again (that was 385 s of a cold run's 1,420 s of test
-  time, 213 s of it repeats); harness runs (``run(spec, intent)``) share it too. A test that takes ``monkeypatch`` may change what a design
-  elaborates to: it gets backends of its own, and the kept simulators are dropped before
-  and after it.
+  time, 213 s of it repeats); harness runs (``run(spec, intent)``) share it too. A test
+  that takes ``monkeypatch`` may change what a design elaborates to: its backends and harness runs get simulators of their own (the library's
+  behaviour), so it never runs on one built before its patch.
 * ``--waveforms`` (or ``EPFABRIC_WAVEFORMS=1``): the ``waveform`` fixture gives
   the test's name, and harness runs write ``waveforms/<name>.vcd`` + ``.gtkw``.
 """
@@ -57,10 +57,8 @@ SHARED_SIMULATORS = 8
 def _shared_pysim_simulators(request):
     from epfabric.sim.backends import machine, pysim
     pysim.SIMULATOR_CACHE = SHARED_SIMULATORS
-    if "monkeypatch" in request.fixturenames:
-        pysim._SIMULATORS.clear()
-        yield
-        pysim._SIMULATORS.clear()
+    if "monkeypatch" in request.fixturenames:     # backends of its own; the kept ones stay
+        yield                                       # (built unpatched, valid after the undo)
         return
     tokens, run_pysim = machine._KEEP_TOKENS, pysim.run_pysim
 
