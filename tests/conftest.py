@@ -45,6 +45,8 @@ def pytest_configure(config):
     # The tests' runs are short and their Verilator builds many: -O0 hot code builds in about
     # 60 % of -O1's time (Makefile, `run`); the cycles are the same at every level.
     os.environ.setdefault("EPFABRIC_VERILATOR_OPT", "-O0")
+    from epfabric.sim.backends import pysim
+    pysim.SIMULATOR_CACHE = SHARED_SIMULATORS
 
 
 #: the keep token every test's pysim backend shares (see the module docstring)
@@ -56,7 +58,6 @@ SHARED_SIMULATORS = 8
 @pytest.fixture(autouse=True)
 def _shared_pysim_simulators(request):
     from epfabric.sim.backends import machine, pysim
-    pysim.SIMULATOR_CACHE = SHARED_SIMULATORS
     if "monkeypatch" in request.fixturenames:     # backends of its own; the kept ones stay
         yield                                       # (built unpatched, valid after the undo)
         return

@@ -139,8 +139,8 @@ def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params
     entries sampling every ``every`` cycles (:meth:`~epfabric.sw.machine.Machine.set_sampling`;
     the reports' ``samples``); it never changes a run's cycles. ``configs``: the machines to
     run on instead of the kernel's own for ``params`` (larger ones, as one machine for a
-    comparison of systems: ``epfabric run --system cann,ubep,ubep-inc``); the kernel's load
-    refuses one that cannot hold the run.
+    comparison of systems: ``epfabric run --system cann,ubep,ubep-inc``); one too small for
+    the run fails while loading (a write past its memory or its program store).
     """
     if isinstance(kernel, str):
         if kernel not in KERNELS:

@@ -609,19 +609,21 @@ def test_ctrl_c_in_a_sweep_keeps_the_runs_that_finished(tmp_path, monkeypatch, c
 
 
 def test_a_comparison_with_ubep_inc_runs_every_system_on_one_machine(tmp_path):
-    """--system cann,ubep-inc: both runs on the machine whose switches multicast and reduce
-    (one build), and CANN's run on it is the run on its own machine (ep_window 0)."""
+    """--system cann,ubep,ubep-inc: every run on the machine whose switches multicast and
+    reduce (one build), and CANN's and UBEP's runs on it are their runs on their own machine
+    (ep_window 0), cycle for cycle."""
     from epfabric.sim.backends.machine import backend
     from epfabric.sw.kernels import run_kernel
     out = tmp_path / "r.json"
     shape = ["--batch", "2", "--topk", "1", "--experts", "2"]
     assert main(["run", "dispatch", *SMALL, *shape, "--backend", "pysim",
-                 "--system", "cann,ubep-inc", "--json", str(out)]) == 0
-    cann, inc = (r["runs"][0] for r in json.loads(out.read_text())["results"])
-    assert cann["config"] == inc["config"] and cann["config"]["ep_window"] > 0
-    alone, _ = run_kernel("dispatch", backend("pysim"), preset="tiny",
-                          topology=("superpod", 2, 1, 1), aivs=2,
-                          params={"batch": 2, "topk": 1, "experts": 2, "system": "cann"})
-    assert alone["runs"][0]["config"].get("ep_window", 0) == 0 and alone["correct"]
-    assert (alone["runs"][0]["cycles"], alone["runs"][0]["phases"]) == (cann["cycles"],
-                                                                        cann["phases"])
+                 "--system", "cann,ubep,ubep-inc", "--json", str(out)]) == 0
+    runs = [r["runs"][0] for r in json.loads(out.read_text())["results"]]
+    assert all(r["config"] == runs[2]["config"] for r in runs) and runs[2]["config"]["ep_window"]
+    for system, shared in zip(("cann", "ubep"), runs):
+        alone, _ = run_kernel("dispatch", backend("pysim"), preset="tiny",
+                              topology=("superpod", 2, 1, 1), aivs=2,
+                              params={"batch": 2, "topk": 1, "experts": 2, "system": system})
+        assert alone["runs"][0]["config"].get("ep_window", 0) == 0 and alone["correct"]
+        assert ((alone["runs"][0]["cycles"], alone["runs"][0]["phases"])
+                == (shared["cycles"], shared["phases"])), system

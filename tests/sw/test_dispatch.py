@@ -764,8 +764,9 @@ def test_a_star_has_no_link_classes():
 
 def test_the_presets_vector_width_builds_the_cores_and_shortens_canns_counting(monkeypatch):
     """A preset's ``vector_lanes`` is the width of the cores the dispatch's machine is built
-    with: at 128 lanes (Ascend's 256 B a repeat) CANN's run is correct and shorter, since each
-    per-slot prefix ``vcount`` over the BS·k = 32 routing ids is one beat instead of two."""
+    with: at 128 lanes (Ascend's 256 B a repeat) CANN's run is correct and shorter (879
+    against 890 cycles): its vector instructions over the BS·k = 32 routing ids, the per-slot
+    prefix ``vcount`` among them, take one beat instead of two."""
     from epfabric.sw import presets
     params = {"batch": 8, "topk": 4, "experts": 4, "system": "cann"}
     runs = {}
