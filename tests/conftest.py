@@ -16,8 +16,9 @@
   so a later test's run on the same design resets the kept simulator instead of
   elaborating and compiling it again (that was 385 s of a cold run's 1,420 s of test
   time, 213 s of it repeats); harness runs (``run(spec, intent)``) share it too. A test
-  that takes ``monkeypatch`` may change what a design elaborates to: its backends and harness runs get simulators of their own (the library's
-  behaviour), so it never runs on one built before its patch.
+  that takes ``monkeypatch`` may change what a design elaborates to: its backends and
+  harness runs get simulators of their own (the library's behaviour), so it never runs on
+  one built before its patch.
 * ``--waveforms`` (or ``EPFABRIC_WAVEFORMS=1``): the ``waveform`` fixture gives
   the test's name, and harness runs write ``waveforms/<name>.vcd`` + ``.gtkw``.
 """
