@@ -19,7 +19,7 @@ from .isa import (BLOCK_BYTES, INC_COUNTERS, INSTRUCTIONS, NUM_REGS, RANK_BITS, 
 from .validate import UserError, check_choice, check_int, check_multiple, check_pow2
 from .vector_unit import VectorUnit
 
-__all__ = ["MAX_UBUF_ROWS", "MAX_LANES", "MemOp", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore", "MAX_WINDOW",
+__all__ = ["MAX_UBUF_ROWS", "MAX_LANES", "MemOp", "ep_mask_bits", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore", "MAX_WINDOW",
            "VECTOR_EXTRA_BITS", "READ_EXTRA_BITS", "ACK_COUNT_BITS", "INC_POSTS", "inc_post_layout", "INC_WAIT_ADDR", "BAR_WAIT_ADDR"]
 
 #: Largest store window (``max_outstanding``) of a core.
@@ -47,16 +47,22 @@ class MemOp(enum.Enum, shape=3):
     WRITE_RED = 6    #: ``data`` contributed to the DataBlock's reduction group (``stbr``); no answer
 
 
+def ep_mask_bits(ranks):
+    """Bits of a ``stbm``/``stbr`` die set on a machine of ``ranks`` dies: 32 (``R[rs2]``) up
+    to 32 dies, 64 (``R[rs3] << 32 | R[rs2]``) up to 64."""
+    return 32 if ranks <= 32 else 64
+
+
 def mem_req_layout(data_bytes, mask=False):
-    """Memory request: ``op``, byte ``addr``, ``data`` (and, with ``mask``, the 32-bit die set
-    of a ``stbm``/``stbr``).
+    """Memory request: ``op``, byte ``addr``, ``data`` (and, with ``mask``, the die set of a
+    ``stbm``/``stbr``: ``True`` 32 bits, or a width, :func:`ep_mask_bits`).
 
     ``addr`` is the 32-bit byte address as the core computed it; the system splits it into
     rank, block and word by its ``rank_bits`` (:func:`epfabric.hw.isa.address_layout`).
     """
     return data.StructLayout({"op": MemOp, "addr": unsigned(32),
                               "data": unsigned(data_bytes * 8),
-                              **({"mask": unsigned(32)} if mask else {})})
+                              **({"mask": unsigned(32 if mask is True else mask)} if mask else {})})
 
 
 def mem_rsp_layout(data_bytes):
@@ -287,7 +293,7 @@ class AIVCore(wiring.Component):
             raise UserError(f"ep must be True or False, not {ep!r}")
         self.ep = ep
         # the dies a stbm's mask can name (the router sends mask[:ranks]): acks are owed for those
-        self.ep_dies = check_int("ep_dies", ep_dies, 1, 32)
+        self.ep_dies = check_int("ep_dies", ep_dies, 1, 64)
         self.core_id, self.imem_depth, self.ubuf_rows = core_id, imem_depth, ubuf_rows
         self.data_bytes, self.lanes, self.width = data_bytes, lanes, width
         self.max_outstanding = max_outstanding
@@ -300,7 +306,8 @@ class AIVCore(wiring.Component):
             "vector_extra": In(VECTOR_EXTRA_BITS),
             "read_extra": In(READ_EXTRA_BITS),
             "rank": In(RANK_BITS),
-            "mem_req": Out(stream.Signature(mem_req_layout(data_bytes, mask=ep))),
+            "mem_req": Out(stream.Signature(mem_req_layout(
+                data_bytes, mask=ep and ep_mask_bits(self.ep_dies)))),
             "mem_rsp": In(stream.Signature(mem_rsp_layout(data_bytes))),
             "trace": Out(stream.Signature(trace_layout)),
             "halted": Out(1),
@@ -558,8 +565,8 @@ class AIVCore(wiring.Component):
                         with m.If(~store_taken):
                             m.d.sync += self.pc.eq(self.pc)
                     if self.ep:
-                        self._ep_store(m, insn, a, b, ru, rfile, ua, row_of, req, outstanding,
-                                       store_taken, store_count)
+                        self._ep_store(m, insn, a, b, c, ru, rfile, ua, row_of, req,
+                                       outstanding, store_taken, store_count)
                     with m.Case(Opcode.LW, Opcode.LDB, Opcode.FADD, Opcode.POLL):
                         # the read_extra knob: offered once it waited that many cycles (and
                         # kept valid until taken); a poll's every read waits again
@@ -765,20 +772,21 @@ class AIVCore(wiring.Component):
                          k["src"].eq(row_of(a)), k["a"].eq(b), k["b"].eq(c)]
         return waiting, k
 
-    def _ep_store(self, m, insn, a, b, ru, rfile, ua, row_of, req, outstanding, store_taken,
+    def _ep_store(self, m, insn, a, b, c, ru, rfile, ua, row_of, req, outstanding, store_taken,
                   store_count):
         """RUN state, ``stbm``/``stbr`` (``ep=True``): the block of UBuf row R[ru] to address
-        R[rs1] with the die set R[rs2]. A ``stbm`` waits until the store window has room for
+        R[rs1] with the die set R[rs2] (and, past 32 dies, R[rs3] << 32 | R[rs2]). A ``stbm`` waits until the store window has room for
         an ack from every die of its mask (bits ``ep_dies`` and up name no die and are not
         counted); a ``stbr`` is posted (never acknowledged)."""
         n_acks = Signal(range(self.ep_dies + 1), name="stbm_acks")
+        dies = Cat(b, c) if ep_mask_bits(self.ep_dies) > 32 else b
         with m.Case(Opcode.STBM, Opcode.STBR):
-            m.d.comb += n_acks.eq(popcount(b[k] for k in range(self.ep_dies)))
+            m.d.comb += n_acks.eq(popcount(dies[k] for k in range(self.ep_dies)))
             is_m = insn.op == Opcode.STBM
             room = (outstanding + n_acks <= self.max_outstanding) & \
                 (outstanding < self.store_window)
             m.d.comb += [self.mem_req.valid.eq(Mux(is_m, room, 1)), req.addr.eq(a),
-                         req.mask.eq(b), req.op.eq(Mux(is_m, MemOp.WRITE_MCAST, MemOp.WRITE_RED)),
+                         req.mask.eq(dies), req.op.eq(Mux(is_m, MemOp.WRITE_MCAST, MemOp.WRITE_RED)),
                          ua.addr.eq(row_of(rfile[ru])), req.data.eq(ua.data)]
             m.d.comb += store_taken.eq(self.mem_req.valid & self.mem_req.ready)
             m.d.comb += store_count.eq(Mux(store_taken & is_m, n_acks, 0))

@@ -254,14 +254,16 @@ INSTRUCTIONS = (
     _i("incwait", 52, [RD, _imm("ctr", 2, False), RS2],
        "wait until INC counter ctr (0 AG, 1 RS, 2 barrier) >= R[rs2] (wrap-safe); "
        "then R[rd] = the counter", unit="inc"),
-    _i("stbm", 53, [RU, RS1, RS2],
+    _i("stbm", 53, [RU, RS1, RS2, RS3],
        "DataBlock at R[rs1] (its block and word; the rank field is ignored) on every die of "
-       "mask R[rs2] (bit d: die d; bits past the machine's dies are ignored) = UBuf row R[ru]: "
+       "mask R[rs3] << 32 | R[rs2] (bit d: die d; R[rs3] only on machines of more than 32 dies; "
+       "bits past the machine's dies are ignored) = UBuf row R[ru]: "
        "one send, copied in the network where "
        "the paths part (posted; each die acks it)", unit="ep"),
-    _i("stbr", 54, [RU, RS1, RS2],
+    _i("stbr", 54, [RU, RS1, RS2, RS3],
        "contribute UBuf row R[ru] to the DataBlock at R[rs1] on its rank: summed in the network "
-       "with the contributions of the other dies of mask R[rs2], one from each (the "
+       "with the contributions of the other dies of mask R[rs3] << 32 | R[rs2] (R[rs3] as for "
+       "stbm), one from each (the "
        "destination adds its own part itself); posted and not acknowledged", unit="ep"),
     _i("cube", 56, [RU, RS1, RS2, RS3],
        "UBuf row of R[ru] = R[rs2] * (UBuf row of R[rs1]) + R[rs3] per 32-bit word (mod 2**32), "

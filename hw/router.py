@@ -97,7 +97,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .aiv_core import ACK_COUNT_BITS, MAX_WINDOW, MemOp, mem_req_layout, mem_rsp_layout
+from .aiv_core import (ACK_COUNT_BITS, MAX_WINDOW, MemOp, ep_mask_bits, mem_req_layout,
+                       mem_rsp_layout)
 from .arbiter import RoundRobin
 from .hbm import ReadPortSignature, check_blocks, check_data_bytes
 from .host import HostMemorySignature
@@ -301,7 +302,8 @@ class TxMux(wiring.Component):
             "rank": In(range(max(2, ranks))),
             "answers": In(stream.Signature(answer_layout(self.flit))),
             "acks": In(stream.Signature(ack_layout(ranks, aivs, max_outstanding))),
-            "requests": In(stream.Signature(mem_req_layout(data_bytes, mask=ep))).array(aivs),
+            "requests": In(stream.Signature(
+                mem_req_layout(data_bytes, mask=ep and ep_mask_bits(ranks)))).array(aivs),
             "tx": Out(stream.Signature(self.flit)),
         })
 
@@ -432,7 +434,8 @@ class DieRouter(wiring.Component):
         self.flit = flit_layout(ranks, aivs, data_bytes, hbm_blocks, ep=ep)
         super().__init__({
             "rank": In(range(max(2, ranks))),
-            "mem_req": In(stream.Signature(mem_req_layout(data_bytes, mask=ep))).array(aivs),
+            "mem_req": In(stream.Signature(
+                mem_req_layout(data_bytes, mask=ep and ep_mask_bits(ranks)))).array(aivs),
             "mem_rsp": Out(stream.Signature(mem_rsp_layout(data_bytes))).array(aivs),
             "ub_req": Out(stream.Signature(request_layout(blocks=hbm_blocks,
                                                           data_bytes=data_bytes))),

@@ -25,8 +25,9 @@ from .validate import UserError, UserTypeError, check_int
 __all__ = ["System", "trace_entry_layout", "imem_row_window", "MAX_AIVS_PER_DIE", "MAX_EP_DIES",
            "SAMPLE_EVERY_REG", "SAMPLE_RANK_COUNTERS", "MAX_SAMPLE_DEPTH", "sample_layout"]
 
-#: the most dies an in-network EP machine has: a core's register holds the die mask
-MAX_EP_DIES = 32
+#: the most dies an in-network EP machine has: a ``stbm``/``stbr`` die mask is one register up
+#: to 32 dies and a pair (``R[rs3] << 32 | R[rs2]``) up to 64
+MAX_EP_DIES = 64
 
 #: Verilog names of the shared die and core modules (``hierarchical_verilog``).
 DIE_MODULE = "epf_die"
@@ -197,8 +198,8 @@ class System(wiring.Component):
         blocks of a destination a run reduces into; ``header_bits``, default 128, the
         Data-as-Flag words a reduction keeps rather than sums), every core runs ``stbm`` and
         ``stbr`` (``AIVCore(ep=True)``), the flits carry ``mcast``/``red``/``mask``/``count``.
-        At most 32 dies (a register holds the die mask). ``None`` (default): none of it, and
-        the Verilog is unchanged.
+        At most 64 dies (a ``stbm``/``stbr`` die mask is one register, two past 32 dies).
+        ``None`` (default): none of it, and the Verilog is unchanged.
 
     Counter sampler (``sample_depth`` > 0 only)
     -------------------------------------------
@@ -275,8 +276,8 @@ class System(wiring.Component):
         if ep_inc is not None and kind != "superpod":
             raise UserError(f"in-network EP (ep_inc) needs a superpod topology, not {topology!r}")
         if ep_inc is not None and ranks > MAX_EP_DIES:
-            raise UserError(f"in-network EP names its dies in a 32-bit register mask: at most "
-                            f"{MAX_EP_DIES} dies, not {ranks}")
+            raise UserError(f"in-network EP names its dies in a 64-bit mask (two registers): at "
+                            f"most {MAX_EP_DIES} dies, not {ranks}")
         self.flit = flit_layout(ranks, aivs_per_die + (nic is not None), data_bytes, hbm_blocks,
                                 ep=ep_inc is not None)
         die_params = dict(ranks=ranks, aivs=aivs_per_die, imem_depth=imem_depth,

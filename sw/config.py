@@ -146,7 +146,7 @@ class MachineConfig:
                                 f"topology, not {topo!r}")
             if self.ranks > MAX_EP_DIES:
                 raise UserError(f"ep_window={self.ep_window}: in-network EP names its dies in a "
-                                f"32-bit mask, at most {MAX_EP_DIES} dies, not {self.ranks}")
+                                f"64-bit mask, at most {MAX_EP_DIES} dies, not {self.ranks}")
             if self.ep_window > self.hbm_blocks:
                 raise UserError(f"ep_window={self.ep_window} is more than hbm_blocks="
                                 f"{self.hbm_blocks}")

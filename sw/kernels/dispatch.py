@@ -270,13 +270,17 @@ def with_headers(w, order, rows, epoch, inc=False):
     """``rows`` (a rank's expected OUT) with UBEP's TFF header in words 0..3 of every block;
     ``order`` is that rank's ``dispatch_order(w)[d]`` (computed once per check: it walks every
     rank's slots). ``inc`` (UBEP-INC): word 2 is the token's die mask, not ``e << 8 | i`` (one
-    multicast block serves all its experts)."""
+    multicast block serves all its experts); past 32 dies word 2 holds dies 0..31 and word 3
+    dies 32..63 instead of the block index."""
     out = rows.copy()
+    wide = inc and w.ranks > 32
     for p, (s, t, i) in enumerate(order):
         e = int(w.topk_idx[s][t, i])
-        word2 = die_mask(w, s, t) if inc else e << 8 | i
+        mask = die_mask(w, s, t) if inc else 0
+        word2 = mask & 0xFFFFFFFF if inc else e << 8 | i
         for b in range(w.hidden_blocks):
-            out[p, b, :HEADER_WORDS] = [ubep.TFF_TAG | epoch, s << 16 | t, word2, b]
+            out[p, b, :HEADER_WORDS] = [ubep.TFF_TAG | epoch, s << 16 | t, word2,
+                                        mask >> 32 if wide else b]
     return out
 
 

@@ -35,7 +35,8 @@ region      contents                                                    written 
             e_l``, slot ``j``): ``epoch << 16 | t`` and                  T-AIVs
             ``epoch << 16 | w[t,i]``
 ``IMETA``   UBEP-INC only: 2 words per ``OUT`` row: ``t | w << 16``      own reorder
-            and the token's die mask (what the combine pre-sums by)
+            and the token's die mask (what the combine pre-sums by);
+            past 32 dies 4 words, word 2 the mask's bits 32..63
 ``MCBUF``   UBEP-INC only: ``R`` sources × BS tokens × ``B_tok`` blocks, other ranks'
             token ``t`` of ``s`` at ``(s·BS + t)·B_tok`` (one multicast  T-AIVs (stbm)
             copy per die, whatever its experts there)
@@ -208,12 +209,25 @@ class Layout:
         return self.SWFLAG + self._word_blocks(self.flag_words)
 
     @cached_property
+    def wide_mask(self):
+        """More than 32 dies: a die mask is two words (UBEP-INC: bits 32..63 in ``R[rs3]`` of a
+        ``stbm``/``stbr``, in a token block's header word 3 and in ``IMETA`` word 2)."""
+        return self.ranks > 32
+
+    @cached_property
+    def imeta_words(self):
+        """``IMETA`` words per ``OUT`` row: 2 (``t | w << 16``, the die mask), 4 with
+        :attr:`wide_mask` (word 2 the mask's bits 32..63; word 3 unused, a power of two)."""
+        return 4 if self.wide_mask else 2
+
+    @cached_property
     def IMETA(self):
         return self.IDX + (self._word_blocks(2 * self.entries * self.cap) if self.inc else 0)
 
     @cached_property
     def MCBUF(self):
-        return self.IMETA + (self._word_blocks(2 * self.entries * self.cap) if self.inc else 0)
+        return self.IMETA + (self._word_blocks(self.imeta_words * self.entries * self.cap)
+                             if self.inc else 0)
 
     @cached_property
     def YOWN(self):

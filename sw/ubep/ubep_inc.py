@@ -75,19 +75,52 @@ def check_layout(lay):
         raise UserError("system='ubep-inc' needs a layout with its regions (Layout inc=True)")
 
 
-def _mask_of(p, rows_route, first, k, epr, experts, out, e, rank_reg, tmp):
+def _mask_of(p, rows_route, first, k, epr, experts, out, e, rank_reg, tmp, hi=None):
     """``R[out]`` = the die mask of the ``k`` expert ids from element ``R[first]`` of the UBuf
-    routing at ``rows_route``: bit ``e // epr`` of each. Clobbers ``e``, ``rank_reg``, ``tmp``
-    and ``R[first]`` is kept."""
+    routing at ``rows_route``: bit ``e // epr`` of each. With ``hi`` (more than 32 dies) the
+    mask is two words, dies 0..31 in ``R[out]`` and 32..63 in ``R[hi]``: a die's bit is
+    ``1 << (die & 31)``, put in ``R[out]`` masked by ``(die >> 5) - 1`` and in ``R[hi]`` by
+    ``-(die >> 5)`` (no branch). Clobbers ``e``, ``rank_reg``, ``tmp``; ``R[first]`` is
+    kept."""
     from .ubep import _elem
     p.mv(out, 0)
+    if hi is not None:
+        p.mv(hi, 0)
     for i in range(k):
         p.addi(tmp, first, i)
         _elem(p, e, rows_route, tmp, rank_reg)     # e = topk_idx[t, i]
         divmod_const(p, rank_reg, None, e, epr, experts, tmp)
+        if hi is None:
+            p.li(tmp, 1)
+            p.sll(tmp, tmp, rank_reg)
+            p.or_(out, out, tmp)
+            continue
+        p.srli(e, rank_reg, 5)                     # the die's word: 0 or 1
+        p.andi(rank_reg, rank_reg, 31)
         p.li(tmp, 1)
-        p.sll(tmp, tmp, rank_reg)
-        p.or_(out, out, tmp)
+        p.sll(tmp, tmp, rank_reg)                  # its bit in that word
+        p.addi(rank_reg, e, -1)
+        p.and_(rank_reg, tmp, rank_reg)
+        p.or_(out, out, rank_reg)
+        p.sub(e, 0, e)
+        p.and_(tmp, tmp, e)
+        p.or_(hi, hi, tmp)
+
+
+def _without(p, die, lo, hi, out_lo, out_hi, tmp):
+    """``R[out_lo]``, ``R[out_hi]`` = the two-word mask ``R[lo]``, ``R[hi]`` without ``die`` (a
+    number known when the program is built). ``out_lo`` may be ``hi`` and ``out_hi`` may be
+    ``hi``; ``tmp`` is none of them."""
+    bit = ~(1 << die % 32) & 0xFFFFFFFF
+    if die < 32:
+        if out_hi != hi:
+            p.mv(out_hi, hi)
+        p.li(tmp, bit)
+        p.and_(out_lo, lo, tmp)
+    else:
+        p.li(tmp, bit)
+        p.and_(out_hi, hi, tmp)
+        p.mv(out_lo, lo)
 
 
 def send_slot(p, lay, rank, rows, experts):
@@ -117,7 +150,7 @@ def send_slot(p, lay, rank, rows, experts):
 def multicast_tokens(p, lay, rank, rows, experts, t0, t1):
     """The T-AIV's tokens ``[t0, t1)``, each block once with one ``stbm`` to ``MCBUF[s][t]``
     on the dies of the token's experts (module docstring). Before the slot walk; clobbers
-    r1, r2, r7–r15."""
+    r1, r2, r7–r15. Past 32 dies header word 3 is the mask's bits 32..63, not ``b``."""
     if t0 >= t1:
         return
     k, epr, B = lay.topk, lay.epr, lay.hidden_blocks
@@ -129,7 +162,11 @@ def multicast_tokens(p, lay, rank, rows, experts, t0, t1):
     p.bgeu(1, 2, "inc_tok_end")
     p.li(14, k)
     p.mul(7, 1, 14)                                # n = t·k
-    _mask_of(p, rows.route, 7, k, epr, experts, out=11, e=12, rank_reg=9, tmp=14)
+    wide = lay.wide_mask
+    _mask_of(p, rows.route, 7, k, epr, experts, out=11, e=12, rank_reg=9, tmp=14,
+             hi=8 if wide else None)
+    if wide:
+        p.mv(7, 8)                                 # the mask's bits 32..63 (n is done with)
     p.li(14, B * 512)
     p.mul(15, 1, 14)
     p.li(8, lay.address(rank, lay.X))
@@ -141,10 +178,10 @@ def multicast_tokens(p, lay, rank, rows, experts, t0, t1):
     p.or_(12, 12, 1)                               # header word 1: s << 16 | t
     for b in range(B):
         p.ldb(10, 15, b * 512)
-        _header(p, 10, 13, 12, 11, b)              # header word 2: the die mask
+        _header(p, 10, 13, 12, 11, b, hi=7 if wide else None)  # word 2 (and 3): the die mask
         if b:
             p.addi(14, 14, 512)
-        p.stbm(10, 14, 11)                         # one send, copied where the paths part
+        p.stbm(10, 14, 11, 7 if wide else 0)       # one send, copied where the paths part
     p.addi(1, 1, 1)
     p.j("inc_tok")
     p.label("inc_tok_end")
@@ -156,8 +193,9 @@ def reorder_pair(p, lay, rank, q):
     TFF flag word, r13 ``epoch << 16``."""
     R, B = lay.ranks, lay.hidden_blocks
     e_l, src = divmod(q, R)
+    step = 4 * lay.imeta_words
     p.li(15, lay.address(rank, lay.IDX) + 4 * lay.idx_word(src, e_l, 0))
-    p.slli(9, 1, 3)
+    p.slli(9, 1, step.bit_length() - 1)
     p.li(8, lay.address(rank, lay.IMETA))
     p.add(9, 9, 8)                                 # IMETA of the pair's first OUT row
     p.li(1, lay.address(rank, lay.mcbuf_block(src, 0)))
@@ -177,13 +215,16 @@ def reorder_pair(p, lay, rank, q):
         p.ldb(10, 5, 0)
         if b == 0:
             p.ulw(6, 10, 8)                        # the token's die mask
+            if lay.wide_mask:
+                p.ulw(11, 10, 12)                  # its bits 32..63 (header word 3)
+                p.sw(11, 9, 8)                     # IMETA word 2
         p.stb(10, 14, 0)
         if b + 1 < B:
             p.addi(5, 5, 512)
         p.addi(14, 14, 512)
     p.sw(4, 9, 0)
     p.sw(6, 9, 4)                                  # IMETA word 1: the mask
-    p.addi(9, 9, 8)
+    p.addi(9, 9, step)
     p.addi(15, 15, 8)
     p.addi(2, 2, -1)
     p.j(f"inc_copy{q}")
@@ -213,12 +254,15 @@ def ubuf_rows_needed(lay):
     return _Rows(lay).rows
 
 
-def _header(p, row, flag, word1, mask, b):
-    """Header words 0..3 of UBuf row ``R[row]``: flag, ``word1``, mask, ``b``."""
+def _header(p, row, flag, word1, mask, b, hi=None):
+    """Header words 0..3 of UBuf row ``R[row]``: flag, ``word1``, mask, ``b`` (with ``hi``,
+    the mask's bits 32..63 ``R[hi]`` instead of ``b``). Clobbers r8 when ``b`` > 0."""
     p.usw(flag, row, 0)
     p.usw(word1, row, 4)
     p.usw(mask, row, 8)
-    if b:
+    if hi is not None:
+        p.usw(hi, row, 12)
+    elif b:
         p.li(8, b)
         p.usw(8, row, 12)
     else:
@@ -233,6 +277,7 @@ def combine_program(lay, *, rank, core, aivs, experts, broken=None):
     """
     check_layout(lay)
     R, B, epr, k = lay.ranks, lay.hidden_blocks, lay.epr, lay.topk
+    wide = lay.wide_mask
     rows = _Rows(lay)
     p = Program()
     for r in range(lay.route_blocks):
@@ -267,7 +312,7 @@ def combine_program(lay, *, rank, core, aivs, experts, broken=None):
             p.ulw(5, 0, rows.cur(e_l))
             p.ulw(6, 0, rows.end(e_l))
             p.bgeu(5, 6, f"skip{tag}")
-            p.slli(7, 5, 3)
+            p.slli(7, 5, (4 * lay.imeta_words).bit_length() - 1)
             p.li(8, lay.address(rank, lay.IMETA))
             p.add(7, 7, 8)
             p.lw(9, 7, 0)                          # t | w << 16
@@ -275,6 +320,8 @@ def combine_program(lay, *, rank, core, aivs, experts, broken=None):
             p.bne(8, 1, f"skip{tag}")              # the pair's next row is a later token
             p.srli(9, 9, 16)                       # its weight
             p.lw(4, 7, 4)                          # the token's die mask
+            if wide:
+                p.lw(15, 7, 8)                     # its bits 32..63
             p.li(8, B * 512)
             p.mul(7, 5, 8)
             p.li(8, lay.address(rank, lay.OUT))
@@ -306,7 +353,9 @@ def combine_program(lay, *, rank, core, aivs, experts, broken=None):
         p.mul(14, 1, 8)
         p.li(8, lay.address(rank, lay.YOWN) if s == rank else lay.address(s, lay.YOUT))
         p.add(14, 14, 8)
-        if s != rank:
+        if s != rank and wide:                     # the contributors: the mask without s
+            _without(p, s, lo=4, hi=15, out_lo=15, out_hi=5, tmp=6)
+        elif s != rank:
             p.li(15, ~(1 << s) & 0xFFFFFFFF)
             p.and_(15, 4, 15)                      # the contributors: the mask without s
         for b in range(B):
@@ -317,7 +366,7 @@ def combine_program(lay, *, rank, core, aivs, experts, broken=None):
             else:
                 if b:
                     p.addi(14, 14, 512)
-                p.stbr(10, 14, 15)                 # one contribution, summed in the network
+                p.stbr(10, 14, 15, 5 if wide else 0)  # one contribution, summed in the network
         p.label(f"next{s}")
         p.addi(1, 1, 1)
         p.bltu(1, 2, f"t{s}")
@@ -331,11 +380,18 @@ def combine_program(lay, *, rank, core, aivs, experts, broken=None):
         p.bgeu(1, 2, "root_end")
         p.li(13, k)
         p.mul(3, 1, 13)                            # n = t·k
-        _mask_of(p, rows.route, 3, k, epr, experts, out=4, e=5, rank_reg=6, tmp=14)
-        p.li(14, ~(1 << rank) & 0xFFFFFFFF)
-        p.and_(5, 4, 14)                           # the other dies: a reduced block comes
-        p.srli(6, 4, rank)
-        p.andi(6, 6, 1)                            # the own die: YOWN holds its part
+        _mask_of(p, rows.route, 3, k, epr, experts, out=4, e=5, rank_reg=6, tmp=14,
+                 hi=7 if wide else None)
+        if wide:
+            p.srli(6, 4 if rank < 32 else 7, rank % 32)
+            p.andi(6, 6, 1)                        # the own die: YOWN holds its part
+            _without(p, rank, lo=4, hi=7, out_lo=5, out_hi=7, tmp=14)
+            p.or_(5, 5, 7)                         # the other dies: a reduced block comes
+        else:
+            p.li(14, ~(1 << rank) & 0xFFFFFFFF)
+            p.and_(5, 4, 14)                       # the other dies: a reduced block comes
+            p.srli(6, 4, rank)
+            p.andi(6, 6, 1)                        # the own die: YOWN holds its part
         p.li(8, B * 512)
         p.mul(7, 1, 8)
         p.mul(9, 1, 8)

@@ -14,6 +14,7 @@ from epfabric.sim.tb.core_memory import MEM_LATENCY as L
 from epfabric.sim.tb.core_memory import run_programs
 from epfabric.sw.assembler import Program, assemble
 from epfabric.hw.isa import BY_MNEMONIC, address
+from epfabric.hw.validate import UserError
 
 from utils import ComponentSpec, run, simulators
 
@@ -383,11 +384,11 @@ def _ep_programs():
     mem = {EP_SRC + 4 * w: x for w, x in enumerate(EP_X)}
     progs = {}
     p = Program().li(1, EP_SRC).li(5, 1 << 9).ldb(5, 1, 0).li(2, EP_DST).li(3, 0b1011)
-    p.mark(1).stbm(5, 2, 3).fence().mark(2).halt()
+    p.mark(1).stbm(5, 2, 3, 0).fence().mark(2).halt()
     progs["stbm"] = ({"words": p.assemble(), "memory": mem},
                      {EP_DST + 4 * w: x for w, x in enumerate(EP_X)}, ["stbm"])
     p = Program().li(1, EP_SRC).li(5, 1 << 9).ldb(5, 1, 0).li(2, address(2, 8, 0)).li(3, 0b0110)
-    p.mark(1).stbr(5, 2, 3).fence().mark(2).halt()
+    p.mark(1).stbr(5, 2, 3, 0).fence().mark(2).halt()
     progs["stbr"] = ({"words": p.assemble(), "memory": mem}, {}, ["stbr"])
     return progs
 
@@ -420,6 +421,32 @@ def test_stbr_is_posted_and_never_fenced(ep_results):
     assert req[2:] == [address(2, 8, 0), 0b0110]
     marks = {e: c for _core, c, e in res["trace"]}
     assert marks[2] - marks[1] == 3                   # mark, stbr, fence: nothing to wait for
+
+
+EP64_SPEC = ComponentSpec("epfabric.hw.aiv_core:AIVCore", {**PARAMS, "ep": True, "ep_dies": 64})
+
+
+def test_past_32_dies_a_stbm_mask_is_two_registers():
+    # dies 0, 1, 3 in R[rs2] and 32, 34 in R[rs3]: one request with the 64-bit set, and the
+    # fence waits for the 5 dies' acks; a 32-die core's request ignores R[rs3]
+    def prog():
+        p = Program().li(1, EP_SRC).li(5, 1 << 9).ldb(5, 1, 0).li(2, EP_DST)
+        p.li(3, 0b1011).li(4, 0b101)
+        return p.mark(1).stbm(5, 2, 3, 4).fence().mark(2).halt()
+    mem = {EP_SRC + 4 * w: x for w, x in enumerate(EP_X)}
+    for spec, mask in ((EP64_SPEC, 0b101 << 32 | 0b1011), (EP_SPEC, 0b1011)):
+        (res,), _ = run(spec, run_programs, {"programs": [{"words": prog().assemble(),
+                                                             "memory": mem}]})
+        _check_words("stbm", res, {EP_DST + 4 * w: x for w, x in enumerate(EP_X)})
+        (req,) = [r for r in res["requests"] if r[1] == "WRITE_MCAST"]
+        assert req[2:] == [EP_DST, mask]
+        marks = {e: c for _core, c, e in res["trace"]}
+        assert marks[2] - marks[1] == 3 + L
+
+
+def test_a_core_names_at_most_64_dies():
+    with pytest.raises(UserError, match="ep_dies"):
+        AIVCore(**{**PARAMS, "ep": True, "ep_dies": 65})
 
 
 def test_every_instruction_runs_on_the_core():

@@ -574,12 +574,12 @@ def ep_programs():
     mcast, red = 0b1110, 0b1101
     progs = {}
     p0 = Program().li(10, address(0, 1, 0)).li(11, address(0, 4, 0)).li(12, mcast).li(1, 0)
-    p0.ldb(1, 10, 0).stbm(1, 11, 12).fence()
+    p0.ldb(1, 10, 0).stbm(1, 11, 12, 0).fence()
     progs[(0, 0)] = p0
     for r in (0, 2, 3):
         p = progs.get((r, 0)) or Program().li(1, 0)
         p.li(13, address(r, 1, 0)).li(14, address(1, 8, 0)).li(15, red)
-        p.ldb(1, 13, 0).stbr(1, 14, 15)
+        p.ldb(1, 13, 0).stbr(1, 14, 15, 0)
         progs[(r, 0)] = p
     p1 = Program().li(11, address(1, 8, 0)).li(6, 0x0D0D0001).poll(4, 11, 6, "eq")
     p1.li(12, address(1, 9, 0)).sw(4, 12, 0).fence()
@@ -638,7 +638,7 @@ def test_stbm_mask_bits_past_the_dies_name_no_die_and_owe_no_ack():
     """A mask of every bit: the block reaches the 3 other dies and the own one, and the fence
     waits for their 4 acks only (a core counting all 32 bits would wait forever)."""
     p = Program().li(10, address(0, 1, 0)).li(11, address(0, 4, 0)).li(12, -1).li(1, 0)
-    p.ldb(1, 10, 0).stbm(1, 11, 12).fence().halt()
+    p.ldb(1, 10, 0).stbm(1, 11, 12, 0).fence().halt()
     r = run_sys(EP, {(0, 0): p}, hbm=ep_hbm(), max_cycles=2000,
                 reads=[[d, address(d, 4, 0)] for d in range(EP_RANKS)])
     assert r["done"] == 1 and not r["timeout"]
@@ -647,7 +647,7 @@ def test_stbm_mask_bits_past_the_dies_name_no_die_and_owe_no_ack():
 
 def test_ep_stores_fault_without_the_unit():
     """On a machine without in-network EP, stbm is an illegal instruction: the core faults."""
-    p = Program().li(12, 1).stbm(1, 0, 12).halt()
+    p = Program().li(12, 1).stbm(1, 0, 12, 0).halt()
     r = run_sys(SMALL, {(0, 0): p}, max_cycles=200)
     assert r["fault"][0] == 1
 

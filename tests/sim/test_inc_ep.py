@@ -19,7 +19,12 @@ def test_32_dies_run_on_the_native_backend_only():
     assert len(EXPERIMENT.points(EXPERIMENT.resolve(ranks="16", backend="verilator"))) == 15
 
 
-def test_64_dies_are_refused_with_the_reason():
-    with pytest.raises(UserError, match=r"ranks must be of 4, 8, 16, 32, not 64 \(64 dies are "
-                                        r"past the 32-die mask"):
-        EXPERIMENT.points(EXPERIMENT.resolve(ranks="64", backend="native"))
+def test_64_dies_run_on_four_boards_on_native_and_other_counts_are_refused():
+    points = EXPERIMENT.points(EXPERIMENT.resolve(ranks="64", blocks="1", seeds=1,
+                                                  backend="native"))
+    assert [(p["topology"], p["experts"], p["topk"]) for p in points] == \
+        [("superpod:2,8,4", 128, 8)]
+    with pytest.raises(UserError, match=r"^ranks=64 needs backend native"):
+        EXPERIMENT.points(EXPERIMENT.resolve(ranks="64", backend="verilator"))
+    with pytest.raises(UserError, match=r"^ranks must be of 4, 8, 16, 32, 64, not 128$"):
+        EXPERIMENT.points(EXPERIMENT.resolve(ranks="128", backend="native"))

@@ -9,16 +9,18 @@ closed form (:mod:`epfabric.sw.ubep.traffic`, INC-MoE §2.2's way of counting). 
 checked bit-exact by the kernel's checker (a wrong run raises: no row comes from one).
 
 Shapes: 4 dies ``superpod:2,1,2`` (the quick grid), 8 ``superpod:2,2,2``, 16
-``superpod:2,4,2``, 32 ``superpod:2,8,2`` (two boards each, so tier-2 carries traffic). ``experts = 2 · ranks``,
-top-8 (top-4 at 4 dies, which have 8 experts).
+``superpod:2,4,2``, 32 ``superpod:2,8,2`` (two boards each, so tier-2 carries traffic), 64
+``superpod:2,8,4`` (four boards). ``experts = 2 · ranks``, top-8 (top-4 at 4 dies, which have
+8 experts).
 
-32 dies ``superpod:2,8,2`` run on the native backend only. The flat Verilog model of that
+32 and 64 dies run on the native backend only. The flat Verilog model of that
 machine (Verilator, Icarus) does not convert here: Yosys's WebAssembly build runs out of its
 4 GiB (``bad_alloc``, measured at ``ep_window`` 256 and 64), because each tier-1 switch, 32
 ports of 512 B flits with a reduction slot of a block for every (destination, result block),
 is one module. The native backend builds it as a control part and data planes
 (:class:`~epfabric.hw.inc_switch.PlanarIncSwitch`), each converted alone.
-Not 64 dies: the die masks are 32 bits (:data:`~epfabric.hw.system.MAX_EP_DIES`).
+Past 32 dies a die mask is two registers and two header words
+(:attr:`~epfabric.sw.ubep.layout.Layout.wide_mask`).
 """
 
 from ....hw.validate import UserError
@@ -33,7 +35,8 @@ from . import Experiment, Param, int_list, register
 __all__ = ["IncEp", "EXPERIMENT", "SHAPES", "SYSTEMS", "TOLERANCE"]
 
 #: ranks -> topology (two boards each)
-SHAPES = {4: "superpod:2,1,2", 8: "superpod:2,2,2", 16: "superpod:2,4,2", 32: "superpod:2,8,2"}
+SHAPES = {4: "superpod:2,1,2", 8: "superpod:2,2,2", 16: "superpod:2,4,2", 32: "superpod:2,8,2",
+          64: "superpod:2,8,4"}
 #: the fewest dies whose flat Verilog model does not convert here (the module docstring)
 NATIVE_FROM = 32
 SYSTEMS = ("cann", "ubep", "ubep-inc")
@@ -52,7 +55,7 @@ class IncEp(Experiment):
                 "rows are summed where their paths meet")
     params = (Param("preset", "cm384", "preset", str),
               Param("backend", "verilator", "simulator", str, SIMULATORS),
-              Param("ranks", "8,16", "dies (comma-separated; of 4, 8, 16, 32: 32 on backend native)", str),
+              Param("ranks", "8,16", "dies (comma-separated; of 4, 8, 16, 32, 64: 32 and 64 on backend native)", str),
               Param("blocks", "1,2,4,8,14", "blocks per token B_tok (comma-separated)", str),
               Param("batch", 16, "tokens per die (BS)", int, minimum=1),
               Param("aivs", 4, "AIVs per die", int, minimum=2),
@@ -63,8 +66,7 @@ class IncEp(Experiment):
         blocks = [1, 2] if quick else int_list("blocks", params["blocks"], 1, 16)
         for r in ranks:
             if r not in SHAPES:
-                raise UserError(f"ranks must be of {', '.join(map(str, SHAPES))}, not {r} (64 "
-                                f"dies are past the 32-die mask: see inc_ep's docstring)")
+                raise UserError(f"ranks must be of {', '.join(map(str, SHAPES))}, not {r}")
             if r >= NATIVE_FROM and params["backend"] in ("verilator", "icarus"):
                 raise UserError(f"ranks={r} needs backend native, not {params['backend']!r}: "
                                 f"the flat model of {r} dies with in-network switches does not "
