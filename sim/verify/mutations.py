@@ -592,6 +592,27 @@ MUTATIONS = [
         "timeout": 180,
     },
     {
+        "name": "ubep_inc_wide_mask_high_word_unselected",
+        "file": "sw/ubep/ubep_inc.py",
+        "old": "        p.sub(e, 0, e)\n",
+        "new": "        p.mv(e, e)\n",
+        "description": "UBEP-INC's two-word die mask (past 32 dies) selects the high word with "
+                       "the die's word index (0 or 1) instead of all ones, so a die of 32..63 "
+                       "keeps only bit 0 of its bit",
+        "tests": ["tests/sw/test_ubep_inc.py::test_a_two_word_die_mask_and_a_die_taken_out"],
+        "timeout": 120,
+    },
+    {
+        "name": "core_ignores_the_high_mask_register",
+        "file": "hw/aiv_core.py",
+        "old": "        dies = Cat(b, c) if ep_mask_bits(self.ep_dies) > 32 else b\n",
+        "new": "        dies = b\n",
+        "description": "a core of a machine of more than 32 dies sends a stbm/stbr to dies 0..31 "
+                       "only (R[rs3], the mask's bits 32..63, is ignored)",
+        "tests": ["tests/hw/test_aiv_core.py::test_past_32_dies_a_stbm_mask_is_two_registers"],
+        "timeout": 120,
+    },
+    {
         "name": "pysim_kept_simulator_not_reset",
         "file": "sim/backends/pysim.py",
         "old": "        sim.reset()\n",
