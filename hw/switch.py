@@ -5,6 +5,9 @@ switches of a CloudMatrix384-like fabric; also the single switch of the
 INC-MoE testbed's ``star`` topology (INC-MoE §3).
 """
 
+import functools
+import operator
+
 from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -208,6 +211,12 @@ class Switch(wiring.Component):
         heads = []
         wants = []   # wants[i]: one-hot output requested by input i's head (0 if empty)
         pops = []
+        if self.multicast:
+            # each output's destination mask, and what a multicast copy through it keeps, built
+            # once (as signals when the tables are inputs: the planar control part of a 64-die
+            # tier-1 switch made them per input and per output, 1.3 M comparisons in all)
+            self._masks = [self._shared(m, self._port_mask(p), f"port_mask{p}") for p in range(n)]
+            self._keeps = [self._shared(m, self._keep(o), f"mcast_keep{o}") for o in range(n)]
         for i in range(n):
             # Input FIFO, inline (no submodule: cheaper in Amaranth's simulator).
             port = self.i_stream[i]
@@ -238,7 +247,7 @@ class Switch(wiring.Component):
                 onehot = (Const(1, n) << self.routes_in[d])[:n] if self.route_port else 1 << p
                 route = Mux(head.dst == d, onehot, route)
             if self.multicast:
-                hits = [(head.mask & self._port_mask(p)) != 0 for p in range(n)]
+                hits = [(head.mask & self._masks[p]) != 0 for p in range(n)]
                 if self.mcast_uplinks is not None:
                     # every copy for the other boards takes one tier-2 plane: the source's
                     # (the tier-2 switch copies it to each board, that board's tier-1 to its dies)
@@ -247,14 +256,17 @@ class Switch(wiring.Component):
                     any_up = up[0]
                     for h in up[1:]:
                         any_up = any_up | h
-                    plane = Const(0, range(count))
+                    chain = Const(0, range(count))
                     for r in reversed(range(len(self.routes))):
-                        plane = Mux(head.src == r, r % count, plane)
+                        chain = Mux(head.src == r, r % count, chain)
+                    # a signal: each use of an expression builds its logic again
+                    plane = Signal(range(count), name=f"plane{i}")
+                    m.d.comb += plane.eq(chain)
                     for k in range(count):
                         hits[first + k] = any_up & (plane == k)
                 route = Mux(head.mcast, Cat(*hits), route)
             if self.reduce_port is not None:
-                expected = self._expected(head)
+                expected = self._expected(m, head, i)
                 route = Mux(head.red & (expected > head.count),
                             Const(1 << self.reduce_port, n), route)
             m.d.comb += want.eq(Mux(level != 0, route, 0))
@@ -289,7 +301,10 @@ class Switch(wiring.Component):
             ]
             sel = Const(0, width)
             for i in range(n):
-                sel = sel | Mux(grant[i], self._copy(heads[i], o) if self.multicast else heads[i], 0)
+                sel = sel | Mux(grant[i], heads[i], 0)
+            if self.multicast:
+                # the grant is one-hot or none, and the copy of none is none: cut once
+                sel = self._copy(sel, o)
             with m.If(load):
                 m.d.sync += [data_reg.eq(sel), valid.eq(1)]
             with m.Elif(out.ready):
@@ -335,31 +350,49 @@ class Switch(wiring.Component):
         return Const(sum(1 << d for d, q in enumerate(self.routes) if q == p),
                      len(self.routes))
 
+    @staticmethod
+    def _shared(m, value, name):
+        """``value`` once: a constant as it is, else a signal driven by it."""
+        if isinstance(value, Const):
+            return value
+        sig = Signal(len(value), name=name)
+        m.d.comb += sig.eq(value)
+        return sig
+
+    def _keep(self, o):
+        """The destinations a multicast copy through output ``o`` keeps in its ``mask``."""
+        if self.mcast_uplinks is not None and \
+                self.mcast_uplinks[0] <= o < sum(self.mcast_uplinks):
+            first, count = self.mcast_uplinks       # the one plane carries every other board's dies
+            masks = self._masks[first:first + count]
+            if all(isinstance(k, Const) for k in masks):
+                return Const(functools.reduce(operator.or_, (k.value for k in masks)),
+                             len(masks[0]))
+            return functools.reduce(operator.or_, masks)
+        return self._masks[o]
+
     def _copy(self, head_bits, o):
         """``head_bits`` as output ``o`` forwards it: a multicast flit's ``mask`` cut to the
         destinations behind ``o``."""
         field = self.payload["mask"]
         lo, w = field.offset, Shape.cast(field.shape).width
         head = self.payload(head_bits)
-        keep = self._port_mask(o)
-        if self.mcast_uplinks is not None and \
-                self.mcast_uplinks[0] <= o < sum(self.mcast_uplinks):
-            first, count = self.mcast_uplinks       # the one plane carries every other board's dies
-            keep = self._port_mask(first)
-            for k in range(1, count):
-                keep = keep | self._port_mask(first + k)
+        keep = self._keeps[o]
         cut = Mux(head.mcast, head_bits[lo:lo + w] & keep, head_bits[lo:lo + w])
         return Cat(head_bits[:lo], cut, head_bits[lo + w:])
 
-    def _expected(self, head):
-        """Contributions this switch expects for ``head``'s group: ``popcount(mask &
-        subtree[dst])``."""
+    def _expected(self, m, head, i):
+        """Contributions this switch expects for input ``i``'s ``head``'s group:
+        ``popcount(mask & subtree[dst])``."""
         nd = len(self.routes)
         sub = Const(0, nd)
         for d in reversed(range(nd)):
             entry = self.subtree_in[d] if self.route_port else Const(self.subtree[d], nd)
             sub = Mux(head.dst == d, entry, sub)
-        both = head.mask[:nd] & sub
+        # a signal, not an expression: each of the nd bits taken from an expression would
+        # build the whole table lookup again (4,096 comparisons an input at 64 dies)
+        both = Signal(nd, name=f"contributors{i}")
+        m.d.comb += both.eq(head.mask[:nd] & sub)
         return popcount(both[k] for k in range(nd))
 
 
