@@ -124,6 +124,8 @@ class AIVCore(wiring.Component):
                                                while ``store_window`` are)
     ``lw``, ``ldb``, ``fadd``                  1 + *R* + *L*; *R* = ``read_extra``
                                                (0 unconnected)
+    ``ldbc``                                   1 + *L* (a copy's next block: its
+                                               start was paid)
     ``poll``                                   (1 + *R* + *L*) per read; reads
                                                repeat back to back until the
                                                condition holds
@@ -225,7 +227,9 @@ class AIVCore(wiring.Component):
         knob): what an Ascend AIV pays to start a copy from global memory into
         its Unified Buffer (an MTE2 ``DataCopy`` and its ``SetFlag``/``WaitFlag``
         pair, as CANN's open dispatch kernel reads its flags and counts) beyond
-        the memory's own access time *L*. Stores are posted and do not pay it.
+        the memory's own access time *L*. Stores are posted and do not pay it,
+        and neither does ``ldbc``: the next block of a copy already started (one
+        ``DataCopy`` moves a whole 7 KiB token, its start paid once).
         Unconnected, 0.
     rank : In(8)
         This core's rank (die), read by ``csrr rank``.
@@ -567,15 +571,16 @@ class AIVCore(wiring.Component):
                     if self.ep:
                         self._ep_store(m, insn, a, b, c, ru, rfile, ua, row_of, req,
                                        outstanding, store_taken, store_count)
-                    with m.Case(Opcode.LW, Opcode.LDB, Opcode.FADD, Opcode.POLL):
+                    with m.Case(Opcode.LW, Opcode.LDB, Opcode.LDBC, Opcode.FADD, Opcode.POLL):
                         # the read_extra knob: offered once it waited that many cycles (and
-                        # kept valid until taken); a poll's every read waits again
-                        issue = r_wait >= self.read_extra
+                        # kept valid until taken); a poll's every read waits again; an ldbc
+                        # continues a copy whose start was paid, so it does not wait
+                        issue = (r_wait >= self.read_extra) | (insn.op == Opcode.LDBC)
                         with m.If(~issue):
                             m.d.sync += r_wait.eq(r_wait + 1)
                         m.d.comb += [self.mem_req.valid.eq(issue), req.addr.eq(eff)]
                         with m.Switch(insn.op):
-                            with m.Case(Opcode.LDB):
+                            with m.Case(Opcode.LDB, Opcode.LDBC):
                                 m.d.comb += req.op.eq(MemOp.READ_BLOCK)
                             with m.Case(Opcode.FADD):
                                 m.d.comb += [req.op.eq(MemOp.FETCH_ADD), req.data.eq(b)]
@@ -630,7 +635,7 @@ class AIVCore(wiring.Component):
                 with m.If(rsp_data):
                     word = rsp.data[:32]
                     with m.Switch(w_op):
-                        with m.Case(Opcode.LDB):
+                        with m.Case(Opcode.LDB, Opcode.LDBC):
                             m.d.comb += [uw.addr.eq(w_row), uw.data.eq(rsp.data),
                                          uw.en.eq((1 << nwords) - 1)]
                             m.d.sync += [state.eq(_State.RUN), self.pc.eq(pc_next)]

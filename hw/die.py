@@ -97,8 +97,9 @@ __all__ = ["FlitKind", "flit_layout", "Die", "KNOBS", "SYNCALL_BITS", "INJECT_DE
 #: (:class:`~epfabric.hw.aiv_core.AIVCore` ``vector_extra``).
 #:
 #: ``read_extra``: cycles every read of the die's cores (``lw``, ``ldb``, ``fadd``, each read
-#: of a ``poll``) waits before its request is offered (0..2**12 - 1, reset 0): an AIV's copy
-#: start from global memory beyond the memory's access time
+#: of a ``poll``; not ``ldbc``, a started copy's next block) waits before its request is
+#: offered (0..2**12 - 1, reset 0): an AIV's copy start from global memory beyond the
+#: memory's access time
 #: (:class:`~epfabric.hw.aiv_core.AIVCore` ``read_extra``).
 KNOBS = {"store_window": 0, "syncall_cycles": 1, "inject_rate": 2, "vector_extra": 3,
          "read_extra": 4}

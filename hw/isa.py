@@ -73,7 +73,7 @@ elsewhere they fault like an unassigned opcode.
 Reserved opcode space
 ---------------------
 :data:`RESERVED` lists opcode ranges kept free for later work: 55 (INC)
-and 57..63 (cube). Opcode 0 is never assigned: executing it (e.g. running off the end of a
+and 58..63 (cube; 57 became ``ldbc``). Opcode 0 is never assigned: executing it (e.g. running off the end of a
 program into zeroed instruction memory) faults the core.
 """
 
@@ -211,6 +211,10 @@ INSTRUCTIONS = (
     _i("sw", 29, [RS2, RS1, I18], "mem word at R[rs1] + imm = R[rs2] (posted; acked later)"),
     _i("ldb", 30, [RU, RS1, I18],
        "UBuf row of R[ru] = mem DataBlock at R[rs1] + imm (waits for the answer)"),
+    _i("ldbc", 57, [RU, RS1, I18],
+       "ldb continuing a copy whose start an earlier read paid (the next block of a token, a "
+       "table or a block whose flag a poll just read): no read_extra wait (issue 30's copy "
+       "engine: an Ascend MTE copy pays its start once, not per 512 B)"),
     _i("stb", 31, [RU, RS1, I18],
        "mem DataBlock at R[rs1] + imm = UBuf row of R[ru] (posted; remote: one 512 B atomic write)"),
     _i("fadd", 32, [RD, RS1, RS2],
@@ -276,7 +280,7 @@ INC_COUNTERS = ("ag", "rs", "bar")
 #: Opcode ranges kept free for later work (inclusive bounds).
 RESERVED = {
     "inc": (55, 55),   # more INC message operations (INC-MoE §3.1)
-    "cube": (57, 63),  # more cube (matrix) unit operations
+    "cube": (58, 63),  # more cube (matrix) unit operations
 }
 
 BY_MNEMONIC = {insn.mnemonic: insn for insn in INSTRUCTIONS}

@@ -28,10 +28,16 @@ from ..hw.validate import (UserError, UserTypeError, check_bool, check_choice, c
                            check_pow2)
 
 __all__ = ["Preset", "PRESETS", "get_preset", "preset_names", "TOPOLOGIES", "CLASSES", "SYNCALLS",
+           "COPIES", "CUMSUM_SCANS", "ASCEND",
            "fit_provenance", "hardware_twin"]
 
 #: How CANN's SyncAll runs (:attr:`Preset.syncall`)
 SYNCALLS = ("soft", "hard")
+#: How the dispatch kernels read a token, a status slice or a count table
+#: (:attr:`Preset.copies`)
+COPIES = ("block", "mte")
+#: How UBEP's CalCumSum AIVs share the count scan (:attr:`Preset.cumsum_scan`)
+CUMSUM_SCANS = ("redundant", "split")
 
 #: Distance classes (UBEP Table 2).
 CLASSES = ("intra", "one_hop", "two_hop")
@@ -117,6 +123,16 @@ class Preset:
         "repeat of a 16-bit op covers up to 128 elements, its mask; issue 30). A build-time "
         "width, not a knob: every preset so far keeps 16, the width their figures and the "
         "cm384 fit were measured at"))
+    copies: str = field(default="block", metadata=_help(
+        "how the MoE dispatch kernels read: 'block' (every block and word a read of its own, "
+        "the kernels so far) or 'mte' (Ascend's MTE2 copy engine: a token, a status slice or "
+        "a count table is one copy into the UBuf, its start paid once (ldbc for the rest), "
+        "and flags are checked there, a missing one polled; issue 30)"))
+    cumsum_scan: str = field(default="redundant", metadata=_help(
+        "how UBEP's CalCumSum AIVs share the count scan: 'redundant' (each polls every count "
+        "before its local experts', CANN's GetCumSum) or 'split' (each polls a contiguous "
+        "chunk of the R·epr counts and the chunks' prefixes pass from one AIV to the next: "
+        "UBEP App. C.3, more CalCumSum AIVs split the verification; issue 30)"))
     description: str = field(default="", metadata=_help("what the preset models"))
 
     def __post_init__(self):
@@ -165,6 +181,8 @@ class Preset:
                                 f"{self.inject_rate() / INJECT_DEN} bytes per cycle; the knob "
                                 f"holds 1/{INJECT_DEN} .. {((1 << INJECT_BITS) - 1) / INJECT_DEN}")
         check_choice("syncall", self.syncall, SYNCALLS)
+        check_choice("copies", self.copies, COPIES)
+        check_choice("cumsum_scan", self.cumsum_scan, CUMSUM_SCANS)
         check_pow2("vector_lanes", self.vector_lanes, 2, MAX_LANES)
         # delays that become a cycle-count knob of that many bits
         for name, bits in (("syncall_ns", SYNCALL_BITS), ("vector_op_ns", VECTOR_EXTRA_BITS),
@@ -345,6 +363,21 @@ PRESETS = {
                     "(0.75 blocks per cycle per link)"),
 }
 
+
+#: Issue 30's structure of an Ascend die, declared from the documentation, not fitted: the
+#: vector unit's 256 B a repeat (128 lanes of 16 bits; Ascend C's vector API), the MTE2 copy
+#: engine's one start a copy (``copies="mte"``: a DataCopy moves a token, a status slice or a
+#: count table at once, and flags are checked in the Unified Buffer, as CANN's open dispatch
+#: kernel does), the CalCumSum AIVs splitting the count scan (UBEP App. C.3:
+#: ``cumsum_scan="split"``) and SyncAll as the die's hardware barrier (CANN's
+#: ``SyncAll<true>()``, ``syncall="hard"``). ``cm384-ascend`` is cm384 with it and every
+#: timing knob at its reset; ``cm384-fit`` adds the fitted knobs (``epfabric calibrate --fit``).
+ASCEND = {"vector_lanes": 128, "copies": "mte", "cumsum_scan": "split", "syncall": "hard"}
+PRESETS["cm384-ascend"] = PRESETS["cm384"].replace(
+    name="cm384-ascend", **ASCEND,
+    description="cm384 with issue 30's Ascend structure (128-lane vector unit, MTE copies, "
+                "split CalCumSum scan, hardware SyncAll), timing knobs at their reset: the base "
+                "the calibration fits")
 
 #: fitted presets: ``sw/fits/<base>.json`` (written by ``epfabric calibrate --fit --write``,
 #: :mod:`epfabric.sim.lab.fit`) holds the fitted fields of preset ``<base>`` and their

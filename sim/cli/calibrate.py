@@ -23,12 +23,14 @@ def add_arguments(parser):
     parser.add_argument("--backend", default=None, choices=SIMULATORS,
                         help="simulator (default pysim; with --fit native)")
     parser.add_argument("--fit", action="store_true",
-                        help="fit the preset's timing knobs (store window, die injection, vector "
-                             "op cost, SyncAll cost) to the training set F1-F5 of issue 30: 30 "
-                             "dispatch runs at the paper's shape, cached; ~3.5 h cold on 2 cores")
+                        help="fit the timing knobs (store window, die injection, read start, "
+                             "SyncAll cost) of PRESET-ascend (the declared Ascend structure) to "
+                             "the training set F1-F5 of issue 30: 24 dispatch runs at the "
+                             "paper's shape and 6 a check, each cached (a rerun at the same "
+                             "source reads them)")
     parser.add_argument("--write", action="store_true",
-                        help="with --fit: write the fitted values and their provenance to "
-                             "sw/fits/PRESET.json, the preset PRESET-fit")
+                        help="with --fit: write the structure, the fitted values and their "
+                             "provenance to sw/fits/PRESET.json, the preset PRESET-fit")
     parser.add_argument("--seed", type=int, default=0, help="with --fit: routing seed (default 0)")
     parser.add_argument("--scheduler", default="serial",
                         help="with --fit: serial (default), local (Dask, one worker per core) or "

@@ -1,24 +1,29 @@
 """``epfabric calibrate --fit``: fit a cm384 preset's timing knobs once, on the training set.
 
-Issue 30. The parameters (:data:`PARAMS`) are five preset fields, each a die's
-runtime knob (hw/die.py ``KNOBS``), so one build of each training machine serves
-every parameter setting:
+Issue 30. The fit runs on ``<preset>-ascend`` (:data:`~epfabric.sw.presets.ASCEND`: the
+structure of an Ascend die, declared from its documentation and not fitted — a 128-lane
+vector unit, MTE copies, the CalCumSum AIVs' split scan, the hardware SyncAll). The
+parameters (:data:`PARAMS`) are four preset fields, each a die's runtime knob (hw/die.py
+``KNOBS``), so one build of each training machine serves every parameter setting:
 
 * ``send_window_bytes`` (knob ``store_window``): a sending AIV's block stores
   in flight — its staging buffers, freed at remote completion;
 * ``die_injection_gbytes_s`` (``inject_rate``): what a die may send into the fabric (a
   bandwidth: the surrogate is linear in its reciprocal, as in the window's);
-* ``vector_op_ns`` (``vector_extra``): the per-instruction cost of the vector unit;
-* ``read_start_ns`` (``read_extra``): what every read of an AIV (a load, a block copy in, a
+* ``read_start_ns`` (``read_extra``): what a read of an AIV (a load, a copy's first block, a
   fetch-add, each read of a poll) waits before its request — a copy engine's start;
 * ``syncall_ns`` (``syncall_cycles``): what the die's hardware SyncAll costs after
   the last arrival.
+
+``vector_op_ns`` (``vector_extra``) is not fitted: the first fit (16 lanes, block reads)
+left it at its bound, 0, its 16 ns design step moving no target by more than 0.2 µs
+(sw/fits/cm384.json of a0f64b0), so F1-F5 cannot pin it; it stays 0 and a knob for what-ifs.
 
 The targets are F1–F5 of :mod:`epfabric.sim.lab.experiments.training` and only
 those. The fit is one Gauss-Newton step on simulations:
 
 1. **Design.** The six training runs at the priors and at one step of each of
-   the four simulated parameters (window, injection, vector cost, read start) — 30 runs,
+   the three simulated parameters (window, injection, read start) — 24 runs,
    each checked bit-exact. The SyncAll cost needs no runs: the hardware barrier
    holds every die ``s`` cycles after its last arrival, so CANN's time grows by
    exactly ``2 s`` (two SyncAlls; tests/sw/test_dispatch.py and
@@ -56,7 +61,7 @@ import numpy as np
 
 from ...hw.die import INJECT_DEN
 from ...hw.validate import UserError
-from ...sw.presets import FITS, get_preset
+from ...sw.presets import ASCEND, FITS, get_preset
 from .experiments.training import RUNS, TARGETS, format_targets, run_points, targets
 from .results import cache
 from . import sweep
@@ -98,20 +103,19 @@ PARAMS = (
              "UBEP Table 2 / §2.3: 392 GB/s of UB per NPU of two dies; Fig. 3b's saturation "
              "at about half the AIVs; 392 GB/s is per NPU of two dies in the CloudMatrix384 "
              "paper (Zuo et al. 2025, UBEP's ref. [57]), hence 196 a die as the prior", reciprocal=True),
-    FitParam("vector_op_ns", "vector_extra", 0.0, 16.0, 0.0, 4000.0, "ns",
-             "CANN's open dispatch kernel separates vector ops with PipeBarrier<PIPE_V>: "
-             "each op's issue and pipe drain (hw/aiv_core.py)"),
-    FitParam("read_start_ns", "read_extra", 0.0, 200.0, 0.0, 4000.0, "ns",
+    FitParam("read_start_ns", "read_extra", 100.0, 100.0, 0.0, 4000.0, "ns",
              "Ascend C: an AIV reads global memory only through its MTE2 copy engine "
              "(DataCopy GM->UB, then SetFlag/WaitFlag before the vector or scalar unit may use "
              "the data), as CANN's open dispatch kernel reads its status flags and counts; "
-             "the model's memory answers in a few cycles (hw/aiv_core.py read_extra)"),
+             "the model's memory answers in a few cycles (hw/aiv_core.py read_extra). A copy "
+             "pays it once (ldbc for its next blocks, copies='mte'); UBEP Fig. 14's C = 1 "
+             "penalty is a C-AIV's serial count polls (F5), the issue's 0.1-0.4 us a poll"),
     FitParam("syncall_ns", "syncall_cycles", 0.0, 0.0, 0.0, 100000.0, "ns",
              "docs/spec/kernels.md §1.3: CANN's SyncAll is the die's barrier across its AIVs; its cost "
              "after the last arrival is what F4 measures"),
 )
-SIMULATED = PARAMS[:4]
-SYNCALL = PARAMS[4]
+SIMULATED = PARAMS[:3]
+SYNCALL = PARAMS[3]
 ORDER = tuple(TARGETS)           # F1..F5
 
 
@@ -284,7 +288,6 @@ def held_values(preset, knobs, fitted):
     held = dict(fitted)
     held["send_window_bytes"] = knobs["store_window"] * pr.block_bytes
     held["syncall_ns"] = pr.ns(knobs["syncall_cycles"])
-    held["vector_op_ns"] = pr.ns(knobs.get("vector_extra", 0))
     held["read_start_ns"] = pr.ns(knobs.get("read_extra", 0))
     held["die_injection_gbytes_s"] = knobs["inject_rate"] / INJECT_DEN / pr.cycle_ns
     return held
@@ -303,12 +306,26 @@ def broyden(base, jac, y1, m1):
     return {"y": np.asarray(y1, float), "m": np.asarray(m1, float)}, js / scale
 
 
+def training_preset(preset):
+    """The preset the fit of ``preset`` runs on: ``<preset>-ascend`` (the declared Ascend
+    structure, :data:`~epfabric.sw.presets.ASCEND`), which must exist."""
+    from ...sw.presets import preset_names
+    name = f"{preset}-ascend"
+    if name not in preset_names():
+        raise UserError(f"preset must have an Ascend structure preset ({name!r} does not "
+                        f"exist); of: {', '.join(n[:-len('-ascend')] for n in preset_names() if n.endswith('-ascend'))}")
+    return name
+
+
 def fit(preset="cm384", backend="native", seed=0, scheduler="serial", log=print,
         checks=CHECKS):
-    """Fit ``preset``'s :data:`PARAMS` to F1–F5 (module docstring); the report (a dict)."""
+    """Fit :data:`PARAMS` of ``<preset>-ascend`` to F1–F5 (module docstring); the report (a
+    dict)."""
     pr = get_preset(preset)
     if pr.topology != "superpod" or pr.aivs_per_die < 48:
         raise UserError(f"preset must be a cm384 superpod of 48 AIVs a die, not {preset!r}")
+    base_preset, preset = preset, training_preset(preset)
+    pr = get_preset(preset)
     t0 = time.monotonic()
     points = design(preset)
     log(f"fit {preset}: design, {len(points)} settings x {len(RUNS)} runs on {backend}")
@@ -349,7 +366,8 @@ def fit(preset="cm384", backend="native", seed=0, scheduler="serial", log=print,
     release = [r.get("release_share") for r in check_rows[label] if r["run"] == "s1_cann"]
     last = history[-1]
     return {
-        "preset": preset, "backend": backend, "seed": seed,
+        "preset": base_preset, "trained_on": preset,
+        "structure": {k: getattr(pr, k) for k in ASCEND}, "backend": backend, "seed": seed,
         "targets": {t: {"paper": TARGETS[t][0], "unit": TARGETS[t][1], "what": TARGETS[t][2]}
                     for t in ORDER},
         "priors": {p.field: p.prior for p in PARAMS},
@@ -371,7 +389,11 @@ def format_report(report):
     """The fit in plain text: parameters, targets (paper, predicted, measured), identifiability."""
     from tabulate import tabulate
     lines = [f"calibrate --fit {report['preset']} ({report['backend']}, seed {report['seed']}, "
-             f"{report['wall_s']:.0f} s)", ""]
+             f"{report['wall_s']:.0f} s)"]
+    if report.get("trained_on"):
+        lines.append(f"trained on {report['trained_on']}, its structure declared, not fitted: "
+                     + ", ".join(f"{k}={v}" for k, v in report["structure"].items()))
+    lines.append("")
     rows = [[p.field, _num(report["priors"][p.field]), _num(report["fitted"][p.field]), p.unit,
              report["knobs"].get(p.knob), report["status"][p.field]] for p in PARAMS]
     lines.append(tabulate(rows, headers=["parameter", "prior", "fitted", "unit", "knob",
@@ -407,9 +429,10 @@ def write_fit(report, path=None):
     from .results.files import run_metadata
     path = Path(path or FIT_FILE.format(preset=report["preset"]))
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"preset": report["preset"], "fields": {**report["fitted"], "syncall": "hard"},
-           "provenance": {k: report[k] for k in ("targets", "predicted", "measured", "residuals",
-                                                 "checks",
+    doc = {"preset": report["preset"],
+           "fields": {**report.get("structure", {}), **report["fitted"], "syncall": "hard"},
+           "provenance": {k: report.get(k) for k in ("trained_on", "structure", "targets", "predicted",
+                                                 "measured", "residuals", "checks",
                                                  "identifiability", "status", "basis",
                                                  "priors", "design", "jacobian", "knobs",
                                                  "backend", "seed", "wall_s")},

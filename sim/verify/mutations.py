@@ -477,12 +477,22 @@ MUTATIONS = [
     {
         "name": "read_extra_ignored",
         "file": "hw/aiv_core.py",
-        "old": "                        issue = r_wait >= self.read_extra\n",
+        "old": "                        issue = (r_wait >= self.read_extra) | (insn.op == Opcode.LDBC)\n",
         "new": "                        issue = Const(1)\n",
         "description": "a read is offered at once, whatever the read_extra knob (a copy "
                        "engine's start cost lost)",
         "tests": ["tests/sim/test_mechanisms.py::test_every_read_pays_the_read_extra_knob",
                   "tests/hw/test_aiv_core.py::test_cycle_costs"],
+        "timeout": 120,
+    },
+    {
+        "name": "ldbc_pays_the_read_start",
+        "file": "hw/aiv_core.py",
+        "old": "                        issue = (r_wait >= self.read_extra) | (insn.op == Opcode.LDBC)\n",
+        "new": "                        issue = r_wait >= self.read_extra\n",
+        "description": "every block of a copy waits read_extra, as if each 512 B were a copy of "
+                       "its own (the copy engine's one start per copy lost)",
+        "tests": ["tests/sim/test_mechanisms.py::test_every_read_pays_the_read_extra_knob"],
         "timeout": 120,
     },
     {

@@ -33,6 +33,13 @@ flags once, then copies). SP and SW deliver CANN's raw ``OUT``.
 a poll) or ``"hard"`` (the die's hardware barrier ``bar``, whose cost is the preset's
 ``syncall_ns``, a runtime knob); ``None`` is the preset's ``syncall``.
 
+``copies`` (both systems): how the kernels read flags, counts and tokens — ``"block"``
+(the kernels so far) or ``"mte"`` (Ascend's copy engine: a status slice or a count table is
+one copy into the UBuf and checked there; UBEP's reordering copies a token at once and checks
+its blocks' flags there) — and ``cumsum_scan`` (UBEP only): ``"redundant"`` or ``"split"``
+(the CalCumSum AIVs split the count scan; :func:`~epfabric.sw.ubep.ubep._split_scan`);
+``None`` is the preset's ``copies`` / ``cumsum_scan`` (issue 30; docs/concepts/time-model.md).
+
 Launch skew (issue 30, a workload option, not fitted): with ``launch_skew_ns = t`` every
 dispatch program starts by spinning until its core has run ``d_r`` cycles, ``CTRL`` word 3 of
 its rank, which the host places: ``d_r`` drawn uniformly in ``[0, t]`` ns (converted by the
@@ -69,7 +76,7 @@ from ...hw.validate import UserError, check_int, check_number
 
 from ..config import MachineConfig
 from ..isa import block_bits, narrowest_rank_bits, rank_bits_for
-from ..presets import SYNCALLS as SYNCALL_KINDS, get_preset
+from ..presets import COPIES, CUMSUM_SCANS, SYNCALLS as SYNCALL_KINDS, get_preset
 from ..routing import HOT_LAYOUTS
 from ..ubep import combine, ubep, ubep_inc
 from ..ubep import cann
@@ -88,7 +95,8 @@ SYSTEMS = ("cann", "ubep", "ubep-inc")
 INC_SYSTEMS = ("ubep-inc",)
 #: the parameters of one system only: ``{name: (system, its values, the first the default)}``
 OPTIONS = {"send_split": ("cann", SEND_SPLITS), "mapping": ("ubep", ubep.MAPPINGS),
-           "sync": ("ubep", ubep.SYNCS), "syncall": ("cann", SYNCALL_KINDS)}
+           "sync": ("ubep", ubep.SYNCS), "syncall": ("cann", SYNCALL_KINDS),
+           "cumsum_scan": ("ubep", CUMSUM_SCANS)}
 #: the mapping ablation's variant per system (UBEP Fig. 9): a machine is sized for all of them
 VARIANTS = {"cann": "send_split", "ubep": "mapping", "ubep-inc": None}
 #: UBEP's header words at the front of every block (TFF): the rest is payload
@@ -323,9 +331,9 @@ class Dispatch(Kernel):
               "seed": 0, "hot": 0, "broken": None, "cumsum_aivs": None, "cap": None,
               "mapping": None, "send_split": None, "hot_share": 0.3, "sync": None,
               "syncall": None, "model": None, "routing": None, "hot_layout": None, "zipf": None,
-              "launch_skew_ns": None}
+              "launch_skew_ns": None, "copies": None, "cumsum_scan": None}
     choices = {"system": SYSTEMS, "model": tuple(MODELS), "broken": BROKEN,
-               "hot_layout": HOT_LAYOUTS,
+               "hot_layout": HOT_LAYOUTS, "copies": COPIES,
                **{name: values for name, (_, values) in OPTIONS.items()}}
     trace_phases = TRACE_PHASES
     default_preset = "cm384"
@@ -346,7 +354,9 @@ class Dispatch(Kernel):
           reordering AIV, which polls ``CNT[q]``, and to the "CalCumSum" of every C-AIV of
           that rank whose prefix reads ``CNT[q]`` (its local experts' entries and every one
           before them); and "offset" from that "CalCumSum" (it publishes ``OFFS[q]`` for its
-          local experts' pairs) to the pair's reordering AIV on the same rank.
+          local experts' pairs) to the pair's reordering AIV on the same rank. With
+          ``cumsum_scan="split"`` a C-AIV reads the counts of its chunk of the entries (and
+          the one before it) and an "offset" passes from each C-AIV to the next.
         """
         R, A = config.ranks, config.aivs_per_die
         E = params["experts"]
@@ -378,8 +388,23 @@ class Dispatch(Kernel):
                 d, e_l = divmod(e, epr)
                 flows.add(("count", (s, n_tok + c, "TokenCnt"),
                            (d, (e_l * R + s) % A, "Token-Reordering")))
+        split_scan = C > 1 and (params.get("cumsum_scan")
+                                or get_preset(config.preset).cumsum_scan) == "split"
         for d in range(R):                         # CalCumSum: C-AIV c of rank d
             for c in range(C):
+                if split_scan:                     # its chunk of the entries (ubep._split_scan)
+                    q0, q1 = cann.split(R * epr, C, c)
+                    for q in range(max(0, q0 - 1), q1):
+                        e_l, s = divmod(q, R)
+                        flows.add(("count", (s, n_tok + counter[d * epr + e_l], "TokenCnt"),
+                                   (d, n_tok + c, "CalCumSum")))
+                    for q in range(q0, q1):
+                        flows.add(("offset", (d, n_tok + c, "CalCumSum"),
+                                   (d, q % A, "Token-Reordering")))
+                    if c and q0 < q1:              # the previous chunk's last offset
+                        flows.add(("offset", (d, n_tok + c - 1, "CalCumSum"),
+                                   (d, n_tok + c, "CalCumSum")))
+                    continue
                 l0, l1 = cann.split(epr, C, c)
                 if l0 == l1:
                     continue
@@ -466,6 +491,8 @@ class Dispatch(Kernel):
             check_int("cap", p["cap"], 1, p["batch"])
         if p["broken"] and p["system"] != "cann":
             raise UserError("broken variants are negative controls of system='cann'")
+        if p["copies"] is not None and p["copies"] not in COPIES:
+            raise UserError(f"copies must be one of {', '.join(COPIES)}, not {p['copies']!r}")
         for name, (system, values) in OPTIONS.items():
             if p[name] is None:
                 continue
@@ -481,19 +508,23 @@ class Dispatch(Kernel):
         lay = layout_of(config, params)
         a = config.aivs_per_die
         launch = params.get("launch_skew_ns") is not None
+        preset = get_preset(config.preset)
+        copies = params.get("copies") or preset.copies
         if params["system"] == "cann":
-            syncall = params.get("syncall") or get_preset(config.preset).syncall
+            syncall = params.get("syncall") or preset.syncall
             return {(r, c): dispatch_program(lay, rank=r, core=c, aivs=a,
                                              experts=params["experts"], broken=params["broken"],
                                              send_split=option(params, "send_split"),
-                                             syncall=syncall, launch=launch)
+                                             syncall=syncall, launch=launch, copies=copies)
                     for r in range(config.ranks) for c in range(a)}
         C = cumsum_aivs(config, params)
         return {(r, c): ubep.dispatch_program(lay, rank=r, core=c, aivs=a,
                                               experts=params["experts"], cumsum_aivs=C,
                                               mapping=option(params, "mapping"),
                                               sync=option(params, "sync"), launch=launch,
-                                              inc=params["system"] in INC_SYSTEMS)
+                                              inc=params["system"] in INC_SYSTEMS, copies=copies,
+                                              cumsum_scan=params.get("cumsum_scan")
+                                              or preset.cumsum_scan)
                 for r in range(config.ranks) for c in range(a)}
 
     def shared_machine(self, variants):
@@ -577,7 +608,7 @@ class Dispatch(Kernel):
             lay = layout_of(shape, params)
             # the same UBuf for both systems (one build serves a comparison)
             inc_lay = replace(lay, inc=True)
-            rows = max([cann.ubuf_rows_needed(lay, "expert"),
+            rows = max([cann.ubuf_rows_needed(lay, "expert", a),
                         ubep.ubuf_rows_needed(lay, params["experts"], a),
                         combine.ubuf_rows_needed(lay)]
                        + ([ubep.ubuf_rows_needed(inc_lay, params["experts"], a),

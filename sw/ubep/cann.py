@@ -60,10 +60,10 @@ layout): routing and tokens are data.
 
 from ...hw.validate import UserError, check_choice, check_int
 from ..assembler import Program
-from ..presets import SYNCALLS as SYNCALL_KINDS
+from ..presets import COPIES, SYNCALLS as SYNCALL_KINDS
 
-__all__ = ["dispatch_program", "launch_delay", "PHASES", "SYNCALLS", "split", "count_experts", "BROKEN",
-           "SEND_SPLITS", "expert_rows", "ubuf_rows_needed", "divmod_const", "reciprocal",
+__all__ = ["dispatch_program", "launch_delay", "copy_block", "status_rows", "status_base",
+           "PHASES", "SYNCALLS", "split", "count_experts", "BROKEN", "SEND_SPLITS", "expert_rows", "ubuf_rows_needed", "divmod_const", "reciprocal",
            "is_pow2"]
 
 #: How CANN's AIVs share Token-Sending: the open kernel's contiguous slot ranges, or all the
@@ -172,15 +172,42 @@ def divmod_const(p, q, r, x, d, bound, tmp, shift=0):
         p.slli(q, q, shift)
 
 
+def copy_block(p, index):
+    """The read of block ``index`` (0, 1, ...) of one copy: ``ldb`` for the first, which pays
+    the copy's start (the dies' ``read_extra`` knob), ``ldbc`` for the rest (issue 30: an
+    Ascend MTE ``DataCopy`` moves a whole token, or table, for one start)."""
+    return p.ldb if index == 0 else p.ldbc
+
+
+def status_rows(lay, aivs):
+    """UBuf rows the widest Flag Verification slice's status blocks take (``copies="mte"``)."""
+    out = 0
+    for a in range(aivs):
+        q0, q1 = split(lay.entries, aivs, a)
+        if q0 < q1:
+            out = max(out, lay.word_at(lay.STATUS, q1 - 1)[0] - lay.word_at(lay.STATUS, q0)[0] + 1)
+    return out
+
+
 def expert_rows(lay):
     """UBuf rows of the expert split's slot list (one word per slot of an expert, at most BS)."""
     return -(-lay.batch // 128)
 
 
-def ubuf_rows_needed(lay, send_split="slot"):
-    """UBuf rows of a CANN AIV: the routing, the token row, and the expert split's slot list."""
+def status_base(lay, aivs):
+    """The first UBuf row of the verified status slice (``copies="mte"``): the routing's rows,
+    which are not needed any more, or the rows after the token row and the expert split's
+    slot list when the slice is wider than the routing."""
+    return 0 if status_rows(lay, aivs) <= lay.route_blocks else lay.route_blocks + 1 + expert_rows(lay)
+
+
+def ubuf_rows_needed(lay, send_split="slot", aivs=1):
+    """UBuf rows of a CANN AIV: the routing, the token row, and the expert split's slot list
+    (and, with ``copies="mte"``, the verified status slice: :func:`status_base`)."""
     check_choice("send_split", send_split, SEND_SPLITS)
-    return lay.route_blocks + 1 + (expert_rows(lay) if send_split == "expert" else 0)
+    base = status_base(lay, aivs)
+    return max(lay.route_blocks + 1 + (expert_rows(lay) if send_split == "expert" else 0),
+               base + status_rows(lay, aivs) if base else 0)
 
 
 def _send_slots(p, lay, rank, core, aivs, experts, tok_addr):
@@ -222,7 +249,7 @@ def _send_slots(p, lay, rank, core, aivs, experts, tok_addr):
     p.slli(5, 5, 9)
     p.or_(14, 12, 5)                           # the token's first block on rank(e)
     for b in range(B):
-        p.ldb(13, 15, b * 512)
+        copy_block(p, b)(13, 15, b * 512)      # the token: one copy, its start paid once
         p.stb(13, 14, b * 512)                 # posted; acked (stop-and-wait fences later)
     p.addi(1, 1, 1)
     p.addi(4, 4, 1)
@@ -272,7 +299,7 @@ def _send_experts(p, lay, rank, core, aivs, experts, tok_addr):
     p.li(14, lay.address(rank, lay.X))
     p.add(15, 15, 14)                          # the token in X
     for b in range(B):
-        p.ldb(13, 15, b * 512)
+        copy_block(p, b)(13, 15, b * 512)      # the token: one copy, its start paid once
         p.stb(13, 9, b * 512)                  # posted; acked (stop-and-wait fences later)
     p.addi(6, 6, 1)
     p.j("slot")
@@ -313,14 +340,20 @@ def _syncall(p, rank, lay, aivs, which, extra=0, hard=False):
 
 
 def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split="slot",
-                     syncall="soft", launch=False):
+                     syncall="soft", launch=False, copies="block"):
     """The program of AIV ``core`` on ``rank`` (see the module docstring).
 
     ``broken`` selects a negative control (:data:`BROKEN`); ``send_split``
     how the AIVs share Token-Sending (:data:`SEND_SPLITS`); ``syncall`` how SyncAll runs
     (the preset's: ``"soft"``, a fetch-add counter and a poll, or ``"hard"``, the die's
     hardware barrier ``bar``, as CANN's ``SyncAll<true>()``); ``launch`` starts with
-    :func:`launch_delay`.
+    :func:`launch_delay`; ``copies`` how it reads (:data:`~epfabric.sw.presets.COPIES`):
+    ``"block"``, every status word a read of its own, or ``"mte"``, Ascend's copy engine —
+    the Flag Verification copies its slice's status blocks into the UBuf (one start) and
+    checks them there, polling a word not yet of this run; CalCumSum copies the blocks before
+    its slice and sums them there; the reordering takes each entry's count from the verified
+    copy. Every token and the routing are one copy each either way (``ldbc``,
+    :func:`copy_block`): at ``read_extra`` 0 that costs what ``ldb`` does.
 
     Any ``epr`` and ``topk``: the expert → rank split (and, with the expert
     split, slot → token) is a shift for a power of two and a multiply by a
@@ -331,6 +364,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
     check_choice("broken", broken, BROKEN)
     check_choice("send_split", send_split, SEND_SPLITS)
     check_choice("syncall", syncall, SYNCALL_KINDS)
+    check_choice("copies", copies, COPIES)
     if broken == "syncall_one_short" and syncall == "hard":
         raise UserError("broken='syncall_one_short' is a negative control of the soft SyncAll "
                         "(a counter one AIV short); the hardware barrier has no count to get wrong")
@@ -347,7 +381,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
     for r in range(lay.route_blocks):
         p.li(12, r * 512)
         p.li(14, lay.address(rank, lay.ROUTE + r))
-        p.ldb(12, 14, 0)
+        copy_block(p, r)(12, 14, 0)             # the routing: one copy
     p.mark(PHASES["init"])
 
     # --- 2. Token-Sending: a slot range, or the slots of experts core, core + A, ... ---------
@@ -378,24 +412,54 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
 
     # --- 4. Flag Verification of entries [q0, q1) of the own status window ---------------------
     q0, q1 = split(R * epr, aivs, core)
+    mte = copies == "mte"
+    if mte and q0 < q1:
+        # one copy of the slice's status blocks into UBuf rows 0.. (the routing is not needed
+        # any more), each word checked there; a word not yet of this run is polled
+        first = lay.word_at(lay.STATUS, q0)[0]
+        base = status_base(lay, aivs) * 512
+        for i in range(lay.word_at(lay.STATUS, q1 - 1)[0] - first + 1):
+            p.li(12, base + i * 512)
+            p.li(14, lay.address(rank, first + i))
+            copy_block(p, i)(12, 14, 0)
     for q in range(q0, q1):
         if broken == "no_flag_wait":
             break
         block, word = lay.word_at(lay.STATUS, q)
+        if mte:
+            here = base + (block - first) * 512 + 4 * word
+            p.ulw(6, 0, here)
+            p.bgeu(6, 13, f"verified{q}")       # the copy holds this run's flag
         p.li(14, lay.address(rank, block, word))
         p.poll(6, 14, 13, "ge")                 # the flag carries this run's epoch
+        if mte:
+            p.usw(6, 0, here)                   # the copy's word, for the reordering
+            p.label(f"verified{q}")
     p.mark(PHASES["sync2_in"])
     _syncall(p, rank, lay, aivs, 2, hard=hard)
     p.mark(PHASES["verify"])
 
     # --- 5. CalCumSum: tokens of the entries before q0 -----------------------------------------
     p.mv(1, 0)
-    for q in range(q0):
-        block, word = lay.word_at(lay.STATUS, q)
-        p.li(14, lay.address(rank, block, word))
-        p.lw(5, 14, 0)
-        p.andi(5, 5, 0xFFFF)
-        p.add(1, 1, 5)
+    if mte:                                     # one copy of their blocks, through the token row
+        last = None
+        p.li(12, tok_addr)
+        for q in range(q0):
+            block, word = lay.word_at(lay.STATUS, q)
+            if block != last:
+                p.li(14, lay.address(rank, block))
+                (p.ldb if last is None else p.ldbc)(12, 14, 0)
+                last = block
+            p.ulw(5, 12, 4 * word)
+            p.andi(5, 5, 0xFFFF)
+            p.add(1, 1, 5)
+    else:
+        for q in range(q0):
+            block, word = lay.word_at(lay.STATUS, q)
+            p.li(14, lay.address(rank, block, word))
+            p.lw(5, 14, 0)
+            p.andi(5, 5, 0xFFFF)
+            p.add(1, 1, 5)
     p.mark(PHASES["cumsum"])
 
     # --- 6. Token-Reordering of entries [q0, q1) ----------------------------------------------
@@ -403,8 +467,11 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
     for q in range(q0, q1):
         e_l, src = divmod(q, R)
         block, word = lay.word_at(lay.STATUS, q)
-        p.li(14, lay.address(rank, block, word))
-        p.lw(2, 14, 0)
+        if mte:
+            p.ulw(2, 0, base + (block - first) * 512 + 4 * word)   # the verified copy
+        else:
+            p.li(14, lay.address(rank, block, word))
+            p.lw(2, 14, 0)
         p.andi(2, 2, 0xFFFF)                    # tokens of this entry
         cblock, cword = lay.word_at(lay.COUNTS, q)
         p.li(14, lay.address(rank, cblock, cword))
@@ -420,7 +487,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
         p.label(f"copy{q}")
         p.beq(2, 0, f"copied{q}")
         for b in range(B):
-            p.ldb(13, 15, b * 512)
+            copy_block(p, b)(13, 15, b * 512)   # a token: one copy
             p.stb(13, 14, b * 512)
         p.addi(15, 15, B * 512)
         p.addi(14, 14, B * 512)

@@ -40,7 +40,7 @@ from ...hw.validate import UserError, check_choice, check_int
 from ..assembler import Program
 from ..presets import SYNCALLS as SYNCALL_KINDS
 from . import ubep_inc
-from .cann import split
+from .cann import copy_block, split
 from .layout import COMBINE_EVENTS
 from .ubep import TFF_TAG, _elem
 
@@ -120,7 +120,7 @@ def _send_back(p, lay, rank, mine, tff):
             p.label(f"row{q}")
             p.beq(3, 0, f"rows{q}")
             for b in range(B):
-                p.ldb(10, 15, b * 512)
+                copy_block(p, b)(10, 15, b * 512)       # the row: one copy
                 if tff:
                     p.usw(12, 10, 0)                    # the flag word of this epoch
                     p.sub(9, 2, 3)

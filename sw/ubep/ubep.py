@@ -78,7 +78,8 @@ from ...hw.validate import UserError, check_choice, check_int
 from ..assembler import Program
 from . import ubep_inc
 from ..dataflag import SENTINEL_WORD, TFF_TAG
-from .cann import count_experts, divmod_const, launch_delay, split
+from ..presets import COPIES, CUMSUM_SCANS
+from .cann import copy_block, count_experts, divmod_const, launch_delay, split
 
 __all__ = ["dispatch_program", "transposition", "remapping", "default_cumsum_aivs", "PHASES_T",
            "PHASES_C", "TFF_TAG", "EVENTS", "SYNCS", "SENTINEL_WORD", "MAPPINGS"]
@@ -184,6 +185,15 @@ class _Rows:
         self.slot_rows = -(-lay.batch // 128)
         self.tok = (after + 3 + self.tcnt_rows + self.slot_rows) * 512
         self.rows = after + 4 + self.tcnt_rows + self.slot_rows
+        # a C-AIV's counts of its chunk (cumsum_scan="split", at most ceil(R·epr / 2) with
+        # C >= 2): the rows a T-AIV's TCNT blocks and slot list take, and rows past them
+        # when those are too few
+        self.scan = self.tcnt
+        need = -(-(-(-lay.entries // 2)) // lay.words)
+        if need > self.tcnt_rows + self.slot_rows:
+            self.scan = self.rows * 512
+            self.rows += need
+        self.scan_words = max(need, self.tcnt_rows + self.slot_rows) * lay.words
         if lay.inc:                                # UBEP-INC: the weights go with each slot
             self.weights = self.rows * 512
             self.rows += lay.route_blocks
@@ -208,14 +218,17 @@ def ubuf_rows_needed(lay, experts, aivs):
     return max(_Rows(lay, experts, n).rows for n in range(1, max(2, aivs)))
 
 
-def _reorder(p, lay, rank, aivs, index, rows, sync="tff", n_tok=None, inc=False):
+def _reorder(p, lay, rank, aivs, index, rows, sync="tff", n_tok=None, inc=False, mte=False):
     """Poll and copy this AIV's share of the (e_l, s') pairs into OUT.
 
     How a block's arrival is seen depends on ``sync`` (:data:`SYNCS`): TFF
     polls each block's flag word; SP polls word 0 until it is no longer the
     sentinel and re-arms the slot after the copy (one local atomic store of a
     row whose words 0..7 are the sentinel); SW polls the ``n_tok`` flags of
-    the pair's source rank once, then copies without polling.
+    the pair's source rank once, then copies without polling. With ``mte`` (the
+    preset's ``copies="mte"``) TFF copies each token as one copy (its first block pays the
+    start, ``ldbc`` the rest) and checks every block's flag in the UBuf copy; a block not yet
+    there is polled (a read that pays a start) and copied again.
     """
     R, B = lay.ranks, lay.hidden_blocks
     _epoch(p, rank, lay, 13, 16)                  # r13 = epoch << 16 (CNT/OFFS tags)
@@ -264,6 +277,17 @@ def _reorder(p, lay, rank, aivs, index, rows, sync="tff", n_tok=None, inc=False)
         p.label(f"copy{q}")
         p.beq(2, 0, f"copied{q}")
         for _b in range(B):
+            if mte and sync == "tff":              # the token is one copy; flags in the UBuf
+                copy_block(p, _b)(10, 15, 0)
+                p.ulw(11, 10, 0)
+                p.beq(11, 12, f"got{q}_{_b}")
+                p.poll(11, 15, 12, "eq")           # not there yet: wait for it,
+                p.ldbc(10, 15, 0)                  # then the block whose flag that read
+                p.label(f"got{q}_{_b}")
+                p.stb(10, 14, 0)
+                p.addi(15, 15, 512)
+                p.addi(14, 14, 512)
+                continue
             if sync == "tff":
                 p.poll(11, 15, 12, "eq")           # Data-as-Flag: this block has arrived
             elif sync == "sp":
@@ -281,13 +305,72 @@ def _reorder(p, lay, rank, aivs, index, rows, sync="tff", n_tok=None, inc=False)
     p.mark(EVENTS["reorder"])
 
 
+def _split_scan(p, lay, rank, C, c, rows):
+    """CalCumSum of C-AIV ``c`` of ``C`` with ``cumsum_scan="split"`` (UBEP App. C.3: more
+    CalCumSum AIVs split the verification; Eq. 7's ``G(N_exp / n_count)``).
+
+    The ``R·epr`` entries ``q = e_l·R + s`` are cut into ``C`` contiguous chunks
+    (:func:`~epfabric.sw.ubep.cann.split`); C-AIV ``c`` polls the counts of its chunk ``[q0,
+    q1)`` (and ``CNT[q0 − 1]``), keeping them in its UBuf (the rows a T-AIV's ``TCNT`` and
+    slot list take), then waits for the offset the previous C-AIV publishes first,
+    ``OFFS[q0 − 1]``; its prefix is that plus ``CNT[q0 − 1]``. It publishes its last entry's
+    offset first, so the next C-AIV can go on, then the others in order. A C-AIV so polls
+    ``≈ R·epr / C + 1`` counts and, along the chain of prefixes, one offset: the ``R·epr``
+    polls of ``"redundant"`` (each C-AIV polls every count before its experts') fall to
+    ``R·epr / C + C`` on the critical path. ``C = 1`` never comes here (one chunk: the
+    pipelined scan of ``"redundant"`` is the same work).
+    """
+    q0, q1 = split(lay.entries, C, c)
+    if q0 == q1:
+        return
+    if q1 - q0 > rows.scan_words:
+        raise UserError(f"cumsum_scan='split' keeps {q1 - q0} counts in the UBuf, more than the "
+                        f"{rows.scan_words} words a C-AIV has there")
+    def poll_word(region, q, rd):
+        b, w = lay.word_at(region, q)
+        p.li(14, lay.address(rank, b, w))
+        p.poll(rd, 14, 13, "ge")                   # of this epoch (r13 = epoch << 16)
+        p.andi(rd, rd, 0xFFFF)
+
+    if c:
+        poll_word(lay.CNT, q0 - 1, 4)              # r4: the previous chunk's last count
+    p.mv(1, 0)                                     # r1: the chunk's counts but its last
+    for i, q in enumerate(range(q0, q1)):
+        poll_word(lay.CNT, q, 5)
+        p.usw(5, 0, rows.scan + 4 * i)
+        if q < q1 - 1:
+            p.add(1, 1, 5)
+    p.mv(3, 0)                                     # r3: the chunk's prefix
+    if c:
+        poll_word(lay.OFFS, q0 - 1, 3)             # published first by C-AIV c - 1
+        p.add(3, 3, 4)
+    def publish(q, reg):
+        b, w = lay.word_at(lay.OFFS, q)
+        p.or_(6, reg, 13)
+        p.li(14, lay.address(rank, b, w))
+        p.sw(6, 14, 0)
+    p.add(1, 1, 3)
+    publish(q1 - 1, 1)                             # the last first: the next chunk's prefix
+    p.mv(1, 3)
+    for i, q in enumerate(range(q0, q1 - 1)):
+        publish(q, 1)
+        p.ulw(5, 0, rows.scan + 4 * i)
+        p.add(1, 1, 5)
+
+
 def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="transpose",
-                     sync="tff", launch=False, inc=False):
+                     sync="tff", launch=False, inc=False, copies="block",
+                     cumsum_scan="redundant"):
     """The UBEP program of AIV ``core`` on ``rank`` (module docstring).
 
     ``mapping`` picks the remapping ``π`` (:data:`MAPPINGS`); ``sync`` how a
     receiver sees a block arrive (:data:`SYNCS`): ``"tff"`` (UBEP's),
-    ``"sp"`` or ``"sw"`` (raw blocks; SW needs ``lay.flag_words >= R·A``).
+    ``"sp"`` or ``"sw"`` (raw blocks; SW needs ``lay.flag_words >= R·A``); ``copies``
+    how it reads (:data:`~epfabric.sw.presets.COPIES`; ``"mte"``: :func:`_reorder`'s token
+    copies, and the other T-AIVs' ``TCNT`` blocks are copied at once and checked in the UBuf);
+    ``cumsum_scan``
+    how the C-AIVs share CalCumSum (:data:`~epfabric.sw.presets.CUMSUM_SCANS`;
+    ``"split"``: :func:`_split_scan`).
 
     Raises
     ------
@@ -301,6 +384,9 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
     check_int("aivs", aivs, 2)
     check_choice("mapping", mapping, MAPPINGS)
     check_choice("sync", sync, SYNCS)
+    check_choice("copies", copies, COPIES)
+    check_choice("cumsum_scan", cumsum_scan, CUMSUM_SCANS)
+    mte = copies == "mte"
     if inc:
         ubep_inc.check_layout(lay)
         if sync != "tff":
@@ -317,10 +403,10 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
     p = Program()
     if launch:
         launch_delay(p, rank, lay)        # the die's launch skew (issue 30)
-    for r in range(lay.route_blocks):              # the routing, into rows 0..
+    for r in range(lay.route_blocks):              # the routing, into rows 0..: one copy
         p.li(12, rows.route + r * 512)
         p.li(14, lay.address(rank, lay.ROUTE + r))
-        p.ldb(12, 14, 0)
+        copy_block(p, r)(12, 14, 0)
 
     if core >= n_tok:                              # ---------------- a C-AIV ------------------
         c = core - n_tok
@@ -335,6 +421,12 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
             p.sw(5, 14, 0)
         count_experts(p, e0, e1, S, to_cnt)
         p.mark(EVENTS["count"])
+        if cumsum_scan == "split" and C > 1:
+            _split_scan(p, lay, rank, C, c, rows)
+            p.mark(EVENTS["cumsum"])
+            _reorder(p, lay, rank, aivs, core, rows, sync, n_tok, inc, mte)
+            p.halt()
+            return p
         l0, l1 = split(epr, C, c)
         p.mv(1, 0)                                 # the prefix: tokens before (l0, 0)
         for q in range(l0 * R):
@@ -354,7 +446,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
             p.sw(6, 14, 0)                         # publish as soon as known
             p.add(1, 1, 5)
         p.mark(EVENTS["cumsum"])
-        _reorder(p, lay, rank, aivs, core, rows, sync, n_tok, inc)
+        _reorder(p, lay, rank, aivs, core, rows, sync, n_tok, inc, mte)
         p.halt()
         return p
 
@@ -384,9 +476,23 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
         p.stb(12, 14, 0)                           # local, atomic, posted
     # ... and takes every other T-AIV's blocks as they arrive (their flag is this epoch's)
     p.ulw(13, 0, rows.consts)
-    for blk in range(rows.tcnt_rows):
-        if blk in own:
-            continue
+    others = [blk for blk in range(rows.tcnt_rows) if blk not in own]
+    if mte:
+        # one copy of the blocks before its own and one of those after, each checked in the
+        # UBuf: a block whose flag is not yet this epoch's is polled and copied again
+        for i, blk in enumerate(others):
+            p.li(12, rows.tcnt + blk * 512)
+            p.li(14, lay.address(rank, lay.TCNT + blk))
+            (p.ldbc if i and others[i - 1] == blk - 1 else p.ldb)(12, 14, 0)
+        for blk in others:
+            p.li(12, rows.tcnt + blk * 512)
+            p.ulw(5, 12, 0)
+            p.beq(5, 13, f"tcnt{blk}")
+            p.li(14, lay.address(rank, lay.TCNT + blk))
+            p.poll(5, 14, 13, "eq")
+            p.ldbc(12, 14, 0)                      # the block whose flag the poll read
+            p.label(f"tcnt{blk}")
+    for blk in ([] if mte else others):
         p.li(14, lay.address(rank, lay.TCNT + blk))
         p.poll(5, 14, 13, "eq")
         p.li(12, rows.tcnt + blk * 512)
@@ -477,7 +583,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
                 p.slli(14, 4, 8)
                 p.or_(14, 14, 9)                       # header word 2: x << 8 | i
             for b in range(B):
-                p.ldb(10, 15, b * 512)
+                copy_block(p, b)(10, 15, b * 512)      # the token: one copy
                 if sync == "tff":
                     p.usw(13, 10, 0)
                     p.usw(12, 10, 4)
@@ -501,6 +607,6 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
             p.li(14, lay.address(d, fb, fw))
             p.sw(5, 14, 0)
     p.mark(EVENTS["send"])
-    _reorder(p, lay, rank, aivs, a, rows, sync, n_tok, inc)
+    _reorder(p, lay, rank, aivs, a, rows, sync, n_tok, inc, mte)
     p.halt()
     return p

@@ -274,6 +274,9 @@ _add("branches", _p.assemble(), _e, ["beq", "bne", "blt", "bge", "bltu", "bgeu",
 _add("loop", assemble(LOOP_SRC), {OUT: sum(range(1, LOOP_N + 1))}, ["halt"])
 _w, _m, _e = _mem()
 _add("mem", _w, _e, ["ldb", "stb", "ulw", "usw", "fence", "lw", "fadd"], memory=_m)
+_add("ldbc", assemble(f"li r1, {BLK}\nli r2, 1024\nldbc r2, r1, 0\nulw r3, r2, 12\n"
+                      f"li r10, {OUT}\nsw r3, r10, 0\nhalt"),
+     {OUT: _m[BLK + 12]}, ["ldbc"], memory=_m)
 _w, _m, _e = _vec()
 _add("vec", _w, _e, ["vcount", "vcmp", "vfind", "vadd", "vsum", "vmuls"], memory=_m)
 for _n, _case in enumerate(_vcomp_cases()):
@@ -293,6 +296,9 @@ _add("cost_fadd", assemble("fadd r1, r0, r0\nhalt"), {}, [])
 _add("cost_reads_extra", assemble("lw r1, r0, 0x100\nfadd r1, r0, r0\nldb r0, r0, 0\n"
                                   "sw r0, r0, 0x100\nfence\nhalt"), {}, [], read_extra=6)
 _add("poll_extra", assemble(POLL_SRC), {OUT + 4: 9}, [], events=POLL_EVENTS, read_extra=5)
+# a copy's next blocks (ldbc) do not wait: its start was paid by the ldb
+_add("cost_copy_extra", assemble("ldb r0, r0, 0\nldbc r0, r0, 512\nldbc r0, r0, 1024\nhalt"),
+     {}, [], read_extra=6)
 _add("cost_bar", assemble("bar\nhalt"), {}, ["bar"])     # bar_go high: a lone core's barrier
 _add("remote", assemble(f"li r1, {address(7, 3, 2)}\nsw r0, r1, 0\nstb r0, r1, 0\n"
                         "lw r2, r1, 0\nhalt"), {}, [])
@@ -483,6 +489,7 @@ def test_cycle_costs(pysim_results):
     assert r["cost_bar"]["cycles"] == 1 + 1
     # read_extra = 6: lw, fadd and ldb each 1 + 6 + L; the posted sw and its fence as before
     assert r["cost_reads_extra"]["cycles"] == 3 * (1 + 6 + L) + 1 + (L + 1) + 1
+    assert r["cost_copy_extra"]["cycles"] == (1 + 6 + L) + 2 * (1 + L) + 1
     # the vector_extra knob: every vector instruction waits that many cycles before its beats
     assert r["cost_vsum_extra"]["cycles"] == r["cost_vsum"]["cycles"] + 5 \
         == 1 + AIVCore.vector_cycles(9, PARAMS["lanes"], 5) + 1

@@ -70,7 +70,7 @@ def test_one_machine_per_rank_count():
 @pytest.mark.parametrize("given, message", [
     ({"backend": "spice"}, "backend must be one of"),
     ({"aivs": 0}, r"aivs must be >= 1, not 0"),
-    ({"preset": "tiny"}, r"preset must be one of cm384, cm384-fit, not 'tiny'"),
+    ({"preset": "tiny"}, r"preset must be one of cm384, cm384-ascend, cm384-fit, not 'tiny'"),
     ({"opt": "-O3"}, r"opt must be one of -O0, -O1, not '-O3'"),
 ])
 def test_bad_parameters_are_named(given, message):

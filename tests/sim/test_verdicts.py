@@ -193,12 +193,14 @@ def quaternary_rows(steps=5, match=True):
                                  "count_cycles": 17} for t in range(3)])
 
 
-def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983, vec=None, reads=(40, 80)):
+def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983, vec=None, reads=(40, 80),
+               copies=(25, 30)):
     """Two-hop store-window rows (cm384, 32 blocks) for W = 1 and 2, at the closed form
     unless ``stb`` gives the model's cycles; ``sw`` the word streams' cycles; hardware
     SyncAll rows at syncall_cycles 0 and 100 releasing after ``bar`` cycles; a vector row at
     vector_extra 20 (4 vsum of L = 1, 17) taking ``vec`` cycles (default: its closed form);
-    read rows at read_extra 0 and 5 whose 8 loads (and 8 polls) take ``reads`` cycles."""
+    read rows at read_extra 0 and 5 whose 8 loads (and 8 polls) take ``reads`` cycles and
+    whose copy of 8 blocks takes ``copies``."""
     rows = [{"preset": "cm384", "backend": "verilator", "mechanism": "syncall", "aivs": 48,
              "kind": "hard", "syncall_cycles": w, "release_cycles": b, "expected_cycles": w + 1}
             for w, b in zip((0, 100), bar)]
@@ -210,9 +212,10 @@ def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983, vec=None, read
     rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "vector",
                  "lengths": "1,17", "vector_extra": 20, "expected_cycles": expected,
                  "cycles": expected if vec is None else vec})
-    for x, c in zip((0, 5), reads):
+    for x, c, k in zip((0, 5), reads, copies):
         rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "read",
-                     "read_extra": x, "load_cycles": c, "poll_cycles": c, "read_ns": c / 8})
+                     "read_extra": x, "load_cycles": c, "poll_cycles": c, "read_ns": c / 8,
+                     "copy_cycles": k})
     from epfabric.sim.lab.experiments.mechanisms import window_expected
     for k, w in enumerate((1, 2)):
         expected = window_expected(2500, w, 32)
@@ -347,7 +350,8 @@ CASES = {
         "the die sent at twice its injection limit": mechanisms(inject=492),
         "vector ops without their issue cost": mechanisms(vec=[17, 21]),
         "reads without their start cost": mechanisms(reads=(40, 40)),
-        "a read start paid twice": mechanisms(reads=(40, 120))}),
+        "a read start paid twice": mechanisms(reads=(40, 120)),
+        "every block of a copy pays the start": mechanisms(copies=(25, 65))}),
     "training": (True, [training(), training(f1=94.0, f5=36.0)], {
         "the uncalibrated S1: CANN 45 us": training(f1=45.0, s=3375),
         "SyncAll 5 %": training(s=2575),

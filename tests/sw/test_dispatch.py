@@ -779,3 +779,81 @@ def test_the_presets_vector_width_builds_the_cores_and_shortens_canns_counting(m
         runs[lanes] = result["runs"][0]
         assert runs[lanes]["config"]["lanes"] == lanes
     assert runs[128]["cycles"] < runs[16]["cycles"], {k: r["cycles"] for k, r in runs.items()}
+
+
+# --- issue 30: MTE copies and the split CalCumSum scan ----------------------------------------
+
+#: four AIVs a die, so UBEP can have three C-AIVs (chunks of the 2 x 4 entries)
+WIDE = {**SMALL, "experts": 8}
+WIDE_SHAPE = {**SHAPE, "aivs": 4}
+
+
+def _wide_run(params, knobs=None):
+    result, reports = run_kernel(K, backend(fast_simulator()), params={**WIDE, **params},
+                                 max_cycles=KERNEL_CASE_MAX_CYCLES * (1 + 20 * bool(knobs)),
+                                 knobs=knobs, **WIDE_SHAPE)
+    assert result["correct"], result["problems"]
+    return result["runs"][0], reports[0]
+
+
+@pytest.mark.parametrize("variant", [
+    {"system": "cann", "copies": "mte"},
+    {"system": "ubep", "copies": "mte", "cumsum_aivs": 1},
+    {"system": "ubep", "cumsum_scan": "split", "cumsum_aivs": 3},
+    {"system": "ubep", "copies": "mte", "cumsum_scan": "split", "cumsum_aivs": 2}],
+    ids=["cann-mte", "ubep-mte", "ubep-split", "ubep-mte-split"])
+def test_mte_copies_and_the_split_scan_deliver_what_the_defaults_do(variant):
+    """Bit-exact, and the same OUT and counts as the default programs, with and without a
+    read start (the knob moves only time; a flag found missing in a copy is polled)."""
+    default, _ = _wide_run({k: v for k, v in variant.items() if k not in ("copies", "cumsum_scan")})
+    for knobs in (None, {"read_extra": 45}):
+        run, _ = _wide_run(variant, knobs)
+        assert run["out_payload_digest"] == default["out_payload_digest"]
+        assert run["recv_count"] == default["recv_count"]
+
+
+def test_an_mte_copy_pays_its_start_once():
+    """With a read start of 200 cycles, 'block' reads pay it for every status word its Flag
+    Verification, CalCumSum and reordering read; 'mte' copies the slice once and the blocks
+    before it once: CANN's run grows less (measured at 0d1ee8f+: 3,196 against 4,589 cycles;
+    both also pay it in each SyncAll's polls and each token copy)."""
+    grow = {}
+    for copies in ("block", "mte"):
+        base, _ = _wide_run({"system": "cann", "copies": copies})
+        slow, _ = _wide_run({"system": "cann", "copies": copies}, {"read_extra": 200})
+        grow[copies] = slow["cycles"] - base["cycles"]
+    assert 0 < grow["mte"] < grow["block"] - 5 * 200
+
+
+def test_the_split_scan_shortens_the_c_aivs_chain_when_reads_cost():
+    """Three C-AIVs: 'redundant' makes the last poll every count before its experts' (all 8 of
+    the die's entries); 'split' gives each a chunk and passes one offset along. With a read
+    start of 300 cycles the last C-AIV's CalCumSum ends earlier with 'split'."""
+    ends = {}
+    for scan in ("redundant", "split"):
+        run, _ = _wide_run({"system": "ubep", "cumsum_scan": scan, "cumsum_aivs": 3},
+                           {"read_extra": 300})
+        ends[scan] = max(t["cumsum"] for key, t in run["phases"].items() if "cumsum" in t)
+    assert ends["split"] < ends["redundant"]
+
+
+def test_the_split_scan_programs_poll_a_chunk_each():
+    """The programs, not the data: with C = 3 and 8 entries a die, C-AIV c polls its chunk's
+    counts (and the one before it) and, past the first, one offset; 'redundant' polls every
+    count up to its last expert's."""
+    from epfabric.hw.isa import BY_MNEMONIC
+    poll = BY_MNEMONIC["poll"].opcode
+    params = K.resolve_params({**WIDE, "system": "ubep", "cumsum_aivs": 3})
+    cfg = K.configs("tiny", WIDE_SHAPE["topology"], 4, params)[0]
+
+    def polls(scan):
+        progs = K.programs(cfg, {**params, "cumsum_scan": scan})
+        # the C-AIVs are cores 1..3; their polls before the reordering's: count the first
+        # CalCumSum polls by the program text (the reordering polls the same in both)
+        return [sum(1 for w in progs[(0, c)].assemble() if w & 63 == poll) for c in (1, 2, 3)]
+    redundant, split = polls("redundant"), polls("split")
+    assert split[2] < redundant[2]
+    with pytest.raises(UserError, match="cumsum_scan must be one of redundant, split"):
+        K.resolve_params({**WIDE, "system": "ubep", "cumsum_scan": "tree"})
+    with pytest.raises(UserError, match="copies must be one of block, mte"):
+        K.resolve_params({**WIDE, "copies": "dma"})

@@ -42,7 +42,9 @@ costs ``max(1, ceil(L / lanes)) + 3 + X`` cycles at ``vector_extra = X``
 it whose condition already holds (one read each), each group between two MARKs. Every read
 costs ``1 + R + L`` cycles at ``read_extra = R`` (``L`` the die's local access time, which
 the ``R = 0`` row measures), so a row at ``R`` takes ``READ_REPEAT x R`` cycles more than the
-row at 0, exactly; the row's ``read_ns`` is what one local read (a poll) costs.
+row at 0, exactly; the row's ``read_ns`` is what one local read (a poll) costs. Then one copy
+of :data:`READ_REPEAT` blocks, an ``ldb`` and ``ldbc`` for the rest (the copy engine: a copy
+pays its start once), takes exactly ``R`` cycles more than at 0.
 """
 
 import math
@@ -157,9 +159,11 @@ READ_REPEAT = 8
 
 
 def read_runs(*, preset, backend, extra=None):
-    """``[cycles of the loads, cycles of the polls]`` of one AIV's :data:`READ_REPEAT` local
-    loads and :data:`READ_REPEAT` satisfied polls (module docstring), with the dies'
-    ``read_extra`` knob at ``extra`` (``None``: its reset value, 0)."""
+    """``[cycles of the loads, cycles of the polls, cycles of the copy]`` of one AIV's
+    :data:`READ_REPEAT` local loads, :data:`READ_REPEAT` satisfied polls and one copy of
+    :data:`READ_REPEAT` blocks (an ``ldb``, then ``ldbc``: the copy's start is paid once;
+    module docstring), with the dies' ``read_extra`` knob at ``extra`` (``None``: its reset
+    value, 0)."""
     from ....sw.assembler import Program
     from ....sw.isa import address
     from ....sw.machine import Machine
@@ -175,15 +179,20 @@ def read_runs(*, preset, backend, extra=None):
     for _ in range(READ_REPEAT):
         p.poll(1, 2, 0, "ge")                   # holds at the first read
     p.mark(MARK0 + 2)
+    p.li(3, address(0, 0, 0))                   # blocks 0.. of the die's own memory
+    p.ldb(0, 3, 0)                              # one copy: its start ...
+    for b in range(1, READ_REPEAT):
+        p.ldbc(0, 3, (b % 4) * 512)             # ... then its next blocks
+    p.mark(MARK0 + 3)
     p.halt()
     m.load_program(0, 0, p)
     m.read_back([(0, 1)])
     if extra is not None:
         m.set_knob("read_extra", extra)
-    report = m.run(max_cycles=10_000 + 2 * READ_REPEAT * (extra or 0))
+    report = m.run(max_cycles=10_000 + 3 * READ_REPEAT * (extra or 0))
     marks = {e["event"]: e["cycle"] for e in report.marks()}
     # each group less its closing MARK's cycle
-    return [marks[MARK0 + 1] - marks[MARK0] - 1, marks[MARK0 + 2] - marks[MARK0 + 1] - 1]
+    return [marks[MARK0 + 1 + g] - marks[MARK0 + g] - 1 for g in range(3)]
 
 
 def barrier_release(*, preset, backend, kind, aivs, spread=4, syncall_cycles=None):
@@ -298,7 +307,10 @@ def read_check(rows):
                                                                    - base["read_extra"])
           and r["poll_cycles"] - base["poll_cycles"] == READ_REPEAT * (r["read_extra"]
                                                                        - base["read_extra"])
-          and r["load_cycles"] == r["poll_cycles"] for r in rows]
+          and r["load_cycles"] == r["poll_cycles"]
+          and r.get("copy_cycles", 0) - base.get("copy_cycles", 0) == (r["read_extra"]
+                                                                   - base["read_extra"])
+          for r in rows]
     per = ", ".join(f"{r['read_ns']:g} ns at read_extra {r['read_extra']}" for r in rows)
     return all(ok), (f"{sum(ok)}/{len(rows)} read runs at {READ_REPEAT} x read_extra more "
                      f"(tolerance: none; a local read {per})")
@@ -393,9 +405,9 @@ class Mechanisms(Experiment):
                                         for n in lengths]}
         preset = get_preset(point["preset"])
         if point["mechanism"] == "read":
-            loads, polls = read_runs(preset=preset.name, backend=point["backend"],
-                                     extra=point["read_extra"])
-            return {**point, "load_cycles": loads, "poll_cycles": polls,
+            loads, polls, copy = read_runs(preset=preset.name, backend=point["backend"],
+                                           extra=point["read_extra"])
+            return {**point, "load_cycles": loads, "poll_cycles": polls, "copy_cycles": copy,
                     "read_ns": preset.ns(polls / READ_REPEAT)}
         if point["mechanism"] == "inject":
             g = point["inject_gbytes_s"]
@@ -517,7 +529,8 @@ class Mechanisms(Experiment):
                             ",".join(map(str, r["expected_cycles"])), ""))
             elif r["mechanism"] == "read":
                 out.append((r["mechanism"], f"read_extra {r['read_extra']}, {READ_REPEAT} lw, "
-                            f"then {READ_REPEAT} poll", f"{r['load_cycles']},{r['poll_cycles']}",
+                            f"then {READ_REPEAT} poll, then a {READ_REPEAT}-block copy",
+                            f"{r['load_cycles']},{r['poll_cycles']},{r.get('copy_cycles')}",
                             "", f"{r['read_ns']:g} ns a read"))
             elif r["mechanism"] == "inject":
                 exp = r["expected_cycles"]

@@ -1,7 +1,7 @@
 """Issue 30's training set: the five paper numbers a cm384 preset is fitted to, at given knobs.
 
 ``epfabric calibrate --fit`` (:mod:`epfabric.sim.lab.fit`) fits the timing
-knobs of a preset (store window, die injection, SyncAll cost, vector op cost;
+knobs of ``cm384-ascend`` (store window, die injection, read start, SyncAll cost;
 hw/die.py ``KNOBS``) to these targets **only**; every other paper number is
 held out (``reproduce validation``). ``epfabric reproduce training`` runs the
 same six dispatch runs at the preset's own knobs and says how far each target
