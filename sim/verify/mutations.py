@@ -496,6 +496,37 @@ MUTATIONS = [
         "timeout": 120,
     },
     {
+        "name": "split_scan_drops_the_previous_count",
+        "file": "sw/ubep/ubep.py",
+        "old": "        p.add(3, 3, 4)\n",
+        "new": "",
+        "description": "a C-AIV of the split CalCumSum scan takes the previous chunk's last "
+                       "offset as its prefix, without that entry's count (offsets one entry "
+                       "short)",
+        "tests": ["tests/sw/test_dispatch.py::test_mte_copies_and_the_split_scan_deliver_what_the_defaults_do"],
+        "timeout": 300,
+    },
+    {
+        "name": "mte_status_copy_trusts_a_stale_word",
+        "file": "sw/ubep/cann.py",
+        "old": "            p.bgeu(6, 13, f\"verified{q}\")       # the copy holds this run's flag\n",
+        "new": "            p.j(f\"verified{q}\")\n",
+        "description": "CANN's MTE Flag Verification accepts its copy of the status slice "
+                       "without checking the flags (a word not yet of this run is never polled)",
+        "tests": ["tests/sw/test_dispatch.py::test_mte_copies_and_the_split_scan_deliver_what_the_defaults_do"],
+        "timeout": 300,
+    },
+    {
+        "name": "mte_token_copy_trusts_a_missing_block",
+        "file": "sw/ubep/ubep.py",
+        "old": "                p.beq(11, 12, f\"got{q}_{_b}\")\n",
+        "new": "                p.j(f\"got{q}_{_b}\")\n",
+        "description": "UBEP's MTE reordering copies a token without checking its blocks' flags "
+                       "in the copy (a block not yet arrived is copied as it is)",
+        "tests": ["tests/sw/test_dispatch.py::test_mte_copies_and_the_split_scan_deliver_what_the_defaults_do"],
+        "timeout": 300,
+    },
+    {
         "name": "read_extra_paid_once_a_poll",
         "file": "hw/aiv_core.py",
         "old": "                                         r_wait.eq(0),\n",
