@@ -200,6 +200,10 @@ def prepare(args):
                 print(line)
             for line in _stage_table(sweep, results):
                 print(line)
+            same = _same_outputs(sweep, results)
+            for line in same:
+                print(line)
+            status |= int(any(line.startswith("DIFFER") for line in same))
         _outputs(results, traced)
         return status
 
@@ -334,6 +338,44 @@ def _compare(sweep, results):
                                  + f": {name}={value} / {name}={values[0]} latency "
                                  f"{b[key]} / {a[key]} cycles = {r:.2f} "
                                  f"({100 * (1 - r):+.1f} % cut)")
+    return lines
+
+
+#: the payload digests a kernel's checker reports, per rank: what must be the same across systems
+_DIGESTS = (("dispatch", "OUT", "out_payload_digest"), ("combine", "y", "y_payload_digest"))
+
+
+def _same_outputs(sweep, results):
+    """For a ``--system`` sweep whose runs all passed their checks: whether every system left
+    the same outputs, compared by the checkers' per-rank payload digests (a dispatch's ``OUT``,
+    a combine's ``y`` and its dispatch's ``OUT``). A line starting ``DIFFER`` names the first
+    system and rank that differ (the run then exits 1). Empty for any other sweep, or when a
+    kernel reports no digest. ``COUNTS`` and ``EXPAND`` are compared to numpy by each
+    system's checker, so they need no digest here."""
+    if sweep[0] != "system" or len(results) < 2 or not all(r["correct"] for r in results):
+        return []
+    lines = []
+    for kernel, what, key in _DIGESTS:
+        per_system = []                 # [[digests of each run of one system]]
+        for result in results:
+            runs = [run if key in run else (run.get("dispatch") or {}) for run in result["runs"]]
+            per_system.append([run.get(key) for run in runs])
+        if any(d is None for runs in per_system for d in runs):
+            continue
+        base = per_system[0]
+        differ = None
+        for value, runs in zip(sweep[1][1:], per_system[1:]):
+            for i, (digests, ref) in enumerate(zip(runs, base)):
+                if digests != ref:
+                    rank = next((r for r, (a, b) in enumerate(zip(digests, ref)) if a != b),
+                                min(len(digests), len(ref)))
+                    differ = (f"DIFFER: {kernel} {what} of system={value} (run {i}, rank "
+                              f"{rank}) is not system={sweep[1][0]}'s")
+                    break
+            if differ:
+                break
+        lines.append(differ or f"{kernel} outputs: {what} payloads identical across "
+                               f"{', '.join(map(str, sweep[1]))} on all {len(base[0])} ranks")
     return lines
 
 

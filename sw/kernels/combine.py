@@ -178,7 +178,8 @@ class Combine(Dispatch):
         carry_to_combine(machine, w, params, expert_outputs(w, delivered))
         before = {"cycles": report.cycles, "ns": report.ns, "correct": verdict["correct"],
                   "problems": verdict["problems"], "phases": verdict["phases"],
-                  "syncall_share": verdict["syncall_share"], "links": verdict["links"]}
+                  "syncall_share": verdict["syncall_share"], "links": verdict["links"],
+                  "out_payload_digest": verdict["out_payload_digest"]}
         # the checker's expected expert outputs: the stand-in applied to numpy's dispatch
         return w, params, before, delivered, expert_outputs(w, dispatch_out(w)[0]), report
 

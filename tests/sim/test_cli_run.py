@@ -608,7 +608,7 @@ def test_ctrl_c_in_a_sweep_keeps_the_runs_that_finished(tmp_path, monkeypatch, c
     assert doc["interrupted"] and doc["values"] == [0] and len(doc["results"]) == 1
 
 
-def test_a_comparison_with_ubep_inc_runs_every_system_on_one_machine(tmp_path):
+def test_a_comparison_with_ubep_inc_runs_every_system_on_one_machine(tmp_path, capsys):
     """--system cann,ubep,ubep-inc: every run on the machine whose switches multicast and
     reduce (one build), and CANN's and UBEP's runs on it are their runs on their own machine
     (ep_window 0), cycle for cycle."""
@@ -618,6 +618,8 @@ def test_a_comparison_with_ubep_inc_runs_every_system_on_one_machine(tmp_path):
     shape = ["--batch", "2", "--topk", "1", "--experts", "2"]
     assert main(["run", "dispatch", *SMALL, *shape, "--backend", "pysim",
                  "--system", "cann,ubep,ubep-inc", "--json", str(out)]) == 0
+    assert ("dispatch outputs: OUT payloads identical across cann, ubep, ubep-inc on all 2 "
+            "ranks") in capsys.readouterr().out.splitlines()
     runs = [r["runs"][0] for r in json.loads(out.read_text())["results"]]
     assert all(r["config"] == runs[2]["config"] for r in runs) and runs[2]["config"]["ep_window"]
     for system, shared in zip(("cann", "ubep"), runs):
@@ -627,3 +629,34 @@ def test_a_comparison_with_ubep_inc_runs_every_system_on_one_machine(tmp_path):
         assert alone["runs"][0]["config"].get("ep_window", 0) == 0 and alone["correct"]
         assert ((alone["runs"][0]["cycles"], alone["runs"][0]["phases"])
                 == (shared["cycles"], shared["phases"])), system
+
+
+def test_a_system_sweep_says_whether_the_systems_outputs_are_the_same():
+    """The checkers' per-rank payload digests: identical for every system -> one line per
+    output; one rank's digest changed -> a DIFFER line naming the system and the rank."""
+    from epfabric.sim.cli.run import _same_outputs
+    sweep = ("system", ["cann", "ubep", "ubep-inc"])
+
+    def combine(out, y):
+        return {"correct": True, "runs": [{"y_payload_digest": y,
+                                           "dispatch": {"out_payload_digest": out}}]}
+    same = [combine(["a", "b"], ["c", "d"]) for _ in range(3)]
+    assert _same_outputs(sweep, same) == [
+        "dispatch outputs: OUT payloads identical across cann, ubep, ubep-inc on all 2 ranks",
+        "combine outputs: y payloads identical across cann, ubep, ubep-inc on all 2 ranks"]
+    other = same[:2] + [combine(["a", "b"], ["c", "x"])]
+    assert _same_outputs(sweep, other)[1] == (
+        "DIFFER: combine y of system=ubep-inc (run 0, rank 1) is not system=cann's")
+    assert not _same_outputs(("seed", [0, 1]), same[:2])
+    assert not _same_outputs(sweep, same[:2] + [{**same[2], "correct": False}])
+
+
+def test_a_combine_sweep_compares_its_dispatchs_out_and_its_y(capsys):
+    """A combine's runs carry their dispatch's OUT digests too: both lines are printed."""
+    shape = ["--batch", "2", "--topk", "1", "--experts", "2"]
+    assert main(["run", "combine", *SMALL, *shape, "--backend", "pysim",
+                 "--system", "cann,ubep,ubep-inc"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for what, kernel in (("OUT", "dispatch"), ("y", "combine")):
+        assert (f"{kernel} outputs: {what} payloads identical across cann, ubep, ubep-inc on "
+                f"all 2 ranks") in lines

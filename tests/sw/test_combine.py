@@ -130,6 +130,9 @@ def test_ubep_inc_is_bit_exact_and_the_same_on_three_simulators():
         assert a["cycles"] == b["cycles"] and a["phases"] == b["phases"], sim
         assert a["dispatch"]["cycles"] == b["dispatch"]["cycles"], sim
         assert a["dispatch"]["phases"] == b["dispatch"]["phases"], sim
+        assert a["y_payload_digest"] == b["y_payload_digest"], sim
+        assert (a["dispatch"]["out_payload_digest"]
+                == b["dispatch"]["out_payload_digest"]), sim
         assert got[1] == trace and got[2] == counters, sim
 
 
