@@ -533,7 +533,8 @@ class PlanarSwitch:
                                      counter_width=self.counter_width, route_port=True,
                                      planes=True, small_taps=self.small_taps)}
         for _plo, w, module in self._planes(name):
-            out[module] = SwitchDataPlane(ports=self.ports, depth=self.depth, width=w)
+            if module not in out:       # planes of one width share a module: build it once
+                out[module] = SwitchDataPlane(ports=self.ports, depth=self.depth, width=w)
         return out
 
     def verilog(self, name, convert):

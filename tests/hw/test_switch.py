@@ -153,3 +153,22 @@ def test_routes_must_fit_dst_field():
     from epfabric.hw.link import flit_layout
     with pytest.raises(ValueError, match=r"routes has 5 destinations but the payload's dst field has only 2 bits"):
         Switch(ports=2, routes=[0, 1, 0, 1, 0], payload=flit_layout(ranks=4, data_bits=8))
+
+
+def test_a_planar_switchs_equal_planes_are_one_module_built_once(monkeypatch):
+    """Planes of one width share a module: parts() builds it once (an object built and then
+    dropped is an Amaranth UnusedElaboratable warning on native builds of wide switches)."""
+    from epfabric.hw import switch
+    from epfabric.hw.link import flit_layout
+    built = []
+
+    class Counted(switch.SwitchDataPlane):
+        def __init__(self, **params):
+            built.append(params["width"])
+            super().__init__(**params)
+    monkeypatch.setattr(switch, "SwitchDataPlane", Counted)
+    planar = switch.PlanarSwitch(ports=2, routes=[0, 1], depth=2, counter_width=8,
+                                 payload=flit_layout(ranks=2, data_bits=224), plane_bits=64)
+    parts = planar.parts("s")
+    assert sorted(parts) == ["s_ctl", "s_dp32", "s_dp64"]
+    assert sorted(built) == [32, 64]
