@@ -30,7 +30,7 @@ ROOMS = [
     ("sim.tb", "testbench hardware and bus-functional models"),
     ("sim.backends", "the simulators, simulation Verilog, waveforms, machine backends"),
     ("sim.flows", "Verilog export, lint, FPGA synthesis, formal proofs"),
-    ("sim.verify", "mutation testing, soaks and behaviour fingerprints"),
+    ("sim.verify", "mutation testing and soaks"),
     ("sim.lab.results", "result cache, files and plots, knowing no experiment"),
     ("sim.lab.experiments", "the experiments"),
     ("sim.lab", "sweeps and the reproduce pipeline"),

@@ -1,6 +1,6 @@
 """Behaviour fingerprints: what a refactoring must leave unchanged, recorded and compared.
 
-``python -m epfabric.sim.verify.fingerprint -o FILE`` runs a fixed set of
+``python -m epfabric.sim.lab.fingerprint -o FILE`` runs a fixed set of
 cases and writes, for each, what the machine did: its cycles, a digest of
 its MARK trace, core states, counters and samples, a digest of every word
 read back from its memory, and the kernel checker's verdict and figures.
@@ -10,8 +10,8 @@ fingerprint differs (exit 1), so a change that should not change behaviour
 against the tree before it. Cases:
 
 * every registered kernel at its default shape: on Amaranth's simulator (the
-  flat design: nothing shared or skipped) where its default preset is small,
-  on the native backend where it is ``cm384``;
+  flat design: nothing shared or skipped) where the run is short, on the
+  native backend where it is long (``cm384``, the INC-MoE layer);
 * dispatch and combine of the three systems at ``make run``'s shape, and on
   ``cm384-fit`` with every timing knob on, on the native backend (shared
   modules, idle-die skipping, backdoor loading);
@@ -37,8 +37,9 @@ _RUN_PARAMS = dict(batch=16, topk=4, experts=8)
 
 #: (label, kernel, backend, run_kernel arguments)
 KERNEL_CASES = [
-    *[(f"{k}-default", k, "pysim", {}) for k in ("syncall", "alltoall", "agrs", "moe-layer")],
-    *[(f"{k}-default", k, "native", {}) for k in ("pingpong", "dispatch", "combine", "daf")],
+    *[(f"{k}-default", k, "pysim", {}) for k in ("syncall", "alltoall", "agrs")],
+    *[(f"{k}-default", k, "native", {})
+      for k in ("pingpong", "dispatch", "combine", "daf", "moe-layer")],
     *[(f"{k}-{s}-run-shape", k, "native", dict(**_RUN, params=dict(_RUN_PARAMS, system=s)))
       for k in ("dispatch", "combine") for s in ("cann", "ubep", "ubep-inc")],
     *[(f"dispatch-{s}-cm384-fit", "dispatch", "native",
@@ -120,7 +121,7 @@ def _stable(value):
 
 def experiment_fingerprint(name):
     """The quick grid's rows of experiment ``name``, host-dependent columns left out."""
-    from ..lab.experiments import EXPERIMENTS
+    from .experiments import EXPERIMENTS
     exp = EXPERIMENTS[name]
     params = exp.resolve()
     rows = []
@@ -167,7 +168,7 @@ def differences(old, new):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m epfabric.sim.verify.fingerprint",
+    ap = argparse.ArgumentParser(prog="python -m epfabric.sim.lab.fingerprint",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("-o", "--output", required=True, help="JSON file to write")
     ap.add_argument("--compare", metavar="OLD", help="a fingerprint to compare with (exit 1 if any differ)")
