@@ -62,6 +62,8 @@ def _digest(obj):
 
 
 def _plain(value):
+    if hasattr(value, "to_dict"):          # a Report (a combine's inner dispatch run)
+        return value.to_dict()
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, (np.integer,)):
