@@ -25,7 +25,9 @@ page                table                                        JSON (in the da
 
 The per-item verdicts of the validation table are the current verdict code
 (:meth:`~epfabric.sim.lab.experiments.validation.Validation.outcomes`) applied to the
-recorded rows; the run's own verdict line is printed beside them.
+recorded rows; the run's own verdict line is printed beside them. The experiments listed as
+not recorded yet are the registered ones (:data:`~epfabric.sim.lab.experiments.EXPERIMENTS`)
+without a JSON.
 """
 
 import json
@@ -234,9 +236,9 @@ def fabric_speed_lines(doc):
         ("cycles/s", _key("cycles_per_s")), ("sent", _key("sent")),
         ("received", _key("received")), ("misrouted", _key("misrouted")),
         ("blocks/cycle/rank", _key("blocks_per_cycle_per_rank"))])
-    ratios = [f"{what} {doc[key]}×" for key, what in (("verilator_over_pysim", "Verilator / pysim"),
-                                                      ("native_over_verilator", "native / Verilator"))
-              if doc.get(key) is not None]
+    named = (("verilator_over_pysim", "Verilator / pysim"),
+             ("native_over_verilator", "native / Verilator"))
+    ratios = [f"{what} {doc[key]}×" for key, what in named if doc.get(key) is not None]
     if ratios:
         lines += ["", "In this invocation: " + ", ".join(ratios) + " (cycles per second)."]
     return lines
@@ -384,6 +386,7 @@ class Table:
 
 @dataclass(frozen=True)
 class Page:
+    """A generated page: its title, its first paragraph and its tables, in order."""
     title: str
     intro: str
     tables: tuple = field(default_factory=tuple)
