@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.epfabric-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup docs wheel-check warm-tools test test-slow mutate run demo fig6 reproduce figures bench fabric-speed verilog lint synth prove soak clean
+.PHONY: help setup docs pages wheel-check warm-tools test test-slow mutate run demo fig6 reproduce figures bench fabric-speed verilog lint synth prove soak clean
 RESULTS ?= results
 
 help: ## list the targets
@@ -76,6 +76,9 @@ soak: $(STAMP) ## 10^5-block random-traffic soaks (uniform, hot-spot) of the 32-
 
 lint: verilog ## verilator --lint-only -Wall on every registered component
 	$(PY) -m epfabric.sim.flows.lint build/verilog
+
+pages: $(STAMP) ## write the results pages (docs/results/) from the recorded JSON in docs/data/
+	$(VENV)/bin/epfabric pages --data docs/data -o docs/results
 
 docs: $(STAMP) ## build the documentation site (MkDocs, --strict: a broken reference fails) into build/site
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d build/site

@@ -11,7 +11,8 @@ anchors, API objects that cannot be found). These tests check what a build canno
 * every registered experiment, kernel, command and make target is named where a reader
   looks for it;
 * every page of ``docs/`` is in ``mkdocs.yml``'s navigation, and every navigation entry is a
-  page.
+  page;
+* the results pages say what was measured, not which issue asked for it.
 
 Each check is a function of text, so each test also plants a failure and sees it found.
 """
@@ -247,3 +248,26 @@ def test_the_nav_check_sees_planted_failures():
     assert nav == ["index.md", "api/index.md", "api/b.md"]
     assert nav_problems(nav, ["index.md", "api/index.md", "spare.md"]) == [
         "spare.md is not in mkdocs.yml's nav", "nav names api/b.md, which is not a page"]
+
+
+# ---------------------------------------------------------------------- results pages
+
+#: "issue 30", "Issue 29's", "issue\n30": a tracker's number, which a reader of the site cannot follow
+ISSUE = re.compile(r"\bissues?\s+\d+", re.I)
+
+
+def issue_references(text):
+    """Every reference to a numbered issue in ``text``."""
+    return ISSUE.findall(text)
+
+
+def test_the_results_pages_name_no_issue():
+    pages = [DOCS / "results.md", *sorted((DOCS / "results").glob("*.md"))]
+    assert len(pages) >= 5
+    bad = {str(p.relative_to(ROOT)): issue_references(read(p)) for p in pages}
+    assert not {k: v for k, v in bad.items() if v}, (
+        "results pages citing issues (say what was measured instead):\n"
+        + "\n".join(f"{k}: {v}" for k, v in bad.items() if v))
+    assert issue_references("### Issue 30: the calibration, issue\n29's list") == [
+        "Issue 30", "issue\n29"]
+    assert issue_references("32 × (2L + 3) + issue: the same; tissue 3") == []

@@ -47,6 +47,7 @@ COMMANDS = [
     ("soak", "epfabric.sim.cli.soak",
      "long random-traffic soak of the superpod fabric, scoreboarded in hardware"),
     ("mutate", "epfabric.sim.cli.mutate", "curated mutations: break one thing, check the tests notice"),
+    ("pages", "epfabric.sim.cli.pages", "write the results pages from the recorded JSON"),
 ]
 
 

@@ -86,7 +86,7 @@ def prepare(args):
                   + (f"{result['largest'][0]} dies x {result['largest'][1]} AIVs"
                      if result["largest"] else "none"))
             if args.json:
-                write_json(args.json, result)
+                write_json(args.json, result, recorded=True)
             return 0 if result["largest"] else 1
         return probe
 
@@ -106,6 +106,6 @@ def prepare(args):
         rows = EXPERIMENT.run(**params)
         print(EXPERIMENT.format(rows))
         if args.json:
-            write_json(args.json, {"runs": rows, "over_pysim": ratios(rows)})
+            write_json(args.json, {"runs": rows, "over_pysim": ratios(rows)}, recorded=True)
         return 0 if all(r["correct"] for r in rows) else 1
     return job

@@ -25,11 +25,18 @@ def max_cycles(option, value):
     return check_int(option, value, 1, (1 << 32) - 1)
 
 
-def write_json(path, obj):
+def write_json(path, obj, *, recorded=False):
     """Write ``obj`` as indented JSON to ``path`` atomically and say so.
 
-    A dict gets an ``"epfabric"`` key with the version that wrote it.
+    A dict gets an ``"epfabric"`` key with the version that wrote it. ``recorded`` (a
+    measurement the results pages show, ``epfabric pages``): it also gets ``"metadata"`` --
+    commit, machine, command line and date
+    (:func:`~epfabric.sim.lab.results.files.run_metadata`) -- and a list is written as
+    ``{"rows": [...]}`` to have a place for them.
     """
+    if recorded:
+        from ..lab.results.files import run_metadata
+        obj = {**(obj if isinstance(obj, dict) else {"rows": obj}), "metadata": run_metadata()}
     if isinstance(obj, dict):
         obj = {"epfabric": __version__, **obj}
     write_atomic(path, json.dumps(obj, indent=2) + "\n")

@@ -55,6 +55,7 @@ def prepare(args):
             native = (round(by["native"]["cycles_per_s"] / by["verilator"]["cycles_per_s"], 2)
                       if "native" in by and "verilator" in by else None)
             write_json(args.json, {"runs": rows, "verilator_over_pysim": ratio,
-                                   "native_over_verilator": native, "load": os.getloadavg()})
+                                   "native_over_verilator": native, "load": os.getloadavg()},
+                       recorded=True)
         return 0 if all(r["misrouted"] == 0 for r in rows) else 1
     return job

@@ -85,7 +85,7 @@ def prepare(args):
             outcomes = list(pool.map(one, enumerate(mutations)))
         seconds = time.monotonic() - start
         rows = [o.to_dict() for o in outcomes]
-        write_json(json_path, rows)
+        write_json(json_path, rows, recorded=True)
         print(mutate.summary_line(outcomes, seconds))
         return 0 if all(o.ok for o in outcomes) else 1
     return job

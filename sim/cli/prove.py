@@ -85,6 +85,6 @@ def prepare(args):
         print()
         print(format_table(outcomes))
         if args.json:
-            write_json(args.json, [o.as_dict() for o in outcomes])
+            write_json(args.json, [o.as_dict() for o in outcomes], recorded=True)
         return 0 if all(o.ok for o in outcomes) else 1
     return job

@@ -111,7 +111,7 @@ def prepare(args):
                       f"{row['wall_s']:.1f} s (run {row['run_s']:.1f} s) "
                       f"{'ok' if row['ok'] else 'FAILED'}", flush=True)
         if args.json:
-            write_json(args.json, rows)
+            write_json(args.json, rows, recorded=True)
         return 0 if all(r["ok"] for r in rows) else 1
     return job
 
@@ -136,7 +136,7 @@ def _inc_job(args, shape):
                   f"{'ok' if row['ok'] else 'FAILED: ' + '; '.join(row['problems'])}",
                   flush=True)
         if args.json:
-            write_json(args.json, rows)
+            write_json(args.json, rows, recorded=True)
         return 0 if all(r["ok"] for r in rows) else 1
     return job
 
@@ -169,6 +169,6 @@ def _kernel_job(args):
         good = sum(r["correct"] for r in rows)
         print(f"{args.kernel}: {good} / {len(rows)} runs correct")
         if args.json:
-            write_json(args.json, rows)
+            write_json(args.json, rows, recorded=True)
         return 0 if good == len(rows) else 1
     return job

@@ -132,7 +132,7 @@ def prepare(args):
             print(md, end="")
             print(f"wrote {csv_path}\nwrote {md_path}")
             if json_path:
-                write_json(json_path, {"reports": reports, "scaling": summary})
+                write_json(json_path, {"reports": reports, "scaling": summary}, recorded=True)
             return 1 if any("error" in r for r in reports) else 0
         return run_all
 
@@ -154,6 +154,6 @@ def prepare(args):
             return 1
         print("\n".join(_summary_lines(report)))
         if json_path:
-            write_json(json_path, report)
+            write_json(json_path, report, recorded=True)
         return 0
     return job

@@ -232,7 +232,8 @@ def test_commands_and_experiments_are_registered():
     from epfabric.sim.lab.experiments import EXPERIMENTS
     assert [name for name, _, _ in COMMANDS] == ["run", "verilog", "demo", "races", "calibrate",
                                                  "agrs", "bench", "fabric-speed", "reproduce",
-                                                 "figures", "synth", "prove", "soak", "mutate"]
+                                                 "figures", "synth", "prove", "soak", "mutate",
+                                                 "pages"]
     assert set(EXPERIMENTS) == {"table2", "fig6", "eq5", "payload", "races", "speed",
                                 "fabric_speed", "quaternary", "fig3b", "fig7a", "fig7b", "fig7c",
                                 "fig8", "fig9", "fig10", "fig13", "fig14", "incmoe-layer", "table4",

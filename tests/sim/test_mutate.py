@@ -163,7 +163,7 @@ def test_cli_json_and_summary(tmp_path, monkeypatch, capsys):
     assert f"[1/2] {real.name}: caught in 1 min 1 s" in text
     assert f"[2/2] {harmless.name}: not caught: documented harmless" in text
     assert re.search(r"^mutate: 1/1 caught \(1 documented harmless\) in \d+ s$", text, re.M)
-    rows = json.loads(out.read_text())
+    rows = json.loads(out.read_text())["rows"]
     assert [r["mutation"] for r in rows] == [real.name, harmless.name]
     assert set(rows[0]) == {"mutation", "file", "description", "caught_by", "not_caught_by",
                             "seconds"}

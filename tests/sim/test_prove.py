@@ -126,7 +126,7 @@ def test_cli_json_and_exit_status(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("EPFABRIC_WAVEFORM_DIR", str(tmp_path / "w"))
     out = tmp_path / "out.json"
     assert main(["prove", "ub_port", "--json", str(out)]) == 0
-    rows = {r["name"]: r for r in json.loads(out.read_text())}
+    rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
     assert rows["ub_port.atomic"]["result"] == "proved"
     assert rows["ub_port.torn_read"]["result"] == "counterexample"
     assert rows["ub_port.torn_read"]["vcd"].endswith("ub_port.torn_read.vcd")

