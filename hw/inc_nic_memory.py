@@ -14,7 +14,7 @@ from .arbiter import RoundRobin
 from .isa import RANK_BITS, address_layout, block_bits, check_rank_bits
 from .validate import check_multiple
 
-__all__ = ["MemoryPort", "READERS"]
+__all__ = ["MemoryPort", "READERS", "write_layout"]
 
 #: The read requesters, in round-robin order after the writer: the AG engine, the RS engine
 #: and (ring) the receive side's own-partial read.
@@ -22,6 +22,11 @@ READERS = 3
 
 #: The write acks outstanding are counted in this many bits.
 _PENDING_BITS = 32
+
+
+def write_layout(rank_bits, data_bytes):
+    """A WRITE_BLOCK request of the NIC: the ``block`` and its ``data``."""
+    return data.StructLayout({"block": block_bits(rank_bits), "data": 8 * data_bytes})
 
 
 class MemoryPort(wiring.Component):
@@ -49,7 +54,7 @@ class MemoryPort(wiring.Component):
     ----------
     rank : In(RANK_BITS)
         This die's rank: every request addresses ``address(rank, block, 0)``.
-    write : In(stream.Signature({"block", "data"}))
+    write : In(stream.Signature(write_layout(rank_bits, data_bytes)))
         The block to write and its data.
     reads : In(stream.Signature(block_bits(rank_bits))).array(READERS)
         The blocks to read.
@@ -75,12 +80,10 @@ class MemoryPort(wiring.Component):
     def __init__(self, *, data_bytes, rank_bits=RANK_BITS):
         check_multiple("data_bytes", data_bytes, 32, 32, 512)
         self.rank_bits = check_rank_bits(rank_bits)
-        blk = block_bits(rank_bits)
         super().__init__({
             "rank": In(RANK_BITS),
-            "write": In(stream.Signature(data.StructLayout({"block": blk,
-                                                            "data": 8 * data_bytes}))),
-            "reads": In(stream.Signature(blk)).array(READERS),
+            "write": In(stream.Signature(write_layout(rank_bits, data_bytes))),
+            "reads": In(stream.Signature(block_bits(rank_bits))).array(READERS),
             "read_busy": Out(1), "read_done": Out(1).array(READERS),
             "read_data": Out(8 * data_bytes),
             "mem_req": Out(stream.Signature(mem_req_layout(data_bytes))),

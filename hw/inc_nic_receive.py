@@ -12,6 +12,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .inc_engine import Completion, IncOp, inc_flit_layout, reduce_lanes
+from .inc_nic_memory import write_layout
 from .isa import RANK_BITS, block_bits, check_rank_bits
 from .validate import check_int, check_multiple
 
@@ -49,7 +50,7 @@ class Completions(wiring.Component):
     ----------
     take : In(stream.Signature(row_layout(rank_bits, data_bytes)))
         A row to write.
-    write : Out(stream.Signature({"block", "data"}))
+    write : Out(stream.Signature(write_layout(rank_bits, data_bytes)))
         The write request (:class:`~epfabric.hw.inc_nic_memory.MemoryPort` ``write``).
     release : In(1)
         A BARRIER release was received.
@@ -67,11 +68,9 @@ class Completions(wiring.Component):
     def __init__(self, *, data_bytes, rank_bits=RANK_BITS):
         check_multiple("data_bytes", data_bytes, 32, 32, 512)
         check_rank_bits(rank_bits)
-        row = row_layout(rank_bits, data_bytes)
         super().__init__({
-            "take": In(stream.Signature(row)),
-            "write": Out(stream.Signature(data.StructLayout({"block": row["block"].shape,
-                                                             "data": row["data"].shape}))),
+            "take": In(stream.Signature(row_layout(rank_bits, data_bytes))),
+            "write": Out(stream.Signature(write_layout(rank_bits, data_bytes))),
             "release": In(1),
             "ag_count": Out(COUNTER_BITS), "rs_count": Out(COUNTER_BITS),
             "bar_count": Out(COUNTER_BITS),
