@@ -15,36 +15,21 @@ time (docs/spec/kernels.md §2.4), and AG and RS posts are issued by two indepen
 engines so that AG(j+1) and RS(j) share the link.
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, enum, stream, wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .aiv_core import ACK_COUNT_BITS, MemOp, mem_req_layout, mem_rsp_layout
-from .arbiter import RoundRobin
+from .aiv_core import mem_req_layout, mem_rsp_layout
 from .inc_endpoint import MODES
-from .inc_engine import EPOCH_BITS, Completion, IncOp, inc_flit_layout, reduce_lanes
-from .isa import BLOCK_BITS, RANK_BITS, address_layout, block_bits, check_rank_bits
+from .inc_engine import EPOCH_BITS, Completion, IncOp, inc_flit_layout
+from .inc_nic_memory import MemoryPort
+from .inc_nic_posts import PostOp, PostQueues, post_layout
+from .inc_nic_receive import COUNTER_BITS, Completions, IncReceiver, RingReceiver
+from .inc_nic_tx import TxSelect
+from .isa import BLOCK_BITS, RANK_BITS, block_bits, check_rank_bits
 from .validate import UserError, check_choice, check_int, check_multiple, check_pow2
 
 __all__ = ["PostOp", "post_layout", "IncNic", "IssueEngine", "VERILOG_EXPORTS"]
-
-COUNTER_BITS = 32
-
-
-class PostOp(enum.Enum, shape=2):
-    """Operation of a post (``post.payload.op``)."""
-    AG = 0   #: AllGather rows [a, a+b) of the own block (to the RS-independent AG engine)
-    RS = 1   #: ReduceScatter rows [a, a+b) (RS engine)
-    BAR = 2  #: cross-rank barrier (RS engine, in order after the RS posts before it)
-    CNT = 3  #: ``counts[a] = b``: rows T_a of rank a
-
-
-#: A post: operation and two operands (row0/rows for AG and RS, rank/rows for CNT).
-post_layout = data.StructLayout({"op": PostOp, "a": 32, "b": 32})
-
-# tx source select (0: nothing)
-_NONE, _FWD, _AG, _RS = 0, 1, 2, 3
 
 
 class IncNic(wiring.Component):
@@ -131,36 +116,20 @@ class IncNic(wiring.Component):
     (count in ``data[0:16]``) are counted against the writes issued; ``idle``
     waits for them. ``mem_rsp.ready`` is always 1.
 
-    Ring flow control (the bubble rule of
-    :class:`~epfabric.hw.inc_endpoint.RingEndpoint`): the ring is a cycle of
-    FIFO buffers — this NIC's forward path, its tx slot, its up-link, the
-    switch input FIFO and output register towards ``next``, the down-link,
-    the next NIC's forward path, and so on. The forward path is the receive
-    register plus the forward queue (:attr:`FORWARD_DEPTH` entries): a row
-    received that must be forwarded is accepted only when the receive
-    register is free and the forward queue has a free entry, which is then
-    reserved for it (nothing else writes the queue), so the pair acts as one
-    FIFO of ``FORWARD_DEPTH`` entries. A row that ends here (a RING_AG row
-    whose root is ``next``, a RING_RS row of root me) needs no entry. The tx
-    slot holds the flit presented on ``tx`` until it is taken (forwards
-    first, then own rows); a *new* row (own AG row, start of an RS chain, or
-    a BARRIER flit) is presented only when the forward queue is empty and the
-    forward path has at least two free entries. Deadlock freedom: before an
-    injection the ring has >= 2 free entries, so after it >= 1; moves keep the
-    number of rows and consumption lowers it, hence the ring is never full.
-    In a cycle of FIFOs that is neither full nor empty some non-empty buffer
-    is followed by one with room, so its head moves after a bounded time
-    (link latency and rate credit); the receive register holds a row only a
-    bounded time (its HBM read and write always complete: the memory port is
-    round-robin and does not depend on the network), and every move brings a
-    row one hop closer to its last rank. Caveat: BARRIER flits and releases
-    share the links with the ring rows; the argument counts them as rows
-    (they are consumed without needing space), but a release the engine is
-    multicasting can wait behind ring rows on a full down-link while the
-    engine's input holds the next barrier flit; with a ring nearly full this
-    head-of-line wait is not covered by the argument, so in ring mode a BAR
-    is safest posted when the ring traffic of earlier posts has drained (the
-    INC-MoE pipeline of the ring baseline needs no barrier).
+    Ring flow control: the bubble rule of
+    :class:`~epfabric.hw.inc_endpoint.RingEndpoint` keeps the ring of FIFO
+    buffers from filling (a new row only with the forward queue empty and
+    two entries free on the forward path); the argument, and its caveat about
+    BARRIER flits, is in :class:`~epfabric.hw.inc_nic_receive.RingReceiver`,
+    beside the rule.
+
+    Blocks (each a component with its own signature; ``elaborate`` wires them):
+    :class:`~epfabric.hw.inc_nic_posts.PostQueues` (the queues, CNT),
+    two :class:`IssueEngine` (AG, RS), :class:`~epfabric.hw.inc_nic_memory.MemoryPort`,
+    :class:`~epfabric.hw.inc_nic_receive.Completions` (the write, the counters),
+    :class:`~epfabric.hw.inc_nic_receive.IncReceiver` or
+    :class:`~epfabric.hw.inc_nic_receive.RingReceiver`, and
+    :class:`~epfabric.hw.inc_nic_tx.TxSelect`.
 
     Cycle costs (no contention, memory always ready; ``L`` = the memory's
     read latency, the router's ``hbm_latency``; cycle ``t`` = the cycle of the
@@ -240,7 +209,7 @@ class IncNic(wiring.Component):
     """
 
     #: Forward queue entries in ring mode (>= 2 for the bubble rule).
-    FORWARD_DEPTH = 4
+    FORWARD_DEPTH = RingReceiver.FORWARD_DEPTH
 
     def __init__(self, *, ranks, tmax, data_bytes, mode, xg_base, z_base, rsin_base, hbm_blocks,
                  post_depth=4, rank_bits=RANK_BITS):
@@ -282,202 +251,70 @@ class IncNic(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        n, tmax, lay = self.ranks, self.tmax, self.layout
-        ring = self.mode == "ring"
-        abits = lay["dst"].width
+        n, tmax = self.ranks, self.tmax
         me = Signal(RANK_BITS)
         nxt = Signal(RANK_BITS)
         prv = Signal(RANK_BITS)
         m.d.comb += [me.eq(self.rank), nxt.eq(Mux(me >= n - 1, 0, me + 1)),
                      prv.eq(Mux(me == 0, n - 1, me - 1))]
+        regions = {"xg_base": self.xg_base, "rsin_base": self.rsin_base, "z_base": self.z_base}
+        receiver = RingReceiver if self.mode == "ring" else IncReceiver
+        m.submodules.posts = posts = PostQueues(ranks=n, tmax=tmax, post_depth=self.post_depth)
+        m.submodules.memory = mem = MemoryPort(data_bytes=self.data_bytes,
+                                               rank_bits=self.rank_bits)
+        m.submodules.completions = done = Completions(data_bytes=self.data_bytes,
+                                                      rank_bits=self.rank_bits)
+        m.submodules.receiver = rcv = receiver(ranks=n, tmax=tmax, data_bytes=self.data_bytes,
+                                               rank_bits=self.rank_bits, **regions)
+        m.submodules.tx_select = txs = TxSelect(ranks=n, tmax=tmax, lanes=self.lanes)
 
-        # --- row counts and posts ---------------------------------------------------------
-        counts = Array(Signal(range(tmax + 1), name=f"count{q}") for q in range(n))
-        t_me = Signal(range(tmax + 1))
-        t_prv = Signal(range(tmax + 1))
-        m.d.comb += [t_me.eq(counts[me]), t_prv.eq(counts[prv])]
-        pbits = len(Cat(self.post.payload))
-        ag_q = m.submodules.ag_queue = SyncFIFO(width=pbits, depth=self.post_depth)
-        rs_q = m.submodules.rs_queue = SyncFIFO(width=pbits, depth=self.post_depth)
-        post = self.post.payload
-        is_cnt = post.op == PostOp.CNT
-        is_ag = post.op == PostOp.AG
-        m.d.comb += [ag_q.w_data.eq(post.as_value()), rs_q.w_data.eq(post.as_value()),
-                     ag_q.w_en.eq(self.post.valid & is_ag),
-                     rs_q.w_en.eq(self.post.valid & ~is_ag & ~is_cnt)]
-        engines_idle = Signal()
-        m.d.comb += self.post.ready.eq(Mux(is_cnt, engines_idle,
-                                           Mux(is_ag, ag_q.w_rdy, rs_q.w_rdy)))
-        with m.If(self.post.valid & is_cnt & engines_idle):
-            for q in range(n):
-                with m.If(post.a == q):
-                    m.d.sync += counts[q].eq(Mux(post.b > tmax, tmax, post.b))
+        # --- posts, and the issue engines: AG reads as reader 0, RS as reader 1 -------------
+        wiring.connect(m, wiring.flipped(self.post), posts.post)
+        m.d.comb += [posts.me.eq(me), posts.prv.eq(prv)]
+        engines = []
+        for k, (kind, queue, base) in enumerate((("ag", posts.ag, self.xg_base),
+                                                 ("rs", posts.rs, self.z_base))):
+            eng = m.submodules[f"{kind}_engine"] = IssueEngine(
+                kind=kind, ranks=n, tmax=tmax, lanes=self.lanes, mode=self.mode, base=base)
+            read = mem.reads[k]
+            wiring.connect(m, queue, eng.post)
+            m.d.comb += [eng.me.eq(me), eng.nxt.eq(nxt), eng.prv.eq(prv),
+                         eng.t_me.eq(posts.t_me), eng.t_prv.eq(posts.t_prv),
+                         *(eng.counts[q].eq(posts.counts[q]) for q in range(n)),
+                         read.valid.eq(eng.read.valid), read.payload.eq(eng.read.payload),
+                         eng.read.ready.eq(read.ready), eng.read_busy.eq(mem.read_busy),
+                         eng.read_done.eq(mem.read_done[k]), eng.read_data.eq(mem.read_data)]
+            engines.append(eng)
+        ag, rs = engines
+        m.d.comb += posts.engines_idle.eq(~ag.busy & ~rs.busy)
 
-        # --- memory port: one read outstanding, round-robin requesters ---------------------
-        rd_busy = Signal()
-        rd_owner = Signal(2)
-        rsp = self.mem_rsp.payload
-        m.d.comb += self.mem_rsp.ready.eq(1)
-        rsp_read = self.mem_rsp.valid & (rsp.op == MemOp.READ_BLOCK)
-        with m.If(rsp_read):
-            m.d.sync += rd_busy.eq(0)
-        # requesters: 0 receive write, 1 AG read, 2 RS read, 3 ring receive read
-        reqs = [Signal(name=f"mreq{i}") for i in range(4)]
-        blocks = [Signal(block_bits(self.rank_bits), name=f"mblock{i}") for i in range(4)]
-        # round robin, the grant held while not ready (a request stays until accepted)
-        mem_arb = m.submodules.mem_arb = RoundRobin(count=4, hold=True)
-        grant = mem_arb.grant
-        m.d.comb += [mem_arb.requests.eq(Cat(*reqs)), mem_arb.ready.eq(self.mem_req.ready)]
-        wr_data = Signal(8 * self.data_bytes)
-        mq = self.mem_req.payload
-        mq_addr = data.View(address_layout(self.rank_bits), mq.addr)
-        m.d.comb += [self.mem_req.valid.eq(mem_arb.valid),
-                     mq.op.eq(Mux(grant == 0, MemOp.WRITE_BLOCK, MemOp.READ_BLOCK)),
-                     mq_addr.rank.eq(me), mq_addr.block.eq(Array(blocks)[grant]),
-                     mq_addr.word.eq(0), mq_addr.byte.eq(0),
-                     mq.data.eq(Mux(grant == 0, wr_data, 0))]
-        fire = self.mem_req.valid & self.mem_req.ready
-        granted = [Signal(name=f"mgrant{i}") for i in range(4)]
-        m.d.comb += [g.eq(fire & (grant == i)) for i, g in enumerate(granted)]
-        for i in (1, 2, 3):
-            with m.If(granted[i]):
-                m.d.sync += [rd_busy.eq(1), rd_owner.eq(i)]
-        rd_done = [Signal(name=f"mrsp{i}") for i in range(4)]
-        m.d.comb += [d.eq(rsp_read & (rd_owner == i)) for i, d in enumerate(rd_done)]
+        # --- memory port: the receive side's write, the engines' and the receive side's reads --
+        m.d.comb += mem.rank.eq(me)
+        wiring.connect(m, mem.mem_req, wiring.flipped(self.mem_req))
+        wiring.connect(m, wiring.flipped(self.mem_rsp), mem.mem_rsp)
+        wiring.connect(m, done.write, mem.write)
 
-        # write acks
-        pend = Signal(COUNTER_BITS)
-        acked = Signal(ACK_COUNT_BITS)
-        m.d.comb += acked.eq(Mux(self.mem_rsp.valid & (rsp.op == MemOp.WRITE_BLOCK),
-                                 rsp.data[:ACK_COUNT_BITS], 0))
-        m.d.sync += pend.eq(pend + granted[0] - acked)
+        # --- receive side: rows written and counted (ring: summed, forwarded) ------------------
+        wiring.connect(m, wiring.flipped(self.rx), rcv.rx)
+        wiring.connect(m, rcv.take, done.take)
+        wiring.connect(m, rcv.read, mem.reads[2])
+        rx = self.rx
+        m.d.comb += [rcv.me.eq(me), rcv.nxt.eq(nxt), rcv.write_busy.eq(done.busy),
+                     rcv.read_busy.eq(mem.read_busy), rcv.read_done.eq(mem.read_done[2]),
+                     rcv.read_data.eq(mem.read_data),
+                     done.release.eq(rx.valid & rx.ready & (rx.payload.op == IncOp.BARRIER)),
+                     self.ag_count.eq(done.ag_count), self.rs_count.eq(done.rs_count),
+                     self.bar_count.eq(done.bar_count)]
 
-        # --- issue engines: AG reads as requester 1, RS as requester 2 --------------------
-        engines = {}
-        for idx, (kind, queue) in enumerate((("ag", ag_q), ("rs", rs_q)), start=1):
-            eng = engines[kind] = m.submodules[f"{kind}_engine"] = IssueEngine(
-                kind=kind, ranks=n, tmax=tmax, lanes=self.lanes, mode=self.mode,
-                base=self.xg_base if kind == "ag" else self.z_base)
-            m.d.comb += [eng.post.valid.eq(queue.r_rdy), eng.post.payload.eq(queue.r_data),
-                         queue.r_en.eq(eng.post.ready & queue.r_rdy),
-                         eng.me.eq(me), eng.nxt.eq(nxt), eng.prv.eq(prv),
-                         eng.t_me.eq(t_me), eng.t_prv.eq(t_prv),
-                         *(eng.counts[q].eq(counts[q]) for q in range(n)),
-                         reqs[idx].eq(eng.read.valid), blocks[idx].eq(eng.read.payload),
-                         eng.read.ready.eq(self.mem_req.ready & (grant == idx)),
-                         eng.read_busy.eq(rd_busy), eng.read_done.eq(rd_done[idx]),
-                         eng.read_data.eq(rsp.data)]
-        ag, rs = engines["ag"], engines["rs"]
-        m.d.comb += engines_idle.eq(~ag.busy & ~rs.busy)
+        # --- transmit: forwards first, then AG and RS round-robin ------------------------------
+        wiring.connect(m, rcv.forward, txs.forward)
+        wiring.connect(m, ag.flit, txs.ag)
+        wiring.connect(m, rs.flit, txs.rs)
+        m.d.comb += txs.inject.eq(rcv.inject)
+        wiring.connect(m, txs.tx, wiring.flipped(self.tx))
 
-        # --- receive side -----------------------------------------------------------------
-        rx = self.rx.payload
-        wr_valid = Signal()
-        wr_kind = Signal(Completion)
-        m.d.comb += [reqs[0].eq(wr_valid)]
-        with m.If(granted[0]):
-            m.d.sync += wr_valid.eq(0)
-            with m.If(wr_kind == Completion.AG):
-                m.d.sync += self.ag_count.eq(self.ag_count + 1)
-            with m.Elif(wr_kind == Completion.RS):
-                m.d.sync += self.rs_count.eq(self.rs_count + 1)
-        rx_bar = rx.op == IncOp.BARRIER
-        with m.If(self.rx.valid & self.rx.ready & rx_bar):
-            m.d.sync += self.bar_count.eq(self.bar_count + 1)
-        busy_parts = [wr_valid, pend != 0]
-        wr_block = blocks[0]
-        wr_next_block = Signal(block_bits(self.rank_bits))
-        m.d.sync += wr_block.eq(wr_next_block)
-        # wr_block is a register: loaded with wr_next_block whenever a new write is taken
-        fwd = None
-        if not ring:
-            wr_free = ~wr_valid | granted[0]
-            rx_ag = rx.op == IncOp.AG
-            rx_rs = rx.op == IncOp.RS
-            # BARRIER releases and stray (ring) flits need no write
-            m.d.comb += self.rx.ready.eq(wr_free | ~(rx_ag | rx_rs))
-            take = self.rx.valid & self.rx.ready & (rx_ag | rx_rs)
-            m.d.comb += wr_next_block.eq(Mux(take, Mux(rx_ag, self.xg_base + rx.offset,
-                                                       self.rsin_base + rx.chunk), wr_block))
-            with m.If(take):
-                m.d.sync += [wr_valid.eq(1), wr_data.eq(rx.data.as_value()),
-                             wr_kind.eq(Mux(rx_ag, Completion.AG, Completion.RS))]
-            m.d.comb += reqs[3].eq(0)
-        else:
-            depth = self.FORWARD_DEPTH
-            fwd = m.submodules.forward = SyncFIFOBuffered(width=len(Cat(rx)), depth=depth)
-            rcv_valid = Signal()
-            rcv = Signal(lay)
-            rcv_fwd = Signal()       # will be forwarded (an entry of the queue is reserved)
-            rcv_read = Signal()      # RING_RS: own-partial read not yet issued
-            rcv_wait = Signal()      # RING_RS: own-partial read outstanding
-            rx_ag = rx.op == IncOp.RING_AG
-            rx_rs = rx.op == IncOp.RING_RS
-            forward = Signal()
-            m.d.comb += forward.eq((rx_ag & (rx.root != nxt)) | (rx_rs & (rx.root != me)))
-            room = fwd.level < depth
-            m.d.comb += self.rx.ready.eq(Mux(rx_ag | rx_rs, ~rcv_valid & (room | ~forward), 1))
-            take = self.rx.valid & self.rx.ready & (rx_ag | rx_rs)
-            with m.If(take):
-                m.d.sync += [rcv_valid.eq(1), rcv.eq(rx), rcv_fwd.eq(forward),
-                             rcv_read.eq(rx_rs), rcv_wait.eq(0)]
-            # own partial of the flit's block: Z row offset (= root*tmax + chunk)
-            m.d.comb += [reqs[3].eq(rcv_valid & rcv_read & ~rd_busy),
-                         blocks[3].eq(self.z_base + rcv.offset)]
-            with m.If(granted[3]):
-                m.d.sync += [rcv_read.eq(0), rcv_wait.eq(1)]
-            with m.If(rd_done[3]):
-                m.d.sync += [rcv_wait.eq(0),
-                             rcv.data.eq(reduce_lanes(rcv.data, rsp.data, lanes=self.lanes))]
-            ready = rcv_valid & ~rcv_read & ~rcv_wait
-            r_ag = rcv.op == IncOp.RING_AG
-            needs_write = r_ag | ~rcv_fwd     # AG rows are always written; RS rows at the root
-            finish = ready & (~needs_write | ~wr_valid)
-            # the forwarded flit as ONE expression (hw/inc_endpoint.py RingEndpoint._receive)
-            assert lay["dst"].offset == 0 and lay["src"].offset == abits
-            bits = rcv.as_value()
-            m.d.comb += [fwd.w_data.eq(Cat(nxt[:abits], me[:abits], bits[2 * abits:])),
-                         fwd.w_en.eq(finish & rcv_fwd)]
-            new_write = finish & needs_write
-            m.d.comb += wr_next_block.eq(Mux(new_write, Mux(r_ag, self.xg_base + rcv.offset,
-                                                            self.rsin_base + rcv.chunk), wr_block))
-            with m.If(finish):
-                m.d.sync += rcv_valid.eq(0)
-            with m.If(new_write):
-                m.d.sync += [wr_valid.eq(1), wr_data.eq(rcv.data.as_value()),
-                             wr_kind.eq(Mux(r_ag, Completion.AG, Completion.RS))]
-            busy_parts += [rcv_valid, fwd.level != 0]
-
-        # --- transmit: forwards first, then AG and RS round-robin; the choice is held
-        # while tx is not ready (payload stable) ---------------------------------------------
-        if ring:
-            used = fwd.level + (rcv_valid & rcv_fwd)
-            inject = (fwd.level == 0) & (used <= self.FORWARD_DEPTH - 2)
-            fwd_rdy = fwd.r_rdy
-        else:
-            inject = Const(1)
-            fwd_rdy = Const(0)
-        # own flits: 0 RS, 1 AG (RS first after reset), held until taken. A forward is
-        # never ready while an own flit is eligible (inject needs an empty forward queue),
-        # so the own flit's precedence here only keeps a held one presented.
-        tx_arb = m.submodules.tx_arb = RoundRobin(count=2, hold=True)
-        m.d.comb += [tx_arb.requests.eq(Cat(rs.flit.valid & inject, ag.flit.valid & inject)),
-                     tx_arb.ready.eq(self.tx.ready)]
-        sel = Signal(2)
-        m.d.comb += sel.eq(Mux(tx_arb.valid, Mux(tx_arb.grant == 0, _RS, _AG),
-                               Mux(fwd_rdy, _FWD, _NONE)))
-        fwd_bits = fwd.r_data if ring else Const(0, len(Cat(rx)))
-        m.d.comb += [self.tx.valid.eq(sel != _NONE),
-                     self.tx.payload.eq(Mux(sel == _FWD, fwd_bits,
-                                            Mux(sel == _AG, ag.flit.payload.as_value(),
-                                                rs.flit.payload.as_value())))]
-        sent = self.tx.valid & self.tx.ready
-        if ring:
-            m.d.comb += fwd.r_en.eq(sent & (sel == _FWD))
-        m.d.comb += [ag.flit.ready.eq(sent & (sel == _AG)), rs.flit.ready.eq(sent & (sel == _RS))]
-
-        busy_parts += [ag.busy, rs.busy, ag.flit.valid, rs.flit.valid, rd_busy]
-        m.d.comb += self.idle.eq(~Cat(*busy_parts).any())
+        m.d.comb += self.idle.eq(~Cat(done.busy, mem.busy, rcv.busy, ag.busy, rs.busy,
+                                      ag.flit.valid, rs.flit.valid).any())
         return m
 
 

@@ -97,11 +97,11 @@ MUTATIONS = [
     },
     {
         "name": "inc_nic_tx_rs_fixed_priority",
-        "file": "hw/inc_nic.py",
-        "old": "        m.d.comb += [tx_arb.requests.eq(Cat(rs.flit.valid & inject, "
-               "ag.flit.valid & inject)),\n",
-        "new": "        m.d.comb += [tx_arb.requests.eq(Cat(rs.flit.valid & inject, "
-               "ag.flit.valid & inject & ~(rs.flit.valid & inject))),\n",
+        "file": "hw/inc_nic_tx.py",
+        "old": "        m.d.comb += [tx_arb.requests.eq(Cat(rs.valid & self.inject, "
+               "ag.valid & self.inject)),\n",
+        "new": "        m.d.comb += [tx_arb.requests.eq(Cat(rs.valid & self.inject, "
+               "ag.valid & self.inject & ~(rs.valid & self.inject))),\n",
         "description": "the INC NIC's tx gives RS fixed priority over AG (AG asks only when RS "
                        "does not): whenever both engines' flits become eligible together, RS "
                        "wins, so a busy RS delays AG(j+1) behind all of RS(j)",
@@ -604,8 +604,8 @@ MUTATIONS = [
     {
         "name": "router_idle_ignores_owed_acks",
         "file": "hw/router.py",
-        "old": "                                      host_hbm, self.host.re, acks.ack.valid,\n",
-        "new": "                                      host_hbm, self.host.re,\n",
+        "old": "                                      self.ub_rsp.valid, host.we, host.re, acks.ack.valid).any()\n",
+        "new": "                                      self.ub_rsp.valid, host.we, host.re).any()\n",
         "description": "a die's router says it is idle while it owes a store ack (still in the "
                        "ack FIFO)",
         "tests": ["tests/hw/test_die.py::test_idle_means_the_next_edge_changes_nothing"],
@@ -677,9 +677,9 @@ MUTATIONS = [
     },
     {
         "name": "router_rank_field_fixed_at_8_bits",
-        "file": "hw/router.py",
-        "old": "        addrs = [data.View(address_layout(self.rank_bits), r.payload.addr) for r in reqs]\n",
-        "new": "        addrs = [data.View(address_layout(), r.payload.addr) for r in reqs]\n",
+        "file": "hw/router_core.py",
+        "old": "        addr = data.View(address_layout(self.rank_bits), req.payload.addr)\n",
+        "new": "        addr = data.View(address_layout(), req.payload.addr)\n",
         "description": "the die router decides local/remote from the default 8-bit rank field "
                        "whatever the machine's rank_bits (issue 29's narrowed addresses)",
         "tests": ["tests/sw/test_dispatch.py::test_a_one_bit_rank_field_gives_the_same_run",

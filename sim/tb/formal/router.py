@@ -1,6 +1,6 @@
-"""Formal harness of the router's store-ack accounting (:class:`~epfabric.hw.router.AckCoalescer`).
+"""Formal harness of the router's store-ack accounting (:class:`~epfabric.hw.router_answers.AckCoalescer`).
 
-A die acknowledges remote stores coalesced (hw/router.py, "Store
+A die acknowledges remote stores coalesced (hw/router_answers.py, "Store
 acknowledgements"): a table ``owed`` counts the acks owed per requesting
 (rank, core) entry and a FIFO lists the entries that became non-zero. The
 harness drives arbitrary committed stores (any cycle, any entry, within the
@@ -27,12 +27,14 @@ Negative control: ``lose_restart=True`` puts :class:`RestartLoser` in front
 of the coalescer — a broken one that drops a store committed in the cycle
 its entry's ack is sent (the count that should restart at 1).
 
-The router's data answers (hw/router.py, "Request/response deadlock"):
+The router's data answers (hw/router_answers.py, "Request/response deadlock"):
 :class:`AnswerAccounting` harnesses a whole :class:`~epfabric.hw.router.DieRouter`
-(the admission rule, the tag pipeline of the shared read port, the UB answer
-tags, the RSP queue and the :class:`~epfabric.hw.router.TxMux` that drains it
-are all inline in its ``elaborate``), with arbitrary core requests, ``rx``
-flits, host accesses and ``tx`` back-pressure, and models its memory: a read
+(the admission rule, the tag pipeline of the shared read port and the RSP
+queue of its :class:`~epfabric.hw.router_answers.AnswerQueue`, the UB answer
+tags of its :class:`~epfabric.hw.router_ub.UBArbiter` and the
+:class:`~epfabric.hw.router_tx.TxMux` that drains the queue), with
+arbitrary core requests, ``rx`` flits, host accesses and ``tx``
+back-pressure, and models its memory: a read
 port answering exactly ``hbm_latency`` cycles after a request (it cannot
 stall), a UB port with one request outstanding, answered after any delay and
 held until taken (:class:`~epfabric.hw.ub_port.UBPort`'s contract). From the
@@ -74,7 +76,9 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ....hw.aiv_core import MemOp
-from ....hw.router import AckCoalescer, DieRouter, FlitKind, answer_layout
+from ....hw.router import DieRouter, FlitKind
+from ....hw.router_answers import AckCoalescer
+from ....hw.router_flit import answer_layout
 from ....hw.ub_port import UBOp
 from . import Elaborated, FormalProperty, FragmentSignals, Harness
 
@@ -146,8 +150,8 @@ class AckAccounting(Harness):
                      store.payload.src.eq(AnySeq(len(store.payload.src))),
                      store.payload.core.eq(AnySeq(core_bits)),
                      ack.ready.eq(AnySeq(1))]
-        # remote stores come from the cores of the other ranks (DieRouter:
-        # acks.store.valid = ub_remote & ub_store)
+        # remote stores come from the cores of the other ranks (UBArbiter:
+        # store.valid = remote & store & ~tag_noack)
         used = [(i >> core_bits) < self.ranks and (i >> core_bits) != self.rank
                 and (i & ((1 << core_bits) - 1)) < self.aivs for i in range(entries)]
         with m.If(store.valid):
@@ -249,16 +253,16 @@ def _data_answer(flit):
 class OverAdmitter(DieRouter):
     """A broken router: an incoming load is admitted without counting the UB answer entering the queue.
 
-    The real router elaborated, then its admission signal ``rx_rd_ok`` driven
-    again (the later assignment wins) with ``used < rsp_depth`` in place of
-    ``used + ub_wr < rsp_depth``.
+    The real router elaborated, then the admission signal ``rx_rd_ok`` of its
+    answer queue driven again (the later assignment wins) with
+    ``used < rsp_depth`` in place of ``used + ub_wr < rsp_depth``.
     """
 
     def elaborate(self, platform):
         frag = Fragment.get(super().elaborate(platform), platform)
-        sig = FragmentSignals(frag, self)
+        sig = FragmentSignals(frag, self).sub("answers")
         rx = self.rx.payload
-        frag.add_statements("comb", sig["rx_rd_ok"].eq(
+        sig.fragment.add_statements("comb", sig["rx_rd_ok"].eq(
             self.rx.valid & (rx.kind == FlitKind.REQ) & _is_load(rx.op) & ~self.host.re
             & (sig["used"] < self.rsp_depth)))
         return frag
@@ -435,7 +439,8 @@ class AnswerAccounting(Harness):
                      Cover(trk & dep & (pos == 0) & waited & (rec.op == MemOp.FETCH_ADD))]
 
         # --- the queue itself: harness read ports on its storage -------------------------------------
-        q = blk.sub("rsp_queue")
+        answers = blk.sub("answers")        # the router's AnswerQueue
+        q = answers.sub("rsp_queue")
         store_mem = q.sub("storage").fragment
         slots = []
         for j in range(depth):
@@ -470,7 +475,7 @@ class AnswerAccounting(Harness):
         rtag = data.StructLayout({"valid": 1, "host": 1, "src": len(rx.src), "core": len(rx.core),
                                   "block": 1})
         for k in range(L):
-            tag = data.View(rtag, blk[f"rtag{k}"])
+            tag = data.View(rtag, answers[f"rtag{k}"])
             p = pipe[k]
             m.d.comb += [Assert(tag.valid == p.valid, f"inv: read tag {k} valid"),
                          Assert(tag.host == (p.valid & ~p.remote), f"inv: read tag {k} host")]
@@ -480,15 +485,16 @@ class AnswerAccounting(Harness):
                                     & (tag.block == p.block), f"inv: read tag {k} requester")]
         # the reservation: every remote load in flight has its place in the queue
         inflight = sum(p.remote for p in pipe)
-        m.d.comb += [Assert(blk["inflight"] == inflight, "inv: loads in flight"),
+        m.d.comb += [Assert(answers["inflight"] == inflight, "inv: loads in flight"),
                      Assert(level + inflight <= depth, "inv: queue + loads in flight <= rsp_depth")]
-        # the UB answer tags name the outstanding request's requester
+        # the UB answer tags (the router's UBArbiter) name the outstanding request's requester
+        tags = blk.sub("ub")
         with m.If(busy):
-            m.d.comb += [Assert(blk["tag_host"] == u_host, "inv: UB tag host"),
-                         Assert(blk["tag_local"] == (~u_host & ~u_remote), "inv: UB tag local"),
+            m.d.comb += [Assert(tags["tag_host"] == u_host, "inv: UB tag host"),
+                         Assert(tags["tag_local"] == (~u_host & ~u_remote), "inv: UB tag local"),
                          Assert(~(u_host & u_remote), "inv: UB request host and remote")]
             with m.If(u_remote):
-                m.d.comb += Assert((blk["tag_src"] == u_src) & (blk["tag_rcore"] == u_core),
+                m.d.comb += Assert((tags["tag_src"] == u_src) & (tags["tag_rcore"] == u_core),
                                    "inv: UB tag requester")
             # the UB port is given stores and fetch-adds only (UBOp has a fourth, unused code)
             m.d.comb += Assert(u_op.as_value() != 3, "inv: UB request of no operation")
