@@ -62,8 +62,6 @@ def _digest(obj):
 
 
 def _plain(value):
-    if hasattr(value, "to_dict"):          # a Report (a combine's inner dispatch run)
-        return value.to_dict()
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, (np.integer,)):
@@ -104,7 +102,8 @@ def kernel_fingerprint(kernel_name, backend_name, kwargs):
             "trace": _digest(d["trace"]), "cores": _digest(d["cores"]),
             "counters": _digest(d["counters"]), "samples": _digest(d["samples"]),
             "memory": _digest([np.asarray(r).tolist() for r in readback]) if readback else None,
-            "inner": _digest(getattr(report, "inner_runs", None)),
+            "inner": _digest([(name, _stable(rep.to_dict()))
+                              for name, rep in getattr(report, "inner_runs", None) or []]),
             "correct": bool(verdict["correct"]),
             "verdict": _digest({k: v for k, v in verdict.items() if not VOLATILE.search(k)}),
         })
