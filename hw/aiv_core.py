@@ -216,8 +216,6 @@ class AIVCore(wiring.Component):
         Posted stores not yet acknowledged. An ack answer (op WRITE_WORD or
         WRITE_BLOCK on ``mem_rsp``) acknowledges ``data[0:16]`` stores at once:
         the die coalesces the acks of remote stores (:mod:`epfabric.hw.router`).
-    state : _State (not a port)
-        The FSM's state (``IDLE RUN MEM VEC HALT CUBE``), for waveforms.
     bar_req : Out(1), bar_go : In(1)
         ``bar_req`` is high while the core executes ``bar`` (the die's barrier,
         :class:`~epfabric.hw.die.Die`); it moves on in a cycle with ``bar_go``
@@ -236,6 +234,9 @@ class AIVCore(wiring.Component):
         including the ``cube_done`` cycle); the unit pulses ``cube_done`` in
         the last cycle of this core's row, and the core writes the row's
         result then.
+    state, insn : Signal (not ports)
+        The FSM's state (``IDLE RUN MEM VEC HALT CUBE``) and the instruction at
+        ``pc``, for waveforms (the machine's VCD view reads ``state``).
 
     Raises
     ------
