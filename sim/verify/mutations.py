@@ -645,7 +645,8 @@ MUTATIONS = [
         "name": "core_ignores_the_high_mask_register",
         "file": "hw/aiv_lsu.py",
         "old": "                        dies = Cat(b, c) if ep_mask_bits(self.ep_dies) > 32 else b\n",
-        "new": "                        dies = b\n",
+        "new": "                        dies = Cat(b, Const(0, 32)) if ep_mask_bits(self.ep_dies) > 32 "
+               "else b\n",
         "description": "a core of a machine of more than 32 dies sends a stbm/stbr to dies 0..31 "
                        "only (R[rs3], the mask's bits 32..63, is ignored)",
         "tests": ["tests/hw/test_aiv_core.py::test_past_32_dies_a_stbm_mask_is_two_registers"],
