@@ -7,78 +7,27 @@ core executes such programs, encoded in the ISA of :mod:`epfabric.hw.isa`,
 whose table also generates this core's decoder (:class:`~epfabric.hw.decoder.Decoder`).
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+import functools
+import operator
+
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import bits_for, ceil_log2, exact_log2
+from amaranth.utils import bits_for
 
-from .decoder import Decoder
-from .switch import popcount
-from .isa import (BLOCK_BYTES, INC_COUNTERS, INSTRUCTIONS, NUM_REGS, RANK_BITS, Cond, Csr, Opcode,
-                  VecOp, insn_layout)
-from .validate import UserError, check_choice, check_int, check_multiple, check_pow2
+from .aiv_fetch import FetchUnit, imem_write_signature
+from .aiv_inc import INC_POSTS, INC_WAIT_ADDR, IncUnit, inc_post_layout
+from .aiv_lsu import (ACK_COUNT_BITS, MAX_WINDOW, READ_EXTRA_BITS, LoadStoreUnit, MemOp,
+                      ep_mask_bits, mem_req_layout, mem_rsp_layout)
+from .aiv_scalar import ScalarUnit
+from .aiv_units import MAX_UBUF_ROWS
+from .aiv_vector import MAX_LANES, VECTOR_EXTRA_BITS, VectorSequencer, check_lanes, vector_max_len
+from .isa import INC_COUNTERS, RANK_BITS, Opcode, insn_layout
+from .validate import UserError, check_int, check_multiple, check_pow2
 from .vector_unit import VectorUnit
 
 __all__ = ["MAX_UBUF_ROWS", "MAX_LANES", "MemOp", "ep_mask_bits", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore", "MAX_WINDOW",
            "VECTOR_EXTRA_BITS", "READ_EXTRA_BITS", "ACK_COUNT_BITS", "INC_POSTS", "inc_post_layout", "INC_WAIT_ADDR", "BAR_WAIT_ADDR"]
-
-#: Largest store window (``max_outstanding``) of a core.
-MAX_WINDOW = 4095
-#: Bits of the ``vector_extra`` input (cycles a vector instruction waits before its first beat)
-VECTOR_EXTRA_BITS = 12
-#: Bits of the ``read_extra`` input (cycles a read request waits before it is issued)
-READ_EXTRA_BITS = 12
-#: Most rows (512 B each) of a core's Unified Buffer.
-MAX_UBUF_ROWS = 1024
-#: Widest vector unit: 128 lanes (Ascend's 256 B a repeat at 16-bit elements)
-MAX_LANES = 128
-#: Bits of an ack answer's count (``data[0:ACK_COUNT_BITS]``: stores acknowledged at once).
-ACK_COUNT_BITS = 16
-
-
-class MemOp(enum.Enum, shape=3):
-    """Operation of a core memory request (``mem_req.payload.op``)."""
-    READ_WORD = 0    #: answer: the 32-bit word in ``data[0:32]``
-    WRITE_WORD = 1   #: ``data[0:32]`` to the word; answer: an ack (posted store)
-    READ_BLOCK = 2   #: answer: the modelled bytes of the DataBlock in ``data``
-    WRITE_BLOCK = 3  #: ``data`` to the DataBlock (one 512 B atomic write); answer: an ack
-    FETCH_ADD = 4    #: word += ``data[0:32]`` atomically; answer: the old word
-    WRITE_MCAST = 5  #: ``data`` to the DataBlock on every die of ``mask`` (``stbm``); an ack each
-    WRITE_RED = 6    #: ``data`` contributed to the DataBlock's reduction group (``stbr``); no answer
-
-
-def ep_mask_bits(ranks):
-    """Bits of a ``stbm``/``stbr`` die set on a machine of ``ranks`` dies: 32 (``R[rs2]``) up
-    to 32 dies, 64 (``R[rs3] << 32 | R[rs2]``) up to 64."""
-    return 32 if ranks <= 32 else 64
-
-
-def mem_req_layout(data_bytes, mask=False):
-    """Memory request: ``op``, byte ``addr``, ``data`` (and, with ``mask``, the die set of a
-    ``stbm``/``stbr``: ``True`` 32 bits, or a width, :func:`ep_mask_bits`).
-
-    ``addr`` is the 32-bit byte address as the core computed it; the system splits it into
-    rank, block and word by its ``rank_bits`` (:func:`epfabric.hw.isa.address_layout`).
-    """
-    return data.StructLayout({"op": MemOp, "addr": unsigned(32),
-                              "data": unsigned(data_bytes * 8),
-                              **({"mask": unsigned(32 if mask is True else mask)} if mask else {})})
-
-
-def mem_rsp_layout(data_bytes):
-    """Memory answer: the request's ``op`` and ``data`` (word in bits 0..31)."""
-    return data.StructLayout({"op": MemOp, "data": unsigned(data_bytes * 8)})
-
-
-#: ``inc_post.payload.op`` of each posting instruction (the NIC's ``PostOp`` values).
-INC_POSTS = {"incag": 0, "incrs": 1, "incbar": 2, "inccnt": 3}
-
-#: A core's post to its die's network interface: operation and two operands (R[rs1], R[rs2]).
-inc_post_layout = data.StructLayout({"op": 2, "a": 32, "b": 32})
-
-#: ``wait_addr`` of a core stalled in ``incwait`` on counter ``ctr``: ``INC_WAIT_ADDR | ctr``
-#: (rank 255, block 0x7fff: not a memory address any kernel uses).
-INC_WAIT_ADDR = 0xFFFFFF00
 
 #: ``wait_addr`` of a core waiting at its die's barrier (``bar``): not a memory address
 #: any kernel uses (rank 255, block 0x7fff, word 0x40 and up are beyond a 512 B block)
@@ -95,6 +44,21 @@ class _State(enum.Enum, shape=3):
     VEC = 3    # streaming a vector instruction through the vector unit
     HALT = 4   # HALT executed or fault
     CUBE = 5   # waiting for the die's cube unit to finish this core's row
+
+
+def _join(m, port, unit_ports):
+    """Drive ``port`` (of the register file or the UBuf) from the units' ``unit_ports``.
+
+    Each unit drives its port only in the cycles it executes and 0 otherwise, one unit at a
+    time, so the OR of what they drive is the executing unit's; what ``port`` answers (a
+    read's ``data``) goes to every unit.
+    """
+    for name, member in unit_ports[0].signature.members.items():
+        if member.flow == Out:
+            value = functools.reduce(operator.or_, [getattr(u, name) for u in unit_ports])
+            m.d.comb += getattr(port, name).eq(value)
+        else:
+            m.d.comb += [getattr(u, name).eq(getattr(port, name)) for u in unit_ports]
 
 
 class AIVCore(wiring.Component):
@@ -163,16 +127,19 @@ class AIVCore(wiring.Component):
     ``imem_depth``. Executing an unassigned opcode halts the core with
     ``fault`` set.
 
-    **vcomp** (a compress, Ascend's GatherMask) streams CompareScalar masks
-    through the vector unit like ``vcmp``; the write-back packs each beat's
-    mask instead of storing it: one matching index per cycle, lowest lane
-    first (a priority encoder over the beat's remaining matches), written as
-    a 32-bit word to the next word of the output (word ``m`` at row
-    ``(R[rd] >> 9) + m // 128``, word ``m % 128``; words beyond
-    ``data_bytes`` are dropped like any UBuf write there). A beat with
-    ``h > 1`` matches holds the vector unit's output for ``h - 1`` extra
-    cycles (backpressure stalls its pipeline), hence the table's cost. At the
-    end ``R[rd]`` = the number of matches (dropped words included).
+    **Structure.** The core is its FSM (``state``, ``pc``) and units built
+    as children: :class:`~epfabric.hw.aiv_fetch.FetchUnit` (instruction
+    memory, decoder, register file) issues the instruction at ``pc`` with its
+    operands to :class:`~epfabric.hw.aiv_scalar.ScalarUnit` (ALU, branches,
+    jumps, CSRs), :class:`~epfabric.hw.aiv_lsu.LoadStoreUnit` (``mem_req``/
+    ``mem_rsp``, the store window, ``ulw``/``usw``; state ``MEM``),
+    :class:`~epfabric.hw.aiv_vector.VectorSequencer` (the vector unit; state
+    ``VEC``, and ``vcomp``'s packing) and, with ``inc``,
+    :class:`~epfabric.hw.aiv_inc.IncUnit` (posts, ``incwait``, ``cube``; state
+    ``CUBE``); the core itself executes ``bar``, ``mark`` and ``halt``. The
+    units share the UBuf (two combinational read ports, one write port of
+    32-bit words) and the register file's three write ports
+    (:mod:`epfabric.hw.aiv_units`).
 
     Parameters
     ----------
@@ -200,6 +167,12 @@ class AIVCore(wiring.Component):
         Build the INC-MoE units' ports and instructions (``incag incrs
         incbar inccnt incwait cube``, :mod:`epfabric.hw.isa`). Default
         ``False``: those opcodes fault and the ports below do not exist.
+    ep : bool
+        Build the expert-parallel stores ``stbm``/``stbr`` (``mem_req`` gets a
+        die ``mask``). Default ``False``: those opcodes fault.
+    ep_dies : int
+        The dies a ``stbm``'s mask can name (1..64; the router sends
+        ``mask[:ranks]``): acks are owed for those.
 
     Attributes
     ----------
@@ -210,27 +183,19 @@ class AIVCore(wiring.Component):
     store_window : In(range(max_outstanding + 1), init=max_outstanding)
         Block stores (``stb``) issue only while fewer stores than this are
         unacknowledged (word stores keep the whole ``max_outstanding``): the
-        sender's staging buffers, each freed when its block's remote write
-        completes (the die's runtime knob, :data:`epfabric.hw.die.KNOBS`). The
-        count is the core's one ``outstanding`` (its word stores in flight take
-        window too). Unconnected, it is ``max_outstanding``: no extra limit.
+        sender's staging buffers (the die's runtime knob,
+        :data:`epfabric.hw.die.KNOBS`; :class:`~epfabric.hw.aiv_lsu.LoadStoreUnit`).
+        Unconnected, it is ``max_outstanding``: no extra limit.
     vector_extra : In(VECTOR_EXTRA_BITS)
         Cycles every vector instruction waits before its first beat (the
-        die's runtime knob): the per-instruction cost of issuing a vector
-        operation and draining the vector pipe after it (an Ascend C vector
-        op is followed by ``PipeBarrier<PIPE_V>`` when the next one reads its
-        result, as in CANN's open MoE dispatch kernel), separate from its
-        width. Unconnected, 0.
+        die's runtime knob: the cost of issuing a vector operation and
+        draining the pipe after it, :class:`~epfabric.hw.aiv_vector.VectorSequencer`).
+        Unconnected, 0.
     read_extra : In(READ_EXTRA_BITS)
         Cycles every read (``lw``, ``ldb``, ``fadd``, each read of a ``poll``)
         waits before its request is offered on ``mem_req`` (the die's runtime
-        knob): what an Ascend AIV pays to start a copy from global memory into
-        its Unified Buffer (an MTE2 ``DataCopy`` and its ``SetFlag``/``WaitFlag``
-        pair, as CANN's open dispatch kernel reads its flags and counts) beyond
-        the memory's own access time *L*. Stores are posted and do not pay it,
-        and neither does ``ldbc``: the next block of a copy already started (one
-        ``DataCopy`` moves a whole 7 KiB token, its start paid once).
-        Unconnected, 0.
+        knob: an Ascend copy's start, :class:`~epfabric.hw.aiv_lsu.LoadStoreUnit`);
+        ``ldbc`` and stores do not pay it. Unconnected, 0.
     rank : In(8)
         This core's rank (die), read by ``csrr rank``.
     mem_req : Out(stream.Signature(mem_req_layout(data_bytes)))
@@ -269,6 +234,9 @@ class AIVCore(wiring.Component):
         including the ``cube_done`` cycle); the unit pulses ``cube_done`` in
         the last cycle of this core's row, and the core writes the row's
         result then.
+    state, insn : Signal (not ports)
+        The FSM's state (``IDLE RUN MEM VEC HALT CUBE``) and the instruction at
+        ``pc``, for waveforms (the machine's VCD view reads ``state``).
 
     Raises
     ------
@@ -283,12 +251,7 @@ class AIVCore(wiring.Component):
         check_pow2("imem_depth", imem_depth, 2, 65536)
         check_pow2("ubuf_rows", ubuf_rows, 1, MAX_UBUF_ROWS)
         check_multiple("data_bytes", data_bytes, 32, 32, 512)
-        check_pow2("lanes", lanes, 1, MAX_LANES)
-        check_choice("width", width, (8, 16, 32))
-        if (lanes * width) % 32 or (data_bytes * 8) % (lanes * width):
-            raise UserError(f"lanes * width must be a multiple of 32 that divides "
-                            f"data_bytes * 8, not lanes={lanes}, width={width}, "
-                            f"data_bytes={data_bytes}")
+        check_lanes(lanes, width, data_bytes)
         check_int("max_outstanding", max_outstanding, 1, MAX_WINDOW)
         if not isinstance(inc, bool):
             raise UserError(f"inc must be True or False, not {inc!r}")
@@ -301,10 +264,9 @@ class AIVCore(wiring.Component):
         self.core_id, self.imem_depth, self.ubuf_rows = core_id, imem_depth, ubuf_rows
         self.data_bytes, self.lanes, self.width = data_bytes, lanes, width
         self.max_outstanding = max_outstanding
-        self.max_len = ubuf_rows * (BLOCK_BYTES * 8 // width)
+        self.max_len = vector_max_len(ubuf_rows, width)
         super().__init__({
-            "imem_w": In(wiring.Signature({"en": Out(1), "addr": Out(range(imem_depth)),
-                                           "data": Out(32)})),
+            "imem_w": In(imem_write_signature(imem_depth)),
             "start": In(1),
             "store_window": In(range(max_outstanding + 1), init=max_outstanding),
             "vector_extra": In(VECTOR_EXTRA_BITS),
@@ -329,10 +291,8 @@ class AIVCore(wiring.Component):
                 "inc_counts": In(32).array(len(INC_COUNTERS)),
                 "cube_req": Out(1), "cube_done": In(1)} if inc else {}),
         })
-        self.vu = VectorUnit(lanes=lanes, width=width, max_len=self.max_len)
-        self.decoder = Decoder()
         self.state = Signal(_State, name="state")
-        self.insn = Signal(insn_layout(), name="insn")
+        self.insn = Signal(insn_layout(), name="insn")   # the instruction at pc, for waveforms
 
     @staticmethod
     def vector_cycles(length, lanes, extra=0):
@@ -359,18 +319,7 @@ class AIVCore(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.vu = vu = self.vu
-        lanes, width = self.lanes, self.width
-        row_bits = self.data_bytes * 8
-        nwords = self.data_bytes // 4
-        slot_bits = lanes * width
-        slot_words = slot_bits // 32
-        slots_mod = row_bits // slot_bits                      # modelled beats per row
-        slots_full = BLOCK_BYTES * 8 // slot_bits              # beats per 512 B row
-        row_w = max(1, ceil_log2(self.ubuf_rows))
-
-        state = self.state
-        cycle = self.cycle
+        state, pc, cycle = self.state, self.pc, self.cycle
         core_id = self.core_id_in if self.core_id is None else self.core_id
         # The counter runs while the core does: a halted or idle core's clock is gated
         # (nothing of it changes), so a die of halted cores is idle (Die.idle) and the native
@@ -378,439 +327,119 @@ class AIVCore(wiring.Component):
         with m.If((state != _State.HALT) & (state != _State.IDLE)):
             m.d.sync += cycle.eq(cycle + 1)
 
-        # --- instruction memory (host writes, combinational fetch) -------------
-        m.submodules.imem = imem = memory.Memory(shape=32, depth=self.imem_depth, init=[])
-        iw = imem.write_port()
-        ir = imem.read_port(domain="comb")
-        m.d.comb += [iw.en.eq(self.imem_w.en), iw.addr.eq(self.imem_w.addr),
-                     iw.data.eq(self.imem_w.data), ir.addr.eq(self.pc)]
-        insn = self.insn
-        m.d.comb += insn.eq(ir.data)
-
-        # --- decoder: operand slots generated from the ISA table (hw/decoder.py) ---
-        m.submodules.decoder = dec = self.decoder
-        m.d.comb += dec.insn.eq(insn)
-        legal = Signal(name="legal")
-        has = {"inc": self.inc, "cube": self.inc, "ep": self.ep}
-        unit_ops = [Opcode[ins.mnemonic.upper()] for ins in INSTRUCTIONS
-                    if ins.unit and not has[ins.unit]]
-        m.d.comb += legal.eq(dec.legal)
-        if unit_ops:
-            with m.Switch(insn.op):
-                with m.Case(*unit_ops):
-                    m.d.comb += legal.eq(0)
-                with m.Default():
-                    pass
-        rd, rs1, rs2, rs3, ru = dec.rd, dec.rs1, dec.rs2, dec.rs3, dec.ru
-        imm, cond, csr = dec.imm, dec.cond, dec.csr
-
-        # --- register file -------------------------------------------------------
-        regs = [Const(0, 32)] + [Signal(32, name=f"r{i}") for i in range(1, NUM_REGS)]
-        rfile = Array(regs)
-        a, b, c = rfile[rs1], rfile[rs2], rfile[rs3]
-
-        # Three write ports (vcount writes three registers); the FSM drives them
-        # combinationally and the registers are updated in one place below.
-        wports = [(Signal(name=f"we{p}"), Signal(4, name=f"widx{p}"), Signal(32, name=f"wdata{p}"))
-                  for p in range(3)]
-
-        def write_reg(idx, value, port=0):
-            en, widx, wdata = wports[port]
-            m.d.comb += [en.eq(1), widx.eq(idx), wdata.eq(value)]
-
-        # --- UBuf ------------------------------------------------------------------
-        m.submodules.ubuf = ubuf = memory.Memory(shape=row_bits, depth=self.ubuf_rows, init=[])
+        # --- fetch, decode, register file; the UBuf --------------------------------------
+        m.submodules.fetch = fetch = FetchUnit(imem_depth=self.imem_depth, inc=self.inc,
+                                               ep=self.ep)
+        wiring.connect(m, wiring.flipped(self.imem_w), fetch.imem_w)
+        m.d.comb += [fetch.pc.eq(pc), self.insn.eq(fetch.insn)]
+        insn = fetch.issue
+        m.submodules.ubuf = ubuf = memory.Memory(shape=self.data_bytes * 8,
+                                                 depth=self.ubuf_rows, init=[])
         ua = ubuf.read_port(domain="comb")
         ub = ubuf.read_port(domain="comb")
         uw = ubuf.write_port(granularity=32)
+        ubuf_shape = dict(ubuf_rows=self.ubuf_rows, data_bytes=self.data_bytes)
 
-        def row_of(addr):
-            return (addr >> 9)[:row_w] if self.ubuf_rows > 1 else Const(0, 1)
+        # --- execution units ----------------------------------------------------------------
+        m.submodules.scalar = scalar = ScalarUnit(imem_depth=self.imem_depth)
+        m.d.comb += [scalar.pc.eq(pc), scalar.core_id.eq(core_id), scalar.rank.eq(self.rank),
+                     scalar.cycle.eq(cycle)]
+        m.submodules.lsu = lsu = LoadStoreUnit(max_outstanding=self.max_outstanding, ep=self.ep,
+                                               ep_dies=self.ep_dies, **ubuf_shape)
+        wiring.connect(m, lsu.mem_req, wiring.flipped(self.mem_req))
+        wiring.connect(m, wiring.flipped(self.mem_rsp), lsu.mem_rsp)
+        m.d.comb += [lsu.store_window.eq(self.store_window), lsu.read_extra.eq(self.read_extra),
+                     self.outstanding.eq(lsu.outstanding)]
+        m.submodules.vector = vector = VectorSequencer(lanes=self.lanes, width=self.width,
+                                                       **ubuf_shape)
+        m.d.comb += vector.vector_extra.eq(self.vector_extra)
+        # the units with a wait state of their own, and that state
+        waits = {lsu: _State.MEM, vector: _State.VEC}
+        ports = {"reg": [scalar.reg_w, lsu.reg_w, vector.reg_w[0]],
+                 "ua": [lsu.ubuf_r, vector.ubuf_r[0]], "uw": [lsu.ubuf_w, vector.ubuf_w]}
+        inc_waiting, inc_wait_addr = 0, 0
+        if self.inc:
+            m.submodules.inc = inc = IncUnit(**ubuf_shape)
+            wiring.connect(m, inc.inc_post, wiring.flipped(self.inc_post))
+            m.d.comb += [*(inc.inc_counts[k].eq(v) for k, v in enumerate(self.inc_counts)),
+                         self.cube_req.eq(inc.cube_req), inc.cube_done.eq(self.cube_done)]
+            waits[inc] = _State.CUBE
+            for name, port in (("reg", inc.reg_w), ("ua", inc.ubuf_r), ("uw", inc.ubuf_w)):
+                ports[name].append(port)
+            inc_waiting, inc_wait_addr = inc.waiting, inc.wait_addr
+        run = state == _State.RUN
+        m.d.comb += [scalar.issue.eq(insn), scalar.run.eq(run)]
+        for unit, wait_state in waits.items():
+            m.d.comb += [unit.issue.eq(insn), unit.ctl.run.eq(run),
+                         unit.ctl.active.eq(state == wait_state)]
 
-        eff = Signal(32)      # rs1 + imm: memory or UBuf address
-        m.d.comb += eff.eq(a + imm)
-        word_of_eff = eff[2:9]
-
-        # --- memory port, outstanding stores ------------------------------------------
-        req, rsp = self.mem_req.payload, self.mem_rsp.payload
-        m.d.comb += self.mem_rsp.ready.eq(1)
-        rsp_ack = self.mem_rsp.valid & ((rsp.op == MemOp.WRITE_WORD) | (rsp.op == MemOp.WRITE_BLOCK))
-        rsp_data = self.mem_rsp.valid & ~rsp_ack
-        store_taken = Signal()
-        outstanding = self.outstanding
-        acked = Signal.like(outstanding)
-        m.d.comb += acked.eq(Mux(rsp_ack, rsp.data[:ACK_COUNT_BITS], 0))
-        # stores taken this cycle, in acks owed: 1 for sw/stb, a stbm one per die of its mask,
-        # a stbr none
-        store_count = Signal(range(self.ep_dies + 1) if self.ep else 1, name="store_count")
-        m.d.sync += outstanding.eq(outstanding + store_count - acked)
-        can_store = outstanding < self.max_outstanding
-        can_block = can_store & (outstanding < self.store_window)
-
-        # latched blocking request
-        w_op = Signal(Opcode, init=Opcode.HALT)
-        w_rd = Signal(4)
-        w_row = Signal(row_w)
-        w_cond = Signal(Cond)
-        w_val = Signal(32)
-        w_addr = Signal(32)
-        r_wait = Signal(READ_EXTRA_BITS, name="r_wait")   # read_extra cycles this read waited
+        # --- the units' register and UBuf ports ---------------------------------------------
+        _join(m, fetch.reg_w[0], ports["reg"])
+        for k in (1, 2):                   # vcount's second and third registers
+            _join(m, fetch.reg_w[k], [vector.reg_w[k]])
+        _join(m, ua, ports["ua"])
+        _join(m, ub, [vector.ubuf_r[1]])
+        _join(m, uw, ports["uw"])
 
         m.d.comb += [
             self.halted.eq(state == _State.HALT),
             self.running.eq((state != _State.HALT) & (state != _State.IDLE)),
             self.trace.payload.core.eq(core_id),
             self.trace.payload.cycle.eq(cycle),
-            self.trace.payload.event.eq(imm[:16]),
+            self.trace.payload.event.eq(insn.imm[:16]),
         ]
-
-        pc_next = Signal.like(self.pc)
-        m.d.comb += pc_next.eq(self.pc + 1)
-
-        def branch(taken):
-            with m.If(taken):
-                m.d.sync += self.pc.eq(self.pc + imm)
-            with m.Else():
-                m.d.sync += self.pc.eq(pc_next)
-
-        def cmp(op, x, y):
-            return Mux(op == Cond.EQ, x == y, Mux(op == Cond.NE, x != y,
-                   Mux(op == Cond.LT, x < y, Mux(op == Cond.LE, x <= y,
-                   Mux(op == Cond.GT, x > y, x >= y)))))
-
-        # --- vector sequencer state ------------------------------------------------------
-        v_op = Signal(VecOp)
-        v_cond = Signal(Cond)
-        v_len = Signal(range(self.max_len + 1))
-        v_wait = Signal(VECTOR_EXTRA_BITS, name="v_wait")   # vector_extra cycles still to wait
-        v_s = [Signal(width, name=f"v_s{k}") for k in range(3)]
-        v_arow, v_brow, v_drow = (Signal(row_w, name=n) for n in ("v_arow", "v_brow", "v_drow"))
-        v_rd = Signal(4)
-        beat_w = ceil_log2(self.max_len // lanes + 2)
-        v_beats = Signal(beat_w)
-        v_in = Signal(beat_w)
-        v_out = Signal(beat_w)
-        v_comp = Signal()                       # vcomp: pack the CMP masks into indices
-        v_done = Signal(lanes)                  # matches of this beat already written
-        v_cnt = Signal(range(self.max_len + 1))  # indices written so far
-        vec_ops = {ins.mnemonic.upper(): ins.vop for ins in INSTRUCTIONS if ins.vop is not None}
-
-        inc_wait, cube = Const(0), None    # an incwait waiting, a cube's operands (_inc_run)
+        pc_next = Signal.like(pc)
+        m.d.comb += pc_next.eq(pc + 1)
 
         # --- main FSM -------------------------------------------------------------------------
         with m.Switch(state):
             with m.Case(_State.IDLE, _State.HALT):
                 with m.If(self.start):
-                    m.d.sync += [state.eq(_State.RUN), self.pc.eq(0), self.fault.eq(0)]
+                    m.d.sync += [state.eq(_State.RUN), pc.eq(0), self.fault.eq(0)]
 
             with m.Case(_State.RUN):
-                m.d.sync += self.pc.eq(pc_next)   # default; stalls and jumps override
-                with m.If(~legal):
-                    m.d.sync += [state.eq(_State.HALT), self.fault.eq(1), self.pc.eq(self.pc)]
-                alu = {
-                    "ADD": a + b, "SUB": a - b, "AND": a & b, "OR": a | b, "XOR": a ^ b,
-                    "SLL": (a << b[:5])[:32], "SRL": a >> b[:5],
-                    "SRA": (a.as_signed() >> b[:5])[:32],
-                    "SLT": a.as_signed() < b.as_signed(), "SLTU": a < b,
-                    "MUL": (a * b)[:32],
-                    "ADDI": a + imm, "ANDI": a & imm, "ORI": a | imm, "XORI": a ^ imm,
-                    "SLLI": (a << imm[:5])[:32], "SRLI": a >> imm[:5],
-                    "SRAI": (a.as_signed() >> imm[:5])[:32],
-                    "LUI": imm << 12,
-                }
-                branches = {
-                    "BEQ": a == b, "BNE": a != b,
-                    "BLT": a.as_signed() < b.as_signed(), "BGE": a.as_signed() >= b.as_signed(),
-                    "BLTU": a < b, "BGEU": a >= b,
-                }
-                with m.Switch(insn.op):
-                    for name, value in alu.items():
-                        with m.Case(Opcode[name]):
-                            write_reg(rd, value[:32])
-                    for name, taken in branches.items():
-                        with m.Case(Opcode[name]):
-                            branch(taken)
-                    with m.Case(Opcode.JAL):
-                        write_reg(rd, pc_next)
-                        m.d.sync += self.pc.eq(self.pc + imm)
-                    with m.Case(Opcode.JALR):
-                        write_reg(rd, pc_next)
-                        m.d.sync += self.pc.eq(eff)
-                    with m.Case(Opcode.CSRR):
-                        with m.Switch(csr):
-                            with m.Case(Csr.CORE_ID):
-                                write_reg(rd, core_id)
-                            with m.Case(Csr.RANK):
-                                write_reg(rd, self.rank)
-                            with m.Case(Csr.CYCLE):
-                                write_reg(rd, cycle)
-                            with m.Default():
-                                write_reg(rd, 0)
-                    with m.Case(Opcode.ULW):
-                        m.d.comb += ua.addr.eq(row_of(eff))
-                        write_reg(rd, Mux(word_of_eff < nwords,
-                                          ua.data.word_select(word_of_eff[:ceil_log2(nwords)], 32),
-                                          0))
-                    with m.Case(Opcode.USW):
-                        m.d.comb += [uw.addr.eq(row_of(eff)), uw.data.eq(b.replicate(nwords))]
-                        with m.If(word_of_eff < nwords):
-                            m.d.comb += uw.en.eq(Const(1, nwords) << word_of_eff[:ceil_log2(nwords)])
-                    with m.Case(Opcode.SW, Opcode.STB):
-                        m.d.comb += [self.mem_req.valid.eq(Mux(insn.op == Opcode.SW,
-                                                               can_store, can_block)),
-                                     req.addr.eq(eff)]
-                        with m.If(insn.op == Opcode.SW):
-                            m.d.comb += [req.op.eq(MemOp.WRITE_WORD), req.data.eq(b)]
-                        with m.Else():
-                            m.d.comb += [req.op.eq(MemOp.WRITE_BLOCK), ua.addr.eq(row_of(rfile[ru])),
-                                         req.data.eq(ua.data)]
-                        m.d.comb += [store_taken.eq(self.mem_req.valid & self.mem_req.ready),
-                                     store_count.eq(store_taken)]
-                        with m.If(~store_taken):
-                            m.d.sync += self.pc.eq(self.pc)
-                    if self.ep:
-                        self._ep_store(m, insn, a, b, c, ru, rfile, ua, row_of, req,
-                                       outstanding, store_taken, store_count)
-                    with m.Case(Opcode.LW, Opcode.LDB, Opcode.LDBC, Opcode.FADD, Opcode.POLL):
-                        # the read_extra knob: offered once it waited that many cycles (and
-                        # kept valid until taken); a poll's every read waits again; an ldbc
-                        # continues a copy whose start was paid, so it does not wait
-                        issue = (r_wait >= self.read_extra) | (insn.op == Opcode.LDBC)
-                        with m.If(~issue):
-                            m.d.sync += r_wait.eq(r_wait + 1)
-                        m.d.comb += [self.mem_req.valid.eq(issue), req.addr.eq(eff)]
-                        with m.Switch(insn.op):
-                            with m.Case(Opcode.LDB, Opcode.LDBC):
-                                m.d.comb += req.op.eq(MemOp.READ_BLOCK)
-                            with m.Case(Opcode.FADD):
-                                m.d.comb += [req.op.eq(MemOp.FETCH_ADD), req.data.eq(b)]
-                            with m.Default():
-                                m.d.comb += req.op.eq(MemOp.READ_WORD)
-                        m.d.sync += self.pc.eq(self.pc)
-                        with m.If(issue & self.mem_req.ready):
-                            m.d.sync += [state.eq(_State.MEM), w_op.eq(insn.op), w_rd.eq(rd),
-                                         r_wait.eq(0),
-                                         w_row.eq(row_of(rfile[ru])), w_cond.eq(cond),
-                                         w_val.eq(b), w_addr.eq(eff)]
-                    with m.Case(Opcode.FENCE):
-                        with m.If(outstanding != 0):
-                            m.d.sync += self.pc.eq(self.pc)
+                m.d.sync += pc.eq(pc_next)   # default; stalls and jumps override
+                with m.If(~fetch.legal):
+                    m.d.sync += [state.eq(_State.HALT), self.fault.eq(1), pc.eq(pc)]
+                with m.If(scalar.jump):
+                    m.d.sync += pc.eq(scalar.target)
+                for unit, wait_state in waits.items():
+                    with m.If(unit.ctl.hold):
+                        m.d.sync += pc.eq(pc)
+                    with m.If(unit.ctl.enter):
+                        m.d.sync += state.eq(wait_state)
+                with m.Switch(insn.op):       # the core's own: the die's barrier, MARK, HALT
                     with m.Case(Opcode.BAR):
                         m.d.comb += self.bar_req.eq(1)
                         with m.If(~self.bar_go):
-                            m.d.sync += self.pc.eq(self.pc)
-                    if self.inc:
-                        inc_wait, cube = self._inc_run(m, a, b, c, rd, rfile, ru, dec, row_of,
-                                                       write_reg, state)
+                            m.d.sync += pc.eq(pc)
                     with m.Case(Opcode.MARK):
                         m.d.comb += self.trace.valid.eq(1)
                         with m.If(~self.trace.ready):
-                            m.d.sync += self.pc.eq(self.pc)
+                            m.d.sync += pc.eq(pc)
                     with m.Case(Opcode.HALT):
-                        m.d.sync += [state.eq(_State.HALT), self.pc.eq(self.pc)]
-                    with m.Case(*(Opcode[n] for n in vec_ops)):
-                        m.d.sync += [
-                            state.eq(_State.VEC), self.pc.eq(self.pc),
-                            v_cond.eq(cond), v_rd.eq(rd),
-                            v_arow.eq(row_of(a)), v_brow.eq(row_of(c)), v_drow.eq(row_of(rfile[rd])),
-                            v_in.eq(0), v_out.eq(0),
-                            v_comp.eq(insn.op == Opcode.VCOMP), v_done.eq(0), v_cnt.eq(0),
-                            v_wait.eq(self.vector_extra),
-                        ]
-                        clipped = Mux(b > self.max_len, self.max_len, b)
-                        m.d.sync += v_len.eq(clipped)
-                        nb = (clipped + lanes - 1) >> exact_log2(lanes)
-                        m.d.sync += v_beats.eq(Mux(nb == 0, 1, nb))
-                        for k in range(3):
-                            m.d.sync += v_s[k].eq(rfile[(rs3 + k)[:4]][:width])
-                        with m.Switch(insn.op):
-                            for n, vop in vec_ops.items():
-                                with m.Case(Opcode[n]):
-                                    m.d.sync += v_op.eq(vop)
+                        m.d.sync += [state.eq(_State.HALT), pc.eq(pc)]
                     with m.Default():
-                        pass   # NOP-like: none assigned (illegal handled above)
+                        pass
 
-            with m.Case(_State.MEM):
-                m.d.comb += ua.addr.eq(w_row)
-                with m.If(rsp_data):
-                    word = rsp.data[:32]
-                    with m.Switch(w_op):
-                        with m.Case(Opcode.LDB, Opcode.LDBC):
-                            m.d.comb += [uw.addr.eq(w_row), uw.data.eq(rsp.data),
-                                         uw.en.eq((1 << nwords) - 1)]
-                            m.d.sync += [state.eq(_State.RUN), self.pc.eq(pc_next)]
-                        with m.Case(Opcode.POLL):
-                            m.d.sync += state.eq(_State.RUN)   # re-issue unless satisfied
-                            with m.If(cmp(w_cond, word, w_val)):
-                                write_reg(w_rd, word)
-                                m.d.sync += self.pc.eq(pc_next)
-                        with m.Default():
-                            write_reg(w_rd, word)
-                            m.d.sync += [state.eq(_State.RUN), self.pc.eq(pc_next)]
-
-            with m.Case(_State.VEC):
-                vin = vu.i_stream
-                pa = vin.payload
-                with m.If(v_wait != 0):
-                    m.d.sync += v_wait.eq(v_wait - 1)
-                m.d.comb += [
-                    vin.valid.eq((v_in < v_beats) & (v_wait == 0)),
-                    pa.op.eq(v_op), pa.cond.eq(v_cond), pa.length.eq(v_len),
-                    vu.o_stream.ready.eq(1),
-                ]
-                m.d.comb += [pa.s[k].eq(v_s[k]) for k in range(3)]
-                in_slot = v_in % slots_full
-                in_row = v_in // slots_full
-                m.d.comb += [ua.addr.eq(v_arow + in_row), ub.addr.eq(v_brow + in_row)]
-                with m.If(in_slot < slots_mod):
-                    sel = in_slot[:max(1, ceil_log2(slots_mod))] if slots_mod > 1 else 0
-                    m.d.comb += [pa.a.eq(ua.data.word_select(sel, slot_bits)),
-                                 pa.b.eq(ub.data.word_select(sel, slot_bits))]
-                with m.If(vin.valid & vin.ready):
-                    m.d.sync += v_in.eq(v_in + 1)
-                out = vu.o_stream.payload
-                # vcomp: the lowest remaining match of the beat, one per cycle
-                rem = Signal(lanes, name="comp_rem")
-                low = Signal(lanes, name="comp_low")      # its lane, one-hot
-                more = Signal(name="comp_more")           # more matches after it
-                m.d.comb += [rem.eq(out.mask & ~v_done), low.eq(rem & (~rem + 1)),
-                             more.eq((rem & ~low).any())]
-                lane_bits = exact_log2(lanes)
-                lane = Cat(Cat(low[j] for j in range(lanes) if j >> bit & 1).any()
-                           for bit in range(lane_bits))
-                index = Signal(32, name="comp_index")     # element index of that match
-                m.d.comb += index.eq(Cat(lane, v_out) if lane_bits else v_out)
-                with m.If(vu.o_stream.valid & v_comp):
-                    m.d.comb += vu.o_stream.ready.eq(~more)
-                    with m.If(rem.any()):
-                        word = v_cnt[:7]
-                        m.d.comb += [uw.addr.eq(v_drow + (v_cnt >> 7)),
-                                     uw.data.eq(index.replicate(nwords))]
-                        with m.If(word < nwords):
-                            m.d.comb += uw.en.eq(Const(1, nwords) << word[:ceil_log2(nwords)])
-                        m.d.sync += v_cnt.eq(v_cnt + 1)
-                    with m.If(more):
-                        m.d.sync += v_done.eq(v_done | low)
-                    with m.Else():
-                        m.d.sync += [v_done.eq(0), v_out.eq(v_out + 1)]
-                        with m.If(out.last):
-                            write_reg(v_rd, v_cnt + rem.any())
-                            m.d.sync += [state.eq(_State.RUN), self.pc.eq(pc_next)]
-                with m.Elif(vu.o_stream.valid):
-                    with m.Switch(v_op):
-                        with m.Case(VecOp.COUNT):
-                            for k in range(3):
-                                write_reg((v_rd + k)[:4], out.count[k], port=k)
-                        with m.Case(VecOp.FIND_FIRST):
-                            write_reg(v_rd, Mux(out.none, 0xFFFFFFFF, out.index))
-                        with m.Case(VecOp.REDUCE_SUM):
-                            write_reg(v_rd, out.sum[:32])
-                        with m.Case(VecOp.CMP, VecOp.ADD, VecOp.MULS):
-                            o_slot = v_out % slots_full
-                            sel = o_slot[:max(1, ceil_log2(slots_mod))] if slots_mod > 1 else 0
-                            elems = Mux(v_op == VecOp.CMP,
-                                        Cat(Cat(out.mask[j], Const(0, width - 1)) for j in range(lanes)),
-                                        out.vec.as_value())
-                            m.d.comb += [uw.addr.eq(v_drow + v_out // slots_full),
-                                         uw.data.eq(elems.replicate(slots_mod))]
-                            with m.If(o_slot < slots_mod):
-                                m.d.comb += uw.en.eq(Const((1 << slot_words) - 1, nwords)
-                                                     << (sel * slot_words))
-                            m.d.sync += v_out.eq(v_out + 1)
-                        with m.Default():
-                            pass
-                    vector_out = (v_op == VecOp.CMP) | (v_op == VecOp.ADD) | (v_op == VecOp.MULS)
-                    with m.If(~vector_out | out.last):
-                        m.d.sync += [state.eq(_State.RUN), self.pc.eq(pc_next)]
-
-            if self.inc:
-                with m.Case(_State.CUBE):
-                    self._cube_finish(m, cube, ua, uw, nwords, state, pc_next)
+            for unit, wait_state in waits.items():
+                with m.Case(wait_state):
+                    with m.If(unit.ctl.leave):
+                        m.d.sync += state.eq(_State.RUN)
+                        with m.If(unit.ctl.advance):
+                            m.d.sync += pc.eq(pc_next)
 
             with m.Default():
                 pass
 
-        for i in range(1, NUM_REGS):
-            for en, widx, wdata in wports:
-                with m.If(en & (widx == i)):
-                    m.d.sync += regs[i].eq(wdata)
-
         # --- watchdog view -------------------------------------------------------------------
-        run_poll = (state == _State.RUN) & legal & (insn.op == Opcode.POLL)
-        run_fence = (state == _State.RUN) & legal & (insn.op == Opcode.FENCE) & (outstanding != 0)
         run_bar = self.bar_req & ~self.bar_go
         m.d.comb += [
-            self.waiting.eq((state == _State.MEM) | run_poll | run_fence | inc_wait | run_bar),
-            self.wait_addr.eq(Mux(state == _State.MEM, w_addr, Mux(run_poll, eff,
-                                  Mux(inc_wait, INC_WAIT_ADDR | dec.ctr[:2],
-                                      Mux(run_bar, BAR_WAIT_ADDR, 0))))),
+            self.waiting.eq(lsu.waiting | inc_waiting | run_bar),
+            self.wait_addr.eq(Mux(lsu.waiting, lsu.wait_addr,
+                                  Mux(inc_waiting, inc_wait_addr, Mux(run_bar, BAR_WAIT_ADDR, 0)))),
         ]
         return m
-
-    def _inc_run(self, m, a, b, c, rd, rfile, ru, dec, row_of, write_reg, state):
-        """RUN-state cases of the INC posts, ``incwait`` and ``cube`` (``inc`` cores).
-
-        Returns ``(waiting, cube)``: high while an ``incwait`` waits, and the
-        operands a ``cube`` latches for the CUBE state (:meth:`_cube_finish`).
-        """
-        post = self.inc_post
-        for name, op in INC_POSTS.items():
-            with m.Case(Opcode[name.upper()]):
-                m.d.comb += [post.valid.eq(1), post.payload.op.eq(op),
-                             post.payload.a.eq(a), post.payload.b.eq(b)]
-                with m.If(~post.ready):
-                    m.d.sync += self.pc.eq(self.pc)
-        counter = Signal(32, name="inc_counter")
-        waiting = Signal(name="inc_waiting")
-        with m.Case(Opcode.INCWAIT):
-            m.d.comb += counter.eq(Array(self.inc_counts)[dec.ctr[:2]])
-            with m.If(~(counter - b)[31]):          # wrap-safe counter >= threshold
-                write_reg(rd, counter)
-            with m.Else():
-                m.d.comb += waiting.eq(1)
-                m.d.sync += self.pc.eq(self.pc)
-        row_w = max(1, ceil_log2(self.ubuf_rows))
-        k = {"dst": Signal(row_w, name="cube_dst"), "src": Signal(row_w, name="cube_src"),
-             "a": Signal(32, name="cube_a"), "b": Signal(32, name="cube_b")}
-        with m.Case(Opcode.CUBE):
-            m.d.sync += [state.eq(_State.CUBE), self.pc.eq(self.pc), k["dst"].eq(row_of(rfile[ru])),
-                         k["src"].eq(row_of(a)), k["a"].eq(b), k["b"].eq(c)]
-        return waiting, k
-
-    def _ep_store(self, m, insn, a, b, c, ru, rfile, ua, row_of, req, outstanding, store_taken,
-                  store_count):
-        """RUN state, ``stbm``/``stbr`` (``ep=True``): the block of UBuf row R[ru] to address
-        R[rs1] with the die set R[rs2] (and, past 32 dies, R[rs3] << 32 | R[rs2]). A ``stbm`` waits until the store window has room for
-        an ack from every die of its mask (bits ``ep_dies`` and up name no die and are not
-        counted); a ``stbr`` is posted (never acknowledged)."""
-        n_acks = Signal(range(self.ep_dies + 1), name="stbm_acks")
-        dies = Cat(b, c) if ep_mask_bits(self.ep_dies) > 32 else b
-        with m.Case(Opcode.STBM, Opcode.STBR):
-            m.d.comb += n_acks.eq(popcount(dies[k] for k in range(self.ep_dies)))
-            is_m = insn.op == Opcode.STBM
-            room = (outstanding + n_acks <= self.max_outstanding) & \
-                (outstanding < self.store_window)
-            m.d.comb += [self.mem_req.valid.eq(Mux(is_m, room, 1)), req.addr.eq(a),
-                         req.mask.eq(dies), req.op.eq(Mux(is_m, MemOp.WRITE_MCAST, MemOp.WRITE_RED)),
-                         ua.addr.eq(row_of(rfile[ru])), req.data.eq(ua.data)]
-            m.d.comb += store_taken.eq(self.mem_req.valid & self.mem_req.ready)
-            m.d.comb += store_count.eq(Mux(store_taken & is_m, n_acks, 0))
-            with m.If(~store_taken):
-                m.d.sync += self.pc.eq(self.pc)
-
-    def _cube_finish(self, m, k, ua, uw, nwords, state, pc_next):
-        """CUBE state: wait for the die's unit, then write ``a * x + b`` per word of the row.
-
-        ``k``: the operands :meth:`_inc_run` latched (``dst``, ``src``, ``a``, ``b``).
-        """
-        # the request is the state alone (not ~cube_done): the die's unit answers in the
-        # request's own cycle when a row costs one cycle, and a request that depended on
-        # the answer would be a combinational loop
-        m.d.comb += [self.cube_req.eq(1), ua.addr.eq(k["src"])]
-        with m.If(self.cube_done):
-            words = [(k["a"] * ua.data.word_select(i, 32) + k["b"])[:32] for i in range(nwords)]
-            m.d.comb += [uw.addr.eq(k["dst"]), uw.data.eq(Cat(*words)), uw.en.eq((1 << nwords) - 1)]
-            m.d.sync += [state.eq(_State.RUN), self.pc.eq(pc_next)]
 
 
 VERILOG_EXPORTS = {

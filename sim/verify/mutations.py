@@ -192,11 +192,9 @@ MUTATIONS = [
     },
     {
         "name": "fence_one_cycle_early",
-        "file": "hw/aiv_core.py",
-        "old": "                    with m.Case(Opcode.FENCE):\n"
-               "                        with m.If(outstanding != 0):\n",
-        "new": "                    with m.Case(Opcode.FENCE):\n"
-               "                        with m.If((outstanding != 0) & (outstanding != acked)):\n",
+        "file": "hw/aiv_lsu.py",
+        "old": "                    m.d.comb += ctl.hold.eq(outstanding != 0)\n",
+        "new": "                    m.d.comb += ctl.hold.eq((outstanding != 0) & (outstanding != acked))\n",
         "description": "fence releases in the cycle the last acknowledgement arrives, one cycle "
                        "before the store window is counted empty",
         "tests": [
@@ -206,9 +204,9 @@ MUTATIONS = [
     },
     {
         "name": "poll_ge_is_gt",
-        "file": "hw/aiv_core.py",
-        "old": "                   Mux(op == Cond.GT, x > y, x >= y)))))\n",
-        "new": "                   Mux(op == Cond.GT, x > y, x > y)))))\n",
+        "file": "hw/aiv_lsu.py",
+        "old": "                   Mux(cond == Cond.GT, x > y, x >= y)))))\n",
+        "new": "                   Mux(cond == Cond.GT, x > y, x > y)))))\n",
         "description": "the core's 'ge' condition (poll, vcmp) tests x > y: a poll for a count "
                        "that has just been reached waits for one more",
         "tests": [
@@ -395,9 +393,9 @@ MUTATIONS = [
     },
     {
         "name": "cube_drops_b",
-        "file": "hw/aiv_core.py",
-        "old": '            words = [(k["a"] * ua.data.word_select(i, 32) + k["b"])[:32] for i in range(nwords)]\n',
-        "new": '            words = [(k["a"] * ua.data.word_select(i, 32))[:32] for i in range(nwords)]\n',
+        "file": "hw/aiv_inc.py",
+        "old": '                words = [(k["a"] * ua.data.word_select(i, 32) + k["b"])[:32] for i in range(nwords)]\n',
+        "new": '                words = [(k["a"] * ua.data.word_select(i, 32))[:32] for i in range(nwords)]\n',
         "description": "the cube unit computes a*x without the + b of the FFN surrogate",
         "tests": ["tests/hw/test_aiv_core.py::test_inc_program_results"],
         "timeout": 180,
@@ -455,7 +453,7 @@ MUTATIONS = [
     },
     {
         "name": "store_window_ignored",
-        "file": "hw/aiv_core.py",
+        "file": "hw/aiv_lsu.py",
         "old": "        can_block = can_store & (outstanding < self.store_window)\n",
         "new": "        can_block = can_store\n",
         "description": "a block store ignores the store_window knob (a sender's staging buffers "
@@ -465,9 +463,9 @@ MUTATIONS = [
     },
     {
         "name": "vector_extra_ignored",
-        "file": "hw/aiv_core.py",
-        "old": "                    vin.valid.eq((v_in < v_beats) & (v_wait == 0)),\n",
-        "new": "                    vin.valid.eq(v_in < v_beats),\n",
+        "file": "hw/aiv_vector.py",
+        "old": "                vin.valid.eq((v_in < v_beats) & (v_wait == 0)),\n",
+        "new": "                vin.valid.eq(v_in < v_beats),\n",
         "description": "a vector instruction starts its beats at once, whatever the vector_extra "
                        "knob (a vector op's issue cost lost)",
         "tests": ["tests/sim/test_mechanisms.py::test_every_vector_instruction_pays_the_vector_extra_knob",
@@ -476,9 +474,9 @@ MUTATIONS = [
     },
     {
         "name": "read_extra_ignored",
-        "file": "hw/aiv_core.py",
-        "old": "                        issue = (r_wait >= self.read_extra) | (insn.op == Opcode.LDBC)\n",
-        "new": "                        issue = Const(1)\n",
+        "file": "hw/aiv_lsu.py",
+        "old": "                    issue = (r_wait >= self.read_extra) | (insn.op == Opcode.LDBC)\n",
+        "new": "                    issue = Const(1)\n",
         "description": "a read is offered at once, whatever the read_extra knob (a copy "
                        "engine's start cost lost)",
         "tests": ["tests/sim/test_mechanisms.py::test_every_read_pays_the_read_extra_knob",
@@ -487,9 +485,9 @@ MUTATIONS = [
     },
     {
         "name": "ldbc_pays_the_read_start",
-        "file": "hw/aiv_core.py",
-        "old": "                        issue = (r_wait >= self.read_extra) | (insn.op == Opcode.LDBC)\n",
-        "new": "                        issue = r_wait >= self.read_extra\n",
+        "file": "hw/aiv_lsu.py",
+        "old": "                    issue = (r_wait >= self.read_extra) | (insn.op == Opcode.LDBC)\n",
+        "new": "                    issue = r_wait >= self.read_extra\n",
         "description": "every block of a copy waits read_extra, as if each 512 B were a copy of "
                        "its own (the copy engine's one start per copy lost)",
         "tests": ["tests/sim/test_mechanisms.py::test_every_read_pays_the_read_extra_knob"],
@@ -528,8 +526,8 @@ MUTATIONS = [
     },
     {
         "name": "read_extra_paid_once_a_poll",
-        "file": "hw/aiv_core.py",
-        "old": "                                         r_wait.eq(0),\n",
+        "file": "hw/aiv_lsu.py",
+        "old": "                                     r_wait.eq(0),\n",
         "new": "",
         "description": "a poll's reads after its first do not wait read_extra again (the "
                        "wait counter is never cleared)",
@@ -538,9 +536,9 @@ MUTATIONS = [
     },
     {
         "name": "store_window_limits_words",
-        "file": "hw/aiv_core.py",
-        "old": "                                                               can_store, can_block)),\n",
-        "new": "                                                               can_block, can_block)),\n",
+        "file": "hw/aiv_lsu.py",
+        "old": "                                                           can_store, can_block)),\n",
+        "new": "                                                           can_block, can_block)),\n",
         "description": "word stores (flags, counts) are held by the block-store window too",
         "tests": ["tests/sim/test_mechanisms.py::test_word_stores_do_not_see_the_window"],
         "timeout": 120,
@@ -645,9 +643,10 @@ MUTATIONS = [
     },
     {
         "name": "core_ignores_the_high_mask_register",
-        "file": "hw/aiv_core.py",
-        "old": "        dies = Cat(b, c) if ep_mask_bits(self.ep_dies) > 32 else b\n",
-        "new": "        dies = b\n",
+        "file": "hw/aiv_lsu.py",
+        "old": "                        dies = Cat(b, c) if ep_mask_bits(self.ep_dies) > 32 else b\n",
+        "new": "                        dies = Cat(b, Const(0, 32)) if ep_mask_bits(self.ep_dies) > 32 "
+               "else b\n",
         "description": "a core of a machine of more than 32 dies sends a stbm/stbr to dies 0..31 "
                        "only (R[rs3], the mask's bits 32..63, is ignored)",
         "tests": ["tests/hw/test_aiv_core.py::test_past_32_dies_a_stbm_mask_is_two_registers"],
