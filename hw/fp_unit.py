@@ -7,7 +7,8 @@ in fp32, with the operands the operation does not use replaced by exact
 constants (:data:`OP_FORMS`), bf16 operands widened exactly, and a bf16 result
 rounded from the fp32 one.
 
-Model choices, and what Ascend documents about them:
+Model choices, and what Ascend documents about them (the full addresses of the
+sources are on docs/api/fp_unit.md):
 
 * **Subnormals are kept** (gradual underflow, inputs and results). CANN's
   subnormal example states that Atlas A2/A3 hardware "supports Subnormal by
@@ -15,24 +16,24 @@ Model choices, and what Ascend documents about them:
   told otherwise:
   https://gitcode.com/lizq15/asc-devkit/tree/master/examples/01_simd_cpp_api/06_compatibility_guide/subnormal
   (a fork of cann/asc-devkit).
-* **Rounding** is to nearest, ties to even (Ascend's ``RINT`` mode, "四舍六入五成双"),
-  the mode of the A2/A3 ``asc_float2bfloat16`` cast:
-  https://github.com/cannmirror/asc-devkit/blob/master/docs/zh/api/SIMD-API/C-API/vector_compute/asc_float2bfloat16.md
+* **Rounding** is to nearest, ties to even: Ascend's ``RINT`` mode
+  ("四舍六入五成双"), the mode of the A2/A3 vector cast ``asc_float2bfloat16``
+  (its page in github.com/cannmirror/asc-devkit, a mirror of CANN's asc-devkit).
 * **NaN results are canonical**: ``0x7FC00000`` (bf16 ``0x7FC0``), whatever the
   input payloads. What the vector unit does with payloads is not documented;
   these are the quiet NaNs Ascend C itself uses (``NumericLimits::QuietNaN``,
-  ``F32_NAN`` in ``impl/basic_api/utils/kernel_utils_constants.h`` of the same
+  and ``F32_NAN`` in ``impl/basic_api/utils/kernel_utils_constants.h`` of the same
   repository). Overflow gives infinity (Ascend's Inf/NaN mode, the default on
   A2/A3).
 * **Multiply-add: two roundings unless** ``fused=True``. For Ascend 950 the Reg
   API's ``MulAddDst`` is documented as one fused instruction, more precise than
-  ``Mul`` then ``Add`` (``docs/zh/api/SIMD-API/基础API/Reg矢量计算/复合计算/MulAddDst.md``,
-  "关键特性说明"). For A2/A3 the ``Axpy``/``FusedMulAdd``/``MulAddDst`` pages say
-  nothing about rounding, and the high-level ``Axpy`` page says it computes with
-  ``Muls`` and ``Add`` "to give better precision" than the basic ``Axpy``, which a
-  once-rounded fp32 multiply-add could not be worse than. So the default models
-  A2/A3 as ``Muls`` then ``Add`` (the product rounded to fp32, then the sum);
-  ``fused=True`` rounds once.
+  ``Mul`` then ``Add`` (its page, "关键特性说明"). For A2/A3 the ``Axpy``,
+  ``FusedMulAdd`` and ``MulAddDst`` pages say nothing about rounding, and the
+  high-level ``Axpy`` page says it computes with ``Muls`` and ``Add`` "to give
+  better precision" than the basic ``Axpy``, which a once-rounded fp32
+  multiply-add could not be worse than. So the default models A2/A3 as ``Muls``
+  then ``Add`` (the product rounded to fp32, then the sum); ``fused=True`` rounds
+  once.
 
 Timing. One 256 B repeat is 64 elements (every operation has an fp32 side;
 Ascend's ``Axpy`` table gives 64 per repeat for fp32 and for half→fp32), so
