@@ -38,7 +38,8 @@ from ...hw.fp_unit import OP_FORMS, FpOp, FpUnit, check_unit_params
 from ...hw.validate import check_int
 from .fp_commands import operand_pools, reference
 
-__all__ = ["FpSoak", "lowbias32", "soak_operands", "expected_sums", "run_soak", "MIX_OPS"]
+__all__ = ["FpSoak", "lowbias32", "soak_operands", "expected_results", "expected_sums", "run_soak",
+           "MIX_OPS"]
 
 MASK32 = 0xFFFF_FFFF
 GOLDEN = 0x9E37_79B9
@@ -229,10 +230,8 @@ async def run_soak(bench, *, beats, seed=1, op="ADD", mix=False, stall=0, gap=0,
                    timeout=None):
     """Harness intent: one run of :class:`FpSoak`; ``{"sums": [block sums], "cycles": n}``."""
     soak = bench.component
+    check_int("beats", beats, 1, soak.blocks << soak.block_log2)
     blocks = -(-beats // (1 << soak.block_log2))
-    if blocks > soak.blocks:
-        raise ValueError(f"beats must be <= {soak.blocks << soak.block_log2} for this soak "
-                         f"top, not {beats}")
     for port, value in (("op", FpOp[op].value), ("mix", int(mix)), ("seed", seed),
                         ("beats", beats), ("stall", stall), ("gap", gap),
                         ("corrupt", MASK32 if corrupt is None else corrupt)):

@@ -121,6 +121,25 @@ def cancellations(op, n, seed):
     return a, s, b
 
 
+def exponent_sweep(op, seed):
+    """Sums of ``a*s`` and ``b`` ``d`` binades apart, ``d`` in -64..64, 8 each, both signs:
+    every placement of the addend (far below, jammed, inside, dominant) and their edges."""
+    _, _, a_bf16, b_bf16 = _uses(op)
+    rng = np.random.default_rng(seed)
+    d = np.repeat(np.arange(-64, 65), 8)
+    ea = rng.integers(80, 170, d.size)
+
+    def value(exp):
+        zeros = rng.choice(np.array([0, 0, 8, 16, 23]), d.size)
+        man = rng.integers(0, 1 << 23, d.size) >> zeros << zeros
+        return (rng.integers(0, 2, d.size) << 31 | exp << 23 | man).astype(np.uint32)
+
+    a, b = value(ea), value(ea + d)
+    s = rng.choice(np.array([0x3F80_0000, 0x3FC0_0000, 0xBF80_0000, 0x3F9A_5A5B],
+                            dtype=np.uint32), d.size)
+    return (a >> 16 if a_bf16 else a), (s >> 16 if a_bf16 else s), (b >> 16 if b_bf16 else b)
+
+
 def check_beats(op, a, s, b, *, fused, stall_prob=0.0, seed=0):
     """Run elements ``a``, ``s``, ``b`` (one ``s`` per beat: elements grouped by ``s``)
     on pysim and assert every result word equals the reference."""
@@ -148,11 +167,13 @@ def check_beats(op, a, s, b, *, fused, stall_prob=0.0, seed=0):
 @pytest.mark.parametrize("fused", [False, True], ids=["two_roundings", "fused"])
 @pytest.mark.parametrize("op", OPS)
 def test_edge_and_random_operands_pysim(op, fused):
-    """Every operation, bit-exact: its edge combinations, cancellations for the
-    multiply-adds and 2048 shaped random operands (512 for a fused unit's operations
-    without a product), with random backpressure."""
+    """Every operation, bit-exact: its edge combinations, an exponent-difference sweep for
+    the sums, cancellations for the multiply-adds and 2048 shaped random operands (512 for
+    a fused unit's operations without a product), with random backpressure."""
     a, s, b = edge_cases(op)
     parts = [(a, s, b)]
+    if OP_FORMS[FpOp[op]].use_b:
+        parts.append(exponent_sweep(op, seed=OPS.index(op)))
     if OP_FORMS[FpOp[op]].use_s and OP_FORMS[FpOp[op]].use_b:
         parts.append(cancellations(op, 512, seed=OPS.index(op)))
     random_beats = 512 if not fused or FpOp[op] in (FpOp.AXPY, FpOp.AXPY_BF16,
