@@ -12,7 +12,7 @@ exponent, 7 fraction bits). Inside, a finite value is *unpacked* as
 (:func:`unpack`). Rounding is to nearest, ties to even, everywhere.
 
 The multiply-add is one datapath, ``a*s + b`` (:func:`multiply`, :func:`align`,
-:func:`add`, :func:`normalize`, :func:`round_pack`): multiply and add alone are
+:func:`add`, :func:`rounding_point`, :func:`cut`, :func:`round_pack`): multiply and add alone are
 ``a*s + (-0)`` and ``a*1 + b``, which are exact rewrites (``x + (-0) = x``
 for every ``x``, ``+0`` included, under ties-to-even). Fused, the 48-bit product
 is added exactly and rounded once; with :func:`round_product` between
@@ -53,8 +53,8 @@ from amaranth.lib import data
 __all__ = ["FloatFormat", "F32", "BF16", "GUARD", "B_TOP", "WINDOW", "unpacked_layout",
            "product_layout", "special_layout", "aligned_layout", "sum_layout",
            "normalized_layout", "unpack", "bf16_to_f32", "leading_zeros", "multiply",
-           "round_product", "align", "add", "normalize", "round_pack", "f32_to_bf16",
-           "finish"]
+           "round_product", "align", "add", "rounding_point", "cut", "normalize", "round_pack",
+           "f32_to_bf16", "finish"]
 
 
 class FloatFormat(NamedTuple):
@@ -198,23 +198,28 @@ def multiply(m, a, s, *, name):
     return out
 
 
-def normalize(m, fmt, *, mag, e_lsb, name):
-    """Cut ``mag * 2**e_lsb`` at its rounding point in ``fmt`` (:func:`normalized_layout`).
+def rounding_point(m, fmt, *, mag, e_lsb, name):
+    """The bit ``r`` of ``mag`` that becomes the last kept bit of ``mag * 2**e_lsb`` in ``fmt``.
 
-    The rounding point ``r`` (the bit of ``mag`` that becomes the last kept bit) is
-    ``precision`` bits below the top set bit, or at the subnormal grid when that is
-    higher; past the top of ``mag`` everything is below half an ulp and the kept
-    bits are 0 (the value rounds to zero).
+    ``precision`` bits below the top set bit, or on the subnormal grid when that is
+    higher; clamped at ``len(mag) + 1`` (past the top of ``mag`` everything is below
+    half an ulp: the value rounds to zero).
     """
     width = len(mag)
     lz = leading_zeros(m, mag, name=f"{name}_lz")
     top = Signal(EXP, name=f"{name}_top")
-    r = Signal(EXP, name=f"{name}_r")
     m.d.comb += top.eq(width - 1 - lz)
     by_top = top - fmt.man_bits
     by_grid = fmt.sub_lsb - e_lsb
     r_max = Mux(by_top > by_grid, by_top, by_grid)
+    r = Signal(EXP, name=name)
     m.d.comb += r.eq(Mux(r_max > width + 1, width + 1, r_max))
+    return r
+
+
+def cut(m, fmt, *, mag, e_lsb, r, name):
+    """``mag * 2**e_lsb`` cut at bit ``r`` (:func:`rounding_point`): :func:`normalized_layout`."""
+    width = len(mag)
     # shift so that bit r of mag lands at bit width + 1: the kept bits are then
     # [width + 1, width + 1 + precision), the guard bit is `width`, the rest below
     shift = Signal(range(width + 3 + fmt.man_bits), name=f"{name}_shift")
@@ -229,6 +234,12 @@ def normalize(m, fmt, *, mag, e_lsb, name):
         out.e_base.eq(r + e_lsb + (fmt.bias + fmt.man_bits - 1)),
     ]
     return out
+
+
+def normalize(m, fmt, *, mag, e_lsb, name):
+    """:func:`cut` at the :func:`rounding_point`, in one step."""
+    r = rounding_point(m, fmt, mag=mag, e_lsb=e_lsb, name=f"{name}_r")
+    return cut(m, fmt, mag=mag, e_lsb=e_lsb, r=r, name=name)
 
 
 def round_pack(m, fmt, *, sign, norm, name):
@@ -255,14 +266,14 @@ def round_pack(m, fmt, *, sign, norm, name):
     return out
 
 
-def round_product(m, p, *, name):
-    """The fp32 rounding of product ``p``, again as a :data:`product_layout` view.
+def round_product(m, p, norm, *, name):
+    """Product ``p`` rounded to fp32, from its :func:`normalize` d magnitude ``norm``,
+    again as a :data:`product_layout` view.
 
     The 24-bit significand is placed at the top of the 48-bit magnitude; an
     overflow becomes an infinite product, an underflow a zero one (of the
     product's sign). NaN and infinite products pass unchanged.
     """
-    norm = normalize(m, F32, mag=p.mag, e_lsb=p.e_lsb, name=f"{name}_norm")
     bits = round_pack(m, F32, sign=p.sign, norm=norm, name=f"{name}_bits")
     rounded = unpack(m, F32, bits, name=f"{name}_f32")
     out = Signal(product_layout, name=name)

@@ -112,74 +112,73 @@ def response_layout(lanes):
 
 # --- one lane: the datapath as a chain of steps, registers between some of them --------
 
-_carry = {"out_bf16": 1}
+def _with(m, x, name, drop=(), **new):
+    """A struct of ``x``'s fields but ``drop``, and the ``new`` values (views or values)."""
+    kept = {k: v for k, v in x.shape().members.items() if k not in drop and k not in new}
+    out = Signal(data.StructLayout({**kept, **{k: v.shape() for k, v in new.items()}}), name=name)
+    m.d.comb += [getattr(out, k).eq(getattr(x, k)) for k in kept]
+    m.d.comb += [getattr(out, k).eq(v) for k, v in new.items()]
+    return out
 
 
 def _step_multiply(m, x, *, name):
-    a = fp.unpack(m, fp.F32, x.a, name=f"{name}_a")
-    s = fp.unpack(m, fp.F32, x.s, name=f"{name}_s")
-    b = fp.unpack(m, fp.F32, x.b, name=f"{name}_b")
-    out = Signal(data.StructLayout({"p": fp.product_layout, "b": fp.unpacked_layout(fp.F32),
-                                    **_carry}), name=name)
-    m.d.comb += [out.p.eq(fp.multiply(m, a, s, name=f"{name}_p")), out.b.eq(b),
-                 out.out_bf16.eq(x.out_bf16)]
-    return out
+    a, s, b = (fp.unpack(m, fp.F32, getattr(x, k), name=f"{name}_{k}") for k in "asb")
+    return _with(m, x, name, drop=("a", "s"), p=fp.multiply(m, a, s, name=f"{name}_p"), b=b)
 
 
-def _step_round_product(m, x, *, name):
-    out = Signal(x.shape(), name=name)
-    m.d.comb += [out.eq(x), out.p.eq(fp.round_product(m, x.p, name=f"{name}_p"))]
-    return out
+def _point(field):
+    def step(m, x, *, name):
+        v = getattr(x, field)
+        return _with(m, x, name, r=fp.rounding_point(m, fp.F32, mag=v.mag, e_lsb=v.e_lsb,
+                                                     name=f"{name}_r"))
+    return step
+
+
+def _step_product_cut(m, x, *, name):
+    norm = fp.cut(m, fp.F32, mag=x.p.mag, e_lsb=x.p.e_lsb, r=x.r, name=f"{name}_norm")
+    return _with(m, x, name, drop=("r",), norm=norm)
+
+
+def _step_product_round(m, x, *, name):
+    return _with(m, x, name, drop=("norm",), p=fp.round_product(m, x.p, x.norm, name=f"{name}_p"))
 
 
 def _step_align(m, x, *, name):
-    out = Signal(data.StructLayout({"x": fp.aligned_layout, **_carry}), name=name)
-    m.d.comb += [out.x.eq(fp.align(m, x.p, x.b, name=f"{name}_x")), out.out_bf16.eq(x.out_bf16)]
-    return out
+    return _with(m, x, name, drop=("p", "b"), aligned=fp.align(m, x.p, x.b, name=f"{name}_x"))
 
 
 def _step_add(m, x, *, name):
-    out = Signal(data.StructLayout({"x": fp.sum_layout, **_carry}), name=name)
-    m.d.comb += [out.x.eq(fp.add(m, x.x, name=f"{name}_x")), out.out_bf16.eq(x.out_bf16)]
-    return out
+    return _with(m, x, name, drop=("aligned",), sum=fp.add(m, x.aligned, name=f"{name}_x"))
 
 
-def _step_normalize(m, x, *, name):
-    out = Signal(data.StructLayout({
-        "n": fp.normalized_layout(fp.F32), "sign": 1, "zero": 1, "zero_sign": 1,
-        "special": fp.special_layout, **_carry}), name=name)
-    m.d.comb += [
-        out.n.eq(fp.normalize(m, fp.F32, mag=x.x.mag, e_lsb=x.x.e_lsb, name=f"{name}_n")),
-        out.sign.eq(x.x.sign), out.zero.eq(x.x.mag == 0), out.zero_sign.eq(x.x.zero_sign),
-        out.special.eq(x.x.special), out.out_bf16.eq(x.out_bf16),
-    ]
-    return out
+def _step_cut(m, x, *, name):
+    s = x.sum
+    norm = fp.cut(m, fp.F32, mag=s.mag, e_lsb=s.e_lsb, r=x.r, name=f"{name}_norm")
+    return _with(m, x, name, drop=("sum", "r"), norm=norm, sign=s.sign, zero=s.mag == 0,
+                 zero_sign=s.zero_sign, special=s.special)
 
 
 def _step_round(m, x, *, name):
-    rounded = fp.round_pack(m, fp.F32, sign=x.sign, norm=x.n, name=f"{name}_rounded")
-    out = Signal(data.StructLayout({"y": 32, **_carry}), name=name)
-    m.d.comb += [
-        out.y.eq(fp.finish(m, sign=x.sign, zero=x.zero, zero_sign=x.zero_sign,
-                           special=x.special, rounded=rounded, name=f"{name}_y")),
-        out.out_bf16.eq(x.out_bf16),
-    ]
-    return out
+    rounded = fp.round_pack(m, fp.F32, sign=x.sign, norm=x.norm, name=f"{name}_rounded")
+    y = fp.finish(m, sign=x.sign, zero=x.zero, zero_sign=x.zero_sign, special=x.special,
+                  rounded=rounded, name=f"{name}_y")
+    return _with(m, x, name, drop=("norm", "sign", "zero", "zero_sign", "special"), y=y)
 
 
 def _step_bf16(m, x, *, name):
-    out = Signal(data.StructLayout({"y": 32}), name=name)
-    m.d.comb += out.y.eq(Mux(x.out_bf16, fp.f32_to_bf16(m, x.y, name=f"{name}_y"), x.y))
-    return out
+    return _with(m, x, name, drop=("out_bf16",),
+                 y=Mux(x.out_bf16, fp.f32_to_bf16(m, x.y, name=f"{name}_y"), x.y))
 
 
 def lane_steps(fused):
-    """The lane's steps, in order: ``(name, function)``."""
+    """The lane's steps, in order: ``(name, function)``. Each finding of a rounding point
+    (a leading-zero count) and each cut (a wide shift) is a step of its own."""
     steps = [("multiply", _step_multiply)]
     if not fused:
-        steps.append(("round_product", _step_round_product))
-    return steps + [("align", _step_align), ("add", _step_add), ("normalize", _step_normalize),
-                    ("round", _step_round), ("bf16", _step_bf16)]
+        steps += [("product_point", _point("p")), ("product_cut", _step_product_cut),
+                  ("product_round", _step_product_round)]
+    return steps + [("align", _step_align), ("add", _step_add), ("point", _point("sum")),
+                    ("cut", _step_cut), ("round", _step_round), ("bf16", _step_bf16)]
 
 
 def register_points(steps, latency):
@@ -215,8 +214,8 @@ class FpLane(wiring.Component):
     ----------
     fused : bool
         Round ``a*s + b`` once (else the product is rounded to fp32 first).
-    latency : int
-        Register stages, >= 1 (see :func:`register_points`).
+    latency : int or None
+        Register stages, 1..64 (see :func:`register_points`); ``None``: one per step.
 
     Attributes
     ----------
@@ -237,14 +236,15 @@ class FpLane(wiring.Component):
     out_bf16: In(1)
     y: Out(32)
 
-    def __init__(self, *, fused=False, latency=7):
+    def __init__(self, *, fused=False, latency=None):
         self.fused = check_bool("fused", fused)
-        self.latency = check_int("latency", latency, 1, 64)
+        self.latency = (len(lane_steps(fused)) if latency is None else
+                        check_int("latency", latency, 1, 64))
         super().__init__()
 
     def elaborate(self, platform):
         m = Module()
-        x = Signal(data.StructLayout({"a": 32, "s": 32, "b": 32, **_carry}), name="operands")
+        x = Signal(data.StructLayout({"a": 32, "s": 32, "b": 32, "out_bf16": 1}), name="operands")
         m.d.comb += [x.a.eq(self.a), x.s.eq(self.s), x.b.eq(self.b),
                      x.out_bf16.eq(self.out_bf16)]
         steps = lane_steps(self.fused)
@@ -287,8 +287,8 @@ class FpUnit(wiring.Component):
         Elements per beat: a power of two, 1..64 (it divides the 64 elements of a repeat).
     latency : int or None
         Cycles from a beat to its result, 1..64; ``None`` gives one register per
-        datapath step (:func:`lane_steps`: 6, or 7 unfused). Fewer merge steps
-        between registers, more delay the result.
+        datapath step (:func:`lane_steps`: 7 fused, 10 with two roundings). Fewer
+        merge steps between registers, more delay the result.
     repeat_cycles : int or None
         Cycles per 256 B repeat, ``64 // lanes``..4096; ``None`` is ``64 // lanes``
         (one beat a cycle).

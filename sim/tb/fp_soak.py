@@ -11,6 +11,11 @@ indices drawn from the hash ``h = lowbias32(key + e)`` (``key = lowbias32(seed)`
 * ``h[18:30]`` of lane 0: the beat's scalar ``s``;
 * for a bf16 operand, the high half of the pool word (its bf16 truncation).
 
+With ``sweep`` set, ``a`` counts instead: a bf16 ``a`` is ``e mod 2**16`` (65536
+elements pass every bf16 value), an fp32 ``a`` has ``e mod 2**16`` as its high half
+and ``h[0:16]`` as its low half (every sign, exponent and leading fraction bits,
+with random bits below the bf16 cut).
+
 With ``mix`` set, beat ``n``'s operation is ``MIX_OPS[lowbias32(key ^ n) % 16]``,
 else the ``op`` input. The consumer refuses results with probability
 ``stall / 2**16`` and the producer skips cycles with probability ``gap / 2**16``
@@ -81,6 +86,8 @@ class FpSoak(wiring.Component):
         The operation, unless ``mix``.
     mix : In(1)
         Each beat's operation from a hash (:data:`MIX_OPS`).
+    sweep : In(1)
+        ``a`` counts instead of coming from the ROM (see the module docstring).
     seed : In(32)
         Operand and stall seed.
     beats : In(32)
@@ -106,7 +113,8 @@ class FpSoak(wiring.Component):
                                              repeat_cycles=repeat_cycles, fused=fused)
         self.lanes = lanes
         super().__init__({
-            "start": In(1), "op": In(FpOp), "mix": In(1), "seed": In(32), "beats": In(32),
+            "start": In(1), "op": In(FpOp), "mix": In(1), "sweep": In(1), "seed": In(32),
+            "beats": In(32),
             "stall": In(16), "gap": In(16), "corrupt": In(32),
             "done": Out(1), "cycle": Out(32),
             "rd_addr": In(range(blocks)), "rd_sum": Out(32),
@@ -171,17 +179,21 @@ class FpSoak(wiring.Component):
         m.d.comb += [req.op.eq(op), req.last.eq(n + 1 == self.beats)]
         for j in range(self.lanes):
             h = Signal(32, name=f"h{j}")
-            m.d.comb += h.eq(_hw_hash(key + n * self.lanes + j))
+            m.d.comb += h.eq(_hw_hash(key + n * self.lanes + j))     # n * lanes + j < 2**32
             ra, rb = roms["a"].read_port(domain="comb"), roms["b"].read_port(domain="comb")
             m.d.comb += [ra.addr.eq(h[:12]), rb.addr.eq(Mux(h[30], h[:12], Cat(h[:6], h[12:18])))]
-            m.d.comb += [req.a[j].eq(Mux(a_bf16, ra.data >> 16, ra.data)),
+            e = Signal(32, name=f"e{j}")
+            m.d.comb += e.eq(n * self.lanes + j)
+            swept = Mux(a_bf16, e[:16], Cat(h[:16], e[:16]))
+            rom_a = Mux(a_bf16, ra.data >> 16, ra.data)
+            m.d.comb += [req.a[j].eq(Mux(self.sweep, swept, rom_a)),
                          req.b[j].eq(Mux(b_bf16, rb.data >> 16, rb.data))]
             if j == 0:
                 rs = roms["s"].read_port(domain="comb")
                 m.d.comb += [rs.addr.eq(h[18:30]), req.s.eq(Mux(a_bf16, rs.data >> 16, rs.data))]
 
 
-def soak_operands(*, seed, beats, lanes, op="ADD", mix=False):
+def soak_operands(*, seed, beats, lanes, op="ADD", mix=False, sweep=False):
     """``(ops, a, s, b)`` of a run in numpy: beat operations (names), ``a`` and ``b``
     (beats x lanes lane words), ``s`` (a word per beat), as :class:`FpSoak` presents them."""
     pool_a, pool_b, pool_s = operand_pools()
@@ -198,15 +210,18 @@ def soak_operands(*, seed, beats, lanes, op="ADD", mix=False):
     a_bf16 = np.array([OP_FORMS[FpOp[o]].a_bf16 for o in ops])
     b_bf16 = np.array([OP_FORMS[FpOp[o]].b_bf16 for o in ops])
     a = np.where(a_bf16[:, None], pool_a[ia] >> 16, pool_a[ia])
+    if sweep:
+        a = np.where(a_bf16[:, None], e & 0xFFFF, (e & 0xFFFF) << 16 | (h & 0xFFFF))
     b = np.where(b_bf16[:, None], pool_b[ib] >> 16, pool_b[ib])
     s_word = pool_s[h[:, 0] >> 18 & 0xFFF]
     s = np.where(a_bf16, s_word >> 16, s_word)
     return ops, a.astype(np.uint32), s.astype(np.uint32), b.astype(np.uint32)
 
 
-def expected_results(*, seed, beats, lanes, op="ADD", mix=False, fused=False):
+def expected_results(*, seed, beats, lanes, op="ADD", mix=False, sweep=False, fused=False):
     """Result words (beats x lanes) of a run, from the numpy reference."""
-    ops, a, s, b = soak_operands(seed=seed, beats=beats, lanes=lanes, op=op, mix=mix)
+    ops, a, s, b = soak_operands(seed=seed, beats=beats, lanes=lanes, op=op, mix=mix,
+                                 sweep=sweep)
     y = np.zeros_like(a)
     names = np.array(ops)
     for name in set(ops):
@@ -215,9 +230,11 @@ def expected_results(*, seed, beats, lanes, op="ADD", mix=False, fused=False):
     return y
 
 
-def expected_sums(*, seed, beats, lanes, block_log2, op="ADD", mix=False, fused=False):
+def expected_sums(*, seed, beats, lanes, block_log2, op="ADD", mix=False, sweep=False,
+                  fused=False):
     """Block checksums of a run (see the module docstring), from the numpy reference."""
-    y = expected_results(seed=seed, beats=beats, lanes=lanes, op=op, mix=mix, fused=fused)
+    y = expected_results(seed=seed, beats=beats, lanes=lanes, op=op, mix=mix, sweep=sweep,
+                         fused=fused)
     e = np.arange(beats * lanes, dtype=np.uint64).reshape(beats, lanes)
     terms = lowbias32((y.astype(np.uint64) + e * GOLDEN) & MASK32).sum(axis=1)
     block = np.arange(beats) >> block_log2
@@ -226,13 +243,14 @@ def expected_sums(*, seed, beats, lanes, block_log2, op="ADD", mix=False, fused=
     return [int(x) & MASK32 for x in sums]
 
 
-async def run_soak(bench, *, beats, seed=1, op="ADD", mix=False, stall=0, gap=0, corrupt=None,
-                   timeout=None):
+async def run_soak(bench, *, beats, seed=1, op="ADD", mix=False, sweep=False, stall=0, gap=0,
+                   corrupt=None, timeout=None):
     """Harness intent: one run of :class:`FpSoak`; ``{"sums": [block sums], "cycles": n}``."""
     soak = bench.component
     check_int("beats", beats, 1, soak.blocks << soak.block_log2)
     blocks = -(-beats // (1 << soak.block_log2))
-    for port, value in (("op", FpOp[op].value), ("mix", int(mix)), ("seed", seed),
+    for port, value in (("op", FpOp[op].value), ("mix", int(mix)), ("sweep", int(sweep)),
+                        ("seed", seed),
                         ("beats", beats), ("stall", stall), ("gap", gap),
                         ("corrupt", MASK32 if corrupt is None else corrupt)):
         bench.set(port, value)

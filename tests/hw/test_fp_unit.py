@@ -266,8 +266,8 @@ def test_latency_and_repeat_rate(latency, repeat_cycles):
 
 
 def test_latency_default_is_one_register_per_step():
-    assert FpUnit().latency == len(lane_steps(False)) == 7
-    assert FpUnit(fused=True).latency == len(lane_steps(True)) == 6
+    assert FpUnit().latency == len(lane_steps(False)) == 10
+    assert FpUnit(fused=True).latency == len(lane_steps(True)) == 7
 
 
 def test_register_points():
@@ -306,15 +306,19 @@ def test_soak_top_matches_its_numpy_mirror_pysim():
     assert [k for k, (g, w) in enumerate(zip(bad["sums"], want)) if g != w] == [19 >> 3]
     ops, *_ = soak_operands(seed=1, beats=64, lanes=LANES, mix=True)
     assert set(ops) == {op.name for op in MIX_OPS}
+    for op in ("CAST_F32_BF16", "ADD_BF16"):       # counting operands, fp32 and bf16
+        swept = {"beats": 40, "seed": 2, "op": op, "sweep": True}
+        out, _ = run(SMALL_SOAK, run_soak, swept)
+        assert out["sums"] == expected_sums(lanes=LANES, block_log2=3, **swept)
 
 
 def _soak_on_verilator(fused, runs):
-    """``runs``: ``[(op or None for mixed, beats, seed)]``; asserts every block checksum and
-    returns ``[(label, operands, seconds)]``."""
+    """``runs``: ``[(op or None for mixed, beats, seed, sweep)]``; asserts every block
+    checksum and returns ``[(label, operands, seconds)]``."""
     require_simulator("verilator")
     done = []
-    for op, beats, seed in runs:
-        kw = {"op": op or "ADD", "mix": op is None}
+    for op, beats, seed, sweep in runs:
+        kw = {"op": op or "ADD", "mix": op is None, "sweep": sweep}
         t0 = time.monotonic()
         out, _ = run(SOAK[fused], run_soak, {"beats": beats, "seed": seed, "stall": 3000,
                                              "gap": 3000, **kw}, simulator="verilator")
@@ -326,14 +330,19 @@ def _soak_on_verilator(fused, runs):
             pytest.fail(f"{op or 'mixed'} fused={fused}: blocks {wrong[:10]} differ "
                         f"(of {len(want)}); rerun beats {first}..{first + 255} beat by beat "
                         f"(soak_operands) to see which; first expected words {y[first][:2]}")
-        done.append((op or "mixed", beats * LANES, time.monotonic() - t0))
+        done.append((f"{op or 'mixed'}{' (sweep)' if sweep else ''}", beats * LANES,
+                     time.monotonic() - t0))
     return done
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["two_roundings", "fused"])
 def test_soak_verilator(fused):
-    """A mixed run of 2**16 operands and 4096 of every operation, against numpy."""
-    runs = [(None, 1 << 14, 1)] + [(op, 1024, 2 + i) for i, op in enumerate(OPS)]
+    """A mixed run of 2**16 operands, 4096 of every operation, and counting sweeps: every
+    bf16 value through both casts and as ``a`` of a bf16 sum, every high half of an fp32
+    through the cast to bf16, against numpy."""
+    runs = [(None, 1 << 14, 1, False)] + [(op, 1024, 2 + i, False) for i, op in enumerate(OPS)]
+    runs += [(op, 1 << 14, 20 + i, True) for i, op in
+             enumerate(("CAST_BF16_F32", "CAST_F32_BF16", "ADD_BF16", "MULS_BF16"))]
     _soak_on_verilator(fused, runs)
 
 
@@ -341,7 +350,8 @@ def test_soak_verilator(fused):
 @pytest.mark.parametrize("fused", [False, True], ids=["two_roundings", "fused"])
 def test_soak_million_operands_verilator(fused, capsys):
     """10**6 operands (250,000 beats of 4 lanes) of every operation, and a mixed run."""
-    runs = [(op, 250_000, 1000 + i) for i, op in enumerate(OPS)] + [(None, 250_000, 999)]
+    runs = [(op, 250_000, 1000 + i, False) for i, op in enumerate(OPS)]
+    runs += [(None, 250_000, 999, False)]
     done = _soak_on_verilator(fused, runs)
     with capsys.disabled():
         for label, operands, seconds in done:
