@@ -154,7 +154,8 @@ class FpSoak(wiring.Component):
         total = sum((_hw_hash((Mux((n_out == self.corrupt) & (j == 0), rsp.y[j] ^ 1, rsp.y[j])
                                + (n_out * self.lanes + j) * GOLDEN)[:32])
                      for j in range(self.lanes)), block_sum)[:32]
-        block_end = (n_out[:self.block_log2] == (1 << self.block_log2) - 1) | (n_out + 1 == self.beats)
+        block_end = ((n_out[:self.block_log2] == (1 << self.block_log2) - 1)
+                     | (n_out + 1 == self.beats))
         write = sums.write_port()
         m.d.comb += [write.addr.eq(n_out >> self.block_log2), write.data.eq(total),
                      write.en.eq(taken & block_end)]

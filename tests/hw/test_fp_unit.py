@@ -11,7 +11,6 @@ per operation in each rounding mode.
 """
 
 import itertools
-import random
 import time
 
 import numpy as np
@@ -181,7 +180,8 @@ def test_edge_and_random_operands_pysim(op, fused):
     _, ra, rs, rb = soak_operands(seed=100 + OPS.index(op), beats=random_beats, lanes=LANES, op=op)
     parts.append((ra.ravel(), np.repeat(rs, LANES), rb.ravel()))
     a, s, b = (np.concatenate(v) for v in zip(*parts))
-    assert check_beats(op, a, s, b, fused=fused, stall_prob=0.2, seed=OPS.index(op)) >= 4 * random_beats
+    checked = check_beats(op, a, s, b, fused=fused, stall_prob=0.2, seed=OPS.index(op))
+    assert checked >= 4 * random_beats
 
 
 def test_special_results_pysim():
@@ -285,7 +285,8 @@ def test_register_points():
     ({"lanes": 128}, ValueError, r"lanes must be in \[1, 64\], not 128"),
     ({"lanes": 4.0}, TypeError, r"lanes must be an integer, not 4.0"),
     ({"latency": 0}, ValueError, r"latency must be in \[1, 64\], not 0"),
-    ({"lanes": 4, "repeat_cycles": 15}, ValueError, r"repeat_cycles must be in \[16, 4096\], not 15"),
+    ({"lanes": 4, "repeat_cycles": 15}, ValueError,
+     r"repeat_cycles must be in \[16, 4096\], not 15"),
     ({"fused": 1}, TypeError, r"fused must be a bool, not 1"),
 ])
 def test_bad_parameters(kw, exc, match):
