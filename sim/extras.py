@@ -13,7 +13,7 @@ extra          what it brings
 ``fpga``       YoWASP Yosys and nextpnr: ``epfabric synth``
 ``formal``     YoWASP Yosys/SymbiYosys and the solvers: ``epfabric prove``
 ``cluster``    Dask distributed: ``epfabric reproduce --scheduler``
-``test``       pytest and pytest-xdist (with every extra above: ``[all]``)
+``test``       pytest, pytest-xdist and ml-dtypes (bf16 references) (with every extra above: ``[all]``)
 ``docs``       MkDocs Material and mkdocstrings: ``make docs``
 =============  ==========================================================
 """
