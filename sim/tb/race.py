@@ -277,11 +277,11 @@ class ScriptedWriter(wiring.Component):
                     ready = (cycle >= s.at) & ~lane["valid"]
                     if s.fence:
                         ready &= acked == sent
+                    req = layout.const({"op": s.op, "addr": s.addr, "word": s.word,
+                                        "data": s.data})
                     with m.If(ready):
                         m.d.sync += [lane["valid"].eq(1), lane["count"].eq(lane["latency"]),
-                                     lane["req"].eq(layout.const({"op": s.op, "addr": s.addr,
-                                                                   "word": s.word, "data": s.data})),
-                                     step.eq(step + 1), sent.eq(sent + 1)]
+                                     lane["req"].eq(req), step.eq(step + 1), sent.eq(sent + 1)]
         arrived = [l["valid"] & (l["count"] == 0) for l in lanes]
         for l in lanes:
             with m.If(l["valid"] & (l["count"] != 0)):
