@@ -21,6 +21,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from .lane_arith import add_lanes
 from .validate import UserError, check_int, check_pow2
 
 __all__ = ["IncOp", "Completion", "inc_flit_layout", "reduce_lanes", "IncEngine",
@@ -89,11 +90,12 @@ def inc_flit_layout(*, ranks, tmax, lanes):
 
 
 def reduce_lanes(a, b, *, lanes, dtype="int32"):
-    """The reduction operator of the engine: lane-wise ``a + b``.
+    """The reduction operator of the engine: lane-wise ``a + b`` over a flit's ``lanes`` lanes.
 
-    This is the seam for other data types: ``int32`` is exact two's-complement
-    (wrapping) addition, bit-identical to numpy ``int32`` sums. fp16 with
-    round-to-nearest-even (docs/spec/design.md Blocks 4) is a later goal.
+    The sum is :func:`~epfabric.hw.lane_arith.add_lanes`, the one lane arithmetic of the INC
+    blocks; ``int32`` is exact two's-complement (wrapping) addition, bit-identical to numpy
+    ``int32`` sums. The flit's lanes are int32 (:func:`inc_flit_layout`), so no other type is
+    accepted here yet.
 
     Parameters
     ----------
@@ -110,8 +112,8 @@ def reduce_lanes(a, b, *, lanes, dtype="int32"):
     """
     if dtype != "int32":
         raise UserError(f"dtype must be 'int32' (fp16 is not modelled yet), not {dtype!r}")
-    a, b = Cat(a), Cat(b)
-    return Cat(*((a[32 * k:32 * k + 32] + b[32 * k:32 * k + 32])[:32] for k in range(lanes)))
+    width = 32 * lanes
+    return add_lanes(Cat(a)[:width], Cat(b)[:width], dtype=dtype)
 
 
 class _State(enum.Enum, shape=2):

@@ -16,10 +16,11 @@ contributors whose path to ``dst`` passes through it (:func:`~epfabric.hw.topolo
 computes the table from the fabric's routes). Nobody writes a group table: the
 kernel's routing, carried in the mask, *is* the count (INC-MoE's "each reduction
 knows how many contributions it waits for"). The unit sums the group's data lanes
-(16-bit, wrapping: integer, so bit-exact in any order), and when the counts reach
-the expectation it releases one flit with the sum and ``count`` = the expectation,
-which the switch routes on towards ``dst`` (the next switch expects at least as
-many, so it sums again or forwards).
+(16-bit, wrapping: integer, so bit-exact in any order; the INC blocks' one lane
+arithmetic, :mod:`~epfabric.hw.lane_arith`), and when the counts reach the expectation
+it releases one flit with the sum and ``count`` = the expectation, which the switch
+routes on towards ``dst`` (the next switch expects at least as many, so it sums again
+or forwards).
 
 Slots are direct-mapped: slot ``(dst, key mod window)``, ``2**bits(dst) * window``
 of them, each a count and the partial sum. A group's slot is free again once it is
@@ -61,28 +62,11 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from .lane_arith import add_lanes
 from .switch import popcount
 from .validate import UserError, check_int, check_pow2
 
-__all__ = ["ReduceUnit", "ReduceDataPlane", "sum_lanes", "VERILOG_EXPORTS"]
-
-
-def sum_lanes(a, b, *, header_bits, lane_bits=16):
-    """``b``'s header then the lane-wise wrapping sum of ``a`` and ``b`` past it.
-
-    Bits past the last whole lane are taken from ``b`` like the header.
-    """
-    a, b = Cat(a), Cat(b)
-    width = len(b)
-    lanes = (width - header_bits) // lane_bits
-    out = [b[:header_bits]]
-    for k in range(lanes):
-        lo = header_bits + k * lane_bits
-        out.append((a[lo:lo + lane_bits] + b[lo:lo + lane_bits])[:lane_bits])
-    tail = header_bits + lanes * lane_bits
-    if tail < width:
-        out.append(b[tail:])
-    return Cat(*out)
+__all__ = ["ReduceUnit", "ReduceDataPlane", "VERILOG_EXPORTS"]
 
 
 def _field(payload, path):
@@ -119,7 +103,8 @@ class ReduceUnit(wiring.Component):
     header_bits : int
         Leading bits of ``data`` not summed (default 128: the four Data-as-Flag words).
     lane_bits : int
-        Width of a summed lane (default 16: the vector unit's elements).
+        Width of a summed lane (default 16: the vector unit's elements); lanes add as
+        ``int{lane_bits}`` (:func:`~epfabric.hw.lane_arith.add_lanes`).
     counter_width : int
         Width of the counters.
     subtree_port : bool
@@ -231,8 +216,8 @@ class ReduceUnit(wiring.Component):
         m.d.comb += total.eq(old_count + flit.count)
         if data_bits:
             summed = Signal(data_bits)
-            m.d.comb += summed.eq(sum_lanes(old_sum, flit.data, header_bits=self.header_bits,
-                                            lane_bits=self.lane_bits))
+            m.d.comb += summed.eq(add_lanes(old_sum, flit.data, dtype=f"int{self.lane_bits}",
+                                            header_bits=self.header_bits))
         else:
             summed = Cat()
         done = Signal()
@@ -302,8 +287,8 @@ class ReduceDataPlane(wiring.Component):
         summed = Signal(self.width)
         m.d.comb += [
             rd.addr.eq(index), wr.addr.eq(index),
-            summed.eq(sum_lanes(Mux(self.fresh, 0, rd.data), self.data_in,
-                                header_bits=self.header_bits, lane_bits=self.lane_bits)),
+            summed.eq(add_lanes(Mux(self.fresh, 0, rd.data), self.data_in,
+                                dtype=f"int{self.lane_bits}", header_bits=self.header_bits)),
             wr.en.eq(self.take), wr.data.eq(Mux(self.release, 0, summed)),
         ]
         out = Signal(self.width)

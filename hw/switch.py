@@ -17,7 +17,7 @@ from .link import check_payload, flit_layout
 from .ring import incr_wrap, ring_storage
 from .validate import UserError, check_int
 
-__all__ = ["Switch", "SWITCH_LATENCY", "VERILOG_EXPORTS"]
+__all__ = ["Switch", "MulticastMasks", "SWITCH_LATENCY", "VERILOG_EXPORTS"]
 
 #: Cycles from an input transfer to ``o_stream[p].valid`` through an idle
 #: switch: one to enter the input FIFO, one in the output register.
@@ -65,13 +65,13 @@ class Switch(wiring.Component):
         reading whole payloads (:class:`~epfabric.hw.topology.Fabric`'s link counters).
         Default ``False``: the switch, and its Verilog, as without it.
     multicast : bool
-        In-network multicast (issue 31; INC-MoE §3.1's switch replication, on the
-        superpod): a flit whose payload's ``mcast`` bit is set goes to every output
-        that some destination of its ``mask`` field (bit ``d``: destination ``d``)
-        routes to, each copy with ``mask`` cut to the destinations behind that
-        output; the input's head leaves its FIFO when every copy has been taken
-        (a register of the outputs already served). Unicast flits are unchanged.
-        The payload needs ``mcast`` and ``mask`` fields. Default ``False``: the
+        In-network multicast (INC-MoE §3.1's switch replication, on the superpod): a
+        flit whose payload's ``mcast`` bit is set goes to every output that some
+        destination of its ``mask`` field (bit ``d``: destination ``d``) routes to, each
+        copy with ``mask`` cut to the destinations behind that output (the tables: a
+        :class:`MulticastMasks` child); the input's head leaves its FIFO when every copy
+        has been taken (a register of the outputs already served). Unicast flits are
+        unchanged. The payload needs ``mcast`` and ``mask`` fields. Default ``False``: the
         switch, and its Verilog, as without it.
     mcast_uplinks : (int, int) or None
         With ``multicast``, on a tier-1 switch: ports ``first .. first + count - 1`` are its
@@ -121,13 +121,7 @@ class Switch(wiring.Component):
                  data_bits=32, route_port=False, planes=False, small_taps=False,
                  multicast=False, reduce_port=None, subtree=None, mcast_uplinks=None):
         check_int("ports", ports, 2)
-        if routes is None:
-            routes = range(ports)
-        routes = tuple(routes)
-        if not routes:
-            raise UserError(f"routes must name a port for at least one destination, not {routes!r}")
-        for d, p in enumerate(routes):
-            check_int(f"routes[{d}]", p, 0, ports - 1)
+        routes = _check_routes(ports, range(ports) if routes is None else routes)
         if payload is None:
             payload = flit_layout(ranks=len(routes), data_bits=data_bits)
         self.payload = check_payload(payload)
@@ -150,14 +144,9 @@ class Switch(wiring.Component):
         fields = dict(iter(payload))
         if self.multicast:
             _need_fields(payload, ("mcast", "mask"), "multicast")
-        self.mcast_uplinks = None
-        if mcast_uplinks is not None:
-            if not self.multicast:
-                raise UserError("mcast_uplinks needs multicast=True")
-            first, count = mcast_uplinks
-            check_int("mcast_uplinks first port", first, 0, ports - 1)
-            check_int("mcast_uplinks count", count, 1, ports - first)
-            self.mcast_uplinks = (first, count)
+        if mcast_uplinks is not None and not self.multicast:
+            raise UserError("mcast_uplinks needs multicast=True")
+        self.mcast_uplinks = _check_uplinks(ports, mcast_uplinks)
         self.reduce_port = reduce_port
         self.subtree = None
         if reduce_port is not None:
@@ -213,10 +202,14 @@ class Switch(wiring.Component):
         pops = []
         if self.multicast:
             # each output's destination mask, and what a multicast copy through it keeps, built
-            # once (as signals when the tables are inputs: the planar control part of a 64-die
-            # tier-1 switch made them per input and per output, 1.3 M comparisons in all)
-            self._masks = [self._shared(m, self._port_mask(p), f"port_mask{p}") for p in range(n)]
-            self._keeps = [self._shared(m, self._keep(o), f"mcast_keep{o}") for o in range(n)]
+            # once, by a child (the planar control part of a 64-die tier-1 switch made them per
+            # input and per output, 1.3 M comparisons in all)
+            tables = m.submodules.mcast = MulticastMasks(
+                ports=n, routes=self.routes, route_port=self.route_port,
+                mcast_uplinks=self.mcast_uplinks)
+            if self.route_port:
+                m.d.comb += [tables.routes_in[d].eq(self.routes_in[d])
+                             for d in range(len(self.routes))]
         for i in range(n):
             # Input FIFO, inline (no submodule: cheaper in Amaranth's simulator).
             port = self.i_stream[i]
@@ -247,24 +240,7 @@ class Switch(wiring.Component):
                 onehot = (Const(1, n) << self.routes_in[d])[:n] if self.route_port else 1 << p
                 route = Mux(head.dst == d, onehot, route)
             if self.multicast:
-                hits = [(head.mask & self._masks[p]) != 0 for p in range(n)]
-                if self.mcast_uplinks is not None:
-                    # every copy for the other boards takes one tier-2 plane: the source's
-                    # (the tier-2 switch copies it to each board, that board's tier-1 to its dies)
-                    first, count = self.mcast_uplinks
-                    up = hits[first:first + count]
-                    any_up = up[0]
-                    for h in up[1:]:
-                        any_up = any_up | h
-                    chain = Const(0, range(count))
-                    for r in reversed(range(len(self.routes))):
-                        chain = Mux(head.src == r, r % count, chain)
-                    # a signal: each use of an expression builds its logic again
-                    plane = Signal(range(count), name=f"plane{i}")
-                    m.d.comb += plane.eq(chain)
-                    for k in range(count):
-                        hits[first + k] = any_up & (plane == k)
-                route = Mux(head.mcast, Cat(*hits), route)
+                route = Mux(head.mcast, self._mcast_route(m, head, tables.o_mask, i), route)
             if self.reduce_port is not None:
                 expected = self._expected(m, head, i)
                 route = Mux(head.red & (expected > head.count),
@@ -304,7 +280,7 @@ class Switch(wiring.Component):
                 sel = sel | Mux(grant[i], heads[i], 0)
             if self.multicast:
                 # the grant is one-hot or none, and the copy of none is none: cut once
-                sel = self._copy(sel, o)
+                sel = self._copy(sel, tables.o_keep[o])
             with m.If(load):
                 m.d.sync += [data_reg.eq(sel), valid.eq(1)]
             with m.Elif(out.ready):
@@ -343,41 +319,35 @@ class Switch(wiring.Component):
                          self.x_push.eq(Cat(p.valid & p.ready for p in self.i_stream))]
         return m
 
-    def _port_mask(self, p):
-        """The destinations routed to output ``p``, as a mask (bit ``d``: destination ``d``)."""
-        if self.route_port:
-            return Cat(self.routes_in[d] == p for d in range(len(self.routes)))
-        return Const(sum(1 << d for d, q in enumerate(self.routes) if q == p),
-                     len(self.routes))
+    def _mcast_route(self, m, head, masks, i):
+        """The outputs input ``i``'s multicast ``head`` goes to (one bit per output), from the
+        outputs' destination ``masks``."""
+        n = self.ports
+        hits = [(head.mask & masks[p]) != 0 for p in range(n)]
+        if self.mcast_uplinks is not None:
+            # every copy for the other boards takes one tier-2 plane: the source's
+            # (the tier-2 switch copies it to each board, that board's tier-1 to its dies)
+            first, count = self.mcast_uplinks
+            up = hits[first:first + count]
+            any_up = up[0]
+            for h in up[1:]:
+                any_up = any_up | h
+            chain = Const(0, range(count))
+            for r in reversed(range(len(self.routes))):
+                chain = Mux(head.src == r, r % count, chain)
+            # a signal: each use of an expression builds its logic again
+            plane = Signal(range(count), name=f"plane{i}")
+            m.d.comb += plane.eq(chain)
+            for k in range(count):
+                hits[first + k] = any_up & (plane == k)
+        return Cat(*hits)
 
-    @staticmethod
-    def _shared(m, value, name):
-        """``value`` once: a constant as it is, else a signal driven by it."""
-        if isinstance(value, Const):
-            return value
-        sig = Signal(len(value), name=name)
-        m.d.comb += sig.eq(value)
-        return sig
-
-    def _keep(self, o):
-        """The destinations a multicast copy through output ``o`` keeps in its ``mask``."""
-        if self.mcast_uplinks is not None and \
-                self.mcast_uplinks[0] <= o < sum(self.mcast_uplinks):
-            first, count = self.mcast_uplinks       # the one plane carries every other board's dies
-            masks = self._masks[first:first + count]
-            if all(isinstance(k, Const) for k in masks):
-                return Const(functools.reduce(operator.or_, (k.value for k in masks)),
-                             len(masks[0]))
-            return functools.reduce(operator.or_, masks)
-        return self._masks[o]
-
-    def _copy(self, head_bits, o):
-        """``head_bits`` as output ``o`` forwards it: a multicast flit's ``mask`` cut to the
-        destinations behind ``o``."""
+    def _copy(self, head_bits, keep):
+        """``head_bits`` as an output forwards it: a multicast flit's ``mask`` cut to ``keep``,
+        the destinations behind that output (:attr:`MulticastMasks.o_keep`)."""
         field = self.payload["mask"]
         lo, w = field.offset, Shape.cast(field.shape).width
         head = self.payload(head_bits)
-        keep = self._keeps[o]
         cut = Mux(head.mcast, head_bits[lo:lo + w] & keep, head_bits[lo:lo + w])
         return Cat(head_bits[:lo], cut, head_bits[lo + w:])
 
@@ -407,12 +377,101 @@ def popcount(bits):
     return values[0]
 
 
+def _check_routes(ports, routes):
+    """``routes`` as a tuple, each entry a port of ``ports``."""
+    routes = tuple(routes)
+    if not routes:
+        raise UserError(f"routes must name a port for at least one destination, not {routes!r}")
+    for d, p in enumerate(routes):
+        check_int(f"routes[{d}]", p, 0, ports - 1)
+    return routes
+
+
+def _check_uplinks(ports, mcast_uplinks):
+    """``mcast_uplinks`` as ``(first, count)`` ports of ``ports``, or ``None``."""
+    if mcast_uplinks is None:
+        return None
+    first, count = mcast_uplinks
+    check_int("mcast_uplinks first port", first, 0, ports - 1)
+    check_int("mcast_uplinks count", count, 1, ports - first)
+    return (first, count)
+
+
 def _need_fields(payload, names, option):
     fields = dict(iter(payload))
     missing = [f for f in names if f not in fields]
     if missing:
         raise UserError(f"{option} needs payload fields {', '.join(names)}; "
                         f"missing: {', '.join(missing)}")
+
+
+class MulticastMasks(wiring.Component):
+    """The multicast tables of a :class:`Switch`: the destinations behind each output, and what
+    a copy through it keeps.
+
+    A multicast flit goes to every output some destination of its ``mask`` routes to
+    (``o_mask``), each copy with ``mask`` cut to ``o_keep`` of its output. On a tier-1
+    switch's uplinks (``mcast_uplinks``) one copy carries the dies of every other board,
+    so each uplink keeps the destinations of all of them. Combinational: the tables are
+    constants, or follow ``routes_in`` in the same cycle.
+
+    Parameters
+    ----------
+    ports : int
+        The switch's ports (>= 2).
+    routes : sequence of int
+        ``routes[d]``: the output of destination ``d`` (:class:`Switch`'s ``routes``); with
+        ``route_port`` only its length is used.
+    route_port : bool
+        Take the route table from the input ``routes_in`` instead of ``routes``.
+    mcast_uplinks : (int, int) or None
+        ``(first, count)``: the uplink ports (:class:`Switch`'s ``mcast_uplinks``).
+
+    Attributes
+    ----------
+    routes_in : In(range(ports)).array(len(routes)), with ``route_port``
+        The route table.
+    o_mask : Out(len(routes)).array(ports)
+        ``o_mask[p]``: the destinations routed to output ``p`` (bit ``d``: destination ``d``).
+    o_keep : Out(len(routes)).array(ports)
+        ``o_keep[o]``: the destinations a multicast copy through output ``o`` keeps in its
+        ``mask``: ``o_mask[o]``, or on an uplink the union of every uplink's ``o_mask``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        On an invalid parameter (named in the message).
+    """
+
+    def __init__(self, *, ports, routes, route_port=False, mcast_uplinks=None):
+        self.ports = check_int("ports", ports, 2)
+        self.routes = _check_routes(ports, routes)
+        self.route_port = bool(route_port)
+        self.mcast_uplinks = _check_uplinks(ports, mcast_uplinks)
+        nd = len(self.routes)
+        super().__init__({
+            **({"routes_in": In(range(ports)).array(nd)} if self.route_port else {}),
+            "o_mask": Out(nd).array(ports),
+            "o_keep": Out(nd).array(ports),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        nd = len(self.routes)
+        for p in range(self.ports):
+            if self.route_port:
+                mask = Cat(self.routes_in[d] == p for d in range(nd))
+            else:
+                mask = Const(sum(1 << d for d, q in enumerate(self.routes) if q == p), nd)
+            m.d.comb += self.o_mask[p].eq(mask)
+        up = range(0) if self.mcast_uplinks is None else \
+            range(self.mcast_uplinks[0], sum(self.mcast_uplinks))
+        for o in range(self.ports):
+            # the one plane a copy takes up carries every other board's dies
+            keep = functools.reduce(operator.or_, (self.o_mask[k] for k in up)) if o in up \
+                else self.o_mask[o]
+            m.d.comb += self.o_keep[o].eq(keep)
+        return m
 
 
 class SwitchDataPlane(wiring.Component):

@@ -8,7 +8,7 @@ here. Hardware (``epfabric.hw``) never resolves a preset: it receives a
 :class:`~epfabric.hw.topology.FabricTiming` in cycles.
 """
 
-from ..hw.inc_endpoint import AgrsSystem
+from ..hw.agrs_system import AgrsSystem
 from ..hw.system import System
 from .config import AgrsConfig, MachineConfig
 from .presets import get_preset
@@ -36,7 +36,7 @@ def aiv_system(**fields):
 
 
 def agrs_system(**fields):
-    """:class:`~epfabric.hw.inc_endpoint.AgrsSystem` of an :class:`AgrsConfig` given as a dict."""
+    """:class:`~epfabric.hw.agrs_system.AgrsSystem` of an :class:`AgrsConfig` given as a dict."""
     params = AgrsConfig(**fields).to_dict()
     preset = get_preset(params.pop("preset"))
     return AgrsSystem(timing=preset.fabric_timing("star"), **params)

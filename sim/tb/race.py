@@ -54,22 +54,27 @@ from a :class:`Case` of integers.
 Signal names
 ------------
 Every signal a waveform shows is created in :meth:`RaceCase.__init__` with
-its own name (:meth:`RaceCase.gtkw_traces` lists them in display order), and
-:class:`RaceTop` exposes the two variants' ports as its own interface instead
-of copying them, so a waveform of a race top has no generated ``$N`` names
-for any of them: ``top.unsafe.reader_state``, ``top.safe.mem_flag``, ...
+its own name (:meth:`RaceCase.gtkw_traces` lists them in display order) and
+driven from the variant's children, and :class:`RaceTop` exposes the two
+variants' ports as its own interface instead of copying them, so a waveform of
+a race top has no generated ``$N`` names for any of them:
+``top.unsafe.reader_state``, ``top.safe.mem_flag``, ... A child's ports carry
+its prefix (``w_`` the writer's, ``r_`` the reader's): seen from the variant,
+where the ports of every child are named too, no two share a name.
 """
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Elaboratable, Module, Signal
-from amaranth.lib import enum, wiring
-from amaranth.lib.wiring import Out
+from amaranth.hdl import Cat, Elaboratable, Module, Signal
+from amaranth.lib import enum, stream, wiring
+from amaranth.lib.wiring import In, Out
 
-from ...hw.ub_port import UBMemory, UBOp
+from ...hw.hbm import ReadPortSignature
+from ...hw.ub_port import UBMemory, UBOp, request_layout
 from ...hw.validate import UserError, UserTypeError, check_choice, check_int
 
-__all__ = ["Step", "Case", "ReaderState", "RaceCase", "RaceTop", "row", "READERS", "OUTPUTS",
+__all__ = ["Step", "Case", "ReaderState", "Watchdog", "ScriptedWriter", "Reader", "RaceCase",
+           "RaceTop", "row", "READERS", "OUTPUTS",
            "FAST_LANE", "SLOW_LANE", "NEW_FLAG", "WATCHDOG", "BLOCKS", "NO_CYCLE"]
 
 WATCHDOG = 120          # cycles a reader may wait before the watchdog fires
@@ -171,8 +176,308 @@ class ReaderState(enum.Enum, shape=4):
     TIMEOUT = 8     # watchdog fired
 
 
+def _word(blk, k):
+    """32-bit word ``k`` of block row ``blk``."""
+    return blk.word_select(k, 32)
+
+
+def _block_marker(blk):
+    """DC marker of block row ``blk``: its eight leading words summed mod 2**32."""
+    return sum(_word(blk, k) for k in range(FLAG_WORDS))[:32]
+
+
+class Watchdog(wiring.Component):
+    """Cycles since reset, and whether a reader has waited too long.
+
+    Parameters
+    ----------
+    limit : int
+        Cycles after which ``expired`` rises (default :data:`WATCHDOG`).
+
+    Attributes
+    ----------
+    count : Out(16)
+        Cycles since reset.
+    expired : Out(1)
+        ``count >= limit``.
+    """
+
+    def __init__(self, *, limit=WATCHDOG):
+        self.limit = check_int("limit", limit, 1, 0xFFFF)
+        super().__init__({"count": Out(16), "expired": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.count.eq(self.count + 1)
+        m.d.comb += self.expired.eq(self.count >= self.limit)
+        return m
+
+
+class ScriptedWriter(wiring.Component):
+    """The writer of a race variant: a fixed script of UB requests over two fabric lanes.
+
+    Step ``k`` (:class:`Step`) waits for cycle ``at``, for its lane to be free and, with
+    ``fence``, for every earlier request's acknowledgement; it then holds its lane for the
+    lane's latency (:data:`FAST_LANE`, :data:`SLOW_LANE`: a single-slot delay line) and is
+    offered on ``w_req``, the short lane's request before the long one's. The ports carry
+    the prefix ``w_`` so that, seen from the variant, every signal has one name.
+
+    Parameters
+    ----------
+    steps : sequence of Step
+        The script, in issue order.
+    data_bytes : int
+        Modelled bytes of a block (the UB request layout).
+
+    Attributes
+    ----------
+    w_cycle : In(16)
+        Cycles since reset.
+    w_ack : In(1)
+        A request of the script is acknowledged this cycle.
+    w_req : Out(stream.Signature(request_layout(...)))
+        The request that has crossed its lane.
+    w_lanes : Out(2)
+        Lane ``i`` holds a request.
+    w_all_acked : Out(1)
+        Every request of the script has been acknowledged.
+
+    Raises
+    ------
+    TypeError
+        If a step is not a :class:`Step`.
+    """
+
+    def __init__(self, *, steps, data_bytes):
+        self.steps = tuple(steps)
+        for k, step in enumerate(self.steps):
+            if not isinstance(step, Step):
+                raise UserTypeError(f"steps[{k}] must be a Step, not {step!r}")
+        layout = request_layout(blocks=BLOCKS, data_bytes=data_bytes)
+        super().__init__({"w_cycle": In(16), "w_ack": In(1),
+                          "w_req": Out(stream.Signature(layout)),
+                          "w_lanes": Out(2), "w_all_acked": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        cycle, out = self.w_cycle, self.w_req
+        layout = out.payload.shape()
+        lanes = []
+        for i, latency in enumerate((FAST_LANE, SLOW_LANE)):
+            lanes.append({"valid": Signal(name=f"lane{i}_valid"),
+                          "count": Signal(8, name=f"lane{i}_count"),
+                          "req": Signal(layout, name=f"lane{i}_req"), "latency": latency})
+        step = Signal(range(len(self.steps) + 1))
+        sent = Signal(8)
+        acked = Signal(8)
+        with m.Switch(step):
+            for k, s in enumerate(self.steps):
+                with m.Case(k):
+                    lane = lanes[s.lane]
+                    ready = (cycle >= s.at) & ~lane["valid"]
+                    if s.fence:
+                        ready &= acked == sent
+                    req = layout.const({"op": s.op, "addr": s.addr, "word": s.word,
+                                        "data": s.data})
+                    with m.If(ready):
+                        m.d.sync += [lane["valid"].eq(1), lane["count"].eq(lane["latency"]),
+                                     lane["req"].eq(req), step.eq(step + 1), sent.eq(sent + 1)]
+        arrived = [l["valid"] & (l["count"] == 0) for l in lanes]
+        for l in lanes:
+            with m.If(l["valid"] & (l["count"] != 0)):
+                m.d.sync += l["count"].eq(l["count"] - 1)
+        with m.If(arrived[0]):          # the short lane first
+            m.d.comb += [out.valid.eq(1), out.payload.eq(lanes[0]["req"])]
+            with m.If(out.ready):
+                m.d.sync += lanes[0]["valid"].eq(0)
+        with m.Elif(arrived[1]):
+            m.d.comb += [out.valid.eq(1), out.payload.eq(lanes[1]["req"])]
+            with m.If(out.ready):
+                m.d.sync += lanes[1]["valid"].eq(0)
+        with m.If(self.w_ack):
+            m.d.sync += acked.eq(acked + 1)
+        m.d.comb += [self.w_lanes.eq(Cat(l["valid"] for l in lanes)),
+                     self.w_all_acked.eq(acked == len(self.steps))]
+        return m
+
+
+class Reader(wiring.Component):
+    """The hardware reader of a race variant: a poller FSM (:class:`ReaderState`).
+
+    It runs the case's reader (one of :data:`READERS`, module docstring) on read port
+    ``r_port`` of the UB memory, the counter reader's reset on ``r_write``, and says in which
+    cycle the variant goes wrong (``r_wrong``; the counter reset's own check needs the
+    memory's monitor and is the variant's). The ports carry the prefix ``r_`` so that, seen
+    from the variant, every signal has one name.
+
+    Parameters
+    ----------
+    case : Case
+        The variant (reader, blocks, expected rows, flag, sentinel, start).
+
+    Attributes
+    ----------
+    r_cycle : In(16)
+        Cycles since reset.
+    r_expired : In(1)
+        The watchdog has fired: stop in ``TIMEOUT``.
+    r_acked : In(1)
+        The reader's own write (the counter reset) is acknowledged this cycle.
+    r_all_acked : In(1)
+        Every request of the writer's script has been acknowledged.
+    r_port : Out(ReadPortSignature(...))
+        Polls and payload reads.
+    r_write : Out(stream.Signature(request_layout(...)))
+        The counter reset (word 0 of ``data_block`` to 0).
+    r_state : Out(ReaderState)
+        The FSM state.
+    r_observed, r_checksum, r_marker_sum : Out(32)
+        Last polled word; latched checksum; marker sum of the last batch read.
+    r_stale : Out(8)
+        Payload words consumed that differ from the expected rows.
+    r_done : Out(1)
+        The reader finished.
+    r_done_cycle : Out(16)
+        The cycle it finished or the watchdog fired.
+    r_ops_done : Out(2)
+        Operations the counter reader completed.
+    r_wrong : Out(1)
+        The variant goes wrong in this cycle (the reader's cases of the module docstring).
+    r_reset_probe : Out(1)
+        The counter reset was accepted last cycle.
+
+    Raises
+    ------
+    TypeError
+        If ``case`` is not a :class:`Case`.
+    """
+
+    def __init__(self, *, case):
+        if not isinstance(case, Case):
+            raise UserTypeError(f"case must be a Case, not {case!r}")
+        self.case = case
+        self.words = case.data_bytes // 4
+        super().__init__({
+            "r_cycle": In(16), "r_expired": In(1), "r_acked": In(1), "r_all_acked": In(1),
+            "r_port": Out(ReadPortSignature(blocks=BLOCKS, data_bytes=case.data_bytes)),
+            "r_write": Out(stream.Signature(request_layout(blocks=BLOCKS,
+                                                           data_bytes=case.data_bytes))),
+            "r_state": Out(ReaderState), "r_observed": Out(32), "r_checksum": Out(32),
+            "r_marker_sum": Out(32), "r_stale": Out(8), "r_done": Out(1), "r_done_cycle": Out(16),
+            "r_ops_done": Out(2), "r_wrong": Out(1), "r_reset_probe": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.case
+        cycle, st, rd = self.r_cycle, self.r_state, self.r_port
+        resp = rd.resp.payload
+        epoch = Signal(2)
+        m.d.comb += self.r_ops_done.eq(epoch)
+        idx = Signal(range(max(2, c.batch)))       # batch block being read
+        partial = Signal(32)                       # marker sum of blocks 0 .. idx-1
+        stale_acc = Signal(8)                      # stale words of blocks 0 .. idx-1
+        done = [self.r_done_cycle.eq(cycle), self.r_done.eq(1)]
+        m.d.sync += self.r_reset_probe.eq(0)
+        with m.If((st != ReaderState.DONE) & (st != ReaderState.TIMEOUT) & self.r_expired):
+            m.d.sync += [st.eq(ReaderState.TIMEOUT), self.r_done_cycle.eq(cycle)]
+        with m.Else():
+            with m.Switch(st):
+                with m.Case(ReaderState.START):
+                    with m.If(cycle >= c.start):
+                        m.d.sync += st.eq(ReaderState.POLL)
+                with m.Case(ReaderState.POLL):
+                    m.d.comb += [rd.req.valid.eq(1), rd.req.payload.addr.eq(c.poll_block),
+                                 rd.req.payload.word.eq(0)]
+                    m.d.sync += st.eq(ReaderState.POLL_WAIT)
+                with m.Case(ReaderState.POLL_WAIT):
+                    with m.If(rd.resp.valid):
+                        m.d.sync += [self.r_observed.eq(resp.word), st.eq(ReaderState.POLL)]
+                        if c.reader in ("flag_then_read", "checksum"):
+                            with m.If(resp.word == c.flag):
+                                m.d.sync += [st.eq(ReaderState.READ), idx.eq(0), partial.eq(0),
+                                             stale_acc.eq(0),
+                                             self.r_checksum.eq(_word(resp.block, 1))]
+                        elif c.reader == "sentinel":
+                            sentinel = row(list(c.sentinel))
+                            with m.If(resp.block[:32 * FLAG_WORDS] != sentinel):
+                                m.d.sync += [st.eq(ReaderState.READ), idx.eq(0),
+                                             stale_acc.eq(0)]
+                            with m.Elif(self.r_all_acked):
+                                # every write is acknowledged, yet no arrival: missed
+                                m.d.comb += self.r_wrong.eq(1)
+                        else:   # counter: operation `epoch` needs 2 signals
+                            threshold = Signal(32)
+                            if c.counter_reset:
+                                m.d.comb += threshold.eq(2)
+                            else:
+                                m.d.comb += threshold.eq((epoch + 1) * 2)
+                            with m.If(resp.word >= threshold):
+                                m.d.sync += epoch.eq(epoch + 1)
+                                with m.If(epoch == 1):
+                                    m.d.sync += [st.eq(ReaderState.DONE), *done]
+                                with m.Else():
+                                    m.d.sync += st.eq(ReaderState.RESET if c.counter_reset
+                                                      else ReaderState.POLL)
+                with m.Case(ReaderState.READ):
+                    m.d.comb += [rd.req.valid.eq(1), rd.req.payload.addr.eq(c.data_block + idx)]
+                    m.d.sync += st.eq(ReaderState.READ_WAIT)
+                with m.Case(ReaderState.READ_WAIT):
+                    with m.If(rd.resp.valid):
+                        mism = self._stale_words(m, resp.block, idx)
+                        stale = (stale_acc + mism)[:8]
+                        total = (partial + _block_marker(resp.block))[:32]
+                        finish = [st.eq(ReaderState.DONE), self.r_stale.eq(stale), *done]
+                        with m.If(idx == c.batch - 1):
+                            if c.reader == "checksum":
+                                m.d.sync += self.r_marker_sum.eq(total)
+                                with m.If(total == self.r_checksum):
+                                    m.d.sync += finish
+                                    m.d.comb += self.r_wrong.eq(stale != 0)
+                                with m.Else():      # not all there yet: sum the batch again
+                                    m.d.sync += [st.eq(ReaderState.READ), idx.eq(0),
+                                                 partial.eq(0), stale_acc.eq(0)]
+                            else:
+                                m.d.sync += finish
+                                m.d.comb += self.r_wrong.eq(stale != 0)
+                        with m.Else():
+                            m.d.sync += [st.eq(ReaderState.READ), idx.eq(idx + 1),
+                                         partial.eq(total), stale_acc.eq(stale)]
+                with m.Case(ReaderState.RESET):
+                    m.d.comb += [self.r_write.valid.eq(1),
+                                 self.r_write.payload.eq(self.r_write.payload.shape().const(
+                                     {"op": UBOp.WORD_WRITE, "addr": c.data_block, "word": 0,
+                                      "data": 0}))]
+                    with m.If(self.r_write.ready):
+                        m.d.sync += [st.eq(ReaderState.RESET_WAIT), self.r_reset_probe.eq(1)]
+                with m.Case(ReaderState.RESET_WAIT):
+                    with m.If(self.r_acked):
+                        m.d.sync += st.eq(ReaderState.POLL)
+        return m
+
+    def _stale_words(self, m, block, idx):
+        """Words of batch block ``idx`` read as ``block`` that differ from its expected row
+        (TFF: the flag field is not payload)."""
+        c = self.case
+        first = FLAG_WORDS if c.reader == "flag_then_read" and c.flag_block == c.data_block else 0
+        mism = Signal(8)
+        with m.Switch(idx):
+            for k, expect in enumerate(c.expects):
+                with m.Case(k):
+                    diff = [_word(block, w) != ((expect >> (32 * w)) & 0xFFFFFFFF)
+                            for w in range(first, self.words)]
+                    m.d.comb += mism.eq(sum(d.as_unsigned() for d in diff) if diff else 0)
+        return mism
+
+
 class RaceCase(wiring.Component):
     """Port + HBM + writer + reader + watchdog for one variant of a scenario.
+
+    The UB memory, the :class:`ScriptedWriter`, the :class:`Reader` and the
+    :class:`Watchdog` are children; the variant counts cycles, merges the reader's and the
+    writer's requests into the memory (the reader's first), watches the blocks the
+    waveform shows (monitor read ports), times when the variant first goes wrong, and
+    shows its children's ports under the names of the module docstring.
 
     Parameters
     ----------
@@ -209,6 +514,7 @@ class RaceCase(wiring.Component):
         # the reader's read port, then one monitor per watched block
         self.watched = [c.poll_block] + [c.data_block + k for k in range(c.batch)
                                          if c.data_block + k != c.poll_block]
+        # built here, not in elaborate: its commit_beat port sizes the displayed ub_beat
         self.mem = UBMemory(blocks=BLOCKS, data_bytes=c.data_bytes, non_atomic=c.non_atomic,
                             beat_bytes=32, latency=1, read_ports=1 + len(self.watched),
                             init=list(c.init))
@@ -256,9 +562,12 @@ class RaceCase(wiring.Component):
         m = Module()
         c = self.case
         m.submodules.mem = mem = self.mem
+        m.submodules.writer = writer = ScriptedWriter(steps=c.steps, data_bytes=c.data_bytes)
+        m.submodules.reader = reader = Reader(case=c)
+        # not "watchdog": the displayed counter has that name in this scope
+        m.submodules.wdt = wdt = Watchdog(limit=WATCHDOG)
         cycle = self.cycle
         m.d.sync += cycle.eq(cycle + 1)
-        n_steps = len(c.steps)
 
         # monitors: read every watched block every cycle (memory contents in the waveform)
         monitor = {}
@@ -267,69 +576,31 @@ class RaceCase(wiring.Component):
             m.d.comb += [port.req.valid.eq(1), port.req.payload.addr.eq(block)]
             monitor[block] = port.resp
 
-        def word(blk, k):
-            return blk.word_select(k, 32)
-
-        def block_marker(blk):
-            return sum(word(blk, k) for k in range(FLAG_WORDS))[:32]
-
         # Shown as answered (combinationally): the block as a read issued one cycle
         # earlier sees it, i.e. exactly what the reader's own read returns this cycle.
         payload_word = FLAG_WORDS if self.words > FLAG_WORDS else 1
         poll = monitor[c.poll_block]
         with m.If(poll.valid):
-            m.d.comb += [self.mem_flag.eq(word(poll.payload.block, 0)),
-                         self.mem_checksum.eq(word(poll.payload.block, 1))]
+            m.d.comb += [self.mem_flag.eq(_word(poll.payload.block, 0)),
+                         self.mem_checksum.eq(_word(poll.payload.block, 1))]
         shown = ([(c.data_block, payload_word), (c.data_block, self.words - 1)] if c.batch == 1
                  else [(c.data_block + k, payload_word) for k in range(2)])
         for sig, (block, k) in zip(self.mem_payload, shown):
             with m.If(monitor[block].valid):
-                m.d.comb += sig.eq(word(monitor[block].payload.block, k))
+                m.d.comb += sig.eq(_word(monitor[block].payload.block, k))
         for k, sig in enumerate(self.mem_marker):
             resp = monitor[c.data_block + k]
             with m.If(resp.valid):
-                m.d.comb += sig.eq(block_marker(resp.payload.block))
+                m.d.comb += sig.eq(_block_marker(resp.payload.block))
 
-        # writer: scripted steps onto two single-slot delay lanes
-        layout = mem.i_req.payload.shape()
-        lanes = []
-        for i, latency in enumerate((FAST_LANE, SLOW_LANE)):
-            lane = {"valid": self.lane_valid[i], "count": Signal(8, name=f"lane{i}_count"),
-                    "req": Signal(layout, name=f"lane{i}_req"), "latency": latency}
-            lanes.append(lane)
-        step = Signal(range(n_steps + 1))
-        sent = Signal(8)
-        acked = Signal(8)
-        with m.Switch(step):
-            for k, s in enumerate(c.steps):
-                with m.Case(k):
-                    lane = lanes[s.lane]
-                    ready = (cycle >= s.at) & ~lane["valid"]
-                    if s.fence:
-                        ready &= acked == sent
-                    with m.If(ready):
-                        m.d.sync += [lane["valid"].eq(1), lane["count"].eq(lane["latency"]),
-                                     lane["req"].eq(layout.const({"op": s.op, "addr": s.addr,
-                                                                   "word": s.word, "data": s.data})),
-                                     step.eq(step + 1), sent.eq(sent + 1)]
-
-        # merge: reader's own writes first, then the short lane, then the long one
-        reader_req_valid = Signal()
-        reader_req = Signal(layout)
-        arrived = [l["valid"] & (l["count"] == 0) for l in lanes]
-        for l in lanes:
-            with m.If(l["valid"] & (l["count"] != 0)):
-                m.d.sync += l["count"].eq(l["count"] - 1)
-        with m.If(reader_req_valid):
-            m.d.comb += [mem.i_req.valid.eq(1), mem.i_req.payload.eq(reader_req)]
-        with m.Elif(arrived[0]):
-            m.d.comb += [mem.i_req.valid.eq(1), mem.i_req.payload.eq(lanes[0]["req"])]
-            with m.If(mem.i_req.ready):
-                m.d.sync += lanes[0]["valid"].eq(0)
-        with m.Elif(arrived[1]):
-            m.d.comb += [mem.i_req.valid.eq(1), mem.i_req.payload.eq(lanes[1]["req"])]
-            with m.If(mem.i_req.ready):
-                m.d.sync += lanes[1]["valid"].eq(0)
+        # requests: the reader's own writes first, then the writer's (short lane, long lane)
+        with m.If(reader.r_write.valid):
+            m.d.comb += [mem.i_req.valid.eq(1), mem.i_req.payload.eq(reader.r_write.payload),
+                         reader.r_write.ready.eq(mem.i_req.ready)]
+        with m.Else():
+            m.d.comb += [mem.i_req.valid.eq(writer.w_req.valid),
+                         mem.i_req.payload.eq(writer.w_req.payload),
+                         writer.w_req.ready.eq(mem.i_req.ready)]
         m.d.comb += [mem.o_resp.ready.eq(1),
                      self.ub_valid.eq(mem.i_req.valid),
                      self.ub_op.eq(mem.i_req.payload.op),
@@ -341,122 +612,36 @@ class RaceCase(wiring.Component):
             with m.If(mem.o_resp.payload.op == UBOp.WORD_WRITE):
                 m.d.comb += reader_acked.eq(c.counter_reset)
             with m.If(~reader_acked):
-                m.d.sync += [acked.eq(acked + 1), self.ack_cycle.eq(cycle)]
+                m.d.comb += writer.w_ack.eq(1)
+                m.d.sync += self.ack_cycle.eq(cycle)
+
+        wiring.connect(m, reader.r_port, mem.read[0])
+        m.d.comb += [writer.w_cycle.eq(cycle), reader.r_cycle.eq(cycle),
+                     reader.r_expired.eq(wdt.expired), reader.r_acked.eq(reader_acked),
+                     reader.r_all_acked.eq(writer.w_all_acked)]
+        m.d.comb += [self.reader_state.eq(reader.r_state), self.rd_valid.eq(mem.read[0].resp.valid),
+                     self.observed.eq(reader.r_observed), self.checksum.eq(reader.r_checksum),
+                     self.marker_sum.eq(reader.r_marker_sum), self.stale.eq(reader.r_stale),
+                     self.done.eq(reader.r_done), self.done_cycle.eq(reader.r_done_cycle),
+                     self.ops_done.eq(reader.r_ops_done),
+                     self.timeout.eq(reader.r_state == ReaderState.TIMEOUT),
+                     self.watchdog.eq(wdt.count),
+                     *(v.eq(writer.w_lanes[i]) for i, v in enumerate(self.lane_valid))]
 
         # the first cycle this variant goes wrong (module docstring table)
         wrong_now = Signal()
         wrong_at = Signal(16)
-        m.d.comb += wrong_at.eq(cycle)
-        with m.If(wrong_now & ~self.wrong):
-            m.d.sync += [self.wrong.eq(1), self.wrong_cycle.eq(wrong_at)]
-
-        # reader / poller
-        st = self.reader_state
-        rd = mem.read[0]
-        resp = rd.resp.payload
-        m.d.comb += self.rd_valid.eq(rd.resp.valid)
-        epoch = Signal(2)
-        m.d.comb += self.ops_done.eq(epoch)
-        idx = Signal(range(max(2, c.batch)))       # batch block being read
-        partial = Signal(32)                       # marker sum of blocks 0 .. idx-1
-        stale_acc = Signal(8)                      # stale words of blocks 0 .. idx-1
-        reset_probe = Signal()                     # the counter reset committed last cycle
-        m.d.sync += [self.watchdog.eq(self.watchdog + 1), reset_probe.eq(0)]
-        with m.If((st != ReaderState.DONE) & (st != ReaderState.TIMEOUT)
-                  & (self.watchdog >= WATCHDOG)):
-            m.d.sync += [st.eq(ReaderState.TIMEOUT), self.done_cycle.eq(cycle)]
-        with m.Else():
-            with m.Switch(st):
-                with m.Case(ReaderState.START):
-                    with m.If(cycle >= c.start):
-                        m.d.sync += st.eq(ReaderState.POLL)
-                with m.Case(ReaderState.POLL):
-                    m.d.comb += [rd.req.valid.eq(1), rd.req.payload.addr.eq(c.poll_block),
-                                 rd.req.payload.word.eq(0)]
-                    m.d.sync += st.eq(ReaderState.POLL_WAIT)
-                with m.Case(ReaderState.POLL_WAIT):
-                    with m.If(rd.resp.valid):
-                        m.d.sync += [self.observed.eq(resp.word), st.eq(ReaderState.POLL)]
-                        if c.reader in ("flag_then_read", "checksum"):
-                            with m.If(resp.word == c.flag):
-                                m.d.sync += [st.eq(ReaderState.READ), idx.eq(0), partial.eq(0),
-                                             stale_acc.eq(0),
-                                             self.checksum.eq(word(resp.block, 1))]
-                        elif c.reader == "sentinel":
-                            sentinel = row(list(c.sentinel))
-                            with m.If(resp.block[:32 * FLAG_WORDS] != sentinel):
-                                m.d.sync += [st.eq(ReaderState.READ), idx.eq(0),
-                                             stale_acc.eq(0)]
-                            with m.Elif(acked == n_steps):
-                                # every write is acknowledged, yet no arrival: missed
-                                m.d.comb += wrong_now.eq(1)
-                        else:   # counter: operation `epoch` needs 2 signals
-                            threshold = Signal(32)
-                            if c.counter_reset:
-                                m.d.comb += threshold.eq(2)
-                            else:
-                                m.d.comb += threshold.eq((epoch + 1) * 2)
-                            with m.If(resp.word >= threshold):
-                                m.d.sync += epoch.eq(epoch + 1)
-                                with m.If(epoch == 1):
-                                    m.d.sync += [st.eq(ReaderState.DONE),
-                                                 self.done_cycle.eq(cycle), self.done.eq(1)]
-                                with m.Else():
-                                    m.d.sync += st.eq(ReaderState.RESET if c.counter_reset
-                                                      else ReaderState.POLL)
-                with m.Case(ReaderState.READ):
-                    m.d.comb += [rd.req.valid.eq(1), rd.req.payload.addr.eq(c.data_block + idx)]
-                    m.d.sync += st.eq(ReaderState.READ_WAIT)
-                with m.Case(ReaderState.READ_WAIT):
-                    with m.If(rd.resp.valid):
-                        # stale words of this block (TFF: the flag field is not payload)
-                        first = (FLAG_WORDS if c.reader == "flag_then_read"
-                                 and c.flag_block == c.data_block else 0)
-                        mism = Signal(8)
-                        with m.Switch(idx):
-                            for k, expect in enumerate(c.expects):
-                                with m.Case(k):
-                                    diff = [word(resp.block, w) != ((expect >> (32 * w)) & 0xFFFFFFFF)
-                                            for w in range(first, self.words)]
-                                    m.d.comb += mism.eq(sum(d.as_unsigned() for d in diff)
-                                                        if diff else 0)
-                        stale = (stale_acc + mism)[:8]
-                        total = (partial + block_marker(resp.block))[:32]
-                        finish = [st.eq(ReaderState.DONE), self.stale.eq(stale),
-                                  self.done_cycle.eq(cycle), self.done.eq(1)]
-                        with m.If(idx == c.batch - 1):
-                            if c.reader == "checksum":
-                                m.d.sync += self.marker_sum.eq(total)
-                                with m.If(total == self.checksum):
-                                    m.d.sync += finish
-                                    m.d.comb += wrong_now.eq(stale != 0)
-                                with m.Else():      # not all there yet: sum the batch again
-                                    m.d.sync += [st.eq(ReaderState.READ), idx.eq(0),
-                                                 partial.eq(0), stale_acc.eq(0)]
-                            else:
-                                m.d.sync += finish
-                                m.d.comb += wrong_now.eq(stale != 0)
-                        with m.Else():
-                            m.d.sync += [st.eq(ReaderState.READ), idx.eq(idx + 1),
-                                         partial.eq(total), stale_acc.eq(stale)]
-                with m.Case(ReaderState.RESET):
-                    m.d.comb += [reader_req_valid.eq(1),
-                                 reader_req.eq(layout.const({"op": UBOp.WORD_WRITE,
-                                                             "addr": c.data_block, "word": 0,
-                                                             "data": 0}))]
-                    with m.If(mem.i_req.ready):
-                        m.d.sync += [st.eq(ReaderState.RESET_WAIT), reset_probe.eq(1)]
-                with m.Case(ReaderState.RESET_WAIT):
-                    with m.If(reader_acked):
-                        m.d.sync += st.eq(ReaderState.POLL)
+        m.d.comb += [wrong_now.eq(reader.r_wrong), wrong_at.eq(cycle)]
         if c.reader == "counter":
             # The reset committed last cycle; the monitor's answer now is the counter
             # as it was just before (HBM reads see the writes of earlier cycles only).
             # Above the 2 signals the reader consumed, it erased the next operation's.
             before = monitor[c.data_block]
-            with m.If(reset_probe & before.valid & (word(before.payload.block, 0) > 2)):
+            with m.If(reader.r_reset_probe & before.valid
+                      & (_word(before.payload.block, 0) > 2)):
                 m.d.comb += [wrong_now.eq(1), wrong_at.eq(cycle - 1)]
-        m.d.comb += self.timeout.eq(st == ReaderState.TIMEOUT)
+        with m.If(wrong_now & ~self.wrong):
+            m.d.sync += [self.wrong.eq(1), self.wrong_cycle.eq(wrong_at)]
         return m
 
 

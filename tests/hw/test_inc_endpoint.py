@@ -1,4 +1,4 @@
-"""INC and ring endpoints and AgrsSystem (hw/inc_endpoint.py): AG and RS equal numpy.
+"""INC and ring endpoints (hw/inc_endpoint.py), AgrsSystem (hw/agrs_system.py): AG, RS = numpy.
 
 N in {2, 4, 8}, random int32 data, uneven per-rank token counts, three
 operations back to back in one simulation (counters never reset). The system
@@ -11,9 +11,9 @@ bandwidth figures use ``incmoe-testbed`` (tests/sim/test_agrs.py).
 
 import pytest
 
+from epfabric.hw.agrs_system import AgrsSystem
 from epfabric.hw.host import HostTarget
-from epfabric.hw.inc_endpoint import (AgrsSystem, IncEndpoint, RingEndpoint, agrs_control_map,
-                                      agrs_memory_map)
+from epfabric.hw.inc_endpoint import IncEndpoint, RingEndpoint, agrs_control_map, agrs_memory_map
 from epfabric.sim.backends.host import host_read, host_read_all, host_run, host_write
 from epfabric.sw.kernels.agrs import make_case, reference
 from utils import ComponentSpec, run, tiny_timing
