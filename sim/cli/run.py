@@ -7,7 +7,7 @@ here: the kernel chooses its default preset, shape and sizes, runs through
 ``--vcd FILE`` dumps the run on any backend (Amaranth's simulator: VCD;
 Icarus and Verilator: their own tracing, VCD or — for a ``.fst`` name — FST;
 Verilator builds a separate, tracing model only then) and writes
-``FILE.gtkw`` (:func:`~epfabric.sim.backends.waveforms.machine_view`): zoomed on the
+``FILE.gtkw`` (:func:`~epfabric.sim.waves.machine_view`): zoomed on the
 run (markers A/B on its start and end), per ``--vcd-scope`` die/core the
 core's state, pc, wait address and MARK events, the die's UB port commits
 and its links' occupancy. A kernel that runs several machines (``syncall``)
@@ -25,7 +25,7 @@ from ...sw.machine import WatchdogTimeout
 from ...sw.presets import get_preset, preset_names
 from ..backends import SIMULATORS, missing_reason
 from ..backends.machine import backend as make_backend
-from ..backends.waveforms import Waveform, parse_scopes
+from ..waves import Waveform, parse_scopes, write_run_views
 from .common import check_output, max_cycles, parse_params, positive, write_json
 
 __all__ = ["add_arguments", "prepare", "TRACE_SAMPLE_DEPTH", "AUTO_SAMPLE_EVERY"]
@@ -236,9 +236,9 @@ def prepare(args):
                 _say_dropped(reports)
             except WatchdogTimeout as exc:
                 print(f"epfabric run {args.kernel}: {exc}", file=sys.stderr)
-                _write_gtkw(waveform, scopes)      # the waveform shows where it hung
+                write_run_views(waveform, scopes)      # the waveform shows where it hung
                 return None
-            _write_gtkw(waveform, scopes)
+            write_run_views(waveform, scopes)
             for line in kernel.summary(result):
                 print(line)
             print("correct" if result["correct"] else
@@ -441,31 +441,6 @@ def _check_waveform(args, configs):
         scopes = parse_scopes(args.vcd_scope or "0:0", ranks=config.ranks,
                               aivs=config.aivs_per_die)
     return scopes
-
-
-def _write_gtkw(waveform, scopes):
-    """Write the .gtkw of every dump ``waveform`` collected and say where they are."""
-    from ...hw.instances import mark_used
-    from ...hw.ub_port import UBOp
-    from ..backends.waveforms import generic_view, machine_view, read_dump, write_gtkw
-    if waveform is None:
-        return
-    for run in waveform.runs:
-        dump = read_dump(run["path"])
-        top = run["spec"].build()
-        mark_used(top)          # built for its shape and names only
-        if scopes is not None and hasattr(top, "dies"):
-            core = top.dies[0].cores[0]
-            rows, markers, window = machine_view(top, dump, scopes, run["edges"],
-                                                 core_state=core.state.shape(), ub_op=UBOp)
-        else:
-            rows, markers, window = generic_view(dump, run["edges"])
-        gtkw = run["path"].with_suffix(".gtkw")
-        missing = write_gtkw(gtkw, dump, rows, markers=markers, window=window,
-                             comment=f"epfabric run on {run['simulator']}: marker A run start, "
-                                     f"B run end")
-        note = f" (not in this dump: {', '.join('.'.join(p) for p in missing)})" if missing else ""
-        print(f"wrote {run['path']} + {gtkw.name}{note}: gtkwave {gtkw}")
 
 
 def _run_label(swept, run, runs):
