@@ -15,9 +15,10 @@ it imports no backend.
 from .dump import CLOCK_PERIOD_NS, Dump, Var, Waveform, read_dump, sanitize_vcd, vcd_edges
 from .gtkw import (GTKW_SIZE, Comment, Group, Marker, SaveFile, Trace, fit_gtkw, read_gtkw,
                    write_gtkw, zoom_for)
-from .views import generic_view, machine_view, parse_scopes, run_window, write_run_views
+from .views import (generic_view, machine_view, parse_scopes, run_window, scopes_for,
+                    write_run_views)
 
 __all__ = ["CLOCK_PERIOD_NS", "Var", "Dump", "read_dump", "sanitize_vcd", "Waveform", "vcd_edges",
            "Trace", "Comment", "Group", "Marker", "write_gtkw", "fit_gtkw", "read_gtkw",
-           "SaveFile", "zoom_for", "GTKW_SIZE", "parse_scopes", "run_window", "machine_view",
-           "generic_view", "write_run_views"]
+           "SaveFile", "zoom_for", "GTKW_SIZE", "parse_scopes", "scopes_for", "run_window",
+           "machine_view", "generic_view", "write_run_views"]

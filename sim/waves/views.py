@@ -1,6 +1,6 @@
 """The save file of a machine run (``epfabric run --vcd``): what to show, and where to look.
 
-* :func:`parse_scopes` — the ``--vcd-scope`` dies and cores;
+* :func:`parse_scopes` and :func:`scopes_for` — the ``--vcd-scope`` dies and cores;
 * :func:`machine_view` — per chosen die/core the core's state, pc, wait
   address and MARK events, the die's UB port commits and its links' occupancy;
   :func:`generic_view` — run control and the top-level ports of a top without
@@ -14,7 +14,8 @@ from ...hw.validate import UserError
 from .gtkw import Comment, Group, Marker, Trace, write_gtkw
 from .dump import read_dump
 
-__all__ = ["parse_scopes", "run_window", "machine_view", "generic_view", "write_run_views"]
+__all__ = ["parse_scopes", "scopes_for", "run_window", "machine_view", "generic_view",
+           "write_run_views"]
 
 
 def parse_scopes(text, *, ranks, aivs):
@@ -36,6 +37,19 @@ def parse_scopes(text, *, ranks, aivs):
             if (r, c) not in out:
                 out.append((r, c))
     return out
+
+
+def scopes_for(text, configs):
+    """The ``(rank, core)`` pairs ``--vcd-scope`` ``text`` names (``None``: ``0:0``), checked
+    on every AIV machine of ``configs``; ``None`` when none has AIV cores."""
+    scopes = None
+    for config in configs:
+        if config.kind != "aiv":
+            if text is not None:
+                raise UserError(f"--vcd-scope: the {config.kind} machine has no AIV cores")
+            continue
+        scopes = parse_scopes(text or "0:0", ranks=config.ranks, aivs=config.aivs_per_die)
+    return scopes
 
 
 def _run_control():
