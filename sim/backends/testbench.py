@@ -28,12 +28,10 @@ from pathlib import Path
 from amaranth.hdl import Shape, Value
 from amaranth.lib import data
 
+from ..waves import CLOCK_PERIOD_NS   # the waveforms' time unit is the simulations' clock
+
 __all__ = ["ComponentSpec", "Testbench", "SimulationError", "wait_until", "stream_put",
            "stream_get", "intent_ref", "resolve", "CLOCK_PERIOD_NS"]
-
-#: Clock period of every simulation: 1 ns, so a waveform's time equals the model's at the
-#: presets' 1 ns cycle (the cycle is the unit; ns only matter to VCD viewers).
-CLOCK_PERIOD_NS = 1
 
 
 class SimulationError(AssertionError):

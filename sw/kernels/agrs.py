@@ -27,6 +27,7 @@ from ...hw.isa import block_bits
 from ...hw.validate import UserError, check_bool, check_int
 from ..config import AgrsConfig
 from ..presets import get_preset
+from ..param import Param
 from . import Kernel, register
 
 __all__ = ["make_case", "check_counts", "reference", "bound_gbps", "max_tmax", "max_bytes",
@@ -147,9 +148,15 @@ class Agrs(Kernel):
 
     name = "agrs"
     description = "one AllGather + one ReduceScatter, in-network (INC) or ring, checked against numpy"
-    params = {"mode": "inc", "tmax": 4, "lanes": 2, "slots": 16, "counts": None, "seed": 0,
-              "concurrent": True, "barrier": False}
-    choices = {"mode": MODES}
+    params = (Param("mode", "inc", "in-network (the switch's INC engine) or the ring baseline",
+                    str, MODES),
+              Param("tmax", 4, "rows of a rank's block of the padded buffers", int),
+              Param("lanes", 2, "int32 words modelled of a row's 512 B block", int),
+              Param("slots", 16, "aggregator slots of the INC engine", int),
+              Param("counts", None, "rows of each rank (unset: tmax each)"),
+              Param("seed", 0, "row data seed", int, minimum=0),
+              Param("concurrent", True, "AllGather and ReduceScatter at once", bool),
+              Param("barrier", False, "a cross-rank barrier first (INC only)", bool))
     default_preset = "incmoe-testbed"
     default_max_cycles = 10_000_000
 
@@ -214,9 +221,9 @@ class Agrs(Kernel):
                 "slot_stalls": report.counters["slot_stalls"][0]}
 
     def summary(self, result):
-        return [f"agrs {run['mode']} on {result['preset']} [{result['backend']}]: "
-                f"S={run['bytes']} B, {run['cycles']} cycles ({run['ns']:.0f} ns)"
-                for run in result["runs"]]
+        return [f"agrs {run.check['mode']} on {result.preset} [{result.backend}]: "
+                f"S={run.check['bytes']} B, {run.cycles} cycles ({run.ns:.0f} ns)"
+                for run in result.runs]
 
 
 KERNEL = register(Agrs())

@@ -10,7 +10,7 @@ import pytest
 from epfabric.sim.tb.race import NEW_FLAG, ReaderState
 from epfabric.sim import cli
 from epfabric.sim.lab.experiments import EXPERIMENTS, races
-from epfabric.sim.backends.waveforms import read_gtkw
+from epfabric.sim.waves import read_gtkw
 
 
 def parse_vcd(path):

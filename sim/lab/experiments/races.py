@@ -58,7 +58,7 @@ from ....hw.validate import check_choice
 from ....sw import dataflag
 from ...backends import ComponentSpec, run
 from ...output import waveform_dir
-from ...backends.waveforms import Comment, Group, Marker, Trace, Waveform, read_dump, write_gtkw
+from ...waves import Comment, Group, Marker, Trace, Waveform, read_dump, write_gtkw
 from . import Experiment, Param, register
 
 __all__ = ["SCENARIOS", "Scenario", "race_top", "run_scenario", "run_catalog", "write_race_gtkw",
