@@ -148,13 +148,18 @@ class Link(wiring.Component):
             depth = math.ceil(latency * flits_per_cycle) + burst + 1
         check_int("depth", depth, 1)
         self.depth = depth
-        super().__init__({
+        super().__init__(self.signature_for(payload))
+        #: the registers ``idle`` promises to keep (set by ``elaborate``, for tests)
+        self.state = []
+
+    @staticmethod
+    def signature_for(payload):
+        """The signature of a link of flits ``payload``, without building one."""
+        return wiring.Signature({
             "i_stream": In(stream.Signature(payload)),
             "o_stream": Out(stream.Signature(payload)),
             "idle": Out(1),
         })
-        #: the registers ``idle`` promises to keep (set by ``elaborate``, for tests)
-        self.state = []
 
     def elaborate(self, platform):
         m = Module()
