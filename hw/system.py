@@ -20,7 +20,7 @@ from .host import HostSignature, HostTarget, register_inputs, run_control
 from .instances import Part, Sharing
 from .isa import RANK_BITS
 from .signature import ParamSignature, check_other_params
-from .topology import (SUPERPOD_HOPS, check_timing, check_topology, star, superpod,
+from .topology import (STAR_HOPS, SUPERPOD_HOPS, check_timing, check_topology, star, superpod,
                        topology_ranks)
 from .validate import UserError, UserTypeError, check_int
 
@@ -256,6 +256,8 @@ class System(wiring.Component):
                                        trace_depth=trace_depth, hbm_latency=hbm_latency, nic=nic,
                                        sample_depth=sample_depth)
         kind, *shape = topology
+        # the fabric's latencies, checked before any die is built
+        check_timing(timing).need(SUPERPOD_HOPS if kind == "superpod" else STAR_HOPS)
         self.kind, self.shape = kind, tuple(shape)
         self.ranks, self.aivs_per_die = signature.params["ranks"], aivs_per_die
         self.n_cores = signature.params["n_cores"]
