@@ -445,17 +445,21 @@ def _check_waveform(args, configs):
 
 def _write_gtkw(waveform, scopes):
     """Write the .gtkw of every dump ``waveform`` collected and say where they are."""
-    from ...hw.instances import mark_used
+    from amaranth.hdl import Fragment
+    from ...hw.instances import Sharing
     from ...hw.ub_port import UBOp
     from ..backends.waveforms import generic_view, machine_view, read_dump, write_gtkw
     if waveform is None:
         return
     for run in waveform.runs:
         dump = read_dump(run["path"])
-        top = run["spec"].build()
-        mark_used(top)          # built for its shape and names only
-        if scopes is not None and hasattr(top, "dies"):
-            core = top.dies[0].cores[0]
+        if scopes is not None and run["spec"].shares():
+            # its shape and names: the top with its repeated blocks as parts (no die built),
+            # and the core part for its state enum -- elaborated, as built designs are
+            top = run["spec"].build(shared=Sharing(has_reset=False))
+            core = top.parts["epf_aiv"].component()
+            Fragment.get(top, None)
+            Fragment.get(core, None)
             rows, markers, window = machine_view(top, dump, scopes, run["edges"],
                                                  core_state=core.state.shape(), ub_op=UBOp)
         else:
