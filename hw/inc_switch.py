@@ -289,15 +289,21 @@ class PlanarStarIncSwitch(StarIncSwitch):
     switch itself (tests/hw/test_inc_switch.py). Amaranth's simulator runs the plain switch."""
 
     def __init__(self, *, plane_bits=48, **params):
+        self.planar = self.planar_of(plane_bits=plane_bits, **params)    # checked first
         super().__init__(**params)
-        self.plane_bits = plane_bits
 
     @staticmethod
-    def simulation_verilog(top, convert, *, plane_bits=48, **params):
+    def planar_of(*, plane_bits=48, **params):
+        """The :class:`PlanarIncSwitch` (not an elaboratable) of the switch of these
+        parameters (the constructor's)."""
+        return PlanarIncSwitch(plane_bits=plane_bits, **StarIncSwitch.switch_params(**params))
+
+    @staticmethod
+    def simulation_verilog(top, convert, **params):
         """Verilog of module ``top`` of the switch of these parameters (the constructor's),
         which is not built: its planar form's (see
         :meth:`PlanarSwitch.verilog_with_constants`)."""
-        planar = PlanarIncSwitch(plane_bits=plane_bits, **StarIncSwitch.switch_params(**params))
+        planar = PlanarStarIncSwitch.planar_of(**params)
         return planar.verilog_with_constants(top, "epf_planar_inc", convert)
 
 

@@ -52,6 +52,21 @@ def _system_params(fields):
 
 def agrs_system(**fields):
     """:class:`~epfabric.hw.inc_endpoint.AgrsSystem` of an :class:`AgrsConfig` given as a dict."""
+    return AgrsSystem(**_agrs_params(fields))
+
+
+def _agrs_system_signature(**fields):
+    """The :meth:`~epfabric.hw.inc_endpoint.AgrsSystem.signature_for` of :func:`agrs_system`'s
+    system."""
+    return AgrsSystem.signature_for(**_agrs_params(fields))
+
+
+#: what a testbench of the system's Verilog drives, without building it
+agrs_system.signature_for = _agrs_system_signature
+
+
+def _agrs_params(fields):
+    """The :class:`~epfabric.hw.inc_endpoint.AgrsSystem` parameters of a configuration's dict."""
     params = AgrsConfig(**fields).to_dict()
     preset = get_preset(params.pop("preset"))
-    return AgrsSystem(timing=preset.fabric_timing("star"), **params)
+    return dict(timing=preset.fabric_timing("star"), **params)
