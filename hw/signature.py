@@ -3,7 +3,10 @@
 A block whose ports depend on its parameters says what they are in a
 ``signature_for(**params)`` classmethod (as amaranth-soc's peripherals do), and
 its constructor passes the same signature to ``super().__init__``: one
-definition. What only needs the ports -- a testbench driving the block's
+definition. ``signature_for`` takes the constructor's keyword parameters (it
+checks those that shape the ports and leaves the others to the constructor),
+so the parameters of a component spec give its signature
+(:meth:`epfabric.sim.backends.testbench.ComponentSpec.interface`). What only needs the ports -- a testbench driving the block's
 Verilog on another simulator, a top sizing an instance of it, a command
 checking its parameters -- asks for the signature and builds nothing, so no
 elaboratable is made only to be dropped.

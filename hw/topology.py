@@ -385,7 +385,7 @@ class _Children:
             if kind_params == params:
                 break
         else:
-            part = Part(Link, signature=Link.signature_for(params["payload"]), **params)
+            part = Part(Link, signature=Link.signature_for(**params), **params)
             module = self.shared.module(f"epf_link{len(self._link_kinds)}", part)
             self._link_kinds.append((params, module))
             self.parts[module.name] = part

@@ -119,10 +119,10 @@ class TrafficFabric(wiring.Component):
                                counter_width=counter_width)
         self.ranks = self.fabric.ranks
         self.shape = dict(self.fabric.shape)
-        super().__init__(self.signature_for(self.ranks, counter_width=counter_width))
+        super().__init__(self.signature_of(self.ranks, counter_width=counter_width))
 
     @staticmethod
-    def signature_for(ranks, *, counter_width=32):
+    def signature_of(ranks, *, counter_width=32):
         """The signature of a traffic fabric of ``ranks`` ranks, without building one."""
         return wiring.Signature({
             "start": In(1),

@@ -57,7 +57,7 @@ def traffic_fabric(*, preset="cm384", dies_per_npu=2, npus_per_board=8, boards=2
 def _traffic_signature(*, preset="cm384", dies_per_npu=2, npus_per_board=8, boards=2,
                        data_bytes=2):
     """The signature of :func:`traffic_fabric`'s fabric, without building it (shape checked)."""
-    return TrafficFabric.signature_for(traffic_ranks(preset=preset, dies_per_npu=dies_per_npu,
+    return TrafficFabric.signature_of(traffic_ranks(preset=preset, dies_per_npu=dies_per_npu,
                                                      npus_per_board=npus_per_board, boards=boards))
 
 
