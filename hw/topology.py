@@ -354,14 +354,10 @@ class _Children:
                           **(self.inc if inc else {}))
             if planar:      # not an elaboratable: built to tell its signature
                 part = Part(PlanarIncSwitch if inc else PlanarSwitch, **params)
-            elif inc:
-                part = Part(IncSwitch, route_port=True, signature=IncSwitch.signature_for(
-                    route_port=True, **params), **params)
             else:
-                part = Part(Switch, route_port=True, signature=Switch.signature_of(
-                    ports=ports, destinations=len(routes), payload=payload,
-                    counter_width=counter_width, route_port=True, small_taps=small_taps),
-                    **params)
+                cls = IncSwitch if inc else Switch
+                part = Part(cls, signature=cls.signature_for(route_port=True, **params),
+                            route_port=True, **params)
             module = self.shared.module(f"epf_switch{len(self._switch_kinds)}", part)
             self._switch_kinds[kind] = module
             self.parts[module.name] = part
