@@ -229,6 +229,7 @@ def test_star_latency_and_attach_ports():
     """A lone block takes the preset's one-hop latency rank to rank, and up + switch to the engine."""
     params = {"one_hop_ns": 20.0, "ranks": 4, "attach": 1}
     fabric = star_fabric(**params)
+    Fragment.get(fabric, None)
     assert fabric.distance(0, 3) == "one_hop" and fabric.distance(1, 1) is None
     assert "attach_tx" in fabric.signature.members and "attach_rx" in fabric.signature.members
     assert fabric.payload["dst"].shape == 3   # 4 ranks + 1 engine address
