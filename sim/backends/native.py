@@ -551,11 +551,8 @@ def run_native(spec, intent, args, waveform=None, opt=None):
     if waveform:
         raise SimulationError("the native backend writes no waveforms; use --backend verilator "
                               "or icarus for a VCD")
-    from ...hw.instances import mark_used, shared_modules
     library, netlist = build_native(spec, opt)
-    with shared_modules():
-        component = spec.build()
-    mark_used(component)        # built for its port shapes only
+    component = spec.interface()        # its ports: nothing is built
     threads = native_threads(getattr(component, "ranks", 1) * getattr(component, "aivs_per_die", 0))
     bench = NativeTestbench(component, library, netlist + f"skip_idle {int(skip_idle())}\n"
                             f"threads {threads}\n")

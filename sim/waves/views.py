@@ -138,16 +138,20 @@ def machine_view(system, dump, scopes, edges, *, core_state=None, ub_op=None):
 
 def write_run_views(waveform, scopes):
     """Write the .gtkw of every dump ``waveform`` collected and say where they are."""
-    from ...hw.instances import mark_used
+    from amaranth.hdl import Fragment
+    from ...hw.instances import Sharing
     from ...hw.ub_port import UBOp
     if waveform is None:
         return
     for run in waveform.runs:
         dump = read_dump(run["path"])
-        top = run["spec"].build()
-        mark_used(top)          # built for its shape and names only
-        if scopes is not None and hasattr(top, "dies"):
-            core = top.dies[0].cores[0]
+        if scopes is not None and run["spec"].shares():
+            # its shape and names: the top with its repeated blocks as parts (no die built),
+            # and the core part for its state enum -- elaborated, as built designs are
+            top = run["spec"].build(shared=Sharing(has_reset=False))
+            core = top.parts["epf_aiv"].component()
+            Fragment.get(top, None)
+            Fragment.get(core, None)
             rows, markers, window = machine_view(top, dump, scopes, run["edges"],
                                                  core_state=core.state.shape(), ub_op=UBOp)
         else:

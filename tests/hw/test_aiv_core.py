@@ -16,6 +16,7 @@ from epfabric.sw.assembler import Program, assemble
 from epfabric.hw.isa import BY_MNEMONIC, address
 from epfabric.hw.validate import UserError
 
+from rejected import rejected
 from utils import ComponentSpec, run, simulators
 
 PARAMS = {"core_id": 5, "imem_depth": 64, "ubuf_rows": 2, "data_bytes": 32, "lanes": 4,
@@ -452,7 +453,7 @@ def test_past_32_dies_a_stbm_mask_is_two_registers():
 
 def test_a_core_names_at_most_64_dies():
     with pytest.raises(UserError, match="ep_dies"):
-        AIVCore(**{**PARAMS, "ep": True, "ep_dies": 65})
+        rejected(AIVCore, **{**PARAMS, "ep": True, "ep_dies": 65})
 
 
 def test_every_instruction_runs_on_the_core():
@@ -645,4 +646,4 @@ def test_inc_core_same_on_icarus_and_verilator(hdl_simulator, inc_results):
 ])
 def test_bad_parameters(kw, exc, match):
     with pytest.raises(exc, match=match):
-        AIVCore(**kw)
+        rejected(AIVCore, **kw)

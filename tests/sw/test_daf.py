@@ -225,7 +225,11 @@ def test_non_atomic_port_option_keeps_default_specs_unchanged():
     assert MachineConfig("tiny", non_atomic_port=True).to_dict()["non_atomic_port"] is True
     with pytest.raises(TypeError, match="non_atomic_port must be a bool, not 1"):
         MachineConfig("tiny", non_atomic_port=1)
+    from amaranth.hdl import Fragment
     from epfabric.sw.tops import aiv_system
-    beats = {flag: aiv_system(**MachineConfig("tiny", non_atomic_port=flag).to_dict())
-             .dies[0].mem.port.beats for flag in (False, True)}
+    beats = {}
+    for flag in (False, True):
+        top = aiv_system(**MachineConfig("tiny", non_atomic_port=flag).to_dict())
+        Fragment.get(top, None)
+        beats[flag] = top.dies[0].mem.port.beats
     assert beats == {False: 1, True: 8}
