@@ -16,6 +16,7 @@ from epfabric.hw.aiv_lsu import LoadStoreUnit
 from epfabric.hw.aiv_scalar import ScalarUnit
 from epfabric.hw.aiv_vector import VectorSequencer
 from epfabric.hw.isa import INSTRUCTIONS, Opcode
+from rejected import rejected
 
 UBUF = {"ubuf_rows": 2, "data_bytes": 32}
 UNITS = {
@@ -111,4 +112,4 @@ def test_a_unit_drives_nothing_while_it_does_not_execute(claims):
 ])
 def test_bad_parameters(make, kw, exc, match):
     with pytest.raises(exc, match=match):
-        make(**kw)
+        rejected(make, **kw)
