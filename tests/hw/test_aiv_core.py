@@ -886,6 +886,8 @@ def test_fp_core_same_on_icarus_and_verilator(hdl_simulator, fp_results):
     ({"imem_depth": 64.0}, TypeError, r"imem_depth must be an integer, not 64.0"),
     ({"data_bytes": 1024}, ValueError, r"data_bytes must be in \[32, 512\], not 1024"),
     ({"max_outstanding": None}, TypeError, r"max_outstanding must be an integer, not None"),
+    ({"fp": 1}, TypeError, r"fp must be a bool, not 1"),
+    ({"fp_lanes": 32}, ValueError, r"fp_lanes \* 32 must divide data_bytes \* 8"),
 ])
 def test_bad_parameters(kw, exc, match):
     with pytest.raises(exc, match=match):
