@@ -1,4 +1,4 @@
-"""The AIV core's floating-point sequencer: fp32/bf16 vector instructions streamed through an FpUnit.
+"""The AIV core's floating-point sequencer: fp32/bf16 vector instructions through an FpUnit.
 
 A combine kernel on Ascend sums a token's expert rows per element in fp32: it casts
 each bf16 row to fp32, multiplies it by the token's top-k weight (``Muls``), adds it
@@ -29,7 +29,7 @@ FP_OPS = {ins.mnemonic.upper(): ins.fop for ins in INSTRUCTIONS if ins.fop is no
 
 
 def fp_max_len(ubuf_rows):
-    """Longest floating-point vector (elements): the fp32 elements of a UBuf of ``ubuf_rows`` rows."""
+    """Longest floating-point vector: the fp32 elements of a UBuf of ``ubuf_rows`` rows."""
     return ubuf_rows * (BLOCK_BYTES // 4)
 
 

@@ -92,7 +92,8 @@ element ``R[rs2]``, becomes ``+0``).
 Reserved opcode space
 ---------------------
 :data:`RESERVED` lists opcode ranges kept free for later work: 55 (INC)
-and 63 (cube; 57 became ``ldbc``, 58..62 the floating-point instructions). Opcode 0 is never assigned: executing it (e.g. running off the end of a
+and 63 (cube; 57 became ``ldbc``, 58..62 the floating-point instructions).
+Opcode 0 is never assigned: executing it (e.g. running off the end of a
 program into zeroed instruction memory) faults the core.
 """
 
@@ -108,7 +109,8 @@ from .validate import UserError, UserTypeError, check_int, check_word
 from .vector_unit import Cond, VecOp
 
 __all__ = ["WORD_BITS", "OPCODE_BITS", "NUM_REGS", "REG_BITS", "COND_BITS", "Field", "Instruction",
-           "INSTRUCTIONS", "INC_COUNTERS", "BY_MNEMONIC", "BY_OPCODE", "RESERVED", "Cond", "VecOp", "FpOp", "Csr",
+           "INSTRUCTIONS", "INC_COUNTERS", "BY_MNEMONIC", "BY_OPCODE", "RESERVED", "Cond", "VecOp",
+           "FpOp", "Csr",
            "Opcode", "insn_layout", "encode", "decode", "address", "split_address",
            "address_layout", "block_bits", "check_rank_bits", "narrowest_rank_bits",
            "rank_bits_for", "RANK_BITS",

@@ -1,7 +1,8 @@
 """AIV core (hw/aiv_core.py): every instruction run on the core, cycle costs, three simulators.
 
-All programs of this file run in ONE testbench run per simulator (a module
-fixture), against the Python memory model of :mod:`epfabric.sim.tb.core_memory`.
+The programs of each core configuration (the plain core, ``inc``, ``ep``, ``fp``) run in ONE
+testbench run per simulator (a module fixture), against the Python memory model of
+:mod:`epfabric.sim.tb.core_memory`.
 """
 
 import random
@@ -557,10 +558,12 @@ def _fp_arithmetic():
 
 
 def _fp_combine(k=3, n=128):
-    """One token's combine as Ascend's kernel computes it: each of ``k`` bf16 expert rows cast
-    to fp32, times its fp32 weight, added in order into an fp32 sum that starts at 0, and the
-    sum cast to bf16; once with vfmuls + vfadd (stored to block 1) and once with vfaxpy
-    (block 0: the same bits). Expected: numpy float32 arithmetic, ml_dtypes' bfloat16."""
+    """One token's combine as CANN's kernel computes it: the fp32 sum set to 0 (its
+    ``Duplicate``: here the integer ``vmuls`` by r0 over the sum's 16-bit halves), then each
+    of ``k`` bf16 expert rows cast to fp32, times its fp32 weight and added into the sum in
+    order, and the sum cast to bf16; once with vfmuls + vfadd (stored to block 1) and once
+    with vfaxpy (block 0: the same bits). Expected: numpy float32 arithmetic, ml_dtypes'
+    bfloat16."""
     rng = np.random.default_rng(3)
     rows = rng.normal(0, 4, (k, n)).astype(ml_dtypes.bfloat16)
     weights = rng.dirichlet(np.ones(k)).astype(np.float32)
@@ -568,13 +571,14 @@ def _fp_combine(k=3, n=128):
     for row, w in zip(rows, weights):
         total = total + row.astype(np.float32) * w
     want = _bf16_words(total.astype(ml_dtypes.bfloat16).view(np.uint16))
-    mem = _blocks(FP_IN, *(_bf16_words(r.view(np.uint16)) for r in rows))
+    mem = _blocks(FP_IN, [0x3F80_0000] * 128, *(_bf16_words(r.view(np.uint16)) for r in rows))
     # UBuf rows: 0 an expert row (bf16), 1 the product (fp32), 2 the sum (fp32), 3 the result
     p = Program().li(1, FP_IN).li(2, n).li(3, ROW).li(4, 2 * ROW).li(5, 3 * ROW).li(9, FP_OUT)
+    p.li(7, 2 * n).ldb(4, 1, 0)                   # the sum's row holds 1.0s
     for out, variant in ((0x200, "muls_add"), (0, "axpy")):
-        p.ldb(4, 9, 0x1000)                       # sum = 0: a block nothing wrote
+        p.vmuls(4, 4, 7, 0)                       # sum = +0.0: 2n 16-bit halves times 0
         for i, w in enumerate(weights):
-            p.li(6, int(w.view(np.uint32))).ldb(0, 1, 0x200 * i).vfcastf(3, 0, 2)
+            p.li(6, int(w.view(np.uint32))).ldb(0, 1, 0x200 * (i + 1)).vfcastf(3, 0, 2)
             if variant == "axpy":
                 p.vfaxpy(4, 3, 2, 6)
             else:
