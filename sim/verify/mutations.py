@@ -473,6 +473,31 @@ MUTATIONS = [
         "timeout": 120,
     },
     {
+        "name": "fp_cost_ignores_latency",
+        "file": "hw/aiv_fp.py",
+        "old": "                m.d.sync += f_out.eq(f_out + 1)\n"
+               "                with m.If(fout.payload.last):\n"
+               "                    m.d.comb += [ctl.leave.eq(1), ctl.advance.eq(1)]\n",
+        "new": "                m.d.sync += f_out.eq(f_out + 1)\n"
+               "            with m.If(fin.valid & fin.ready & fin.payload.last):\n"
+               "                m.d.comb += [ctl.leave.eq(1), ctl.advance.eq(1)]\n",
+        "description": "a floating-point vector instruction ends with its last beat into the fp "
+                       "unit, not with its last result: the unit's latency is not paid and the "
+                       "last results are lost",
+        "tests": ["tests/hw/test_aiv_core.py::test_fp_program_results"],
+        "timeout": 300,
+    },
+    {
+        "name": "fp_bf16_ties_away",
+        "file": "hw/fp_lanes.py",
+        "old": "    up = lower[15] & (lower[:15].any() | upper[0])\n",
+        "new": "    up = lower[15]\n",
+        "description": "fp32 -> bf16 rounds ties away from zero instead of to even (not Ascend's "
+                       "CAST_RINT): vfcastb and the combine's final cast",
+        "tests": ["tests/hw/test_aiv_core.py::test_fp_program_results"],
+        "timeout": 300,
+    },
+    {
         "name": "read_extra_ignored",
         "file": "hw/aiv_lsu.py",
         "old": "                    issue = (r_wait >= self.read_extra) | (insn.op == Opcode.LDBC)\n",
