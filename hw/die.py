@@ -281,6 +281,7 @@ class Die(wiring.Component):
         self.non_atomic_port = check_bool("non_atomic_port", non_atomic_port)
         self.ub_counters = check_bool("ub_counters", ub_counters)
         self.ep = check_bool("ep", ep)
+        check_bool("fp", fp)
         if ep and nic is not None:
             raise UserError("ep (in-network EP stores) and nic (INC-MoE posts) are two "
                             "machines: give one")

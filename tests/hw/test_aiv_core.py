@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from epfabric.hw.aiv_core import AIVCore
+from epfabric.hw.aiv_fp import check_fp_params
 from epfabric.sim.tb.core_memory import MEM_LATENCY as L
 from epfabric.sim.tb.core_memory import run_programs
 from epfabric.sw.assembler import Program, assemble
@@ -477,10 +478,17 @@ ROW = 512                           # UBuf address of row 1
 FP_COST_LENGTHS = [0, 1, 4, 5, 128, 512, 513]   # 513 is clipped to the UBuf's 512 fp32 elements
 
 
+def _fp_unit(params):
+    """The core's floating-point unit parameters as the core resolves them (no core built)."""
+    return check_fp_params(lanes=params["fp_lanes"], latency=params.get("fp_latency"),
+                           repeat_cycles=params.get("fp_repeat_cycles"),
+                           fused=params.get("fp_fused", False), data_bytes=params["data_bytes"])
+
+
 def _fp_cost(params, length, extra=0):
-    core = AIVCore(**params)
-    return AIVCore.fp_vector_cycles(min(length, 128 * params["ubuf_rows"]), core.fp_lanes,
-                                    core.fp_latency, core.fp_repeat_cycles, extra)
+    unit = _fp_unit(params)
+    return AIVCore.fp_vector_cycles(min(length, 128 * params["ubuf_rows"]), unit["lanes"],
+                                    unit["latency"], unit["repeat_cycles"], extra)
 
 
 def _bf16_words(halves):
@@ -684,8 +692,8 @@ def test_fp_cycle_costs_closed_form():
     assert AIVCore.fp_vector_cycles(128, 4, 10, 16) == 32 + 10 + 1
     # 2 lanes, 32 beats a repeat taking 129 cycles: beat n at floor(n * 129 / 32)
     assert AIVCore.fp_vector_cycles(64, 2, 3, 129) == 31 * 129 // 32 + 3 + 2
-    assert AIVCore(**FP_PARAMS).fp_latency == 10      # one register per datapath step
-    assert AIVCore(**FP_RATE_PARAMS).fp_latency == 3
+    assert _fp_unit(FP_PARAMS)["latency"] == 10      # one register per datapath step
+    assert _fp_unit(FP_RATE_PARAMS)["latency"] == 3
 
 
 def test_fp_instructions_fault_without_the_unit(pysim_results):
