@@ -1,6 +1,6 @@
 """In-switch reduction for expert-parallel combine: contributions summed where their paths meet.
 
-Issue 31; INC-MoE §3.1 (message semantics: the switch reduces the payloads of
+INC-MoE §3.1 (message semantics: the switch reduces the payloads of
 messages that contribute to one result and forwards one). A :class:`ReduceUnit` sits
 on an extra port of a superpod switch (:class:`~epfabric.hw.inc_switch.IncSwitch`).
 A *group* is one result block: destination rank ``dst`` and block address

@@ -1,4 +1,4 @@
-"""A superpod switch with in-network multicast and reduction (issue 31).
+"""A superpod switch with in-network multicast and reduction.
 
 INC-MoE §3.1 puts the replication of AllGather and the reduction of ReduceScatter
 in the switch of a star; on the two-tier superpod (UBEP §2.3 Insight 3) every

@@ -61,7 +61,7 @@ elsewhere they fault like an unassigned opcode.
   (:class:`~epfabric.hw.inc_nic.IncNic`), and wait on one of its cumulative
   completion counters (``ctr`` 0 = AG rows received, 1 = RS rows reduced, 2 =
   barriers released) against an increasing threshold (wrap-safe ``>=``).
-* ``unit="ep"`` (opcodes 53..54, issue 31: in-network expert parallelism on the superpod's
+* ``unit="ep"`` (opcodes 53..54: in-network expert parallelism on the superpod's
   :class:`~epfabric.hw.inc_switch.IncSwitch` fabric): ``stbm``, one block store to a set
   of dies, multicast by the switches; ``stbr``, a reduction contribution the switches sum
   with the group's other contributions (:class:`~epfabric.hw.aiv_core.AIVCore` ``ep=True``).
@@ -237,7 +237,7 @@ INSTRUCTIONS = (
        "UBuf row of R[ru] = mem DataBlock at R[rs1] + imm (waits for the answer)"),
     _i("ldbc", 57, [RU, RS1, I18],
        "ldb continuing a copy whose start an earlier read paid (the next block of a token, a "
-       "table or a block whose flag a poll just read): no read_extra wait (issue 30's copy "
+       "table or a block whose flag a poll just read): no read_extra wait (the copy "
        "engine: an Ascend MTE copy pays its start once, not per 512 B)"),
     _i("stb", 31, [RU, RS1, I18],
        "mem DataBlock at R[rs1] + imm = UBuf row of R[ru] (posted; remote: one 512 B atomic write)"),

@@ -200,7 +200,7 @@ class System(wiring.Component):
     sample_depth : int
         Entries of the counter sample memory (0..:data:`MAX_SAMPLE_DEPTH`; 0 = no sampler).
     ep_inc : dict or None
-        In-network expert parallelism (issue 31): every switch of the superpod is an
+        In-network expert parallelism: every switch of the superpod is an
         :class:`~epfabric.hw.inc_switch.IncSwitch` (these parameters: ``window``, the result
         blocks of a destination a run reduces into; ``header_bits``, default 128, the
         Data-as-Flag words a reduction keeps rather than sums), every core runs ``stbm`` and

@@ -118,19 +118,19 @@ class Preset:
     vector_lanes: int = param(
         "16-bit elements an AIV's vector unit takes a beat (a cycle) in the MoE kernels' machines; "
         "128 is Ascend's vector unit, 256 B a repeat (Ascend C's vector API: one repeat of a 16-bit"
-        " op covers up to 128 elements, its mask; issue 30). A build-time width, not a knob: every "
+        " op covers up to 128 elements, its mask). A build-time width, not a knob: every "
         "preset so far keeps 16, the width their figures and the cm384 fit were measured at",
         default=16)
     copies: str = param(
         "how the MoE dispatch kernels read: 'block' (every block and word a read of its own, the "
         "kernels so far) or 'mte' (Ascend's MTE2 copy engine: a token, a status slice or a count "
         "table is one copy into the UBuf, its start paid once (ldbc for the rest), and flags are "
-        "checked there, a missing one polled; issue 30)", default="block")
+        "checked there, a missing one polled)", default="block")
     cumsum_scan: str = param(
         "how UBEP's CalCumSum AIVs share the count scan: 'redundant' (each polls every count before"
         " its local experts', CANN's GetCumSum) or 'split' (each polls a contiguous chunk of the "
         "R·epr counts and the chunks' prefixes pass from one AIV to the next: UBEP App. C.3, more "
-        "CalCumSum AIVs split the verification; issue 30)", default="redundant")
+        "CalCumSum AIVs split the verification)", default="redundant")
     description: str = param("what the preset models", default="")
 
     def __post_init__(self):
@@ -362,7 +362,7 @@ PRESETS = {
 }
 
 
-#: Issue 30's structure of an Ascend die, declared from the documentation, not fitted: the
+#: The structure of an Ascend die, declared from the documentation, not fitted: the
 #: vector unit's 256 B a repeat (128 lanes of 16 bits; Ascend C's vector API), the MTE2 copy
 #: engine's one start a copy (``copies="mte"``: a DataCopy moves a token, a status slice or a
 #: count table at once, and flags are checked in the Unified Buffer, as CANN's open dispatch
@@ -373,7 +373,7 @@ PRESETS = {
 ASCEND = {"vector_lanes": 128, "copies": "mte", "cumsum_scan": "split", "syncall": "hard"}
 PRESETS["cm384-ascend"] = PRESETS["cm384"].replace(
     name="cm384-ascend", **ASCEND,
-    description="cm384 with issue 30's Ascend structure (128-lane vector unit, MTE copies, "
+    description="cm384 with the Ascend structure (128-lane vector unit, MTE copies, "
                 "split CalCumSum scan, hardware SyncAll), timing knobs at their reset: the base "
                 "the calibration fits")
 
@@ -390,7 +390,7 @@ def _fitted(path):
     name = f"{base.name}-fit"
     status = ", ".join(f"{k} {v.split(':')[0]}" for k, v in doc["provenance"]["status"].items())
     return base.replace(name=name, **doc["fields"],
-                        description=f"{base.name} with its timing knobs fitted to issue 30's "
+                        description=f"{base.name} with its timing knobs fitted to the calibration's "
                                     f"training set F1-F5 (sw/fits/{path.name}; {status})")
 
 

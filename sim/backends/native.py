@@ -2,7 +2,7 @@
 
 A flat Verilator model compiles a module used N times as N copies of its
 code, so the build grows with dies and cores (docs/results.md, "Simulation speed and
-scale"). Here (issue 13, step 3) every distinct module of
+scale"). Here every distinct module of
 :func:`~epfabric.sim.backends.native_build.native_design` -- the glue (the top
 without its shared-module instances), the die with its cores, each link and
 switch kind -- is Verilated and compiled once into a static library cached by

@@ -20,7 +20,7 @@ Each entry breaks one behaviour on purpose:
 ``timeout`` (optional)
     seconds for all of its tests together (default 300).
 
-A new kernel or block adds its mutations here (issue 20).
+A new kernel or block adds its mutations here.
 """
 
 MUTATIONS = [
@@ -693,7 +693,7 @@ MUTATIONS = [
         "old": "                                     lanes=pr.vector_lanes, hbm_blocks=hbm_blocks,\n",
         "new": "                                     lanes=16, hbm_blocks=hbm_blocks,\n",
         "description": "the MoE kernels' machine is built with 16-lane cores whatever the "
-                       "preset's vector_lanes (issue 30's vector width would not reach the "
+                       "preset's vector_lanes (the Ascend vector width would not reach the "
                        "hardware)",
         "tests": ["tests/sw/test_dispatch.py::test_the_presets_vector_width_builds_the_cores_and_"
                   "shortens_canns_counting"],
@@ -705,7 +705,7 @@ MUTATIONS = [
         "old": "        addr = data.View(address_layout(self.rank_bits), req.payload.addr)\n",
         "new": "        addr = data.View(address_layout(), req.payload.addr)\n",
         "description": "the die router decides local/remote from the default 8-bit rank field "
-                       "whatever the machine's rank_bits (issue 29's narrowed addresses)",
+                       "whatever the machine's rank_bits (the narrowed addresses)",
         "tests": ["tests/sw/test_dispatch.py::test_a_one_bit_rank_field_gives_the_same_run",
                   "tests/hw/test_router.py::test_a_narrow_rank_field_routes_by_the_top_bits"],
         "timeout": 300,
