@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 import pytest
+from amaranth.hdl import Fragment
 from rejected import rejected
 
 from epfabric.hw.fp_lanes import F32
@@ -164,8 +165,14 @@ def check_beats(op, a, s, b, *, fused, stall_prob=0.0, seed=0):
     return len(a)
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["two_roundings", "fused"])
-@pytest.mark.parametrize("op", OPS)
+#: the fused unit differs from the two-rounding one only in the multiply-adds: its other
+#: operations run in CI on the two-rounding unit, on both units in `make test-slow`
+EDGE_CASES = [pytest.param(op, fused, marks=[pytest.mark.slow] * (fused and "AXPY" not in op),
+                           id=f"{op}-{'fused' if fused else 'two_roundings'}")
+              for fused in (False, True) for op in OPS]
+
+
+@pytest.mark.parametrize("op, fused", EDGE_CASES)
 def test_edge_and_random_operands_pysim(op, fused):
     """Every operation, bit-exact: its edge combinations, an exponent-difference sweep for
     the sums, cancellations for the multiply-adds and 2048 shaped random operands (512 for
@@ -255,6 +262,7 @@ def test_latency_and_repeat_rate(latency, repeat_cycles):
     `latency` cycles later; the last beat's result comes at FpUnit.cycles(beats)."""
     params = {"lanes": LANES, "latency": latency, "repeat_cycles": repeat_cycles}
     unit = FpUnit(**params)
+    Fragment.get(unit, None)                 # built to read its resolved timing
     n = 40
     beats = [beat("ADD", [i, 0, 0, 0], [0] * LANES, last=i == n - 1) for i in range(n)]
     out, _ = run(ComponentSpec("epfabric.hw.fp_unit:FpUnit", params), run_beats, {"beats": beats})
@@ -267,8 +275,11 @@ def test_latency_and_repeat_rate(latency, repeat_cycles):
 
 
 def test_latency_default_is_one_register_per_step():
-    assert FpUnit().latency == len(lane_steps(False)) == 10
-    assert FpUnit(fused=True).latency == len(lane_steps(True)) == 7
+    units = FpUnit(), FpUnit(fused=True)
+    for unit in units:
+        Fragment.get(unit, None)
+    assert units[0].latency == len(lane_steps(False)) == 10
+    assert units[1].latency == len(lane_steps(True)) == 7
 
 
 def test_register_points():
@@ -338,6 +349,7 @@ def _soak_on_verilator(fused, runs):
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["two_roundings", "fused"])
+@pytest.mark.slow   # 185 s with its two builds; CI: the fp core on Verilator (test_aiv_core)
 def test_soak_verilator(fused):
     """A mixed run of 2**16 operands, 4096 of every operation, and counting sweeps: every
     bf16 value through both casts and as ``a`` of a bf16 sum, every high half of an fp32

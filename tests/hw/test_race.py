@@ -49,6 +49,7 @@ def test_bad_case(kw, error, message):
 
 def test_top_interface_is_the_variants_ports():
     top = RaceTop(unsafe=case(), safe=case(reader="checksum", batch=2, expect=(0, 0)))
+    Fragment.get(top, None)
     paths = {".".join(map(str, path)): obj for path, _, obj in top.signature.flatten(top)}
     assert set(paths) == {f"{v}.{n}" for v in ("unsafe", "safe") for n in OUTPUTS}
     assert paths["unsafe.done"] is top.unsafe.done and paths["safe.stale"] is top.safe.stale
