@@ -165,14 +165,8 @@ def check_beats(op, a, s, b, *, fused, stall_prob=0.0, seed=0):
     return len(a)
 
 
-#: the fused unit differs from the two-rounding one only in the multiply-adds: its other
-#: operations run in CI on the two-rounding unit, on both units in `make test-slow`
-EDGE_CASES = [pytest.param(op, fused, marks=[pytest.mark.slow] * (fused and "AXPY" not in op),
-                           id=f"{op}-{'fused' if fused else 'two_roundings'}")
-              for fused in (False, True) for op in OPS]
-
-
-@pytest.mark.parametrize("op, fused", EDGE_CASES)
+@pytest.mark.parametrize("fused", [False, True], ids=["two_roundings", "fused"])
+@pytest.mark.parametrize("op", OPS)
 def test_edge_and_random_operands_pysim(op, fused):
     """Every operation, bit-exact: its edge combinations, an exponent-difference sweep for
     the sums, cancellations for the multiply-adds and 2048 shaped random operands (512 for
@@ -349,7 +343,6 @@ def _soak_on_verilator(fused, runs):
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["two_roundings", "fused"])
-@pytest.mark.slow   # 185 s with its two builds; CI: the fp core on Verilator (test_aiv_core)
 def test_soak_verilator(fused):
     """A mixed run of 2**16 operands, 4096 of every operation, and counting sweeps: every
     bf16 value through both casts and as ``a`` of a bf16 sum, every high half of an fp32

@@ -253,8 +253,7 @@ def test_verilog_has_one_die_module_shared_by_every_rank():
 #: test (20-40 s on 2 cores); Icarus runs the same shared-module Verilog in
 #: ``make test``, and the native backend's cross-simulator tests step the same
 #: modules. The Verilator case runs with ``make test-slow``.
-SHARED_MODULE_SIMULATORS = ["pysim", pytest.param("icarus", marks=pytest.mark.slow),
-                            pytest.param("verilator", marks=pytest.mark.slow)]
+SHARED_MODULE_SIMULATORS = ["pysim", "icarus", pytest.param("verilator", marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("simulator", SHARED_MODULE_SIMULATORS)

@@ -405,7 +405,6 @@ def inc_traffic(rounds, cycles, seed, simulator="pysim"):
                simulator=simulator)
 
 
-@pytest.mark.slow   # 23 s; CI: test_system's stbm/stbr runs
 def test_inc_superpod_multicast_and_reductions_under_stalls():
     """Multicasts, unicasts and reduction groups on 8 dies of 2 boards at once, every receiver
     stalling 30 % of cycles: each die gets each multicast of its set once, each group once

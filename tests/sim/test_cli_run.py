@@ -47,7 +47,6 @@ def test_syncall_json_and_trace(tmp_path, capsys):
     assert "correct" in capsys.readouterr().out
 
 
-@pytest.mark.slow   # 24 s
 def test_moe_layer_sequence_options_json_and_slices(tmp_path):
     """--roles 1,1,1 and --counts 3,2 are one value each; JSON has the cut and the band times;
     the Perfetto trace has AG, FFN and RS slices."""
@@ -320,7 +319,6 @@ def test_a_name_matches_in_any_case(monkeypatch):
         prepare(make_parser().parse_args(["run", "dispatch", *SMALL, "--system", "UBEPP"]))
 
 
-@pytest.mark.slow   # 19 s
 def test_both_systems_in_one_trace(tmp_path, capsys):
     """--system cann,ubep --trace: each system's ranks are processes of their own, named; every
     AIV's run is tiled by slices named after its phases (UBEP Fig. 8's stages)."""
@@ -619,7 +617,6 @@ def test_a_comparison_with_ubep_inc_runs_every_system_on_one_machine(tmp_path, c
                 == (shared["cycles"], shared["phases"])), system
 
 
-@pytest.mark.slow   # 33 s
 def test_a_combine_sweep_compares_its_dispatchs_out_and_its_y(capsys):
     """A combine's runs carry their dispatch's OUT digests too: both lines are printed."""
     shape = ["--batch", "2", "--topk", "1", "--experts", "2"]

@@ -227,7 +227,7 @@ def test_loading_through_the_backdoor_changes_nothing(seed, monkeypatch):
     assert direct_ticks < port_ticks
 
 
-@pytest.mark.parametrize("system", [pytest.param("cann", marks=pytest.mark.slow), "ubep"])  # 51 s
+@pytest.mark.parametrize("system", ["cann", "ubep"])
 def test_a_dispatch_and_combine_loaded_through_the_backdoor_are_the_same_run(system, monkeypatch):
     """The flag tests' cm384 machine (instruction rows, HBM blocks, 4-block tokens): the
     dispatch and the combine after it, loaded and read back through the backdoor and through

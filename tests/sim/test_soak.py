@@ -129,7 +129,6 @@ def test_inc_soak_delivers_everything_once(tmp_path, capsys):
     assert "inc seed 3:" in capsys.readouterr().out
 
 
-@pytest.mark.slow   # 40 s; CI runs the soak itself
 def test_inc_soak_names_a_lost_delivery(monkeypatch):
     """The soak's checker is not vacuous: a fabric that drops one multicast copy fails it."""
     from epfabric.sim.tb import inc_traffic

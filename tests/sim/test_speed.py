@@ -9,7 +9,6 @@ from epfabric.sim.cli import main
 from epfabric.sim.lab.experiments import speed
 
 
-@pytest.mark.slow   # 20 s of pysim
 def test_pysim_row(tmp_path, capsys, monkeypatch):
     out = tmp_path / "bench.json"
     # the 4-die run takes a few thousand cycles: a hang fails in seconds, not after 10^6

@@ -85,7 +85,6 @@ def test_compare_systems_splits_each_run_into_a2a_and_bsp():
     assert row["improvement"] == pytest.approx(1 - row["ubep_cycles"] / row["cann_cycles"])
 
 
-@pytest.mark.slow   # 120 s of pysim
 def test_every_aiv_of_a_run_has_the_stages_of_its_role():
     """CANN: every AIV sends, verifies and reorders; UBEP: T-AIVs send and have no flag or
     CalCumSum stage, C-AIVs send nothing and count; no stage is negative, none ends after

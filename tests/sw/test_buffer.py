@@ -27,8 +27,7 @@ def _expert(rows, rank):
 
 
 # CANN's Buffer path is the combine kernel's (tested in CI); its two-round run is `slow`
-@pytest.mark.parametrize("system", [pytest.param("cann", marks=pytest.mark.slow),
-                                    pytest.param("ubep", marks=pytest.mark.slow)])  # 91 s
+@pytest.mark.parametrize("system", [pytest.param("cann", marks=pytest.mark.slow), "ubep"])
 def test_two_rounds_back_to_back_without_a_reset(system):
     """Epochs 1 and 2 on one buffer: the counters, flags and counts of round 1 stay in memory."""
     require_simulator("verilator")

@@ -94,7 +94,6 @@ def test_ubep_and_cann_combine_give_the_same_payload():
     assert len(set(runs["cann"].check["y_payload_digest"])) == 2        # two ranks, two different y
 
 
-@pytest.mark.slow   # 170 s (one pysim run of UBEP-INC); CI: test_cli_run's ubep-inc comparison
 def test_ubep_inc_is_bit_exact_and_the_same_on_three_simulators():
     """UBEP-INC's dispatch (inside its combine run) and combine are bit-exact against numpy --
     the reference UBEP's and CANN's outputs match too, so OUT's payload and y are theirs -- with

@@ -150,7 +150,6 @@ def test_no_payload_word_is_the_sentinel():
 NPU = dict(preset="cm384", topology=("superpod", 2, 1, 1), aivs=1)
 
 
-@pytest.mark.slow   # 24 s; CI: test_ub_port's tearing property
 def test_tff_tears_on_a_non_atomic_port():
     """The receiver reads a block right after its flag: with 64 B beats it reads a torn block."""
     result = run_kernel("daf", backend("pysim"), **NPU, max_cycles=MAX_CYCLES,

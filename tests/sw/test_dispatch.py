@@ -764,7 +764,6 @@ def test_a_star_has_no_link_classes():
     assert links_of(None, None, star, {"system": "cann"}, "dispatch", None) is None
 
 
-@pytest.mark.slow   # 40 s; mutation vector_lanes_ignored runs it
 def test_the_presets_vector_width_builds_the_cores_and_shortens_canns_counting(monkeypatch):
     """A preset's ``vector_lanes`` is the width of the cores the dispatch's machine is built
     with: at 128 lanes (Ascend's 256 B a repeat) CANN's run is correct and shorter (879

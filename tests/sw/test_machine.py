@@ -290,8 +290,7 @@ def test_parse_topology_validates():
 ROWS = (True, False)
 
 
-@pytest.mark.parametrize("simulator, aivs", [("pysim", 2), ("icarus", 2),
-                                             pytest.param("verilator", 2, marks=pytest.mark.slow),
+@pytest.mark.parametrize("simulator, aivs", [("pysim", 2), ("icarus", 2), ("verilator", 2),
                                              ("native", 2), ("pysim", 3)])
 def test_row_writes_load_what_word_writes_load(simulator, aivs):
     """IMEM_ROW and HBM_BLOCK writes (one host cycle per instruction index / block) give the

@@ -67,7 +67,7 @@ def test_trace_has_ag_ffn_and_rs_slices():
 # of a cold `make test`); test_agrs runs the INC machine (its NICs, INC engine and INC cores)
 # on both, and test_aiv_core the INC core's programs (cube included) on Icarus.
 @pytest.mark.parametrize("simulator", simulators("icarus", "verilator", "native",
-                                                 slow=("icarus", "verilator", "native")))
+                                                 slow=("verilator", "native")))
 def test_same_cycles_trace_and_counters_on_every_simulator(simulator):
     require_simulator(simulator)
     result, runs = outcome(simulator)
