@@ -11,8 +11,18 @@ the switch like any rank.
 Every flit is one 512 B DataBlock of a message and carries the message header
 (:func:`inc_flit_layout`): operation, root, epoch, byte range (block offset
 and length in the padded buffer), chunk index and completion address, plus a
-few int32 lanes of payload (docs/spec/design.md ``data_bytes``: cycle counts never
-depend on how many lanes are simulated).
+few 32-bit words of payload (docs/spec/design.md ``data_bytes``: cycle counts never
+depend on how many lanes are simulated): int32 lanes by default, or fp32 lanes, or two
+bf16 lanes a word (``dtype``, :func:`reduce_lanes`).
+
+Order of accumulation. A ReduceScatter chunk's contributions are added to its slot in the
+order they reach the engine: the order the star switch's arbiter delivers them (arrival
+order; the first one is stored as it is). Nothing is buffered beyond the one partial sum
+per slot. With floating-point lanes the result depends on that order, which is
+cycle-deterministic in the simulators but changes with timing; a bf16 slot keeps an fp32
+partial sum and the result is rounded to bf16 once, when it leaves. The root then adds its
+own partial (:class:`~epfabric.hw.inc_endpoint.IncEndpoint`), last. docs/concepts/inc_numerics.md
+derives the error bound a checker uses.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
@@ -21,15 +31,18 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .lane_arith import add_lanes
+from .lane_arith import accumulate_lanes, accumulator_width, add_lanes, round_lanes, widen_lanes
 from .validate import UserError, check_int, check_pow2
 
-__all__ = ["IncOp", "Completion", "inc_flit_layout", "reduce_lanes", "IncEngine",
-           "EPOCH_BITS", "VERILOG_EXPORTS"]
+__all__ = ["IncOp", "Completion", "inc_flit_layout", "reduce_lanes", "check_dtype", "IncEngine",
+           "EPOCH_BITS", "DTYPES", "VERILOG_EXPORTS"]
 
 #: Width of the epoch (operation sequence number) carried in every header; it
 #: only tags aggregator slots, so it may wrap.
 EPOCH_BITS = 8
+
+#: Lane types of the engine's 32-bit payload words (bf16: two lanes a word, low half first).
+DTYPES = ("int32", "fp32", "bf16")
 
 
 class IncOp(enum.Enum, shape=3):
@@ -89,13 +102,21 @@ def inc_flit_layout(*, ranks, tmax, lanes):
     })
 
 
-def reduce_lanes(a, b, *, lanes, dtype="int32"):
-    """The reduction operator of the engine: lane-wise ``a + b`` over a flit's ``lanes`` lanes.
+def check_dtype(dtype):
+    """``dtype`` if it is one of :data:`DTYPES`, else ``UserError`` naming it."""
+    if dtype not in DTYPES:
+        raise UserError(f"dtype must be 'int32', 'fp32' or 'bf16' (the lane types of a 32-bit "
+                        f"word), not {dtype!r}")
+    return dtype
+
+
+def reduce_lanes(a, b, *, lanes, dtype="int32", m=None):
+    """The reduction operator of the engine: lane-wise ``a + b`` over a flit's ``lanes`` words.
 
     The sum is :func:`~epfabric.hw.lane_arith.add_lanes`, the one lane arithmetic of the INC
     blocks; ``int32`` is exact two's-complement (wrapping) addition, bit-identical to numpy
-    ``int32`` sums. The flit's lanes are int32 (:func:`inc_flit_layout`), so no other type is
-    accepted here yet.
+    ``int32`` sums; ``fp32`` and ``bf16`` (two lanes a word) are rounded to nearest even
+    (bf16: summed in fp32, rounded once).
 
     Parameters
     ----------
@@ -103,17 +124,18 @@ def reduce_lanes(a, b, *, lanes, dtype="int32"):
         ``lanes`` x 32-bit packed operands.
     lanes : int
     dtype : str
-        Only ``"int32"``.
+        One of :data:`DTYPES`.
+    m : Module or None
+        Where a floating-point sum's logic goes.
 
     Raises
     ------
     ValueError
         If ``dtype`` is not supported.
     """
-    if dtype != "int32":
-        raise UserError(f"dtype must be 'int32' (fp16 is not modelled yet), not {dtype!r}")
+    check_dtype(dtype)
     width = 32 * lanes
-    return add_lanes(Cat(a)[:width], Cat(b)[:width], dtype=dtype)
+    return add_lanes(Cat(a)[:width], Cat(b)[:width], dtype=dtype, m=m)
 
 
 class _State(enum.Enum, shape=2):
@@ -129,7 +151,7 @@ class IncEngine(wiring.Component):
       copy per cycle (starting at ``q + 1``, so that successive messages spread
       over the outputs), header unchanged except ``dst``.
     * ``RS`` for root ``q``, chunk ``c``: summed into an aggregator slot
-      (:func:`reduce_lanes`). Slots are a pool of ``slots`` entries, direct-mapped
+      (:func:`reduce_lanes`'s lanes, in arrival order; a bf16 slot holds fp32 sums). Slots are a pool of ``slots`` entries, direct-mapped
       by the chunk's position ``c * ranks + q`` in the chunk-major order in
       which every rank issues its contributions, and tagged with
       (epoch, root, chunk), so different chunks are reduced in parallel. When
@@ -157,11 +179,11 @@ class IncEngine(wiring.Component):
     tmax : int
         Largest rows per rank block (sizes the header fields).
     lanes : int
-        int32 lanes simulated per flit.
+        32-bit payload words simulated per flit.
     slots : int
         Aggregator slots (a power of two >= 1).
     dtype : str
-        Reduction data type (:func:`reduce_lanes`).
+        Reduction lane type, one of :data:`DTYPES` (:func:`reduce_lanes`).
 
     Attributes
     ----------
@@ -185,8 +207,7 @@ class IncEngine(wiring.Component):
         self.ranks, self.tmax, self.lanes = ranks, tmax, lanes
         check_pow2("slots", slots)
         self.slots = slots
-        reduce_lanes(Signal(32 * lanes), Signal(32 * lanes), lanes=lanes, dtype=dtype)
-        self.dtype = dtype
+        self.dtype = check_dtype(dtype)
         super().__init__({
             "i_stream": In(stream.Signature(self.layout)),
             "o_stream": Out(stream.Signature(self.layout)),
@@ -211,8 +232,10 @@ class IncEngine(wiring.Component):
 
         # --- aggregator slots ----------------------------------------------
         tag_shape = unsigned(EPOCH_BITS + len(head.root) + len(head.chunk))
+        width = 32 * lanes
         slot_layout = data.StructLayout({
-            "valid": 1, "tag": tag_shape, "count": range(n), "acc": 32 * lanes})
+            "valid": 1, "tag": tag_shape, "count": range(n),
+            "acc": accumulator_width(width, dtype=self.dtype)})
         pool = Memory(shape=slot_layout, depth=self.slots, init=[])
         m.submodules.pool = pool
         wp = pool.write_port()
@@ -225,9 +248,9 @@ class IncEngine(wiring.Component):
         tag = Signal(tag_shape)
         m.d.comb += tag.eq(Cat(head.root, head.chunk, head.epoch))
         hit = slot.valid & (slot.tag == tag)
-        summed = Signal(32 * lanes)
-        m.d.comb += summed.eq(Mux(hit, reduce_lanes(slot.acc, head.data, lanes=lanes,
-                                                     dtype=self.dtype), Cat(head.data)))
+        summed = Signal(len(slot.acc))        # the partial sum, in the accumulator form
+        m.d.comb += summed.eq(Mux(hit, accumulate_lanes(m, slot.acc, head.data, dtype=self.dtype),
+                                  widen_lanes(head.data, dtype=self.dtype)))
         last = Signal()
         m.d.comb += last.eq(Mux(hit, slot.count, 0) == n - 2)
         m.d.comb += [wp.addr.eq(key), wp.data.tag.eq(tag), wp.data.acc.eq(summed),
@@ -266,7 +289,8 @@ class IncEngine(wiring.Component):
                     with m.If(last):
                         m.d.sync += [o_valid.eq(1), o_data.eq(head),
                                      o_data.dst.eq(head.root), o_data.src.eq(n),
-                                     o_data.data.eq(summed)]
+                                     o_data.data.eq(round_lanes(m, summed, dtype=self.dtype,
+                                                                width=width))]
                     with m.If(~hit & ~last):
                         m.d.sync += busy.eq(busy + 1)
                     with m.Elif(hit & last):

@@ -1,4 +1,4 @@
-"""A superpod switch with in-network multicast and reduction (issue 31).
+"""A superpod switch with in-network multicast and reduction.
 
 INC-MoE §3.1 puts the replication of AllGather and the reduction of ReduceScatter
 in the switch of a star; on the two-tier superpod (UBEP §2.3 Insight 3) every
@@ -53,8 +53,9 @@ class IncSwitch(wiring.Component):
     subtree : sequence of int
         ``subtree[d]``: the dies whose path to die ``d`` passes through this switch
         (:func:`~epfabric.hw.topology.subtrees`); with ``route_port`` from ``subtree_in``.
-    window, key_field, header_bits, lane_bits
-        Of the :class:`~epfabric.hw.inc_reduce.ReduceUnit`.
+    window, key_field, header_bits, dtype
+        Of the :class:`~epfabric.hw.inc_reduce.ReduceUnit` (``dtype``: the lane type of the
+        sums, default ``"int16"``).
     mcast_uplinks : (int, int) or None
         A tier-1 switch's uplink ports (:class:`~epfabric.hw.switch.Switch`).
     planes : bool
@@ -71,7 +72,7 @@ class IncSwitch(wiring.Component):
 
     def __init__(self, *, ports, routes, payload, subtree, depth=4, counter_width=32,
                  small_taps=False, route_port=False, window=16, key_field=("addr", "block"),
-                 header_bits=128, lane_bits=16, mcast_uplinks=None, planes=False):
+                 header_bits=128, dtype="int16", mcast_uplinks=None, planes=False):
         check_int("ports", ports, 2)
         self.ports, self.routes = ports, tuple(routes)
         self.payload, self.route_port = payload, bool(route_port)
@@ -82,7 +83,7 @@ class IncSwitch(wiring.Component):
                              subtree=subtree, mcast_uplinks=mcast_uplinks, planes=self.planes)
         self.unit = ReduceUnit(payload=payload, subtree=subtree, window=window,
                                key_field=key_field, header_bits=header_bits,
-                               lane_bits=lane_bits, counter_width=counter_width,
+                               dtype=dtype, counter_width=counter_width,
                                subtree_port=route_port, planes=self.planes)
         sig = Switch.signature_of(ports=ports, destinations=len(self.routes), payload=payload,
                                   counter_width=counter_width, route_port=route_port,
@@ -135,10 +136,10 @@ class IncDataPlane(wiring.Component):
     last port, as the unit sits on the switch's. Outside, the ``ports`` ports of the switch.
     """
 
-    def __init__(self, *, ports, depth, width, index_bits, header_bits=0, lane_bits=16):
+    def __init__(self, *, ports, depth, width, index_bits, header_bits=0, dtype="int16"):
         check_int("ports", ports, 2)
         self.ports, self.depth, self.width = ports, depth, width
-        self.index_bits, self.header_bits, self.lane_bits = index_bits, header_bits, lane_bits
+        self.index_bits, self.header_bits, self.dtype = index_bits, header_bits, dtype
         n = ports + 1
         super().__init__({
             "push": In(n), "pop": In(n), "load": In(n), "grant": In(n).array(n),
@@ -156,7 +157,7 @@ class IncDataPlane(wiring.Component):
         m.submodules.reduce = rp = ReduceDataPlane(index_bits=self.index_bits,
                                                    width=self.width,
                                                    header_bits=self.header_bits,
-                                                   lane_bits=self.lane_bits)
+                                                   dtype=self.dtype)
         m.d.comb += [sp.push.eq(self.push), sp.pop.eq(self.pop), sp.load.eq(self.load),
                      rp.index.eq(self.rindex), rp.take.eq(self.rtake),
                      rp.fresh.eq(self.rfresh), rp.release.eq(self.rrelease),
@@ -175,15 +176,15 @@ class PlanarIncSwitch(PlanarSwitch):
     switch, as :class:`~epfabric.hw.switch.PlanarSwitch` is for a ``Switch``. The native
     backend builds wide in-network switches this way (:mod:`epfabric.hw.topology`).
 
-    A plane sums its own lanes, so the lanes of ``data`` (16 bits from ``header_bits`` on)
-    must not straddle two planes: every plane starting past the header starts on a lane.
+    A plane sums its own lanes, so the lanes of ``data`` (of ``dtype``, from ``header_bits``
+    on) must not straddle two planes: every plane starting past the header starts on a lane.
     """
 
     def __init__(self, *, ports, routes, payload, depth, counter_width, subtree, plane_bits=None,
                  small_taps=False, mcast_uplinks=None, window=16, key_field=("addr", "block"),
-                 header_bits=128, lane_bits=16):
+                 header_bits=128, dtype="int16"):
         self.inc = dict(subtree=tuple(subtree), mcast_uplinks=mcast_uplinks, window=window,
-                        key_field=tuple(key_field), header_bits=header_bits, lane_bits=lane_bits)
+                        key_field=tuple(key_field), header_bits=header_bits, dtype=dtype)
         # the planes' inputs: a data word per outer port, the inner switch's (ports + 1)²
         # grants and decisions, the unit's few: what plane_bits_for(ports + 1) leaves room for
         super().__init__(ports=ports, routes=routes, payload=payload, depth=depth,
@@ -198,6 +199,7 @@ class PlanarIncSwitch(PlanarSwitch):
         mark_used(whole)                     # built for its signature and unit only
         self.signature = whole.signature
         self.index_bits = whole.unit.index_bits
+        lane_bits = whole.unit.lane_bits
         for k, (plo, _pw, _module) in enumerate(super()._planes("")):
             if plo > header_bits and (plo - header_bits) % lane_bits:
                 raise UserError(f"plane {k} of {self.plane_bits} bits starts at data bit {plo}, "
@@ -225,7 +227,7 @@ class PlanarIncSwitch(PlanarSwitch):
             out[module] = IncDataPlane(ports=self.ports, depth=self.depth, width=pw,
                                        index_bits=self.index_bits,
                                        header_bits=self._header_in(plo, pw),
-                                       lane_bits=self.inc["lane_bits"])
+                                       dtype=self.inc["dtype"])
         return out
 
     def _constants(self):
@@ -255,13 +257,13 @@ class StarIncSwitch(IncSwitch):
     every other die to ``d`` pass through it (``epfabric verilog inc_switch``; the tests)."""
 
     def __init__(self, *, ranks=4, depth=4, window=8, data_bits=256, header_bits=128,
-                 lane_bits=16, counter_width=16):
+                 dtype="int16", counter_width=16):
         check_int("ranks", ranks, 2, 64)
         full = (1 << ranks) - 1
         super().__init__(ports=ranks, routes=list(range(ranks)),
                          payload=inc_payload(ranks, data_bits, max(1, (window - 1).bit_length())),
                          depth=depth, subtree=[full & ~(1 << d) for d in range(ranks)],
-                         window=window, header_bits=header_bits, lane_bits=lane_bits,
+                         window=window, header_bits=header_bits, dtype=dtype,
                          counter_width=counter_width)
 
 
@@ -278,7 +280,7 @@ class PlanarStarIncSwitch(StarIncSwitch):
                                       counter_width=self.unit.counter_width,
                                       subtree=self.unit.subtree, plane_bits=plane_bits,
                                       window=self.unit.window, header_bits=self.unit.header_bits,
-                                      lane_bits=self.unit.lane_bits)
+                                      dtype=self.unit.dtype)
 
     def simulation_verilog(self, top, convert):
         """Verilog of module ``top`` (see :meth:`PlanarSwitch.verilog_with_constants`)."""
@@ -287,5 +289,5 @@ class PlanarStarIncSwitch(StarIncSwitch):
 
 VERILOG_EXPORTS = {
     "inc_switch": (StarIncSwitch, {"ranks": 4, "depth": 4, "window": 8, "data_bits": 256,
-                                   "header_bits": 128, "lane_bits": 16, "counter_width": 16}),
+                                   "header_bits": 128, "dtype": "int16", "counter_width": 16}),
 }
