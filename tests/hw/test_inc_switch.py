@@ -153,3 +153,60 @@ def test_bad_parameters_are_named():
         IncSwitch(ports=4, routes=range(4), payload=inc_payload(4, block_bits=4),
                   subtree=[0] * 4, window=64)
     assert inc_fields(6) == {"mcast": 1, "red": 1, "mask": 6, "count": 3}
+
+
+def _float_queues(queues, dtype, seed):
+    """``queues`` with each contribution's lanes replaced by random finite ``dtype`` values
+    of both signs over 2**-20..2**20; returns the queues and ``{(dst, block): terms}``."""
+    import numpy as np
+    from epfabric.sw.lane_sums import to_bits
+    rng = np.random.default_rng(seed)
+    bits = 32 if dtype == "fp32" else 16
+    lanes = (256 - HEADER) // bits
+    terms, out = {}, []
+    for q in queues:
+        new = []
+        for f in q:
+            if f["red"]:
+                x = (rng.choice([-1.0, 1.0], lanes) * rng.uniform(1, 2, lanes)
+                     * 2.0 ** rng.integers(-20, 21, lanes)).astype(np.float32)
+                v = to_bits(x, dtype)
+                terms.setdefault((f["dst"], f["addr"]["block"]), []).append(v)
+                data = f["data"] & ((1 << HEADER) - 1)
+                for k, w in enumerate(v):
+                    data |= int(w) << (HEADER + bits * k)
+                f = dict(f, data=data)
+            new.append(f)
+        out.append(new)
+    return out, {k: np.array(v) for k, v in terms.items()}
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_float_reductions_are_within_the_bound_and_take_the_integer_cycles(dtype):
+    """The reduction traffic of :func:`test_reductions_release_once_with_the_exact_sum` with
+    floating-point lanes: the order of a group's contributions is the arbiter's, so each
+    result is checked against the exact sum with the any-order bound
+    (:func:`~epfabric.sw.lane_sums.compare`: ``(n - 1)`` fp32 roundings, one bf16); every
+    flit is delivered in the cycle the 16-bit integer run delivers it."""
+    import numpy as np
+    from epfabric.sw.lane_sums import compare
+    queues, want = reductions(random.Random(11), 20)
+    fq, terms = _float_queues(queues, dtype, 4)
+    args = {"rounds": [fq], "cycles": 400, "ranks": RANKS, "counters": COUNTERS, "seed": 3}
+    res, cycles = run(spec(dtype=dtype), traffic_intent, args)
+    ref, ref_cycles = traffic([queues], 400, seed=3)
+    assert res["left"] == [0] and cycles == ref_cycles
+    assert [[f["cycle"] for f in p] for p in res["got"][0]] == \
+        [[f["cycle"] for f in p] for p in ref["got"][0]]
+    bits = 32 if dtype == "fp32" else 16
+    lanes = (256 - HEADER) // bits
+    checked = 0
+    for p, flits in enumerate(res["got"][0]):
+        for f in flits:
+            t = terms[(p, f["block"])]
+            got = np.array([(f["data"] >> (HEADER + bits * k)) & ((1 << bits) - 1)
+                            for k in range(lanes)], dtype=np.uint32)
+            verdict = compare(got, t, dtype)
+            assert verdict["ok"], (p, f["block"], verdict)
+            checked += 1
+    assert checked == len(want)
