@@ -17,8 +17,8 @@ bf16 lanes a word (``dtype``, :func:`reduce_lanes`).
 
 Order of accumulation. A ReduceScatter chunk's contributions are added to its slot in the
 order they reach the engine: the order the star switch's arbiter delivers them (arrival
-order; the first one is stored as it is). Nothing is buffered beyond the one partial sum
-per slot. With floating-point lanes the result depends on that order, which is
+order; an int32 slot stores the first as it is, a floating-point one adds it to ``-0``).
+Nothing is buffered beyond the one partial sum per slot. With floating-point lanes the result depends on that order, which is
 cycle-deterministic in the simulators but changes with timing; a bf16 slot keeps an fp32
 partial sum and the result is rounded to bf16 once, when it leaves. The root then adds its
 own partial (:class:`~epfabric.hw.inc_endpoint.IncEndpoint`), last. docs/concepts/inc_numerics.md
@@ -31,7 +31,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .lane_arith import accumulate_lanes, accumulator_width, add_lanes, round_lanes, widen_lanes
+from .lane_arith import (accumulate_lanes, accumulator_width, add_lanes, add_latency,
+                         identity_lanes, pipeline, round_lanes, widen_lanes)
 from .validate import UserError, check_int, check_pow2
 
 __all__ = ["IncOp", "Completion", "inc_flit_layout", "reduce_lanes", "check_dtype", "IncEngine",
@@ -142,6 +143,7 @@ class _State(enum.Enum, shape=2):
     IDLE = 0
     MCAST = 1
     SEND = 2
+    ADD = 3         # a floating-point contribution in the sum's pipeline
 
 
 class IncEngine(wiring.Component):
@@ -164,7 +166,12 @@ class IncEngine(wiring.Component):
     One flit per cycle is accepted when the output is free (line rate: a
     rank's link delivers one 512 B block per ``block_bytes / bandwidth``
     cycles, ~41 at 100 Gb/s); an AG flit occupies the engine for ``ranks - 1``
-    cycles.
+    cycles. A floating-point RS contribution occupies it ``1 + latency`` cycles
+    (:func:`~epfabric.hw.lane_arith.add_latency`: the sum's register stages; state
+    ``ADD``), after which its slot is written and a completed chunk sent: the engine
+    keeps up with the links while ``ranks * (1 + latency)`` is below the cycles of one
+    block (the pipeline is not shared between contributions, which keeps the slot logic
+    of the integer engine: no two sums of one slot are ever in flight).
 
     Backpressure caveat: the engine has one input from the switch, so a
     contribution held back by a full slot also holds back the flits queued
@@ -208,6 +215,8 @@ class IncEngine(wiring.Component):
         check_pow2("slots", slots)
         self.slots = slots
         self.dtype = check_dtype(dtype)
+        #: register stages of the sum (0: int32, in the cycle the contribution is taken)
+        self.latency = add_latency(self.dtype)
         super().__init__({
             "i_stream": In(stream.Signature(self.layout)),
             "o_stream": Out(stream.Signature(self.layout)),
@@ -248,21 +257,40 @@ class IncEngine(wiring.Component):
         tag = Signal(tag_shape)
         m.d.comb += tag.eq(Cat(head.root, head.chunk, head.epoch))
         hit = slot.valid & (slot.tag == tag)
-        summed = Signal(len(slot.acc))        # the partial sum, in the accumulator form
-        m.d.comb += summed.eq(Mux(hit, accumulate_lanes(m, slot.acc, head.data, dtype=self.dtype),
-                                  widen_lanes(head.data, dtype=self.dtype)))
         last = Signal()
         m.d.comb += last.eq(Mux(hit, slot.count, 0) == n - 2)
-        m.d.comb += [wp.addr.eq(key), wp.data.tag.eq(tag), wp.data.acc.eq(summed),
-                     wp.data.count.eq(Mux(hit, slot.count + 1, 1)),
-                     wp.data.valid.eq(~last)]
-        busy = self.o_slots_busy
+        summed = Signal(len(slot.acc))        # the partial sum, in the accumulator form
+        state = Signal(_State)
+        lat = self.latency
+        if lat:
+            # a floating-point sum: the decisions travel with it down the pipeline, which
+            # holds while the sum waits at its end (state ADD, ``left`` = 0) for the output
+            left = Signal(range(lat))
+            at_end = Signal()
+            m.d.comb += at_end.eq((state == _State.ADD) & (left == 0))
+            advance = ~at_end
+            rs = pipeline(m, {"key": key, "tag": tag, "hit": hit, "last": last,
+                              "count": Mux(hit, slot.count + 1, 1), "head": head.as_value()},
+                          lat, advance=advance)[-1]
+            start = Mux(hit, slot.acc, identity_lanes(width, dtype=self.dtype))
+            m.d.comb += summed.eq(accumulate_lanes(m, start, head.data, dtype=self.dtype,
+                                                   latency=lat, advance=advance))
+            rs_head = Signal(self.layout)
+            m.d.comb += rs_head.eq(rs["head"])
+            rs["head"] = rs_head
+        else:
+            m.d.comb += summed.eq(Mux(hit, accumulate_lanes(m, slot.acc, head.data,
+                                                            dtype=self.dtype),
+                                      widen_lanes(head.data, dtype=self.dtype)))
+            rs = {"key": key, "tag": tag, "hit": hit, "last": last,
+                  "count": Mux(hit, slot.count + 1, 1), "head": head}
+        m.d.comb += [wp.addr.eq(rs["key"]), wp.data.tag.eq(rs["tag"]), wp.data.acc.eq(summed),
+                     wp.data.count.eq(rs["count"]), wp.data.valid.eq(~rs["last"])]
 
         # --- barrier ---------------------------------------------------------
         arrivals = Signal(range(n))
 
         # --- multicast state -------------------------------------------------
-        state = Signal(_State)
         mc = Signal(self.layout)      # flit being multicast
         mc_dst = Signal(abits)        # next destination
         mc_left = Signal(range(n + 1))
@@ -281,20 +309,14 @@ class IncEngine(wiring.Component):
                                  mc_left.eq(n - 1), state.eq(_State.MCAST)]
             with m.Elif(head.op == IncOp.RS):
                 free = ~slot.valid | hit
-                m.d.comb += inp.ready.eq(free & (o_free | ~last))
+                m.d.comb += inp.ready.eq(free & (o_free | ~last) if not lat else free)
                 with m.If(inp.valid & ~free):
                     m.d.sync += self.o_slot_stalls.eq(self.o_slot_stalls + 1)
                 with m.If(inp.valid & inp.ready):
-                    m.d.comb += wp.en.eq(1)
-                    with m.If(last):
-                        m.d.sync += [o_valid.eq(1), o_data.eq(head),
-                                     o_data.dst.eq(head.root), o_data.src.eq(n),
-                                     o_data.data.eq(round_lanes(m, summed, dtype=self.dtype,
-                                                                width=width))]
-                    with m.If(~hit & ~last):
-                        m.d.sync += busy.eq(busy + 1)
-                    with m.Elif(hit & last):
-                        m.d.sync += busy.eq(busy - 1)
+                    if lat:
+                        m.d.sync += [state.eq(_State.ADD), left.eq(lat - 1)]
+                    else:
+                        self._retire(m, wp, rs, summed, o_valid, o_data)
             with m.Elif(head.op == IncOp.BARRIER):
                 m.d.comb += inp.ready.eq(1)
                 with m.If(inp.valid):
@@ -317,9 +339,31 @@ class IncEngine(wiring.Component):
                     # Skip the root (an AG root keeps its own contribution).
                     with m.If(mc.op == IncOp.AG):
                         m.d.sync += mc_dst.eq(nxt(nxt(mc_dst)))
+        if lat:
+            with m.Elif(state == _State.ADD):
+                with m.If(left != 0):
+                    m.d.sync += left.eq(left - 1)
+                with m.Elif(o_free | ~rs["last"]):
+                    self._retire(m, wp, rs, summed, o_valid, o_data)
+                    m.d.sync += state.eq(_State.IDLE)
         with m.Else():
             m.d.sync += state.eq(_State.IDLE)
         return m
+
+    def _retire(self, m, wp, rs, summed, o_valid, o_data):
+        """An RS contribution's sum leaves the adder: its slot written, the chunk sent to its
+        root when it was the last, the busy slots counted."""
+        n, busy = self.ranks, self.o_slots_busy
+        m.d.comb += wp.en.eq(1)
+        with m.If(rs["last"]):
+            m.d.sync += [o_valid.eq(1), o_data.eq(rs["head"]),
+                         o_data.dst.eq(rs["head"].root), o_data.src.eq(n),
+                         o_data.data.eq(round_lanes(m, summed, dtype=self.dtype,
+                                                    width=32 * self.lanes))]
+        with m.If(~rs["hit"] & ~rs["last"]):
+            m.d.sync += busy.eq(busy + 1)
+        with m.Elif(rs["hit"] & rs["last"]):
+            m.d.sync += busy.eq(busy - 1)
 
 
 VERILOG_EXPORTS = {

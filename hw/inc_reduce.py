@@ -58,6 +58,14 @@ every output (tests/hw/test_inc_switch.py) and the formal harness
 
 One contribution a cycle: the slot is read combinationally and written at the
 clock edge, so a contribution to the same slot in the next cycle sees the sum.
+A floating-point sum does not fit a cycle (:data:`~epfabric.hw.lane_arith.FLOAT_ADD_LATENCY`
+register stages, :func:`~epfabric.hw.lane_arith.add_latency`): the slot is read at the
+offer, the sum and the decisions (count, release) travel down the pipeline, and the slot
+is written -- and a release loaded into the output register -- at its end. A contribution
+whose slot has a sum in the pipeline waits for it (``hazard``: at most ``latency`` cycles,
+whatever the other inputs do, so the deadlock argument above stands); the whole pipeline
+stalls while the output register is full and not draining. Integer sums keep the one-cycle
+path, cycle for cycle. The counters count at the offer.
 
 Planes. A switch of many ports and 512 B flits is too wide for one Amaranth module (the
 native backend builds it as a :class:`~epfabric.hw.switch.PlanarSwitch`; for an in-network
@@ -73,8 +81,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .lane_arith import (accumulate_lanes, accumulator_width, identity_lanes, lane_bits,
-                         round_lanes)
+from .lane_arith import (accumulate_lanes, accumulator_width, add_latency,
+                         identity_lanes, lane_bits, pipeline, round_lanes)
 from .switch import popcount
 from .validate import UserError, check_int, check_pow2
 
@@ -179,6 +187,8 @@ class ReduceUnit(wiring.Component):
                                 f"{data_bits - header_bits} data bits past the header")
         self.header_bits = header_bits
         self.dtype = dtype
+        #: register stages of the sum (0: integers, in the cycle of the offer)
+        self.latency = add_latency(dtype)
         self.counter_width = check_int("counter_width", counter_width, 1)
         self.subtree_port = bool(subtree_port)
         if Shape.cast(fields["mask"].shape).width < nd:
@@ -191,6 +201,7 @@ class ReduceUnit(wiring.Component):
             **({"subtree_in": In(nd).array(nd)} if subtree_port else {}),
             **({"x_index": Out(index_bits), "x_take": Out(1), "x_fresh": Out(1),
                 "x_release": Out(1)} if self.planes else {}),
+            **({"x_advance": Out(1)} if self.planes and self.latency else {}),
             "i_stream": In(flit),
             "o_stream": Out(flit),
             "o_absorbed": Out(counter_width),
@@ -208,7 +219,8 @@ class ReduceUnit(wiring.Component):
         count_bits = len(flit.count)
         wbits = ceil_log2(self.window)
         dst_bits = len(flit.dst)
-        acc_bits = accumulator_width(data_bits, dtype=self.dtype, header_bits=self.header_bits)
+        form = dict(dtype=self.dtype, header_bits=self.header_bits)
+        acc_bits = accumulator_width(data_bits, **form)
         entry_bits = count_bits + acc_bits
         m.submodules.slots = slots = Memory(shape=entry_bits, depth=(1 << dst_bits) << wbits,
                                             init=[])
@@ -218,8 +230,7 @@ class ReduceUnit(wiring.Component):
         index = Cat(key, flit.dst)
         m.d.comb += rd.addr.eq(index)
         old_count = rd.data[:count_bits]
-        old_sum = (Mux(old_count == 0, identity_lanes(data_bits, dtype=self.dtype,
-                                                      header_bits=self.header_bits),
+        old_sum = (Mux(old_count == 0, identity_lanes(data_bits, **form),
                        rd.data[count_bits:]) if data_bits else None)
 
         sub = Signal(nd)
@@ -232,42 +243,63 @@ class ReduceUnit(wiring.Component):
         m.d.comb += expected.eq(popcount((flit.mask[:nd] & sub)[k] for k in range(nd)))
         total = Signal(count_bits + 1)
         m.d.comb += total.eq(old_count + flit.count)
-        if data_bits:
-            summed = Signal(acc_bits)         # the partial sum, in the accumulator form
-            m.d.comb += summed.eq(accumulate_lanes(m, old_sum, flit.data, dtype=self.dtype,
-                                                   header_bits=self.header_bits))
-        else:
-            summed = Cat()
         done = Signal()
         m.d.comb += done.eq(total >= expected)
 
         o_valid = Signal()
         o_bits = Signal(len(Cat(flit)))
-        m.d.comb += [out.valid.eq(o_valid), out.payload.eq(o_bits),
-                     inp.ready.eq(~o_valid | out.ready)]
+        lat = self.latency
+        advance = ~o_valid | out.ready           # the output register can take a release
         take = inp.valid & inp.ready
-        with m.If(out.ready):
-            m.d.sync += o_valid.eq(0)
         release = self.payload(Signal(len(Cat(flit)), name="release"))
         m.d.comb += [release.eq(flit), release.count.eq(total)]
+        if lat:
+            # the sum's pipeline: the decisions travel with it; the slot is written at its end
+            stages = pipeline(m, {"take": take, "index": index, "total": total, "done": done,
+                                  "release": release.as_value()}, lat, advance=advance)
+            hazard = Signal()                    # a sum for this slot is still in the pipeline
+            m.d.comb += hazard.eq(Cat(st["take"] & (st["index"] == index)
+                                      for st in stages).any())
+            m.d.comb += inp.ready.eq(advance & ~hazard)
+            end = stages[-1]
+            retire = end["take"] & advance
+            release = self.payload(Signal(len(Cat(flit)), name="release_end"))
+            m.d.comb += release.eq(end["release"])
+        else:
+            m.d.comb += inp.ready.eq(advance)
+            end, retire = {"index": index, "total": total, "done": done}, take
+        m.d.comb += [out.valid.eq(o_valid), out.payload.eq(o_bits)]
+        with m.If(out.ready):
+            m.d.sync += o_valid.eq(0)
         if data_bits:
-            m.d.comb += release.data.eq(round_lanes(m, summed, dtype=self.dtype,
-                                                    header_bits=self.header_bits,
-                                                    width=data_bits))
-        m.d.comb += [wr.addr.eq(index), wr.en.eq(take),
-                     wr.data.eq(Mux(done, 0, Cat(total[:count_bits], summed)))]
+            summed = Signal(acc_bits)         # the partial sum, in the accumulator form
+            m.d.comb += summed.eq(accumulate_lanes(m, old_sum, flit.data, latency=lat,
+                                                   advance=advance, **form))
+            m.d.comb += release.data.eq(round_lanes(m, summed, width=data_bits, **form))
+        else:
+            summed = Cat()
+        m.d.comb += [wr.addr.eq(end["index"]), wr.en.eq(retire),
+                     wr.data.eq(Mux(end["done"], 0, Cat(end["total"][:count_bits], summed)))]
+        with m.If(retire & end["done"]):
+            m.d.sync += [o_valid.eq(1), o_bits.eq(release)]
         if self.planes:
             m.d.comb += [self.x_index.eq(index), self.x_take.eq(take),
                          self.x_fresh.eq(old_count == 0), self.x_release.eq(take & done)]
+            if lat:
+                m.d.comb += self.x_advance.eq(advance)
+        self._count(m, take, done, old_count, total > expected)
+        return m
+
+    def _count(self, m, take, done, old_count, over):
+        """The counters, from the decisions at the offer."""
         opened = Signal()
         closed = Signal()
         with m.If(take):
             m.d.sync += self.o_absorbed.eq(self.o_absorbed + 1)
             with m.If(done):
-                m.d.sync += [o_valid.eq(1), o_bits.eq(release),
-                             self.o_released.eq(self.o_released + 1)]
+                m.d.sync += self.o_released.eq(self.o_released + 1)
                 m.d.comb += closed.eq(old_count != 0)
-                with m.If(total > expected):
+                with m.If(over):
                     m.d.sync += self.o_errors.eq(self.o_errors + 1)
             with m.Else():
                 m.d.comb += opened.eq(old_count == 0)
@@ -275,7 +307,6 @@ class ReduceUnit(wiring.Component):
             m.d.sync += self.o_open.eq(self.o_open + 1)
         with m.If(closed & ~opened):
             m.d.sync += self.o_open.eq(self.o_open - 1)
-        return m
 
 
 class ReduceDataPlane(wiring.Component):
@@ -288,6 +319,9 @@ class ReduceDataPlane(wiring.Component):
     :class:`ReduceUnit` for these bits. ``header_bits`` are the plane's leading bits that
     are not summed (the unit's header as it falls in this plane); the plane's lanes must
     start where the unit's do (:class:`~epfabric.hw.inc_switch.PlanarIncSwitch` checks).
+    A floating-point ``dtype`` sums in the unit's pipeline (``advance``, its
+    ``x_advance``): the slot is read at the offer and written, and the output register
+    loaded, ``latency`` stages of ``advance`` later, as in the unit.
     """
 
     def __init__(self, *, index_bits, width, header_bits=0, dtype="int16"):
@@ -296,8 +330,10 @@ class ReduceDataPlane(wiring.Component):
         self.header_bits = check_int("header_bits", header_bits, 0, width)
         self.lane_bits = lane_bits(dtype)
         self.dtype = dtype
+        self.latency = add_latency(dtype)
         super().__init__({"index": In(max(1, index_bits)), "take": In(1), "fresh": In(1),
-                          "release": In(1), "data_in": In(width), "data_out": Out(width)})
+                          "release": In(1), "data_in": In(width), "data_out": Out(width),
+                          **({"advance": In(1)} if self.latency else {})})
 
     def elaborate(self, platform):
         m = Module()
@@ -308,15 +344,22 @@ class ReduceDataPlane(wiring.Component):
         rd = slots.read_port(domain="comb")
         wr = slots.write_port()
         index = self.index[:self.index_bits] if self.index_bits else Cat()
+        lat = self.latency
+        advance = self.advance if lat else None
+        end = {"take": self.take, "index": index, "release": self.release}
+        if lat:
+            end = pipeline(m, end, lat, advance=advance)[-1]
+            end["take"] = end["take"] & advance
         summed = Signal(acc_bits)
         m.d.comb += [
-            rd.addr.eq(index), wr.addr.eq(index),
+            rd.addr.eq(index), wr.addr.eq(end["index"]),
             summed.eq(accumulate_lanes(m, Mux(self.fresh, identity_lanes(self.width, **form),
-                                              rd.data), self.data_in, **form)),
-            wr.en.eq(self.take), wr.data.eq(Mux(self.release, 0, summed)),
+                                              rd.data), self.data_in, latency=lat,
+                                       advance=advance, **form)),
+            wr.en.eq(end["take"]), wr.data.eq(Mux(end["release"], 0, summed)),
         ]
         out = Signal(self.width)
-        with m.If(self.take & self.release):
+        with m.If(end["take"] & end["release"]):
             m.d.sync += out.eq(round_lanes(m, summed, width=self.width, **form))
         m.d.comb += self.data_out.eq(out)
         return m

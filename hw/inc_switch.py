@@ -28,6 +28,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .inc_reduce import ReduceDataPlane, ReduceUnit
+from .lane_arith import add_latency
 from .switch import PlanarSwitch, Switch, SwitchDataPlane
 from .validate import UserError, check_int
 
@@ -96,6 +97,8 @@ class IncSwitch(wiring.Component):
                             "x_load": Out(ports + 1), "x_grant": Out(ports + 1).array(ports + 1),
                             "x_rindex": Out(self.unit.index_bits), "x_rtake": Out(1),
                             "x_rfresh": Out(1), "x_rrelease": Out(1)})
+            if self.unit.latency:
+                members["x_radvance"] = Out(1)
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -124,7 +127,8 @@ class IncSwitch(wiring.Component):
                          self.x_load.eq(sw.x_load)]
             m.d.comb += [self.x_grant[o].eq(sw.x_grant[o]) for o in range(n + 1)]
             for a, b in (("x_rindex", "x_index"), ("x_rtake", "x_take"), ("x_rfresh", "x_fresh"),
-                         ("x_rrelease", "x_release")):
+                         ("x_rrelease", "x_release")) + ((("x_radvance", "x_advance"),)
+                                                         if unit.latency else ()):
                 m.d.comb += getattr(self, a).eq(getattr(unit, b))
         return m
 
@@ -141,10 +145,11 @@ class IncDataPlane(wiring.Component):
         self.ports, self.depth, self.width = ports, depth, width
         self.index_bits, self.header_bits, self.dtype = index_bits, header_bits, dtype
         n = ports + 1
+        self.latency = add_latency(dtype)
         super().__init__({
             "push": In(n), "pop": In(n), "load": In(n), "grant": In(n).array(n),
             "rindex": In(max(1, index_bits)), "rtake": In(1), "rfresh": In(1),
-            "rrelease": In(1),
+            "rrelease": In(1), **({"radvance": In(1)} if self.latency else {}),
             "data_in": In(width).array(ports),
             "data_out": Out(width).array(ports),
         })
@@ -162,6 +167,8 @@ class IncDataPlane(wiring.Component):
                      rp.index.eq(self.rindex), rp.take.eq(self.rtake),
                      rp.fresh.eq(self.rfresh), rp.release.eq(self.rrelease),
                      rp.data_in.eq(sp.data_out[n]), sp.data_in[n].eq(rp.data_out)]
+        if self.latency:
+            m.d.comb += rp.advance.eq(self.radvance)
         m.d.comb += [sp.grant[o].eq(self.grant[o]) for o in range(n + 1)]
         for p in range(n):
             m.d.comb += [sp.data_in[p].eq(self.data_in[p]), self.data_out[p].eq(sp.data_out[p])]
@@ -237,7 +244,8 @@ class PlanarIncSwitch(PlanarSwitch):
     def _extra_wires(self):
         ib = max(1, self.index_bits)
         return [("rindex", ib, "x_rindex"), ("rtake", 1, "x_rtake"), ("rfresh", 1, "x_rfresh"),
-                ("rrelease", 1, "x_rrelease")]
+                ("rrelease", 1, "x_rrelease")] + ([("radvance", 1, "x_radvance")]
+                                                  if add_latency(self.inc["dtype"]) else [])
 
 
 def inc_payload(ranks, data_bits=256, block_bits=4):

@@ -46,14 +46,15 @@ integer ones build an expression and need none.
 
 import re
 
-from amaranth.hdl import Cat, Const, Mux, Signal
+from amaranth.hdl import Cat, Const, Mux, Shape, Signal
 
 from . import fp_lanes as fp
+from .fp_unit import register_points
 from .validate import UserError
 
-__all__ = ["FLOAT_TYPES", "lane_bits", "accumulator_bits", "is_float", "accumulator_width",
-           "identity_lanes", "widen_lanes", "round_lanes", "accumulate_lanes", "add_lanes",
-           "add_f32"]
+__all__ = ["FLOAT_TYPES", "ADD_STEPS", "FLOAT_ADD_LATENCY", "lane_bits", "accumulator_bits",
+           "is_float", "add_latency", "accumulator_width", "identity_lanes", "widen_lanes",
+           "round_lanes", "accumulate_lanes", "add_lanes", "add_f32", "delay", "pipeline"]
 
 _INT = re.compile(r"int([1-9][0-9]*)")
 
@@ -147,19 +148,25 @@ def round_lanes(m, acc, *, dtype, header_bits=0, width, name="round"):
                tail)
 
 
-def accumulate_lanes(m, acc, x, *, dtype, header_bits=0, name="acc"):
+def accumulate_lanes(m, acc, x, *, dtype, header_bits=0, name="acc", latency=0, advance=None):
     """``x``'s header, then the lane-wise sum of accumulator ``acc`` and wire word ``x`` in
-    the accumulator form, then ``x``'s tail (``m`` may be ``None`` for integer types).
+    the accumulator form, then ``x``'s tail (``m`` may be ``None`` for integer types);
+    floating-point sums after ``latency`` register stages that load when ``advance`` is 1
+    (the header and the tail delayed alike).
 
     Raises
     ------
     ValueError
-        If ``dtype`` is not a lane type, or ``m`` is ``None`` for a floating-point one.
+        If ``dtype`` is not a lane type, ``m`` is ``None`` for a floating-point one, or
+        ``latency`` is not 0 for an integer one.
     """
     x = Cat(x)
     width = len(x)
     bits, lanes, _tail = _shape(width, dtype, header_bits)
     if not is_float(dtype):
+        if latency:
+            raise UserError(f"dtype {dtype!r}: integer lanes add in the cycle, not after "
+                            f"latency={latency}")
         a, b = Cat(acc), x
         out = [b[:header_bits]]
         for k in range(lanes):
@@ -175,8 +182,10 @@ def accumulate_lanes(m, acc, x, *, dtype, header_bits=0, name="acc"):
     head, xs, tail = _split(widen_lanes(x, dtype=dtype, header_bits=header_bits), width, dtype,
                             header_bits, 32)
     _head, sums, _tail = _split(acc, width, dtype, header_bits, 32)
-    return Cat(head, *(add_f32(m, s, v, name=f"{name}{k}") for k, (s, v) in
-                       enumerate(zip(sums, xs))), tail)
+    return Cat(delay(m, head, latency, advance=advance, name=f"{name}_head"),
+               *(add_f32(m, s, v, name=f"{name}{k}", latency=latency, advance=advance)
+                 for k, (s, v) in enumerate(zip(sums, xs))),
+               delay(m, tail, latency, advance=advance, name=f"{name}_tail"))
 
 
 def add_lanes(a, b, *, dtype, header_bits=0, m=None, name="add"):
@@ -209,22 +218,10 @@ def add_lanes(a, b, *, dtype, header_bits=0, m=None, name="add"):
                        name=f"{name}_round")
 
 
-def add_f32(m, a, b, *, name):
-    """The fp32 sum of fp32 bits ``a`` and ``b``, rounded to nearest even (a 32-bit signal).
-
-    A two-operand adder narrower than :mod:`~epfabric.hw.fp_lanes`'s multiply-add window:
-    the addend of the larger exponent sits at bits ``[3, 27)`` of a 28-bit window, the
-    other is shifted right by the exponent difference with every bit shifted out OR-ed
-    into bit 0 (jammed). The sum is then exact unless the difference is 4 or more; then
-    the larger addend is normal (a subnormal has the smallest exponent), so the result is
-    above ``2**25`` and its rounding point at bit 2 or above, and the exact and the jammed
-    sums lie strictly between the same two multiples of 2: they round the same
-    (:mod:`~epfabric.hw.fp_lanes`' ``align`` makes the same argument). Rounding,
-    specials and signed zeros are :mod:`~epfabric.hw.fp_lanes`' (``rounding_point``,
-    ``cut``, ``round_pack``, ``finish``).
-    """
-    x = fp.unpack(m, fp.F32, a, name=f"{name}_a")
-    y = fp.unpack(m, fp.F32, b, name=f"{name}_b")
+def _step_align(m, d, name):
+    """Unpack, order by exponent, place the larger at bits [3, 27), shift and jam the other."""
+    x = fp.unpack(m, fp.F32, d["a"], name=f"{name}_a")
+    y = fp.unpack(m, fp.F32, d["b"], name=f"{name}_b")
     layout = fp.unpacked_layout(fp.F32)
     big, small = Signal(layout, name=f"{name}_big"), Signal(layout, name=f"{name}_small")
     swap = y.e_lsb > x.e_lsb
@@ -235,21 +232,107 @@ def add_f32(m, a, b, *, name):
     m.d.comb += shift.eq(Mux(diff > top, top, diff))
     moved = Signal(24 + top, name=f"{name}_moved")
     m.d.comb += moved.eq((small.sig << top) >> shift)
-    p = Signal(top, name=f"{name}_p")
-    q = Signal(top, name=f"{name}_q")
-    m.d.comb += [p.eq(big.sig << _GUARD), q.eq(moved[24:] | moved[:24].any())]
-    sub = big.sign ^ small.sign
-    negative = sub & (q > p)
-    mag = Signal(top + 1, name=f"{name}_mag")
-    m.d.comb += mag.eq(Mux(sub, Mux(negative, q - p, p - q), p + q))
-    e_lsb = Signal(fp.EXP, name=f"{name}_e")
-    m.d.comb += e_lsb.eq(big.e_lsb - _GUARD)
-    sign = Mux(negative, small.sign, big.sign)
     special = Signal(fp.special_layout, name=f"{name}_special")
     m.d.comb += [special.nan.eq(x.nan | y.nan | (x.inf & y.inf & (x.sign ^ y.sign))),
                  special.inf.eq(x.inf | y.inf),
                  special.inf_sign.eq(Mux(x.inf, x.sign, y.sign))]
-    norm = fp.normalize(m, fp.F32, mag=mag, e_lsb=e_lsb, name=f"{name}_norm")
-    rounded = fp.round_pack(m, fp.F32, sign=sign, norm=norm, name=f"{name}_rounded")
-    return fp.finish(m, sign=sign, zero=mag == 0, zero_sign=x.zero & y.zero & x.sign & y.sign,
-                     special=special, rounded=rounded, name=name)
+    return {"p": big.sig << _GUARD, "q": moved[24:] | moved[:24].any(),
+            "big_sign": big.sign, "small_sign": small.sign, "e_lsb": big.e_lsb - _GUARD,
+            "zero_sign": x.zero & y.zero & x.sign & y.sign, "special": special}
+
+
+def _step_sum(m, d, name):
+    """The exact (or jammed) sum of the window: one adder's delay for either sign."""
+    p, q = d["p"], d["q"]
+    sub = d["big_sign"] ^ d["small_sign"]
+    negative = sub & (q > p)
+    mag = Signal(24 + _GUARD + 1, name=f"{name}_mag")
+    m.d.comb += mag.eq(Mux(sub, Mux(negative, q - p, p - q), p + q))
+    e_lsb = Signal(fp.EXP, name=f"{name}_e")
+    m.d.comb += e_lsb.eq(d["e_lsb"])
+    return {"mag": mag, "e_lsb": e_lsb, "sign": Mux(negative, d["small_sign"], d["big_sign"]),
+            "zero_sign": d["zero_sign"], "special": d["special"]}
+
+
+def _step_point(m, d, name):
+    """The rounding point (a leading-zero count)."""
+    return {**d, "r": fp.rounding_point(m, fp.F32, mag=d["mag"], e_lsb=d["e_lsb"], name=name)}
+
+
+def _step_cut(m, d, name):
+    """The kept bits, guard and sticky (a wide shift)."""
+    norm = fp.cut(m, fp.F32, mag=d["mag"], e_lsb=d["e_lsb"], r=d["r"], name=name)
+    return {"norm": norm, "zero": d["mag"] == 0, "sign": d["sign"],
+            "zero_sign": d["zero_sign"], "special": d["special"]}
+
+
+def _step_round(m, d, name):
+    """Round to nearest even, pack, and the special results."""
+    rounded = fp.round_pack(m, fp.F32, sign=d["sign"], norm=d["norm"], name=f"{name}_rounded")
+    return {"y": fp.finish(m, sign=d["sign"], zero=d["zero"], zero_sign=d["zero_sign"],
+                           special=d["special"], rounded=rounded, name=name)}
+
+
+#: The steps of :func:`add_f32`, in order; a pipelined sum puts registers between them.
+ADD_STEPS = (("align", _step_align), ("sum", _step_sum), ("point", _step_point),
+             ("cut", _step_cut), ("round", _step_round))
+
+#: Register stages of a floating-point lane sum in the reduction blocks: one after each
+#: step of :func:`add_f32` (the combinational sum misses the blocks' clock by far:
+#: ``epfabric synth inc_switch --param dtype="'fp32'" --pnr``; docs/concepts/inc_numerics.md).
+FLOAT_ADD_LATENCY = len(ADD_STEPS)
+
+
+def add_latency(dtype):
+    """Register stages of a lane sum of ``dtype`` in the reduction blocks: 0 for integers
+    (combinational, as always), :data:`FLOAT_ADD_LATENCY` for floating point."""
+    return FLOAT_ADD_LATENCY if is_float(dtype) else 0
+
+
+def delay(m, value, stages, *, advance, name):
+    """``value`` after ``stages`` registers that load when ``advance`` is 1."""
+    if not Shape.cast(value.shape()).width:
+        return value
+    for k in range(stages):
+        reg = Signal(value.shape(), name=f"{name}_d{k}")
+        with m.If(advance):
+            m.d.sync += reg.eq(value)
+        value = reg
+    return value
+
+
+def pipeline(m, values, stages, *, advance):
+    """The registers of ``values`` (a dict) through ``stages`` stages that load when
+    ``advance`` is 1: a list of dicts, stage 1 first (the last is the pipeline's end)."""
+    out = []
+    for k in range(stages):
+        values = {name: delay(m, v, 1, advance=advance, name=f"stage{k + 1}_{name}")
+                  for name, v in values.items()}
+        out.append(values)
+    return out
+
+
+def add_f32(m, a, b, *, name, latency=0, advance=None):
+    """The fp32 sum of fp32 bits ``a`` and ``b``, rounded to nearest even (a 32-bit signal),
+    after ``latency`` register stages that load when ``advance`` is 1 (0: combinational).
+
+    A two-operand adder narrower than :mod:`~epfabric.hw.fp_lanes`'s multiply-add window:
+    the addend of the larger exponent sits at bits ``[3, 27)`` of a 28-bit window, the
+    other is shifted right by the exponent difference with every bit shifted out OR-ed
+    into bit 0 (jammed). The sum is then exact unless the difference is 4 or more; then
+    the larger addend is normal (a subnormal has the smallest exponent), so the result is
+    above ``2**25`` and its rounding point at bit 2 or above, and the exact and the jammed
+    sums lie strictly between the same two multiples of 2: they round the same
+    (:mod:`~epfabric.hw.fp_lanes`' ``align`` makes the same argument). Rounding,
+    specials and signed zeros are :mod:`~epfabric.hw.fp_lanes`' (``rounding_point``,
+    ``cut``, ``round_pack``, ``finish``). The steps are :data:`ADD_STEPS`; registers
+    are placed as :func:`~epfabric.hw.fp_unit.register_points` places them in the fp unit.
+    """
+    after, extra = register_points(len(ADD_STEPS), latency) if latency else (set(), 0)
+    d = {"a": Cat(a), "b": Cat(b)}
+    for i, (step, fn) in enumerate(ADD_STEPS):
+        d = fn(m, d, f"{name}_{step}")
+        if i in after:
+            d = {k: delay(m, v, 1, advance=advance, name=f"{name}_{step}_{k}")
+                 for k, v in d.items()}
+    return delay(m, d["y"], extra, advance=advance, name=f"{name}_y")

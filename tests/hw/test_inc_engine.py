@@ -10,6 +10,7 @@ import pytest
 from amaranth.back import verilog
 
 from epfabric.hw.inc_engine import IncEngine, IncOp, inc_flit_layout, reduce_lanes
+from epfabric.hw.lane_arith import add_latency
 from epfabric.sw.lane_sums import ordered_sum, to_bits
 from utils import ComponentSpec, require_simulator, run
 
@@ -187,8 +188,8 @@ def _words(lanes16, dtype):
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_rs_float_sums_follow_the_arrival_order(dtype):
     """fp32 and bf16 RS contributions offered in a different source order per chunk: each
-    result is bit for bit the fp32 sum in the order the engine took them, the first stored
-    as it is (bf16: rounded once, when it leaves). For fp32 the data are such that another
+    result is bit for bit the fp32 sum in the order the engine took them, from ``-0``
+    (bf16: rounded once, when it leaves). For fp32 the data are such that another
     order gives another result (the test sees the order); a bf16 result hides the order
     unless two fp32 sums straddle a bf16 rounding boundary, which
     :func:`test_rs_bf16_order_shows_through_a_tie` builds."""
@@ -206,7 +207,7 @@ def test_rs_float_sums_follow_the_arrival_order(dtype):
     differs = False
     for o in outs:
         c = o["chunk"]
-        want = ordered_sum(vals[orders[c], c], dtype)
+        want = ordered_sum(vals[orders[c], c], dtype, start=-0.0)
         assert o["data"] == _words(want, dtype), (c, o["data"], _words(want, dtype))
         differs |= bool((ordered_sum(vals[orders[c][::-1], c], dtype) != want).any())
     assert differs or dtype == "bf16"
@@ -231,7 +232,21 @@ def test_rs_bf16_order_shows_through_a_tie():
     assert {o["chunk"]: o["data"][0] & 0xFFFF for o in outs} == {0: 0x4C00, 1: 0x4C01}
     for chunk, order in ((0, (1, 2, 3, 4, 5)), (1, (3, 4, 5, 2, 1))):
         want = {0: 0x4C00, 1: 0x4C01}[chunk]
-        assert ordered_sum([terms[s] for s in order], "bf16") == want
+        assert ordered_sum([terms[s] for s in order], "bf16", start=-0.0) == want
+
+
+def test_a_float_contribution_holds_the_engine_for_the_sum():
+    """A floating-point RS contribution occupies the engine ``1 + add_latency`` cycles (it is
+    taken, summed, written): a chunk of three contributions offered back to back leaves
+    ``3 * latency`` cycles after the int32 engine sends it, with 1 + 2 + 3 = 6."""
+    lat = add_latency("fp32")
+    fl = [flit(IncOp.RS.value, s, 0, 0, (0x3F80_0000 * (s == 1) + 0x4000_0000 * (s == 2)
+                                         + 0x4040_0000 * (s == 3), 0)) for s in (1, 2, 3)]
+    int_outs, _ = run(SPEC, engine_intent, {"flits": fl, "expect": 1})
+    spec = ComponentSpec(SPEC.factory, {**SPEC.params, "dtype": "fp32"})
+    fp_outs, _ = run(spec, engine_intent, {"flits": fl, "expect": 1})
+    assert fp_outs[0]["cycle"] == int_outs[0]["cycle"] + 3 * lat
+    assert fp_outs[0]["data"] == [0x40C0_0000, 0]
 
 
 def test_rs_float_nan_and_infinity():

@@ -3,13 +3,15 @@
 tests/hw/test_inc_switch.py runs the unit inside a switch, where the order of the
 contributions is the arbiter's; here the bench offers them itself, so a floating-point
 result must be bit-exact against numpy's sum in that order (:func:`~epfabric.sw.lane_sums.ordered_sum`
-from the unit's identity ``-0``), and the same groups as 16-bit integers release in the
-same cycles (the floating-point sum adds no cycle).
+from the unit's identity ``-0``), and the cycles are specified: a floating-point sum
+takes :func:`~epfabric.hw.lane_arith.add_latency` more cycles, and a contribution whose
+slot has a sum in the pipeline waits for it.
 """
 
 import numpy as np
 import pytest
 
+from epfabric.hw.lane_arith import add_latency
 from epfabric.sw.lane_sums import ordered_sum, to_bits
 from utils import ComponentSpec, run
 
@@ -89,8 +91,7 @@ def _lanes_of(data, bits):
 def test_float_groups_are_the_sum_in_the_order_taken(dtype):
     """Interleaved groups under output stalls: each release is the numpy fp32 sum of its
     contributions in the order offered, from ``-0`` (bf16: accumulated in fp32, rounded
-    once), with the last contribution's header; and the same groups in 16-bit integer
-    lanes release in the same cycles."""
+    once), with the last contribution's header."""
     flits, terms = _groups(np.random.default_rng(3), dtype, 12)
     res, cycles = run(spec(dtype), unit_intent, {"flits": flits, "cycles": 80, "stall_every": 3})
     assert res["left"] == 0 and res["counters"]["o_errors"] == 0
@@ -101,11 +102,30 @@ def test_float_groups_are_the_sum_in_the_order_taken(dtype):
         want = ordered_sum(terms[(o["dst"], o["block"])], dtype, start=-0.0)
         assert (_lanes_of(o["data"], bits) == want).all(), (o, want)
         assert o["data"] & 0xFFFF_FFFF == 0x0D0D_0000 | o["dst"] << 8 | o["block"]
-    ints = [dict(f, data=f["data"] & ((1 << HEADER) - 1)) for f in flits]
-    ref, ref_cycles = run(spec("int16"), unit_intent, {"flits": ints, "cycles": 80,
-                                                       "stall_every": 3})
-    assert [o["cycle"] for o in ref["outs"]] == [o["cycle"] for o in res["outs"]]
-    assert ref_cycles == cycles
+
+
+def test_a_float_sum_takes_its_latency_and_a_slot_waits_for_its_sum():
+    """No stalls. Groups whose contributions are offered more than ``latency`` flits apart
+    release ``add_latency("fp32")`` cycles after the 16-bit integer unit releases them; three
+    contributions to one slot back to back each wait for the sum before them, so the group
+    releases ``3 * latency`` cycles after the integer one."""
+    lat = add_latency("fp32")
+    assert lat == 5 and add_latency("int16") == 0
+
+    def c(src, dst, mask, block):
+        return _contribution(src, dst, mask, block, [0x3F80_0000] * 4, 32)
+
+    groups = [(0, 0b0110, b) for b in (1, 2, 3)] + [(1, 0b0101, b) for b in (1, 2, 3)]
+    apart = ([c(2, d, mask, b) for d, mask, b in groups]           # 6 apart: more than 5
+             + [c(d ^ 1, d, mask, b) for d, mask, b in groups])
+    together = [c(1, 0, 0b1110, 3), c(2, 0, 0b1110, 3), c(3, 0, 0b1110, 3)]
+    for flits, extra, total in ((apart, lat, 0x4000_0000), (together, 3 * lat, 0x4040_0000)):
+        got = {d: run(spec(d), unit_intent, {"flits": flits, "cycles": 40})[0]
+               for d in ("int16", "fp32")}
+        assert [o["cycle"] + extra for o in got["int16"]["outs"]] == \
+            [o["cycle"] for o in got["fp32"]["outs"]]
+        assert all(o["data"] >> HEADER == total * (1 + (1 << 32) + (1 << 64) + (1 << 96))
+                   for o in got["fp32"]["outs"])
 
 
 def test_a_lane_type_wider_than_the_data_is_refused():
