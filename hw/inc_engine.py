@@ -21,7 +21,7 @@ order; an int32 slot stores the first as it is, a floating-point one adds it to 
 Nothing is buffered beyond the one partial sum per slot. With floating-point lanes the result depends on that order, which is
 cycle-deterministic in the simulators but changes with timing; a bf16 slot keeps an fp32
 partial sum and the result is rounded to bf16 once, when it leaves. The root then adds its
-own partial (:class:`~epfabric.hw.inc_endpoint.IncEndpoint`), last. docs/concepts/inc_numerics.md
+own partial (:class:`~epfabric.hw.inc_endpoint.IncEndpoint`), last. docs/concepts/inc-numerics.md
 derives the error bound a checker uses.
 """
 

@@ -30,7 +30,7 @@ gives the same order, on every simulator), but the order depends on timing -- li
 latencies, stalls, other traffic -- so a change of timing can change a floating-point
 sum in its last bits. A bf16 group keeps an fp32 partial sum (twice its lanes' bits in
 the slot) and is rounded to bf16 when it leaves: once per switch that releases it
-(docs/concepts/inc_numerics.md gives the error bound a checker uses).
+(docs/concepts/inc-numerics.md gives the error bound a checker uses).
 
 Slots are direct-mapped: slot ``(dst, key mod window)``, ``2**bits(dst) * window``
 of them, each a count and the partial sum (in the accumulator form of ``dtype``:

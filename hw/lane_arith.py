@@ -29,7 +29,7 @@ Lane types (``dtype``)
     The price is storage: a partial sum takes twice the bits of its lanes. Summing
     bf16 + bf16 -> bf16 at every step would round ``n - 1`` times at bf16's precision
     (``2**-8``), an error bound ``(n - 1) * 2**-8 * sum|x|`` against ``2**-8 * |s|``
-    plus ``(n - 2) * 2**-24 * sum|x|`` with fp32 accumulation (docs/concepts/inc_numerics.md).
+    plus ``(n - 2) * 2**-24 * sum|x|`` with fp32 accumulation (docs/concepts/inc-numerics.md).
     :func:`add_lanes` of two bf16 words (the INC-MoE root's own partial added to a
     received sum) is the fp32 sum rounded once to bf16: for a sum of two values, fp32's
     24 bits (>= 2 * 8 + 2) make that the correctly rounded bf16 sum.
@@ -279,7 +279,7 @@ ADD_STEPS = (("align", _step_align), ("sum", _step_sum), ("point", _step_point),
 
 #: Register stages of a floating-point lane sum in the reduction blocks: one after each
 #: step of :func:`add_f32` (the combinational sum misses the blocks' clock by far:
-#: ``epfabric synth inc_switch --param dtype="'fp32'" --pnr``; docs/concepts/inc_numerics.md).
+#: ``epfabric synth inc_switch --param dtype="'fp32'" --pnr``; docs/concepts/inc-numerics.md).
 FLOAT_ADD_LATENCY = len(ADD_STEPS)
 
 

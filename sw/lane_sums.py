@@ -3,7 +3,7 @@
 The INC blocks (:mod:`epfabric.hw.lane_arith`) add lanes of ``intN`` (wrapping: the same in
 any order), ``fp32`` or ``bf16`` (accumulated in fp32, rounded to bf16 when a sum leaves a
 block). A floating-point sum depends on the order of its additions, so a checker has two
-rules (docs/concepts/inc_numerics.md):
+rules (docs/concepts/inc-numerics.md):
 
 * **the order is known** (a test that feeds a block in an order it chooses; the ring
   baseline, whose order is the ring's): the result is bit-exact against

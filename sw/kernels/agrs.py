@@ -14,7 +14,7 @@ DataBlock of which ``lanes`` int32 words are modelled.
   ``r``'s first ``T_r`` rows, in lanes of ``dtype``: int32 (wrapping, the
   default), fp32, or bf16 (two lanes a word).
 
-How a floating-point ReduceScatter is checked (docs/concepts/inc_numerics.md): the
+How a floating-point ReduceScatter is checked (docs/concepts/inc-numerics.md): the
 ring adds in the ring's order (block ``q``'s chain starts at rank ``q + 1``, every
 hop adds its partial and rounds, the root last), which is fixed, so the shard is
 bit-exact against :func:`~epfabric.sw.lane_sums.ordered_sum` of that chain; the INC
