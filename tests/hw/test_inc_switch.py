@@ -207,3 +207,25 @@ def test_float_reductions_are_within_the_bound(dtype):
             assert verdict["ok"], (p, f["block"], verdict)
             checked += 1
     assert checked == len(want)
+
+
+@pytest.mark.slow
+def test_the_planar_form_of_a_float_switch_is_the_same_switch():
+    """fp32 lanes: the planar form (64-bit planes: two of header, two of two lanes; the data
+    planes follow the control's pipeline through ``radvance``) delivers every flit in the
+    cycle, with the bits, of the switch on Amaranth's simulator."""
+    from epfabric.hw.inc_switch import PlanarStarIncSwitch
+    rng = random.Random(8)
+    mq, _ = multicast_queues(rng, RANKS, 8)
+    rq, _ = reductions(rng, 12)
+    fq, _ = _float_queues(rq, "fp32", 6)
+    queues = [a + b for a, b in zip(mq, fq)]
+    args = {"rounds": [queues], "cycles": 300, "ranks": RANKS, "counters": COUNTERS, "seed": 6}
+    ref = run(spec(dtype="fp32"), traffic_intent, args)
+    assert ref[0]["left"] == [0] and ref[0]["counters"]["o_released"] > 0
+    planar = ComponentSpec("epfabric.hw.inc_switch:PlanarStarIncSwitch",
+                           {**spec(dtype="fp32").params, "plane_bits": 64})
+    assert [m for _lo, _w, m in PlanarStarIncSwitch(**planar.params).planar._planes("p")] == \
+        ["p_dp64h64", "p_dp64h64", "p_dp64", "p_dp64"]
+    require_simulator("icarus")
+    assert run(planar, traffic_intent, args, simulator="icarus") == ref
