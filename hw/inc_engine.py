@@ -18,10 +18,11 @@ bf16 lanes a word (``dtype``, :func:`reduce_lanes`).
 Order of accumulation. A ReduceScatter chunk's contributions are added to its slot in the
 order they reach the engine: the order the star switch's arbiter delivers them (arrival
 order; an int32 slot stores the first as it is, a floating-point one adds it to ``-0``).
-Nothing is buffered beyond the one partial sum per slot. With floating-point lanes the result depends on that order, which is
-cycle-deterministic in the simulators but changes with timing; a bf16 slot keeps an fp32
-partial sum and the result is rounded to bf16 once, when it leaves. The root then adds its
-own partial (:class:`~epfabric.hw.inc_endpoint.IncEndpoint`), last. docs/concepts/inc-numerics.md
+Nothing is buffered beyond the one partial sum per slot. With floating-point lanes the
+result depends on that order, which is cycle-deterministic in the simulators but changes
+with timing; a bf16 slot keeps an fp32 partial sum and the result is rounded to bf16 once,
+when it leaves. The root then adds its own partial
+(:class:`~epfabric.hw.inc_endpoint.IncEndpoint`), last. docs/concepts/inc-numerics.md
 derives the error bound a checker uses.
 """
 
@@ -153,8 +154,9 @@ class IncEngine(wiring.Component):
       copy per cycle (starting at ``q + 1``, so that successive messages spread
       over the outputs), header unchanged except ``dst``.
     * ``RS`` for root ``q``, chunk ``c``: summed into an aggregator slot
-      (:func:`reduce_lanes`'s lanes, in arrival order; a bf16 slot holds fp32 sums). Slots are a pool of ``slots`` entries, direct-mapped
-      by the chunk's position ``c * ranks + q`` in the chunk-major order in
+      (:func:`reduce_lanes`'s lanes, in arrival order; a bf16 slot holds fp32 sums).
+      Slots are a pool of ``slots`` entries, direct-mapped by the chunk's
+      position ``c * ranks + q`` in the chunk-major order in
       which every rank issues its contributions, and tagged with
       (epoch, root, chunk), so different chunks are reduced in parallel. When
       the ``ranks - 1``-th contribution arrives the sum goes to the root at

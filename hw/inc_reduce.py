@@ -49,8 +49,8 @@ header of the last contribution, which a kernel makes equal in every contributio
 Deadlock freedom. The unit never waits for a slot: every contribution is absorbed
 in the cycle it is offered unless the one-flit output register is full and not
 draining (or, with floating-point lanes, a sum for its slot is still in the adder's
-pipeline: a wait of at most ``latency`` cycles that depends on nothing else). Its releases go to the switch as an input and leave by ``routes[dst]``,
-towards a die, which always sinks block stores (hw/router.py's argument), and on
+pipeline: a wait of at most ``latency`` cycles that depends on nothing else). Its
+releases go to the switch as an input and leave by ``routes[dst]``, towards a die, which always sinks block stores (hw/router.py's argument), and on
 a tree with up/down routes every queue between drains. So every queue drains
 whether or not any group completes; a contribution is never stuck behind a
 release it is needed for; every group completes. Tests put random back-pressure on

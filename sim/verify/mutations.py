@@ -164,7 +164,8 @@ MUTATIONS = [
     {
         "name": "bf16_sum_truncated_not_rounded",
         "file": "hw/lane_arith.py",
-        "old": "    return Cat(head, *(fp.f32_to_bf16(m, v, name=f\"{name}{k}\") for k, v in enumerate(body)),\n",
+        "old": "    return Cat(head, *(fp.f32_to_bf16(m, v, name=f\"{name}{k}\") for k, v in "
+               "enumerate(body)),\n",
         "new": "    return Cat(head, *(v[16:] for k, v in enumerate(body)),\n",
         "description": "a bf16 sum leaves its fp32 accumulator truncated to bf16 instead of "
                        "rounded to nearest even",

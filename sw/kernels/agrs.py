@@ -196,7 +196,8 @@ class Agrs(Kernel):
     """One AG + one RS on an :class:`AgrsConfig` machine (module docstring).
 
     Parameters (``params``): ``mode``, ``tmax``, ``lanes``, ``slots`` and
-    ``dtype`` (the RS lane type) shape the machine; ``counts`` (rows per rank, default ``tmax`` each),
+    ``dtype`` (the RS lane type) shape the machine; ``counts`` (rows per rank,
+    default ``tmax`` each),
     ``seed``, ``concurrent`` (AG and RS at once) and ``barrier`` (a
     cross-rank barrier first, INC only) shape the operation.
     """

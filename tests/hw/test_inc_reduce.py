@@ -2,8 +2,8 @@
 
 tests/hw/test_inc_switch.py runs the unit inside a switch, where the order of the
 contributions is the arbiter's; here the bench offers them itself, so a floating-point
-result must be bit-exact against numpy's sum in that order (:func:`~epfabric.sw.lane_sums.ordered_sum`
-from the unit's identity ``-0``), and the cycles are specified: a floating-point sum
+result must be bit-exact against numpy's sum in that order
+(:func:`~epfabric.sw.lane_sums.ordered_sum` from the unit's identity ``-0``), and the cycles are specified: a floating-point sum
 takes :func:`~epfabric.hw.lane_arith.add_latency` more cycles, and a contribution whose
 slot has a sum in the pipeline waits for it.
 """
