@@ -369,5 +369,5 @@ class IncEngine(wiring.Component):
 
 
 VERILOG_EXPORTS = {
-    "inc_engine": (IncEngine, {"ranks": 4, "tmax": 4, "lanes": 2, "slots": 8}),
+    "inc_engine": (IncEngine, {"ranks": 4, "tmax": 4, "lanes": 2, "slots": 8, "dtype": "int32"}),
 }

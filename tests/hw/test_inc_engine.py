@@ -160,13 +160,16 @@ def test_flit_layout_has_message_header():
             "data"} <= set(fields)
 
 
-def test_verilog_export_lints_clean(tmp_path):
+@pytest.mark.parametrize("dtype", ["int32", "bf16"])
+def test_verilog_export_lints_clean(tmp_path, dtype):
+    """The registered engine, and with bf16 lanes (the floating-point pipeline and the bf16
+    widening and rounding), convert and lint clean."""
     require_simulator("verilator")
     from epfabric.sim.flows.lint import lint_file
     from epfabric.sim.flows.registry import build_component
     path = tmp_path / "inc_engine.v"
-    path.write_text(verilog.convert(build_component("inc_engine"), name="inc_engine",
-                                    emit_src=False))
+    path.write_text(verilog.convert(build_component("inc_engine", {"dtype": dtype}),
+                                    name="inc_engine", emit_src=False))
     ok, msg = lint_file(path)
     assert ok, msg
 
