@@ -8,10 +8,11 @@ that arrives before one it must follow. :func:`trace` runs reduction traffic thr
 :class:`~epfabric.hw.inc_switch.StarIncSwitch` on Amaranth's simulator and records each
 contribution the unit takes (cycle, group, source), each release and the unit's open
 slots; :func:`costs` replays the arrivals through both orders with the unit's pipelined
-sum (``latency`` cycles an add, a group's adds one after the other) and reports the
+sum (a group's adds ``latency + 1`` cycles apart, the unit's hazard rule) and reports the
 storage each needs and when each group completes. The arrival-order figures are the
-hardware's own; the canonical ones are a model over the same arrivals (one add started a
-cycle per group, so a lower bound on its delays).
+hardware's own (its takes already obey the rule); the canonical ones are a model over the
+same arrivals with no limit on adds of different groups in one cycle, so a lower bound on
+its delays.
 
 ``python -m epfabric.sim.tb.inc_order`` prints both for fp32 traffic under random stalls.
 """
