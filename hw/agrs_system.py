@@ -17,6 +17,7 @@ from .host import HostSignature, HostTarget, register_inputs, run_control
 from .inc_endpoint import (COUNTER_BITS, MODES, Buffer, IncEndpoint, RingEndpoint,
                            agrs_control_map, agrs_memory_map)
 from .inc_engine import IncEngine, check_dtype, inc_flit_layout
+from .signature import ParamSignature, check_other_params
 from .topology import check_timing, star
 from .validate import check_choice, check_int, check_pow2
 
@@ -77,24 +78,37 @@ class AgrsSystem(wiring.Component):
     def __init__(self, *, timing, ranks=4, mode="inc", tmax=4, lanes=2, slots=16, switch_depth=4,
                  dtype="int32"):
         self.timing = check_timing(timing)
+        signature = self.signature_for(ranks=ranks, mode=mode, tmax=tmax, lanes=lanes, slots=slots,
+                                       switch_depth=switch_depth)
+        self.ranks, self.mode, self.tmax, self.lanes, self.slots = ranks, mode, tmax, lanes, slots
+        self.switch_depth = switch_depth
+        self.dtype = check_dtype(dtype)
+        self.layout = inc_flit_layout(ranks=ranks, tmax=tmax, lanes=lanes)
+        self.memory_map = signature.params["memory_map"]
+        self.control_map = signature.params["control_map"]
+        self.host_read_latency = signature.params["host_read_latency"]
+        super().__init__(signature)
+
+    @classmethod
+    def signature_for(cls, *, ranks=4, mode="inc", tmax=4, lanes=2, slots=16, switch_depth=4,
+                      **others):
+        """The signature of the system of these (checked) parameters, without building it: a
+        :class:`~epfabric.hw.signature.ParamSignature` with ``ranks``, ``memory_map``,
+        ``control_map`` and ``host_read_latency``; ``timing`` and ``dtype`` (which shape no port)
+        are the constructor's to check."""
+        check_other_params(cls, others)
         check_int("ranks", ranks, 2)
         check_choice("mode", mode, MODES)
         check_int("tmax", tmax, 1)
         check_int("lanes", lanes, 1)
         check_int("switch_depth", switch_depth, 2)
-        self.ranks, self.mode, self.tmax, self.lanes, self.slots = ranks, mode, tmax, lanes, slots
-        self.switch_depth = switch_depth
-        self.dtype = check_dtype(dtype)
-        self.layout = inc_flit_layout(ranks=ranks, tmax=tmax, lanes=lanes)
-        self.memory_map = agrs_memory_map(ranks, tmax)
-        self.control_map = agrs_control_map(ranks)
-        self.host_read_latency = 1
         check_pow2("slots", slots)      # the engine's check, before it is built in elaborate
-        super().__init__({
+        return ParamSignature({
             "host": In(HostSignature(ranks=ranks, all_ranks=True, run=True)),
             "ag_count": Out(COUNTER_BITS).array(ranks), "rs_count": Out(COUNTER_BITS).array(ranks),
             "slot_stalls": Out(COUNTER_BITS),
-        })
+        }, ranks=ranks, memory_map=agrs_memory_map(ranks, tmax),
+            control_map=agrs_control_map(ranks), host_read_latency=1)
 
     def elaborate(self, platform):
         m = Module()

@@ -65,9 +65,11 @@ from amaranth.utils import bits_for
 from .aiv_core import MAX_WINDOW, READ_EXTRA_BITS, VECTOR_EXTRA_BITS, AIVCore, trace_layout
 from .arbiter import RoundRobin
 from .host import HostSignature, HostTarget
+from .inc_engine import inc_flit_layout
 from .instances import SharedModule
 from .router import DieRouter, FlitKind, flit_layout, rsp_depth_bound
 from .isa import BLOCK_BYTES, RANK_BITS, check_rank_bits
+from .signature import ParamSignature, check_other_params
 from .ub_port import UBMemory, UBOp
 from .validate import UserError, check_bool, check_int, check_pow2
 
@@ -135,7 +137,7 @@ class Die(wiring.Component):
     rank : int or None
         This die's rank (0..ranks-1), a constant; ``None`` adds an input port
         ``rank_in`` instead, so one Verilog module serves every rank (see
-        :meth:`epfabric.hw.system.System.hierarchical_verilog`).
+        :class:`epfabric.hw.system.System` ``shared``).
     ranks : int
         Ranks in the system (sizes the flit's ``dst``/``src``), 1..256.
     aivs : int
@@ -157,15 +159,13 @@ class Die(wiring.Component):
         deadlock-free bound ``(ranks - 1) * aivs`` (at least 2;
         :func:`~epfabric.hw.router.rsp_depth_bound`).
     core_module : SharedModule or None
-        Internal, set by :meth:`epfabric.hw.system.System.hierarchical_verilog`:
+        Internal, set by :class:`~epfabric.hw.system.System` ``shared``:
         instantiate every core as an instance of the shared Verilog module
-        ``core_module`` (:class:`~epfabric.hw.instances.SharedModule`, an
-        ``AIVCore(core_id=None)``) with ``core_id_in`` driven by the constant ``i``, instead of
-        elaborating ``AIVCore(core_id=i)``: one core module per die instead of
-        one per core id. ``None`` (the default, and what Amaranth's simulator
-        runs): real :class:`~epfabric.hw.aiv_core.AIVCore` submodules.
-        With it, :attr:`core_part` is the ``AIVCore(core_id=None)`` the
-        module is converted from.
+        ``core_module`` (:class:`~epfabric.hw.instances.SharedModule` whose part is an
+        ``AIVCore(core_id=None)`` of :meth:`core_params_of`) with ``core_id_in`` driven by
+        the constant ``i``, instead of elaborating ``AIVCore(core_id=i)``: one core module
+        per die instead of one per core id. ``None`` (the default, and what Amaranth's
+        simulator runs): real :class:`~epfabric.hw.aiv_core.AIVCore` submodules.
     non_atomic_port : bool
         Build the UB port with ``non_atomic=True`` (64 B beats, 8 cycles per
         block, flag field first; :class:`~epfabric.hw.ub_port.UBPort`): a
@@ -189,6 +189,10 @@ class Die(wiring.Component):
         ``inc=True``, arbitrates the cores' posts round-robin into the
         interface, feeds its counters back to every core, and adds the die's
         cube unit.
+    fp, fp_lanes, fp_latency, fp_repeat_cycles, fp_fused
+        Cores with the floating-point vector instructions and the unit's shape
+        (:class:`~epfabric.hw.aiv_core.AIVCore`). Default ``fp=False``: the Verilog is
+        unchanged, and the other four are not used.
     cube_cycles : int
         With ``nic``: cycles the cube unit spends on one ``cube`` row (>= 1).
         The unit serves the cores' requests one at a time, round-robin: a
@@ -244,9 +248,12 @@ class Die(wiring.Component):
     def __init__(self, *, rank=0, ranks=1, aivs=1, imem_depth=64, ubuf_rows=2, hbm_blocks=16,
                  data_bytes=32, lanes=4, width=16, max_outstanding=4, hbm_latency=2,
                  rsp_depth=None, core_module=None, non_atomic_port=False, nic=None, cube_cycles=1,
-                 rank_bits=RANK_BITS, small_bytes=32, ub_counters=False, ep=False):
-        if core_module is not None and not isinstance(core_module, SharedModule):
-            raise TypeError(f"core_module must be a SharedModule or None, not {core_module!r}")
+                 rank_bits=RANK_BITS, small_bytes=32, ub_counters=False, ep=False, fp=False,
+                 fp_lanes=4, fp_latency=None, fp_repeat_cycles=None, fp_fused=False):
+        if core_module is not None and (not isinstance(core_module, SharedModule)
+                                        or core_module.part is None):
+            raise TypeError(f"core_module must be a SharedModule with a part, or None, not "
+                            f"{core_module!r}")
         self.core_module = core_module
         check_int("ranks", ranks, 1, 256)
         if rank is not None:
@@ -274,25 +281,26 @@ class Die(wiring.Component):
         self.non_atomic_port = check_bool("non_atomic_port", non_atomic_port)
         self.ub_counters = check_bool("ub_counters", ub_counters)
         self.ep = check_bool("ep", ep)
+        check_bool("fp", fp)
         if ep and nic is not None:
             raise UserError("ep (in-network EP stores) and nic (INC-MoE posts) are two "
                             "machines: give one")
         self.rank, self.ranks, self.aivs = rank, ranks, aivs
         self.hbm_blocks, self.data_bytes, self.hbm_latency = hbm_blocks, data_bytes, hbm_latency
         self.imem_depth, self.max_outstanding, self.rsp_depth = imem_depth, max_outstanding, rsp_depth
-        core_params = dict(imem_depth=imem_depth, ubuf_rows=ubuf_rows, data_bytes=data_bytes,
-                           lanes=lanes, width=width, max_outstanding=max_outstanding,
-                           **({"inc": True} if nic is not None else {}),
-                           **({"ep": True, "ep_dies": ranks} if ep else {}))
+        core_params = self.core_params_of(dict(
+            ranks=ranks, imem_depth=imem_depth, ubuf_rows=ubuf_rows, data_bytes=data_bytes,
+            lanes=lanes, width=width, max_outstanding=max_outstanding, nic=nic, ep=ep,
+            fp=check_bool("fp", fp), fp_lanes=fp_lanes, fp_latency=fp_latency,
+            fp_repeat_cycles=fp_repeat_cycles, fp_fused=fp_fused))
         self.core_params = core_params
         if core_module is None:
-            self.core_part = None
             self.cores = [AIVCore(core_id=i, **core_params) for i in range(aivs)]
         else:
-            # Verilog with one shared core module: each core is an Instance of it,
+            # Verilog with one shared core module: each core is an instance of it,
             # wired through an interface object with the core's signature.
-            self.core_part = AIVCore(core_id=None, **core_params)
-            self.cores = [self.core_part.signature.create(path=(f"core{i}",)) for i in range(aivs)]
+            signature = core_module.part.signature
+            self.cores = [signature.create(path=(f"core{i}",)) for i in range(aivs)]
         self.mem = UBMemory(blocks=hbm_blocks, data_bytes=data_bytes, latency=hbm_latency,
                             read_ports=requesters + 1, non_atomic=non_atomic_port)
         self.requesters = requesters
@@ -301,9 +309,33 @@ class Die(wiring.Component):
                                 hbm_latency=hbm_latency, rsp_depth=rsp_depth,
                                 max_outstanding=max_outstanding, rank_bits=rank_bits, ep=ep)
         self.flit = self.router.flit
-        super().__init__({
-            "tx": Out(stream.Signature(self.flit)),
-            "rx": In(stream.Signature(self.flit)),
+        super().__init__(self.signature_for(
+            rank=rank, ranks=ranks, aivs=aivs, imem_depth=imem_depth, hbm_blocks=hbm_blocks,
+            data_bytes=data_bytes, max_outstanding=max_outstanding, nic=nic,
+            ub_counters=ub_counters, ep=ep))
+
+    @classmethod
+    def signature_for(cls, *, rank=0, ranks=1, aivs=1, imem_depth=64, hbm_blocks=16,
+                      data_bytes=32, max_outstanding=4, nic=None, ub_counters=False, ep=False,
+                      **others):
+        """The signature of a die of these parameters (the constructor's), without building
+        it: a :class:`~epfabric.hw.signature.ParamSignature` with ``rank``, ``ranks``,
+        ``aivs`` and ``data_bytes``. The parameters that shape no port are the
+        constructor's to check."""
+        check_other_params(cls, others)
+        check_int("ranks", ranks, 1, 256)
+        if rank is not None:
+            check_int("rank", rank, 0, ranks - 1)
+        check_int("aivs", aivs, 1, 256)
+        check_int("max_outstanding", max_outstanding, 1, MAX_WINDOW)
+        if nic is not None and not isinstance(nic, dict):
+            raise TypeError(f"nic must be a dict of IncNic parameters or None, not {nic!r}")
+        flit = flit_layout(ranks, aivs + (nic is not None), data_bytes, hbm_blocks, ep=ep)
+        inc_flit = None if nic is None else stream.Signature(
+            inc_flit_layout(ranks=ranks, tmax=nic["tmax"], lanes=data_bytes // 4))
+        return ParamSignature({
+            "tx": Out(stream.Signature(flit)),
+            "rx": In(stream.Signature(flit)),
             "host": In(HostSignature(cores=aivs, row_bits=8 * data_bytes)),
             "enabled": Out(aivs),
             "core_pc": Out(range(imem_depth)).array(aivs),
@@ -317,11 +349,28 @@ class Die(wiring.Component):
             "done": Out(1),
             **({"rank_in": In(range(max(2, ranks)))} if rank is None else {}),
             **({"idle": Out(1)} if nic is None else {}),
-            **({"inc_tx": Out(stream.Signature(self.nic.tx.payload.shape())),
-                "inc_rx": In(stream.Signature(self.nic.tx.payload.shape())),
-                "inc_counts": Out(32).array(3)} if self.nic is not None else {}),
+            **({"inc_tx": Out(inc_flit), "inc_rx": In(inc_flit),
+                "inc_counts": Out(32).array(3)} if nic is not None else {}),
             **({"ub_blocks": Out(32), "ub_words": Out(32)} if ub_counters else {}),
-        })
+        }, rank=rank, ranks=ranks, aivs=aivs, data_bytes=data_bytes)
+
+    @staticmethod
+    def core_params_of(params):
+        """The :class:`~epfabric.hw.aiv_core.AIVCore` parameters (but ``core_id``) of the cores
+        of a die with constructor parameters ``params`` (``imem_depth``, ``ubuf_rows``,
+        ``data_bytes``, ``lanes``, ``width``, ``max_outstanding``, ``ranks``; ``nic``, ``ep``,
+        ``fp`` and the floating-point unit's ``fp_lanes``, ``fp_latency``, ``fp_repeat_cycles``,
+        ``fp_fused``)."""
+        p = params
+        return dict(imem_depth=p["imem_depth"], ubuf_rows=p["ubuf_rows"],
+                    data_bytes=p["data_bytes"], lanes=p["lanes"], width=p["width"],
+                    max_outstanding=p["max_outstanding"],
+                    **({"inc": True} if p.get("nic") is not None else {}),
+                    **({"ep": True, "ep_dies": p["ranks"]} if p.get("ep") else {}),
+                    **({"fp": True, "fp_lanes": p.get("fp_lanes", 4),
+                        "fp_latency": p.get("fp_latency"),
+                        "fp_repeat_cycles": p.get("fp_repeat_cycles"),
+                        "fp_fused": p.get("fp_fused", False)} if p.get("fp") else {}))
 
     def elaborate(self, platform):
         m = Module()

@@ -58,6 +58,7 @@ from amaranth.lib.wiring import In, Out
 
 from .die import Die
 from .host import HostSignature, register_inputs, run_control
+from .signature import ParamSignature, check_other_params
 from .validate import check_int, check_pow2
 
 __all__ = ["FpgaDie", "FPGA_MAX_AIVS", "VERILOG_EXPORTS"]
@@ -104,18 +105,28 @@ class FpgaDie(wiring.Component):
 
     def __init__(self, *, aivs=2, imem_depth=64, ubuf_rows=2, hbm_blocks=512, data_bytes=32,
                  lanes=4, width=16, max_outstanding=4, hbm_latency=2):
-        check_int("aivs", aivs, 1, FPGA_MAX_AIVS)
-        check_pow2("hbm_blocks", hbm_blocks, 1, 1 << 15)
-        check_int("hbm_latency", hbm_latency, 1, 256)
+        signature = self.signature_for(aivs=aivs, hbm_blocks=hbm_blocks, hbm_latency=hbm_latency)
         self.aivs, self.hbm_blocks, self.hbm_latency = aivs, hbm_blocks, hbm_latency
-        self.host_read_latency = hbm_latency + 1       # + the host input register
+        self.host_read_latency = signature.params["host_read_latency"]
         self.die = Die(rank=0, ranks=2, aivs=aivs, imem_depth=imem_depth, ubuf_rows=ubuf_rows,
                        hbm_blocks=hbm_blocks, data_bytes=data_bytes, lanes=lanes, width=width,
                        max_outstanding=max_outstanding, hbm_latency=hbm_latency)
-        super().__init__({
+        super().__init__(signature)
+
+    @classmethod
+    def signature_for(cls, *, aivs=2, hbm_blocks=512, hbm_latency=2, **others):
+        """The signature of an FPGA die of these parameters (the constructor's), without
+        building it (a :class:`~epfabric.hw.signature.ParamSignature` with ``aivs`` and
+        ``host_read_latency``); the parameters of its die (``imem_depth``, ...) are the die's
+        to check."""
+        check_other_params(cls, others)
+        check_int("aivs", aivs, 1, FPGA_MAX_AIVS)
+        check_pow2("hbm_blocks", hbm_blocks, 1, 1 << 15)
+        check_int("hbm_latency", hbm_latency, 1, 256)
+        return ParamSignature({
             "host": In(HostSignature(cores=aivs, run=True)),
             "fault": Out(1),
-        })
+        }, aivs=aivs, host_read_latency=hbm_latency + 1)       # + the host input register
 
     def elaborate(self, platform):
         m = Module()

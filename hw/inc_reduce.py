@@ -195,8 +195,8 @@ class ReduceUnit(wiring.Component):
         if Shape.cast(fields["mask"].shape).width < nd:
             raise UserError(f"the payload's mask field is narrower than the {nd} destinations")
         flit = stream.Signature(payload)
-        #: bits of a slot's address: the destination, then the key's low bits
-        self.index_bits = Shape.cast(fields["dst"].shape).width + ceil_log2(self.window)
+        #: bits of a slot's address (:meth:`index_bits_for`)
+        self.index_bits = self.index_bits_for(payload, self.window)
         index_bits = self.index_bits
         super().__init__({
             **({"subtree_in": In(nd).array(nd)} if subtree_port else {}),
@@ -210,6 +210,12 @@ class ReduceUnit(wiring.Component):
             "o_errors": Out(counter_width),
             "o_open": Out(counter_width),
         })
+
+    @staticmethod
+    def index_bits_for(payload, window):
+        """Bits of a slot's address of a unit of flits ``payload`` and ``window``: the
+        destination, then the key's low bits."""
+        return Shape.cast(dict(iter(payload))["dst"].shape).width + ceil_log2(window)
 
     def elaborate(self, platform):
         m = Module()

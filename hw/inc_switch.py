@@ -28,7 +28,8 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .inc_reduce import ReduceDataPlane, ReduceUnit
-from .lane_arith import add_latency
+from .lane_arith import add_latency, lane_bits
+from .signature import check_other_params
 from .switch import PlanarSwitch, Switch, SwitchDataPlane
 from .validate import UserError, check_int
 
@@ -86,20 +87,33 @@ class IncSwitch(wiring.Component):
                                key_field=key_field, header_bits=header_bits,
                                dtype=dtype, counter_width=counter_width,
                                subtree_port=route_port, planes=self.planes)
-        sig = Switch.signature_of(ports=ports, destinations=len(self.routes), payload=payload,
+        super().__init__(self.signature_for(
+            ports=ports, routes=routes, payload=payload, counter_width=counter_width,
+            small_taps=small_taps, route_port=route_port, window=window, dtype=dtype,
+            planes=planes))
+
+    @staticmethod
+    def signature_for(*, ports, routes, payload, counter_width=32, small_taps=False,
+                      route_port=False, window=16, dtype="int16", planes=False, **others):
+        """The signature of an in-network switch of these parameters (the constructor's),
+        without building one (``dtype`` adds ``x_radvance`` to a control part whose unit has
+        a pipelined sum); those that shape no port are the constructor's to check."""
+        check_other_params(IncSwitch, others)
+        check_int("ports", ports, 2)
+        sig = Switch.signature_of(ports=ports, destinations=len(routes), payload=payload,
                                   counter_width=counter_width, route_port=route_port,
                                   small_taps=small_taps, subtree_port=route_port)
         members = dict(sig.members)
         for name in ("o_absorbed", "o_released", "o_errors", "o_open"):
             members[name] = Out(counter_width)
-        if self.planes:
+        if planes:
             members.update({"x_push": Out(ports + 1), "x_pop": Out(ports + 1),
                             "x_load": Out(ports + 1), "x_grant": Out(ports + 1).array(ports + 1),
-                            "x_rindex": Out(self.unit.index_bits), "x_rtake": Out(1),
-                            "x_rfresh": Out(1), "x_rrelease": Out(1)})
-            if self.unit.latency:
+                            "x_rindex": Out(ReduceUnit.index_bits_for(payload, window)),
+                            "x_rtake": Out(1), "x_rfresh": Out(1), "x_rrelease": Out(1)})
+            if add_latency(dtype):
                 members["x_radvance"] = Out(1)
-        super().__init__(members)
+        return wiring.Signature(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -199,19 +213,16 @@ class PlanarIncSwitch(PlanarSwitch):
                          plane_bits=self.plane_bits_for(ports + 1) if plane_bits is None
                          else plane_bits)
         self.inner_ports = ports + 1
-        from .instances import mark_used
-        whole = IncSwitch(ports=ports, routes=routes, payload=payload, depth=depth,
-                          counter_width=counter_width, small_taps=small_taps, route_port=True,
-                          **self.inc)
-        mark_used(whole)                     # built for its signature and unit only
-        self.signature = whole.signature
-        self.index_bits = whole.unit.index_bits
-        lane_bits = whole.unit.lane_bits
+        self.signature = IncSwitch.signature_for(
+            ports=ports, routes=routes, payload=payload, depth=depth, counter_width=counter_width,
+            small_taps=small_taps, route_port=True, **self.inc)
+        self.index_bits = ReduceUnit.index_bits_for(payload, window)
+        bits = lane_bits(dtype)
         for k, (plo, _pw, _module) in enumerate(super()._planes("")):
-            if plo > header_bits and (plo - header_bits) % lane_bits:
+            if plo > header_bits and (plo - header_bits) % bits:
                 raise UserError(f"plane {k} of {self.plane_bits} bits starts at data bit {plo}, "
-                                f"inside a {lane_bits}-bit lane (lanes start at bit "
-                                f"{header_bits}): choose plane_bits a multiple of {lane_bits}")
+                                f"inside a {bits}-bit lane (lanes start at bit "
+                                f"{header_bits}): choose plane_bits a multiple of {bits}")
 
     def _header_in(self, plo, pw):
         """Bits of the header (not summed) in the plane of ``pw`` bits at data bit ``plo``."""
@@ -266,13 +277,21 @@ class StarIncSwitch(IncSwitch):
 
     def __init__(self, *, ranks=4, depth=4, window=8, data_bits=256, header_bits=128,
                  dtype="int16", counter_width=16):
+        super().__init__(**self.switch_params(
+            ranks=ranks, depth=depth, window=window, data_bits=data_bits,
+            header_bits=header_bits, dtype=dtype, counter_width=counter_width))
+
+    @staticmethod
+    def switch_params(*, ranks=4, depth=4, window=8, data_bits=256, header_bits=128,
+                      dtype="int16", counter_width=16):
+        """The :class:`IncSwitch` parameters of the star switch of these parameters."""
         check_int("ranks", ranks, 2, 64)
         full = (1 << ranks) - 1
-        super().__init__(ports=ranks, routes=list(range(ranks)),
-                         payload=inc_payload(ranks, data_bits, max(1, (window - 1).bit_length())),
-                         depth=depth, subtree=[full & ~(1 << d) for d in range(ranks)],
-                         window=window, header_bits=header_bits, dtype=dtype,
-                         counter_width=counter_width)
+        return dict(ports=ranks, routes=list(range(ranks)),
+                    payload=inc_payload(ranks, data_bits, max(1, (window - 1).bit_length())),
+                    depth=depth, subtree=[full & ~(1 << d) for d in range(ranks)],
+                    window=window, header_bits=header_bits, dtype=dtype,
+                    counter_width=counter_width)
 
 
 class PlanarStarIncSwitch(StarIncSwitch):
@@ -282,17 +301,22 @@ class PlanarStarIncSwitch(StarIncSwitch):
     switch itself (tests/hw/test_inc_switch.py). Amaranth's simulator runs the plain switch."""
 
     def __init__(self, *, plane_bits=48, **params):
+        self.planar = self.planar_of(plane_bits=plane_bits, **params)    # checked first
         super().__init__(**params)
-        self.planar = PlanarIncSwitch(ports=self.ports, routes=self.routes, payload=self.payload,
-                                      depth=self.switch.depth,
-                                      counter_width=self.unit.counter_width,
-                                      subtree=self.unit.subtree, plane_bits=plane_bits,
-                                      window=self.unit.window, header_bits=self.unit.header_bits,
-                                      dtype=self.unit.dtype)
 
-    def simulation_verilog(self, top, convert):
-        """Verilog of module ``top`` (see :meth:`PlanarSwitch.verilog_with_constants`)."""
-        return self.planar.verilog_with_constants(top, "epf_planar_inc", convert)
+    @staticmethod
+    def planar_of(*, plane_bits=48, **params):
+        """The :class:`PlanarIncSwitch` (not an elaboratable) of the switch of these
+        parameters (the constructor's)."""
+        return PlanarIncSwitch(plane_bits=plane_bits, **StarIncSwitch.switch_params(**params))
+
+    @staticmethod
+    def simulation_verilog(top, convert, **params):
+        """Verilog of module ``top`` of the switch of these parameters (the constructor's),
+        which is not built: its planar form's (see
+        :meth:`PlanarSwitch.verilog_with_constants`)."""
+        planar = PlanarStarIncSwitch.planar_of(**params)
+        return planar.verilog_with_constants(top, "epf_planar_inc", convert)
 
 
 VERILOG_EXPORTS = {

@@ -15,6 +15,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .ring import incr_wrap, ring_storage
+from .signature import check_other_params
 from .validate import UserError, UserTypeError, check_int
 
 __all__ = ["Link", "flit_layout", "check_payload", "LINK_MIN_LATENCY", "VERILOG_EXPORTS"]
@@ -148,13 +149,22 @@ class Link(wiring.Component):
             depth = math.ceil(latency * flits_per_cycle) + burst + 1
         check_int("depth", depth, 1)
         self.depth = depth
-        super().__init__({
+        super().__init__(self.signature_for(payload=payload))
+        #: the registers ``idle`` promises to keep (set by ``elaborate``, for tests)
+        self.state = []
+
+    @staticmethod
+    def signature_for(*, payload=None, ranks=4, data_bits=32, **others):
+        """The signature of a link of these parameters (the constructor's: flits ``payload``,
+        or :func:`flit_layout` of ``ranks`` and ``data_bits``), without building one."""
+        check_other_params(Link, others)
+        if payload is None:
+            payload = flit_layout(ranks=ranks, data_bits=data_bits)
+        return wiring.Signature({
             "i_stream": In(stream.Signature(payload)),
             "o_stream": Out(stream.Signature(payload)),
             "idle": Out(1),
         })
-        #: the registers ``idle`` promises to keep (set by ``elaborate``, for tests)
-        self.state = []
 
     def elaborate(self, platform):
         m = Module()

@@ -15,6 +15,7 @@ from amaranth.lib.wiring import In, Out
 from .arbiter import RoundRobin
 from .link import check_payload, flit_layout
 from .ring import incr_wrap, ring_storage
+from .signature import check_other_params
 from .validate import UserError, check_int
 
 __all__ = ["Switch", "MulticastMasks", "SWITCH_LATENCY", "VERILOG_EXPORTS"]
@@ -171,6 +172,21 @@ class Switch(wiring.Component):
                                            counter_width=counter_width, route_port=route_port,
                                            planes=planes, small_taps=small_taps,
                                            subtree_port=route_port and reduce_port is not None))
+
+    @classmethod
+    def signature_for(cls, *, ports, routes=None, payload=None, counter_width=32, data_bits=32,
+                      route_port=False, planes=False, small_taps=False, reduce_port=None,
+                      **others):
+        """The signature of a switch of these parameters (the constructor's), without building
+        one (:meth:`signature_of`); the constructor checks them."""
+        check_other_params(cls, others)
+        routes = range(ports) if routes is None else routes
+        if payload is None:
+            payload = flit_layout(ranks=len(routes), data_bits=data_bits)
+        return cls.signature_of(ports=ports, destinations=len(routes), payload=payload,
+                                counter_width=counter_width, route_port=route_port,
+                                planes=planes, small_taps=small_taps,
+                                subtree_port=route_port and reduce_port is not None)
 
     @staticmethod
     def signature_of(*, ports, destinations, payload, counter_width, route_port, planes=False,

@@ -12,13 +12,15 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from .aiv_core import AIVCore
 from .arbiter import RoundRobin
 from .die import Die, flit_layout
 from .inc_engine import IncEngine, inc_flit_layout
 from .host import HostSignature, HostTarget, register_inputs, run_control
-from .instances import Sharing, mark_used, shared_modules_active
+from .instances import Part, Sharing
 from .isa import RANK_BITS
-from .topology import (SUPERPOD_HOPS, check_timing, check_topology, star, superpod,
+from .signature import ParamSignature, check_other_params
+from .topology import (STAR_HOPS, SUPERPOD_HOPS, check_timing, check_topology, star, superpod,
                        topology_ranks)
 from .validate import UserError, UserTypeError, check_int
 
@@ -29,7 +31,7 @@ __all__ = ["System", "trace_entry_layout", "imem_row_window", "MAX_AIVS_PER_DIE"
 #: to 32 dies and a pair (``R[rs3] << 32 | R[rs2]``) up to 64
 MAX_EP_DIES = 64
 
-#: Verilog names of the shared die and core modules (``hierarchical_verilog``).
+#: Verilog names of the shared die and core modules (``System(shared=...)``).
 DIE_MODULE = "epf_die"
 CORE_MODULE = "epf_aiv"
 
@@ -169,15 +171,20 @@ class System(wiring.Component):
     switch_depth : int
         Input FIFO depth of the fabric's switches.
     shared : Sharing or None
-        Internal, set by :meth:`hierarchical_verilog` (and by
-        :func:`~epfabric.hw.instances.shared_modules`, without a reset):
+        For simulation Verilog with one module per repeated block (the Verilog
+        simulators' and the native backend's, :mod:`epfabric.sim.backends.verilog`):
         every die is an instance of one shared Verilog module, a
-        ``Die(rank=None)`` whose cores are instances of one
-        ``AIVCore(core_id=None)``, and the fabric's switches and links are
-        instances of one module per kind (:func:`~epfabric.hw.topology.superpod`);
-        :attr:`parts` holds the modules
-        (:class:`~epfabric.hw.instances.Sharing`). ``None`` (the default, and
-        what Amaranth's simulator runs): components.
+        ``Die(rank=None)`` (its rank an input driven by a constant) whose cores
+        are instances of one ``AIVCore(core_id=None)``, and the fabric's
+        switches and links are instances of one module per kind, its route
+        table on a port (:func:`~epfabric.hw.topology.superpod`); :attr:`parts`
+        holds the modules to convert, ``{name: Part}``
+        (:class:`~epfabric.hw.instances.Sharing`: ``has_reset``, whether the
+        modules have a ``rst`` port, and what an instance becomes). Amaranth emits
+        one module per instance, so a flat system repeats every die's Verilog
+        ``ranks`` times; generation time and the C++ Verilator compiles grow with
+        it. ``None`` (the default, and what Amaranth's simulator runs):
+        components. Same hardware; the cross-simulator tests compare the two.
     non_atomic_port : bool
         Every die's UB port commits blocks beat by beat (a negative control;
         see :class:`~epfabric.hw.die.Die`). Default ``False``.
@@ -193,7 +200,7 @@ class System(wiring.Component):
     sample_depth : int
         Entries of the counter sample memory (0..:data:`MAX_SAMPLE_DEPTH`; 0 = no sampler).
     ep_inc : dict or None
-        In-network expert parallelism (issue 31): every switch of the superpod is an
+        In-network expert parallelism: every switch of the superpod is an
         :class:`~epfabric.hw.inc_switch.IncSwitch` (these parameters: ``window``, the result
         blocks of a destination a run reduces into; ``header_bits``, default 128, the
         Data-as-Flag words a reduction keeps rather than sums; ``dtype``, default ``"int16"``,
@@ -235,44 +242,30 @@ class System(wiring.Component):
                  max_outstanding=512, hbm_latency=2, rsp_depth=None, switch_depth=4,
                  shared=None, non_atomic_port=False, nic=None, inc_slots=16, cube_cycles=1,
                  rank_bits=RANK_BITS, sample_depth=0, ep_inc=None):
-        self._params = dict(timing=timing, topology=topology, aivs_per_die=aivs_per_die,
-                            imem_depth=imem_depth, ubuf_rows=ubuf_rows, hbm_blocks=hbm_blocks,
-                            data_bytes=data_bytes, lanes=lanes, trace_depth=trace_depth, width=width,
-                            max_outstanding=max_outstanding, hbm_latency=hbm_latency,
-                            rsp_depth=rsp_depth, switch_depth=switch_depth,
-                            non_atomic_port=non_atomic_port)
-        if rank_bits != RANK_BITS:     # a default machine's parameters (and Verilog) as before
-            self._params.update(rank_bits=rank_bits)
-        check_int("sample_depth", sample_depth, 0, MAX_SAMPLE_DEPTH)
-        if sample_depth:               # without a sampler, the parameters (and Verilog) as before
-            self._params.update(sample_depth=sample_depth)
         self.sample_depth = sample_depth
         if nic is not None:
-            self._params.update(nic=nic, inc_slots=inc_slots, cube_cycles=cube_cycles)
             check_int("inc_slots", inc_slots, 1, 1 << 12)
         self.nic, self.inc_slots = nic, inc_slots
-        if ep_inc is not None:
-            if not isinstance(ep_inc, dict):
-                raise UserTypeError(f"ep_inc must be a dict of in-network switch parameters "
-                                    f"(window, ...) or None, not {ep_inc!r}")
-            self._params.update(ep_inc=ep_inc)
+        if ep_inc is not None and not isinstance(ep_inc, dict):
+            raise UserTypeError(f"ep_inc must be a dict of in-network switch parameters "
+                                f"(window, ...) or None, not {ep_inc!r}")
         self.ep_inc = ep_inc
-        if shared is None and shared_modules_active():
-            shared = Sharing(has_reset=False)    # ports only (see hw.instances.shared_modules)
         if shared is not None and not isinstance(shared, Sharing):
             raise TypeError(f"shared must be a Sharing or None, not {shared!r}")
-        kind, *shape = check_topology(topology)
-        check_int("aivs_per_die", aivs_per_die, 1, MAX_AIVS_PER_DIE)
-        check_int("trace_depth", trace_depth, 1, 65535)
-        ranks = topology_ranks(topology)
-        if ranks * aivs_per_die > 65535:
-            raise UserError(f"aivs_per_die={aivs_per_die} gives more than 65535 cores")
+        signature = self.signature_for(topology=topology, aivs_per_die=aivs_per_die,
+                                       imem_depth=imem_depth, data_bytes=data_bytes,
+                                       trace_depth=trace_depth, hbm_latency=hbm_latency, nic=nic,
+                                       sample_depth=sample_depth)
+        kind, *shape = topology
+        # the fabric's latencies, checked before any die is built
+        check_timing(timing).need(SUPERPOD_HOPS if kind == "superpod" else STAR_HOPS)
         self.kind, self.shape = kind, tuple(shape)
-        self.ranks, self.aivs_per_die = ranks, aivs_per_die
-        self.n_cores = ranks * aivs_per_die
+        self.ranks, self.aivs_per_die = signature.params["ranks"], aivs_per_die
+        self.n_cores = signature.params["n_cores"]
         self.trace_depth = trace_depth
         self.hbm_latency = hbm_latency
-        self.host_read_latency = hbm_latency + 1   # + the host port register
+        self.host_read_latency = signature.params["host_read_latency"]
+        ranks = self.ranks
         # the router's requesters: the cores, and the network interface of an INC machine
         if ep_inc is not None and kind != "superpod":
             raise UserError(f"in-network EP (ep_inc) needs a superpod topology, not {topology!r}")
@@ -299,11 +292,14 @@ class System(wiring.Component):
             self.die_module, self.parts = None, {}
             self.dies = [Die(rank=r, **die_params) for r in range(ranks)]
         else:
-            # Verilog with one shared die module: each rank is an Instance of it,
-            # wired through an interface object with the die's signature.
-            self.die_module = shared.module(DIE_MODULE)
-            die = Die(rank=None, core_module=shared.module(CORE_MODULE, inner=True), **die_params)
-            self.parts = {DIE_MODULE: die, CORE_MODULE: die.core_part}
+            # Verilog with one shared die module: each rank is an instance of it, wired
+            # through an interface object with the die's signature; the die and core
+            # modules are built only when converted (their Verilog may be cached).
+            core = Part(AIVCore, core_id=None, **Die.core_params_of(die_params))
+            die = Part(Die, signature=Die.signature_for(rank=None, **die_params), rank=None,
+                       core_module=shared.module(CORE_MODULE, core, inner=True), **die_params)
+            self.die_module = shared.module(DIE_MODULE, die)
+            self.parts = {DIE_MODULE: die, CORE_MODULE: core}
             self.dies = [die.signature.create(path=(f"die{r}",)) for r in range(ranks)]
         if kind == "superpod":
             self.fabric = superpod(timing, *shape, payload=self.flit, switch_depth=switch_depth,
@@ -320,7 +316,33 @@ class System(wiring.Component):
                                    switch_depth=switch_depth)
             self.inc_engine = IncEngine(ranks=ranks, tmax=nic["tmax"], lanes=lanes_inc,
                                         slots=inc_slots)
-        n = self.n_cores
+        super().__init__(signature)
+
+    @classmethod
+    def signature_for(cls, *, topology, aivs_per_die=1, imem_depth=64, data_bytes=32,
+                      trace_depth=64, hbm_latency=2, nic=None, sample_depth=0, **others):
+        """The signature of a system of these parameters (those of the constructor, but
+        ``shared``), without building it: a :class:`~epfabric.hw.signature.ParamSignature`
+        with ``ranks``, ``aivs_per_die``, ``n_cores``, ``host_read_latency``, ``kind``
+        and ``topology``.
+
+        Raises
+        ------
+        ValueError, TypeError
+            On a bad parameter that shapes the ports (named in the message), or a
+            name that is not a parameter; the others are the constructor's to check.
+        """
+        check_other_params(cls, others)
+        if "shared" in others:
+            raise TypeError("a system's signature does not depend on shared: leave it out")
+        check_int("sample_depth", sample_depth, 0, MAX_SAMPLE_DEPTH)
+        kind, *shape = check_topology(topology)
+        check_int("aivs_per_die", aivs_per_die, 1, MAX_AIVS_PER_DIE)
+        check_int("trace_depth", trace_depth, 1, 65535)
+        ranks = topology_ranks(topology)
+        n = ranks * aivs_per_die
+        if n > 65535:
+            raise UserError(f"aivs_per_die={aivs_per_die} gives more than 65535 cores")
         link_ports = {} if kind != "superpod" else {
             "fabric_link_blocks": Out(32).array(len(SUPERPOD_HOPS)),
             "fabric_link_small": Out(32).array(len(SUPERPOD_HOPS))}
@@ -332,7 +354,7 @@ class System(wiring.Component):
             "sample_raddr": In(range(max(2, sample_depth))),
             "sample_rdata": Out(sample_layout(ranks, kind == "superpod")),
             "ub_blocks": Out(32).array(ranks), "ub_words": Out(32).array(ranks)}
-        super().__init__({
+        return ParamSignature({
             "host": In(HostSignature(ranks=ranks, cores=aivs_per_die, all_ranks=True, run=True,
                                      row_bits=8 * data_bytes)),
             "core_pc": Out(range(imem_depth)).array(n),
@@ -350,32 +372,9 @@ class System(wiring.Component):
             **link_ports,
             **inc_ports,
             **sample_ports,
-        })
-
-    def hierarchical_verilog(self, reset, expose=None):
-        """``(top, {module name: component})`` for Verilog with one die module.
-
-        Amaranth emits one module per instance, so a flat system repeats every
-        die's Verilog ``ranks`` times; generation time and the C++ Verilator
-        compiles grow with it. ``top`` is this system with every die an
-        ``Instance`` of the one ``Die(rank=None)`` module (its rank an input),
-        every core of that die an ``Instance`` of one ``AIVCore(core_id=None)``
-        module (its core id an input driven by a constant), every fabric link
-        an ``Instance`` of one module per distinct link and every switch an
-        ``Instance`` of one module per switch kind, its route table on a port
-        (the ``shared`` parameter), which the caller converts separately
-        (``reset``: whether the converted modules have a ``rst`` port). Same
-        hardware; the cross-simulator tests compare it with the flat system
-        on Amaranth's simulator.
-
-        ``expose``: the native backend's recorder
-        (:class:`~epfabric.hw.instances.SharedModule`): ``top``'s own
-        instances -- the dies, links and switches -- are recorded into it
-        instead of instantiated (the die module's cores stay instances).
-        """
-        top = System(**self._params, shared=Sharing(has_reset=reset, expose=expose))
-        mark_used(self)    # this flat system is replaced, not forgotten
-        return top, top.parts
+        }, ranks=ranks, aivs_per_die=aivs_per_die, n_cores=n,
+            host_read_latency=hbm_latency + 1,      # + the host port register
+            kind=kind, topology=(kind, *shape))
 
     def _inc_network(self, m):
         """The INC star: every die's network interface and the engine in its switch."""

@@ -36,6 +36,7 @@ from amaranth.lib.wiring import In, Out
 from .hbm import BLOCK_BYTES
 from .link import Link, check_payload, flit_layout
 from .inc_switch import IncSwitch, PlanarIncSwitch, inc_payload
+from .instances import Part
 from .switch import PlanarSwitch, Switch, popcount
 from .validate import UserError, UserTypeError, check_choice, check_int
 
@@ -155,8 +156,8 @@ class Fabric(wiring.Component):
         children elaborated as instances of shared Verilog modules (the
         builders' ``shared``), their constant inputs.
     parts : dict or None
-        ``{module name: component}``: the shared modules, for the caller to
-        convert (``System.hierarchical_verilog``).
+        ``{module name: Part}``: the shared modules, for the caller to
+        convert (:class:`~epfabric.hw.instances.Part`).
     link_kinds : list or None
         The kind of each link of ``links`` (a key of ``kinds``), or ``None`` for a link that
         is not counted (the endpoints' rate limiters); ``None``: no link is counted.
@@ -301,12 +302,13 @@ class _Children:
     child is its own component, or an instance of one shared module per
     distinct child -- switches that differ only in their routes share one
     module built with ``route_port=True`` (routes driven as constants on
-    ``routes_in``), links with equal parameters one. A switch with more than
+    ``routes_in``), links with equal parameters one; the modules are
+    :class:`~epfabric.hw.instances.Part` s, built only when converted. A switch with more than
     :data:`MAX_INSTANCE_OUTPUT_BITS` output bits (e.g. a 16-port tier-1
     switch of 4 KB flits) stays a component: Amaranth cannot build an
-    ``Instance`` with that many -- except for the native backend, which builds no
-    ``Instance``: there it is a :class:`~epfabric.hw.switch.PlanarSwitch` (an in-network
-    one a :class:`~epfabric.hw.inc_switch.PlanarIncSwitch`).
+    ``Instance`` with that many -- unless the instancer builds none (the native backend's
+    records its instances): there it is a :class:`~epfabric.hw.switch.PlanarSwitch` (an
+    in-network one a :class:`~epfabric.hw.inc_switch.PlanarIncSwitch`).
     """
 
     def __init__(self, shared, inc=None):
@@ -336,9 +338,10 @@ class _Children:
         wide = self.shared is not None and _output_bits(Switch.signature_of(
             ports=ports, destinations=len(routes), payload=payload, counter_width=counter_width,
             route_port=False, small_taps=small_taps)) > MAX_INSTANCE_OUTPUT_BITS
-        # the native backend records instances instead of building them: a wide switch is
-        # one there too, converted as a PlanarSwitch (control switch + data planes)
-        planar = wide and self.shared.expose is not None and "data" in dict(iter(payload))
+        # an instancer that builds no Instance (the native backend's) takes a wide switch
+        # too, converted as a PlanarSwitch (control switch + data planes)
+        planar = (wide and not self.shared.instancer.makes_instances
+                  and "data" in dict(iter(payload)))
         make = functools.partial(IncSwitch, **self.inc) if inc else Switch
         extra = {"subtree": subtree, "mcast_uplinks": mcast_uplinks} if inc else {}
         if self.shared is None or (wide and not planar):
@@ -346,18 +349,20 @@ class _Children:
                                        counter_width=counter_width, small_taps=small_taps, **extra)
             return
         if kind not in self._switch_kinds:
-            module = self.shared.module(f"epf_switch{len(self._switch_kinds)}")
-            self._switch_kinds[kind] = module
-            if planar:
-                cls = functools.partial(PlanarIncSwitch, **self.inc) if inc else PlanarSwitch
+            params = dict(ports=ports, routes=routes, payload=payload, depth=depth,
+                          counter_width=counter_width, small_taps=small_taps, **extra,
+                          **(self.inc if inc else {}))
+            if planar:      # not an elaboratable: built to tell its signature
+                part = Part(PlanarIncSwitch if inc else PlanarSwitch, **params)
             else:
-                cls = functools.partial(make, route_port=True)
-            self.parts[module.name] = cls(ports=ports, routes=routes, payload=payload,
-                                          depth=depth, counter_width=counter_width,
-                                          small_taps=small_taps, **extra)
+                cls = IncSwitch if inc else Switch
+                part = Part(cls, signature=cls.signature_for(route_port=True, **params),
+                            route_port=True, **params)
+            module = self.shared.module(f"epf_switch{len(self._switch_kinds)}", part)
+            self._switch_kinds[kind] = module
+            self.parts[module.name] = part
         module = self._switch_kinds[kind]
-        part = self.parts[module.name]
-        self.switches[name] = part.signature.create(path=(name,))
+        self.switches[name] = module.part.signature.create(path=(name,))
         width = len(self.switches[name].routes_in[0])
         consts = {f"routes_in__{d}": Const(p, width) for d, p in enumerate(routes)}
         if inc:
@@ -376,10 +381,11 @@ class _Children:
             if kind_params == params:
                 break
         else:
-            module = self.shared.module(f"epf_link{len(self._link_kinds)}")
+            part = Part(Link, signature=Link.signature_for(**params), **params)
+            module = self.shared.module(f"epf_link{len(self._link_kinds)}", part)
             self._link_kinds.append((params, module))
-            self.parts[module.name] = Link(**params)
-        port = self.parts[module.name].signature.create(path=(link_label(n, src, dst),))
+            self.parts[module.name] = part
+        port = module.part.signature.create(path=(link_label(n, src, dst),))
         self.links.append((port, src, dst))
         self.instances[n] = (module, {})
 
@@ -534,7 +540,7 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
         so does every tier-1 switch. ``None`` (default, what Amaranth's
         simulator runs): components. Same cycles.
     inc : dict or None
-        In-network multicast and reduction (issue 31): every switch -- each die's, each
+        In-network multicast and reduction: every switch -- each die's, each
         tier-1's, each tier-2's -- is an :class:`~epfabric.hw.inc_switch.IncSwitch` with
         these parameters (``window``, ``header_bits``, ``dtype``, ``key_field``; ``{}``
         for the defaults) and its reduction tables from the fabric's own paths

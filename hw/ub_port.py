@@ -58,7 +58,7 @@ from amaranth.lib.wiring import In, Out
 
 from .hbm import (BLOCK_BYTES, WORD_BYTES, HBMSlice, ReadPortSignature, WritePortSignature,
                   addr_shape, check_blocks, check_data_bytes, word_shape)
-from .validate import UserError, check_bool, check_int, check_multiple
+from .validate import UserError, UserTypeError, check_bool, check_int, check_multiple
 
 __all__ = ["UBOp", "request_layout", "response_layout", "UBPort", "UBMemory"]
 
@@ -260,6 +260,9 @@ class UBMemory(wiring.Component):
         Local load/poll ports exposed.
     init : sequence of int, optional
         Initial block contents (see :class:`HBMSlice`).
+    port : UBPort or None
+        The port to put in front of the slice instead of building ``UBPort`` of these
+        parameters: a variant of it (a formal harness's broken port). Default ``None``.
 
     Attributes
     ----------
@@ -273,11 +276,13 @@ class UBMemory(wiring.Component):
     """
 
     def __init__(self, *, blocks=16, data_bytes=64, non_atomic=False, beat_bytes=64, latency=2,
-                 read_ports=1, init=None):
+                 read_ports=1, init=None, port=None):
         _check_port_params(blocks, data_bytes, non_atomic, beat_bytes)
         check_int("read_ports", read_ports, 1)
-        self.port = UBPort(blocks=blocks, data_bytes=data_bytes, non_atomic=non_atomic,
-                           beat_bytes=beat_bytes)
+        if port is not None and not isinstance(port, UBPort):
+            raise UserTypeError(f"port must be a UBPort or None, not {port!r}")
+        self.port = port if port is not None else UBPort(
+            blocks=blocks, data_bytes=data_bytes, non_atomic=non_atomic, beat_bytes=beat_bytes)
         self.hbm = HBMSlice(blocks=blocks, data_bytes=data_bytes, latency=latency,
                             read_ports=read_ports + 1, init=init)
         super().__init__({

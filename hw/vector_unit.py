@@ -12,6 +12,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
+from .signature import ParamSignature
 from .validate import check_int
 
 __all__ = ["VecOp", "Cond", "VectorUnit", "request_layout", "response_layout"]
@@ -120,16 +121,22 @@ class VectorUnit(wiring.Component):
     LATENCY = 1
 
     def __init__(self, *, lanes=8, width=16, max_len=256):
+        super().__init__(self.signature_for(lanes=lanes, width=width, max_len=max_len))
+        self.lanes, self.width, self.max_len = lanes, width, max_len
+        self.pos = Signal(bits_for(max_len + lanes), name="pos")
+
+    @staticmethod
+    def signature_for(*, lanes=8, width=16, max_len=256):
+        """The signature of a vector unit of these (checked) parameters, without building one;
+        it keeps them (``lanes``, ``width``, ``max_len``)."""
         check_int("lanes", lanes, 1, 256)
         check_int("width", width, 1, 64)
         check_int("max_len", max_len, 1, 1 << 20)
-        self.lanes, self.width, self.max_len = lanes, width, max_len
         kw = dict(lanes=lanes, width=width, max_len=max_len)
-        super().__init__({
+        return ParamSignature({
             "i_stream": In(stream.Signature(request_layout(**kw))),
             "o_stream": Out(stream.Signature(response_layout(**kw))),
-        })
-        self.pos = Signal(bits_for(max_len + lanes), name="pos")
+        }, **kw)
 
     @staticmethod
     def cycles(length, lanes):

@@ -112,7 +112,7 @@ class MachineConfig:
     #: <epfabric.sw.machine.Machine.set_sampling>`); 0 (default) builds no sampler and no UB
     #: commit counters, and the Verilog is unchanged
     sample_depth: int = 0
-    #: in-network expert parallelism (issue 31; :class:`~epfabric.hw.system.System`
+    #: in-network expert parallelism (:class:`~epfabric.hw.system.System`
     #: ``ep_inc``): 0 (default) builds none of it and the Verilog is unchanged; else every
     #: superpod switch multicasts and reduces, with this many result blocks per destination
     #: a run may reduce into (a power of two), and the cores run ``stbm``/``stbr``

@@ -13,7 +13,7 @@ per-hop latencies are derived such that a lone block crossing the fabric takes
 exactly the class latency; a remote load costs the round trip.
 """
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 import json
 import math
 from pathlib import Path
@@ -26,6 +26,7 @@ from ..hw.switch import SWITCH_LATENCY
 from ..hw.topology import TOPOLOGIES, FabricTiming
 from ..hw.validate import (UserError, UserTypeError, check_bool, check_choice, check_int, check_number,
                            check_pow2)
+from .param import param
 
 __all__ = ["Preset", "PRESETS", "get_preset", "preset_names", "TOPOLOGIES", "CLASSES", "SYNCALLS",
            "COPIES", "CUMSUM_SCANS", "ASCEND",
@@ -43,97 +44,94 @@ CUMSUM_SCANS = ("redundant", "split")
 CLASSES = ("intra", "one_hop", "two_hop")
 
 
-def _help(text):
-    return {"help": text}
-
-
 @dataclass(frozen=True)
 class Preset:
     """A machine: topology shape, sizes, latencies and bandwidth in physical units.
 
-    Validated at construction; :func:`dataclasses.replace` revalidates. Field
-    help texts are in ``dataclasses.fields(Preset)[i].metadata["help"]``.
+    Validated at construction; :func:`dataclasses.replace` revalidates. Every field is
+    declared by :func:`~epfabric.sw.param.param`: ``params_of(Preset)`` gives each as a
+    :class:`~epfabric.sw.param.Param` (name, default, help).
 
     Raises
     ------
     ValueError, TypeError
         On an invalid field (named in the message).
     """
-    name: str = field(metadata=_help("preset name, as given to get_preset()"))
-    topology: str = field(metadata=_help("'superpod' (die - tier-1 board switch - tier-2) "
-                                          "or 'star' (ranks on one switch)"))
-    dies_per_npu: int = field(default=2, metadata=_help("dies per NPU, linked directly to each other"))
-    npus_per_board: int = field(default=8, metadata=_help("NPUs per board, behind one tier-1 switch"))
-    boards: int = field(default=16, metadata=_help("largest number of boards behind the tier-2 switch"))
-    ranks: int = field(default=4, metadata=_help("ranks on the switch of a 'star' topology"))
-    aivs_per_die: int = field(default=48, metadata=_help("AIV vector cores per die"))
-    bandwidth_gbytes_s: float = field(default=392.0, metadata=_help(
-        "bandwidth of every link, per direction, in GB/s (= bytes per ns)"))
-    latency_intra_ns: float | None = field(default=218.0, metadata=_help(
-        "one-way latency of a 512 B store to the other die of the same NPU (ns)"))
-    latency_one_hop_ns: float = field(default=929.0, metadata=_help(
-        "one-way latency through one switch layer (ns)"))
-    latency_two_hop_ns: float | None = field(default=2500.0, metadata=_help(
-        "one-way latency through tier-1, tier-2 and tier-1 switches (ns)"))
-    cycle_ns: float = field(default=1.0, metadata=_help("nanoseconds per simulated cycle"))
-    block_bytes: int = field(default=512, metadata=_help("DataBlock size: the UB atomic unit, "
-                                                         "charged per flit by the rate limiter"))
-    control_bytes: int = field(default=32, metadata=_help(
+    name: str = param("preset name, as given to get_preset()")
+    topology: str = param(
+        "'superpod' (die - tier-1 board switch - tier-2) or 'star' (ranks on one switch)")
+    dies_per_npu: int = param("dies per NPU, linked directly to each other", default=2)
+    npus_per_board: int = param("NPUs per board, behind one tier-1 switch", default=8)
+    boards: int = param("largest number of boards behind the tier-2 switch", default=16)
+    ranks: int = param("ranks on the switch of a 'star' topology", default=4)
+    aivs_per_die: int = param("AIV vector cores per die", default=48)
+    bandwidth_gbytes_s: float = param(
+        "bandwidth of every link, per direction, in GB/s (= bytes per ns)", default=392.0)
+    latency_intra_ns: float | None = param(
+        "one-way latency of a 512 B store to the other die of the same NPU (ns)", default=218.0)
+    latency_one_hop_ns: float = param(
+        "one-way latency through one switch layer (ns)", default=929.0)
+    latency_two_hop_ns: float | None = param(
+        "one-way latency through tier-1, tier-2 and tier-1 switches (ns)", default=2500.0)
+    cycle_ns: float = param("nanoseconds per simulated cycle", default=1.0)
+    block_bytes: int = param(
+        "DataBlock size: the UB atomic unit, charged per flit by the rate limiter", default=512)
+    control_bytes: int = param(
         "bytes a link charges for a flit without a DataBlock (an ack, a word store, a load, a "
-        "fetch-add): a UB control packet"))
-    data_bytes: int = field(default=64, metadata=_help(
-        "bytes of each block the datapath carries (flag_bytes..block_bytes); "
-        "cycle counts do not depend on it"))
-    flag_bytes: int = field(default=32, metadata=_help(
-        "leading bytes of a block that are always modelled (the Data-as-Flag field)"))
-    full_duplex: bool = field(default=True, metadata=_help(
-        "each link direction has the full bandwidth independently"))
-    cube_macs_per_row: int = field(default=3 * 2048 * 1024, metadata=_help(
-        "multiply-accumulates of one token's expert FFN on the cube unit (3*H*I; OLMoE-1B-7B: "
-        "H 2048, I 1024, INC-MoE §5)"))
-    cube_macs_per_ns: float = field(default=786432.0, metadata=_help(
-        "the die's cube unit rate in multiply-accumulates per ns; the default makes one row "
-        "8 ns, so that at one 512 B block per token the layer's FFN is ~0.25 of the ring's "
-        "AG+RS time at N = 4, k = 8, E/N = 16 (docs/spec/kernels.md §3 incmoe-fig1, derived from the "
-        "paper's ~73 % communication share)"))
-    send_window_bytes: int | None = field(default=None, metadata=_help(
-        "bytes of block stores a sending AIV may have unacknowledged: its staging buffers, "
-        "each freed when its block's remote write completes (rounded up to whole blocks; a "
-        "die's runtime knob store_window, hw/die.py KNOBS); None: the core's whole store "
-        "window (max_outstanding), no extra limit"))
-    die_injection_gbytes_s: float | None = field(default=None, metadata=_help(
-        "bytes per ns a die may send into the fabric, all its flits together (the die's "
-        "runtime knob inject_rate); None: no limit but the links'"))
-    syncall: str = field(default="soft", metadata=_help(
-        "how CANN's SyncAll runs: 'soft' (a die-local fetch-add counter and a poll) or "
-        "'hard' (the die's hardware barrier, the bar instruction)"))
-    syncall_ns: float = field(default=0.0, metadata=_help(
-        "ns a hardware SyncAll holds the die's AIVs after the last one arrived (the die's "
-        "runtime knob syncall_cycles); used with syncall='hard'"))
-    vector_op_ns: float = field(default=0.0, metadata=_help(
-        "ns every vector instruction costs beyond its beats: issuing it and draining the "
-        "vector pipe after it (the die's runtime knob vector_extra)"))
-    read_start_ns: float = field(default=0.0, metadata=_help(
-        "ns every read an AIV issues (a load, a block copy in, a fetch-add, each read of a "
-        "poll) waits before its request: the copy engine's start beyond the memory's access "
-        "time (the die's runtime knob read_extra)"))
-    vector_lanes: int = field(default=16, metadata=_help(
-        "16-bit elements an AIV's vector unit takes a beat (a cycle) in the MoE kernels' "
-        "machines; 128 is Ascend's vector unit, 256 B a repeat (Ascend C's vector API: one "
-        "repeat of a 16-bit op covers up to 128 elements, its mask; issue 30). A build-time "
-        "width, not a knob: every preset so far keeps 16, the width their figures and the "
-        "cm384 fit were measured at"))
-    copies: str = field(default="block", metadata=_help(
-        "how the MoE dispatch kernels read: 'block' (every block and word a read of its own, "
-        "the kernels so far) or 'mte' (Ascend's MTE2 copy engine: a token, a status slice or "
-        "a count table is one copy into the UBuf, its start paid once (ldbc for the rest), "
-        "and flags are checked there, a missing one polled; issue 30)"))
-    cumsum_scan: str = field(default="redundant", metadata=_help(
-        "how UBEP's CalCumSum AIVs share the count scan: 'redundant' (each polls every count "
-        "before its local experts', CANN's GetCumSum) or 'split' (each polls a contiguous "
-        "chunk of the R·epr counts and the chunks' prefixes pass from one AIV to the next: "
-        "UBEP App. C.3, more CalCumSum AIVs split the verification; issue 30)"))
-    description: str = field(default="", metadata=_help("what the preset models"))
+        "fetch-add): a UB control packet", default=32)
+    data_bytes: int = param(
+        "bytes of each block the datapath carries (flag_bytes..block_bytes); cycle counts do not "
+        "depend on it", default=64)
+    flag_bytes: int = param(
+        "leading bytes of a block that are always modelled (the Data-as-Flag field)", default=32)
+    full_duplex: bool = param(
+        "each link direction has the full bandwidth independently", default=True)
+    cube_macs_per_row: int = param(
+        "multiply-accumulates of one token's expert FFN on the cube unit (3*H*I; OLMoE-1B-7B: H "
+        "2048, I 1024, INC-MoE §5)", default=3 * 2048 * 1024)
+    cube_macs_per_ns: float = param(
+        "the die's cube unit rate in multiply-accumulates per ns; the default makes one row 8 ns, "
+        "so that at one 512 B block per token the layer's FFN is ~0.25 of the ring's AG+RS time at "
+        "N = 4, k = 8, E/N = 16 (docs/spec/kernels.md §3 incmoe-fig1, derived from the paper's ~73 "
+        "% communication share)", default=786432.0)
+    send_window_bytes: int | None = param(
+        "bytes of block stores a sending AIV may have unacknowledged: its staging buffers, each "
+        "freed when its block's remote write completes (rounded up to whole blocks; a die's runtime"
+        " knob store_window, hw/die.py KNOBS); None: the core's whole store window "
+        "(max_outstanding), no extra limit", default=None)
+    die_injection_gbytes_s: float | None = param(
+        "bytes per ns a die may send into the fabric, all its flits together (the die's runtime "
+        "knob inject_rate); None: no limit but the links'", default=None)
+    syncall: str = param(
+        "how CANN's SyncAll runs: 'soft' (a die-local fetch-add counter and a poll) or 'hard' (the "
+        "die's hardware barrier, the bar instruction)", default="soft")
+    syncall_ns: float = param(
+        "ns a hardware SyncAll holds the die's AIVs after the last one arrived (the die's runtime "
+        "knob syncall_cycles); used with syncall='hard'", default=0.0)
+    vector_op_ns: float = param(
+        "ns every vector instruction costs beyond its beats: issuing it and draining the vector "
+        "pipe after it (the die's runtime knob vector_extra)", default=0.0)
+    read_start_ns: float = param(
+        "ns every read an AIV issues (a load, a block copy in, a fetch-add, each read of a poll) "
+        "waits before its request: the copy engine's start beyond the memory's access time (the "
+        "die's runtime knob read_extra)", default=0.0)
+    vector_lanes: int = param(
+        "16-bit elements an AIV's vector unit takes a beat (a cycle) in the MoE kernels' machines; "
+        "128 is Ascend's vector unit, 256 B a repeat (Ascend C's vector API: one repeat of a 16-bit"
+        " op covers up to 128 elements, its mask). A build-time width, not a knob: every "
+        "preset so far keeps 16, the width their figures and the cm384 fit were measured at",
+        default=16)
+    copies: str = param(
+        "how the MoE dispatch kernels read: 'block' (every block and word a read of its own, the "
+        "kernels so far) or 'mte' (Ascend's MTE2 copy engine: a token, a status slice or a count "
+        "table is one copy into the UBuf, its start paid once (ldbc for the rest), and flags are "
+        "checked there, a missing one polled)", default="block")
+    cumsum_scan: str = param(
+        "how UBEP's CalCumSum AIVs share the count scan: 'redundant' (each polls every count before"
+        " its local experts', CANN's GetCumSum) or 'split' (each polls a contiguous chunk of the "
+        "R·epr counts and the chunks' prefixes pass from one AIV to the next: UBEP App. C.3, more "
+        "CalCumSum AIVs split the verification)", default="redundant")
+    description: str = param("what the preset models", default="")
 
     def __post_init__(self):
         def number(name, allow_none=False):
@@ -364,7 +362,7 @@ PRESETS = {
 }
 
 
-#: Issue 30's structure of an Ascend die, declared from the documentation, not fitted: the
+#: The structure of an Ascend die, declared from the documentation, not fitted: the
 #: vector unit's 256 B a repeat (128 lanes of 16 bits; Ascend C's vector API), the MTE2 copy
 #: engine's one start a copy (``copies="mte"``: a DataCopy moves a token, a status slice or a
 #: count table at once, and flags are checked in the Unified Buffer, as CANN's open dispatch
@@ -375,7 +373,7 @@ PRESETS = {
 ASCEND = {"vector_lanes": 128, "copies": "mte", "cumsum_scan": "split", "syncall": "hard"}
 PRESETS["cm384-ascend"] = PRESETS["cm384"].replace(
     name="cm384-ascend", **ASCEND,
-    description="cm384 with issue 30's Ascend structure (128-lane vector unit, MTE copies, "
+    description="cm384 with the Ascend structure (128-lane vector unit, MTE copies, "
                 "split CalCumSum scan, hardware SyncAll), timing knobs at their reset: the base "
                 "the calibration fits")
 
@@ -392,7 +390,7 @@ def _fitted(path):
     name = f"{base.name}-fit"
     status = ", ".join(f"{k} {v.split(':')[0]}" for k, v in doc["provenance"]["status"].items())
     return base.replace(name=name, **doc["fields"],
-                        description=f"{base.name} with its timing knobs fitted to issue 30's "
+                        description=f"{base.name} with its timing knobs fitted to the calibration's "
                                     f"training set F1-F5 (sw/fits/{path.name}; {status})")
 
 

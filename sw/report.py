@@ -1,9 +1,14 @@
-"""What a machine run produced: :class:`Report`, and :class:`WatchdogTimeout` when it hung."""
+"""What a machine run produced: :class:`Report`, and :class:`WatchdogTimeout` when it hung.
+
+:func:`chrome_traces` puts several runs' Chrome/Perfetto traces in one file
+(``epfabric run --trace``: every system of a comparison, a combine after its dispatch).
+"""
 
 import json
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["Report", "WatchdogTimeout", "RATE_TRACKS", "MAX_RATE_STEPS", "rate_track"]
+__all__ = ["Report", "WatchdogTimeout", "RATE_TRACKS", "MAX_RATE_STEPS", "rate_track",
+           "chrome_traces"]
 
 #: ``{counter: (track label, scale)}`` of the sampled counters' rate tracks
 #: (:meth:`Report.chrome_trace`): the track shows ``scale`` x the counter's increase per µs;
@@ -248,3 +253,25 @@ class Report:
         return {"name": f"mark {t['event']}", "ph": "i", "s": "t", "pid": t["rank"],
                 "tid": t["core"], "ts": t["cycle"] * cycle_ns / 1000.0,
                 "args": {"cycle": t["cycle"], "event": t["event"]}}
+
+
+def chrome_traces(labelled, cycle_ns, spans=None, phases=None):
+    """One trace of every ``(label, report, flows, offset)``: each run's ranks are processes
+    named ``label: rank r`` (pids 1000 apart), its flow ids 1,000,000 apart; ``flows`` is the
+    kernel's ``trace_flows`` of the run (or ``None``), see :meth:`Report.chrome_trace`; the
+    run's timestamps start ``offset`` cycles in (a combine after its dispatch; the slices'
+    ``start_cycle``/``end_cycle`` stay the run's own). ``otherData["flows_unmatched"]`` sums
+    the flows left out."""
+    events, unmatched = [], 0
+    for i, (label, rep, flows, offset) in enumerate(labelled):
+        tr = rep.chrome_trace(cycle_ns, spans, label=label, phases=phases, flows=flows)
+        unmatched += tr["otherData"]["flows_unmatched"]
+        for ev in tr["traceEvents"]:  # one trace per run: separate them by pid range
+            ev["pid"] = ev["pid"] + 1000 * i
+            if "id" in ev:
+                ev["id"] += 1_000_000 * i
+            if "ts" in ev:
+                ev["ts"] += offset * cycle_ns / 1000.0
+        events += tr["traceEvents"]
+    return {"traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"flows_unmatched": unmatched}}

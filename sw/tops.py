@@ -16,8 +16,23 @@ from .presets import get_preset
 __all__ = ["aiv_system", "agrs_system"]
 
 
-def aiv_system(**fields):
-    """:class:`~epfabric.hw.system.System` of a :class:`MachineConfig` given as a dict."""
+def aiv_system(*, shared=None, **fields):
+    """:class:`~epfabric.hw.system.System` of a :class:`MachineConfig` given as a dict; ``shared``
+    as for the system (Verilog with one module per repeated block)."""
+    return System(**_system_params(fields), shared=shared)
+
+
+def _aiv_system_signature(**fields):
+    """The :meth:`~epfabric.hw.system.System.signature_for` of :func:`aiv_system`'s system."""
+    return System.signature_for(**_system_params(fields))
+
+
+#: what a testbench of the system's Verilog drives, without building it
+aiv_system.signature_for = _aiv_system_signature
+
+
+def _system_params(fields):
+    """The :class:`~epfabric.hw.system.System` parameters of a machine configuration's dict."""
     cfg = MachineConfig(**{**fields, "topology": tuple(fields["topology"])})
     params = cfg.to_dict()
     preset = get_preset(params.pop("preset"))
@@ -33,11 +48,26 @@ def aiv_system(**fields):
     dtype = params.pop("ep_dtype", "int16")
     if window:
         params.update(ep_inc={"window": window, **({"dtype": dtype} if dtype != "int16" else {})})
-    return System(timing=preset.fabric_timing(topology[0]), topology=topology, **params)
+    return dict(timing=preset.fabric_timing(topology[0]), topology=topology, **params)
 
 
 def agrs_system(**fields):
     """:class:`~epfabric.hw.agrs_system.AgrsSystem` of an :class:`AgrsConfig` given as a dict."""
+    return AgrsSystem(**_agrs_params(fields))
+
+
+def _agrs_system_signature(**fields):
+    """The :meth:`~epfabric.hw.agrs_system.AgrsSystem.signature_for` of :func:`agrs_system`'s
+    system."""
+    return AgrsSystem.signature_for(**_agrs_params(fields))
+
+
+#: what a testbench of the system's Verilog drives, without building it
+agrs_system.signature_for = _agrs_system_signature
+
+
+def _agrs_params(fields):
+    """The :class:`~epfabric.hw.agrs_system.AgrsSystem` parameters of a configuration's dict."""
     params = AgrsConfig(**fields).to_dict()
     preset = get_preset(params.pop("preset"))
-    return AgrsSystem(timing=preset.fabric_timing("star"), **params)
+    return dict(timing=preset.fabric_timing("star"), **params)

@@ -46,3 +46,19 @@ def test_the_rule_sees_a_direct_skip(tmp_path):
     bad.write_text("import pytest\n\n@pytest.mark.skipif(True, reason='x')\ndef test_a():\n"
                    "    pytest.skip('no tool')\n")
     assert direct_skips(bad) == [(3, "skipif"), (5, "skip")]
+
+
+#: Amaranth's file-wide option that stops reporting the elaboratables a file creates
+LINTER_SILENCE = "# amaranth: UnusedElaboratable=no"
+
+
+def test_only_refused_constructions_go_unreported():
+    """Only ``tests/rejected.py`` (constructions a test expects to raise) may stop Amaranth
+    from reporting the elaboratables it creates: anywhere else a component built and never
+    elaborated must fail the suite."""
+    silenced = [p.relative_to(TESTS).as_posix() for p in sorted(TESTS.rglob("*.py"))
+                if p.read_text().startswith(LINTER_SILENCE)]
+    root = TESTS.parent
+    code = [p.relative_to(root).as_posix() for top in ("hw", "sw", "sim")
+            for p in sorted((root / top).rglob("*.py")) if p.read_text().startswith(LINTER_SILENCE)]
+    assert silenced == ["rejected.py"] and code == []

@@ -8,8 +8,7 @@ A fenced block is
   ``PATH`` (``python`` and ``epfabric`` are the project's);
 * anything else (```` ```text ````) -- shown, not run (a program with windows).
 
-Each block must exit 0. The runs are the tutorial's: a tiny machine on pysim and one Verilator
-build (cached by content, like every build of the tests).
+Each block must exit 0. The runs are the tutorial's: a tiny machine on pysim and Icarus.
 """
 
 import os
@@ -47,7 +46,7 @@ def test_the_block_reader_sees_each_kind():
 
 
 def test_the_tutorial_runs_as_written(tmp_path):
-    require_simulator("verilator")
+    require_simulator("icarus")
     found = blocks(TUTORIAL.read_text())
     kinds = [k for k, _n, _b in found]
     assert kinds.count("file") >= 3 and "python" in kinds and "sh" in kinds

@@ -68,12 +68,13 @@ def kernel_cases(kernel, small, shape):
     ``pysim_run(system)`` is ``(machine, report, inputs)`` on Amaranth's
     simulator (one run per system, reused by every test that reads it);
     ``outcome(simulator, system)`` is ``(result, trace, counters)`` on any
-    simulator, the pysim one derived from ``pysim_run``.
+    simulator (``result`` a :class:`~epfabric.sw.kernels.RunResult`), the pysim one derived
+    from ``pysim_run``.
     """
     import functools
 
     from epfabric.sim.backends.machine import backend
-    from epfabric.sw.kernels import run_kernel
+    from epfabric.sw.kernels import MachineRun, RunResult, run_kernel
     from epfabric.sw.machine import Machine
 
     @functools.lru_cache(maxsize=None)
@@ -89,12 +90,15 @@ def kernel_cases(kernel, small, shape):
     def outcome(simulator, system="cann"):
         if simulator == "pysim":
             m, report, inputs = pysim_run(system)
-            v = kernel.check(m, report, inputs)
-            return ({"correct": v["correct"], "problems": v["problems"],
-                     "runs": [{"cycles": report.cycles, **v}]}, report.trace, report.counters)
-        result, reports = run_kernel(kernel, backend(simulator),
-                                     params={**small, "system": system},
-                                     max_cycles=KERNEL_CASE_MAX_CYCLES, **shape)
+            run = MachineRun(m.config, report.cycles, report.ns, kernel.check(m, report, inputs),
+                             report, kernel.inner_runs(inputs))
+            params = kernel.resolve_params({**small, "system": system})
+            return (RunResult(kernel.name, shape["preset"], "pysim", params, [run]),
+                    report.trace, report.counters)
+        result = run_kernel(kernel, backend(simulator),
+                            params={**small, "system": system},
+                            max_cycles=KERNEL_CASE_MAX_CYCLES, **shape)
+        reports = result.reports
         return result, reports[0].trace, reports[0].counters
 
     return pysim_run, outcome
@@ -135,8 +139,8 @@ CM384_MAX_CYCLES = 50_000
 
 
 def run_on_machine(kernel, simulator, config, params, max_cycles=KERNEL_CASE_MAX_CYCLES):
-    """One run of ``kernel`` at ``params`` on the machine ``config``; the run's entry
-    (``{"cycles", **check}``, as in :func:`~epfabric.sw.kernels.run_kernel`'s ``runs``).
+    """One run of ``kernel`` at ``params`` on the machine ``config``; its figures
+    (``{"cycles", **check}``: a :class:`~epfabric.sw.kernels.MachineRun`'s cycles and check).
 
     ``config`` may be larger than what the kernel sizes for ``params`` (asserted, not
     assumed): one Verilator build then serves several shapes.

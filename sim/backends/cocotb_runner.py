@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..output import PROGRESS_AFTER_S, build_cache_dir, build_once, progress, waveform_dir
 from .verilog import TOPLEVEL, verilog_of
-from .waveforms import Waveform, sanitize_vcd
+from ..waves import Waveform, sanitize_vcd
 from .testbench import SimulationError, intent_ref
 from .toolchain import OPT_LEVELS, verilator_env
 
@@ -285,7 +285,7 @@ def run_cocotb(spec, intent, args, simulator, waveform=None, opt=None):
 
     ``waveform``: a name (the simulator's own dump, copied to
     ``<waveform_dir>/<name>-<simulator>.vcd/.fst``) or a
-    :class:`~epfabric.sim.backends.waveforms.Waveform` (its format, written to its next
+    :class:`~epfabric.sim.waves.Waveform` (its format, written to its next
     path, the edges of its watched ports recorded with the run).
     """
     from cocotb_tools.runner import get_runner

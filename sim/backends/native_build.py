@@ -8,7 +8,7 @@ module (the die with its cores, each link and switch kind) once, and steps
 one C++ object per instance from a small C++ top. What it needs from here:
 
 * ``glue``: the top with every shared-module instance removed (recorded
-  instead: ``expose`` of :class:`epfabric.hw.instances.SharedModule`); each
+  instead by :class:`Recorder`, the top's instancer); each
   instance port becomes a glue port ``n<i>_<port>`` of the opposite
   direction (an instance's input is a glue output);
 * ``modules``: ``{name: Verilog}`` for each distinct module, with the
@@ -20,7 +20,7 @@ one C++ object per instance from a small C++ top. What it needs from here:
 * ``aliases``: ``{top port: [instance, port]}``, top outputs that are an
   instance's output.
 
-A top without ``hierarchical_verilog`` is all glue, with no instances. The
+A top whose factory takes no ``shared`` is all glue, with no instances. The
 modules are the same reset-less Verilog as Verilator's
 (:func:`~.simulation.verilog_of`); the glue is cleaned by :func:`_glue_verilog`.
 """
@@ -31,17 +31,20 @@ import re
 import time
 from pathlib import Path
 
+from amaranth.hdl import Module, Signal
+
+from ...hw.instances import Instancer, instance_ports
 from ...hw.validate import UserError
 from ..output import PROGRESS_AFTER_S, progress, write_atomic
 from .verilog import _add_zero_loops, _cache_path, _factory_source, _zero_by_loop, part_verilog
 
-__all__ = ["native_design", "GLUE", "glue_port", "decode_verilator_name"]
+__all__ = ["native_design", "Recorder", "GLUE", "glue_port", "decode_verilator_name"]
 
 #: Verilog name of the glue module.
 GLUE = "glue"
 #: Amaranth's netlist keeps a module's input ports in one cell of at most 2**16 bits
 #: (``amaranth.hdl._nir.Net.from_cell``): a glue with more input bits cannot be converted
-#: (32 dies x 48 AIVs: issue 29 would emit the glue as text from the wiring instead)
+#: (32 dies x 48 AIVs; emitting the glue as text from the wiring would lift it)
 GLUE_INPUT_BITS = 1 << 16
 
 _DESIGNS = {}
@@ -57,6 +60,45 @@ def glue_port(index, port):
 def decode_verilator_name(name):
     """A Verilog identifier from its C++ name in a Verilated header (``a___05Fb`` -> ``a__b``)."""
     return re.sub(r"__0([0-9A-F]{2})", lambda m: chr(int(m.group(1), 16)), name)
+
+
+class Recorder(Instancer):
+    """The top's instancer here: it records each shared-module instance instead of building one.
+
+    :meth:`instance` returns an empty module and appends ``(name, ports, consts)`` to
+    :attr:`found`: ``ports`` maps each Verilog port name of the instance to ``(signal,
+    is_input)`` -- an input of the instance is a copy of what the parent drives into it, an
+    output is a signal nothing in the design drives; ``consts`` maps the constant inputs to
+    ``(value, width)``. Converting the top with those signals as its own ports (inputs of
+    the instance become outputs of the top, and the other way round) gives the *glue*: the
+    top without the instances, which the C++ top connects to one Verilated model per
+    instance. The native backend's modules are reset-less.
+    """
+
+    #: no ``Instance`` is built, so a child of any width can be one
+    makes_instances = False
+
+    def __init__(self):
+        self.found = []
+
+    def instance(self, module, iface, skip, consts):
+        if module.has_reset:
+            raise ValueError(f"cannot record an instance of {module.name}: the native "
+                             f"backend's modules are reset-less")
+        m = Module()
+        ports = {}
+        for key, is_input, value in instance_ports(iface, skip):
+            if is_input:
+                # driven by the parent; a copy so the glue's port is an output even if it
+                # drives nothing
+                copy = Signal(len(value), name=f"x_{key}")
+                m.d.comb += copy.eq(value)
+                ports[key] = (copy, True)
+            else:
+                ports[key] = (value, False)
+        self.found.append((module.name, ports,
+                           {k: (int(v.value), len(v)) for k, v in consts.items()}))
+        return m
 
 
 def native_design(spec, on_module=None):
@@ -94,20 +136,22 @@ def native_design(spec, on_module=None):
 
 
 def _convert(spec, on_module=None):
-    from amaranth.hdl import ClockDomain, Fragment, Signal
+    from amaranth.hdl import ClockDomain, Fragment
     from amaranth.hdl._ast import SignalDict, SignalSet
     from amaranth.hdl._ir import PortDirection
     from amaranth.lib import wiring
 
     from amaranth.back import rtlil
 
-    from ...hw.instances import shared_modules
+    from ...hw.instances import Sharing
     kw = {"missing_domain": lambda name: ClockDomain(name, reset_less=True)}
-    with shared_modules():
+    recorder = Recorder()
+    if spec.shares():
+        top = spec.build(shared=Sharing(has_reset=False, instancer=recorder))
+        parts = top.parts
+    else:
         top, parts = spec.build(), {}
-    found = []      # the top's shared-module instances, recorded when it is elaborated
-    if hasattr(top, "hierarchical_verilog"):
-        top, parts = top.hierarchical_verilog(reset=False, expose=found)
+    found = recorder.found      # the top's shared-module instances, once it is elaborated
     ports = {}
     for path, member, value in top.signature.flatten(top):
         if hasattr(value, "as_value"):
@@ -177,8 +221,7 @@ def _convert(spec, on_module=None):
                         f"{in_bits} bits of the blocks' outputs (most: "
                         + ", ".join(f"{bits} bits of {n} x {kind}" for kind, (n, bits) in top)
                         + f"), and Amaranth converts a module with fewer than {GLUE_INPUT_BITS} "
-                        f"input bits; use fewer dies, AIVs or data_bytes (issue 29: emit the "
-                        f"glue as text)")
+                        f"input bits; use fewer dies, AIVs or data_bytes")
     # The shared modules, then the glue. A module goes to on_module (which may start its
     # build) as soon as it and the modules it instantiates are converted -- the die, the
     # longest build, while the switches, links and glue are still being converted. The
@@ -186,8 +229,9 @@ def _convert(spec, on_module=None):
     # another is known as such before it could be sent alone.
     texts, sent = {}, set()
     for name, part in parts.items():
-        texts[name] = (part.verilog(name, lambda n, p: part_verilog(n, p, True, kw))
-                       if hasattr(part, "verilog") else part_verilog(name, part, True, kw))
+        planar = part.component() if hasattr(part.cls, "verilog") else None
+        texts[name] = (planar.verilog(name, lambda n, p: part_verilog(n, p, True, kw))
+                       if planar is not None else part_verilog(name, part, True, kw))
         inner = {d for n in texts for d in _with_dependencies(n, texts, names=True)[1:]}
         for n in texts:
             if n not in sent and n not in inner and all(

@@ -5,7 +5,7 @@ import sys
 from contextlib import nullcontext
 
 from ..output import waveform_dir
-from .waveforms import Waveform, fit_gtkw, read_dump, vcd_edges
+from ..waves import Waveform, fit_gtkw, read_dump, vcd_edges
 from .testbench import CLOCK_PERIOD_NS, SimulationError, Testbench
 
 __all__ = ["PysimTestbench", "run_pysim"]
@@ -93,7 +93,7 @@ def run_pysim(spec, intent, args, waveform=None, keep=None):
 
     ``waveform`` (a name) writes ``<waveform_dir>/<name>.vcd`` and a ``.gtkw``
     save file listing the component's ``gtkw_traces()``, zoomed to the whole
-    run. A :class:`~epfabric.sim.backends.waveforms.Waveform` writes the VCD to its
+    run. A :class:`~epfabric.sim.waves.Waveform` writes the VCD to its
     next path (no save file: its owner writes one) and records the edges of
     its watched ports. ``keep``: runs with the same token (and design) share one simulator,
     reset between them (:func:`_simulator`); ``None``: a simulator of its own.

@@ -28,12 +28,10 @@ from pathlib import Path
 from amaranth.hdl import Shape, Value
 from amaranth.lib import data
 
+from ..waves import CLOCK_PERIOD_NS   # the waveforms' time unit is the simulations' clock
+
 __all__ = ["ComponentSpec", "Testbench", "SimulationError", "wait_until", "stream_put",
            "stream_get", "intent_ref", "resolve", "CLOCK_PERIOD_NS"]
-
-#: Clock period of every simulation: 1 ns, so a waveform's time equals the model's at the
-#: presets' 1 ns cycle (the cycle is the unit; ns only matter to VCD viewers).
-CLOCK_PERIOD_NS = 1
 
 
 class SimulationError(AssertionError):
@@ -59,13 +57,34 @@ class ComponentSpec:
     """How to construct a component: ``"module:callable"`` plus JSON-able keyword parameters.
 
     The spec (not the object) is what crosses into the cocotb process, which
-    rebuilds the same component to learn its port shapes.
+    needs the component's ports (:meth:`interface`).
     """
     factory: str
     params: dict = field(default_factory=dict)
 
-    def build(self):
-        return resolve(self.factory)(**self.params)
+    def build(self, **extra):
+        """The component; ``extra``: factory parameters beyond the spec's (``shared``)."""
+        return resolve(self.factory)(**self.params, **extra)
+
+    def shares(self):
+        """Whether the factory builds the component's repeated blocks as instances of shared
+        Verilog modules when given ``shared`` (a :class:`~epfabric.hw.instances.Sharing`;
+        :class:`~epfabric.hw.system.System`), for the Verilog simulators."""
+        return "shared" in inspect.signature(resolve(self.factory)).parameters
+
+    def interface(self):
+        """What a testbench of the component's Verilog drives (cocotb, native): an interface
+        object of the signature the factory's own ``signature_for(**params)`` gives, with
+        the parameters it keeps as attributes (:class:`~epfabric.hw.signature.ParamSignature`)
+        -- nothing is built. A factory without one is built: its ports are the component's
+        (in a process that elaborates nothing, as cocotb's, Amaranth leaves that unreported;
+        a factory the native backend runs in its caller's process needs a ``signature_for``).
+        """
+        factory = resolve(self.factory)
+        signature_for = vars(factory).get("signature_for")
+        if signature_for is None:
+            return self.build()
+        return getattr(factory, "signature_for")(**self.params).create()
 
     def to_json(self):
         return json.dumps({"factory": self.factory, "params": self.params}, sort_keys=True)

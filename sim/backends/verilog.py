@@ -3,7 +3,7 @@
 Differs from ``epfabric verilog`` (FPGA flows) in three ways, all measured to
 matter for generation or Verilator's speed and all invisible in results: the
 ``sync`` domain is reset-less for Verilator and Icarus, tops that repeat a block define it
-once (``hierarchical_verilog``), and a large memory whose initial contents are
+once (their factory's ``shared``), and a large memory whose initial contents are
 all zero (a die's HBM slice) is zeroed by a loop in an ``initial`` block
 instead of one constant per row (:func:`_zero_by_loop`). Icarus' Verilog also
 evaluates every ``always @*`` block once at time 0 (:func:`_kick_at_time_zero`),
@@ -83,34 +83,41 @@ def verilog_of(spec, simulator="verilator"):
 def _convert(spec, reset_less):
     from amaranth.hdl import ClockDomain
 
-    from ...hw.instances import shared_modules
+    from ...hw.instances import Sharing
+    from .testbench import resolve
     kw = {"missing_domain": lambda name: ClockDomain(name, reset_less=True)} if reset_less else {}
-    with shared_modules():
-        top, parts = spec.build(), {}
-    if hasattr(top, "simulation_verilog"):
-        # a component whose Verilog is written around converted parts (a planar switch)
-        return top.simulation_verilog(TOPLEVEL, lambda name, part: _to_verilog(part, name, kw))
-    if hasattr(top, "hierarchical_verilog"):
+    written = getattr(resolve(spec.factory), "simulation_verilog", None)
+    if written is not None:
+        # Verilog written around converted parts (a planar switch), from the parameters
+        return written(TOPLEVEL, lambda name, part: _to_verilog(part, name, kw), **spec.params)
+    if spec.shares():
         # Repeated blocks as one shared module (e.g. System's dies, cores,
         # links and switches): converted once each, whatever the instance count.
-        top, parts = top.hierarchical_verilog(reset=not reset_less)
+        top = spec.build(shared=Sharing(has_reset=not reset_less))
+        parts = top.parts
+    else:
+        top, parts = spec.build(), {}
     texts = [_to_verilog(top, TOPLEVEL, kw)]
     texts += [part_verilog(name, part, reset_less, kw) for name, part in parts.items()]
     return "\n".join(texts)
 
 
 def part_verilog(name, part, reset_less, kw):
-    """Verilog of shared module ``name`` (a ``hierarchical_verilog`` part).
+    """Verilog of shared module ``name`` converted from ``part`` (a
+    :class:`~epfabric.hw.instances.Part`, or a component, which is converted).
 
-    Cached on disk by what defines it, so another shape with the same die
-    (or core, link, switch) does not convert it again.
+    Cached on disk by what defines a part (its class and parameters), so another
+    shape with the same die (or core, link, switch) does not convert it again --
+    nor build it. A part already built (something needed its signature) is
+    converted, as a component is.
     """
-    from ...hw.instances import mark_used
+    from ...hw.instances import Part
+    if not isinstance(part, Part):
+        return _to_verilog(part, name, kw)
     path = _cache_path("module", f"{name}\0{_part_key(part)}\0{reset_less}")
-    if path.exists():
-        mark_used(part)         # converted before: its Verilog is on disk
+    if not part.built and path.exists():
         return path.read_text()
-    text = _to_verilog(part, name, kw)
+    text = _to_verilog(part.component(), name, kw)
     write_atomic(path, text)
     return text
 
@@ -228,30 +235,13 @@ def _add_zero_loops(text):
     return _MEMORY.sub(zero, text)
 
 
-def _plain(value):
-    """Whether ``value`` is a parameter value that can key a cache (repr without identity)."""
-    from amaranth.lib import data
-    if isinstance(value, (int, str, bool, float, type(None), data.Layout)):
-        return True
-    if isinstance(value, (tuple, list)):
-        return all(_plain(v) for v in value)
-    if isinstance(value, dict):
-        return all(_plain(k) and _plain(v) for k, v in value.items())
-    return False
-
-
 def _part_key(part):
-    """What defines a shared module: its class, signature and plain parameters.
-
-    The hardware classes keep every constructor parameter as a plain attribute
-    (``ports``, ``routes``, ``core_params``, ``latency``...); sub-blocks and
-    signals are derived from those. A key whose text names an object address
-    would never hit, and is refused.
-    """
-    attrs = {k: v for k, v in sorted(vars(part).items()) if not k.startswith("_") and _plain(v)}
-    text = f"{type(part).__module__}.{type(part).__qualname__}\0{part.signature!r}\0{attrs!r}"
+    """What defines a shared module's :class:`~epfabric.hw.instances.Part`: its class and
+    parameters (:attr:`~epfabric.hw.instances.Part.key`). A key whose text names an object
+    address would never hit, and is refused."""
+    text = part.key
     if " at 0x" in text:
-        raise ValueError(f"cannot key the Verilog of {type(part).__qualname__}: {text[:200]}")
+        raise ValueError(f"cannot key the Verilog of {part.cls.__qualname__}: {text[:200]}")
     return text
 
 

@@ -1,9 +1,9 @@
 """Option helpers shared by the command modules."""
 
-import ast
 import json
 
 from ...hw.validate import UserError, check_int
+from ...sw.param import literal
 from ..backends import missing_reason
 from .. import __version__
 from ..output import check_output, write_atomic
@@ -44,16 +44,14 @@ def write_json(path, obj, *, recorded=False):
 
 
 def parse_params(pairs):
-    """Parse ``["key=value", ...]``; values are Python literals, else strings."""
+    """Parse ``["key=value", ...]``; values are Python literals, else strings
+    (:func:`~epfabric.sw.param.literal`)."""
     params = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
             raise UserError(f"--param must look like key=value, not {pair!r}")
-        try:
-            params[key] = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            params[key] = text
+        params[key] = literal(text)
     return params
 
 

@@ -147,7 +147,7 @@ def _kernel_job(args):
     if args.kernel not in KERNELS:
         raise UserError(f"--kernel must be one of {', '.join(sorted(KERNELS))}, "
                         f"not {args.kernel!r}")
-    if "seed" not in KERNELS[args.kernel].params:
+    if "seed" not in KERNELS[args.kernel].defaults:
         raise UserError(f"--kernel {args.kernel} has no seed parameter to vary")
     from ..verify.soak import kernel_soak
     params = parse_params(args.param)

@@ -9,7 +9,6 @@ top at a few AIV counts, as a CSV and a Markdown table with what fits.
 import os
 import sys
 
-from ...hw.instances import mark_used
 from ...hw.validate import UserError
 from ..flows.registry import build_component, registered
 from ..flows.synth import (DEFAULT_AIVS, FPGA_TOP, TARGETS, SynthError, check_device, check_target,
@@ -111,8 +110,9 @@ def prepare(args):
         aivs = _aivs(args.aivs) if args.aivs is not None else list(DEFAULT_AIVS)
         jobs = positive("--jobs", args.jobs) or max(1, os.cpu_count() or 1)
         if FPGA_TOP in table:
-            for a in aivs:
-                mark_used(build_component(FPGA_TOP, {"aivs": a}))   # bad counts fail here
+            fpga, defaults = table[FPGA_TOP]
+            for a in aivs:      # bad counts fail here; nothing is built
+                fpga.signature_for(**{**defaults, "aivs": a})
         default = synth_dir() / target
         csv_path = check_output(args.csv or f"{default}.csv", "--csv")
         md_path = check_output(args.markdown or f"{default}.md", "--markdown")
@@ -142,13 +142,13 @@ def prepare(args):
     if not args.name:
         raise UserError(f"give a component name or --all; registered: {', '.join(table)}")
     params = parse_params(args.param)
-    mark_used(build_component(args.name, params))     # bad names/parameters fail here
+    component = build_component(args.name, params)     # bad names/parameters fail here
 
     def job():
         try:
             report = synthesize(args.name, params, target=target, device=device.name,
                                 package=args.package, pnr=args.pnr, freq_mhz=args.freq,
-                                io=args.io, force=args.force)
+                                io=args.io, force=args.force, component=component)
         except SynthError as exc:        # a tool failed on the design: not bad input
             print(f"epfabric synth: {exc}", file=sys.stderr)
             return 1

@@ -1,6 +1,5 @@
 """``epfabric verilog NAME [--param k=v ...] -o DIR``: Verilog for a registered component."""
 
-from ...hw.instances import mark_used
 from ...hw.validate import UserError
 from ..output import check_output_dir
 from ..flows.export import write_verilog
@@ -37,11 +36,11 @@ def prepare(args):
         raise UserError(f"give a component name or --all; registered: {', '.join(table)}")
     check_output_dir(args.output, "--output")
     params = parse_params(args.param)
-    for name in names:
-        mark_used(build_component(name, params))   # bad parameters fail here; built again below
+    # bad parameters fail here; the job converts these
+    components = {name: build_component(name, params) for name in names}
 
     def job():
-        for name in names:
-            print(write_verilog(name, params, args.output))
+        for name, component in components.items():
+            print(write_verilog(name, params, args.output, component=component))
         return 0
     return job

@@ -11,11 +11,13 @@ from .registry import build_component
 __all__ = ["write_verilog"]
 
 
-def write_verilog(name, params, out_dir):
-    """Write ``<out_dir>/<name>.v`` (top module ``name``) and return its path."""
+def write_verilog(name, params, out_dir, component=None):
+    """Write ``<out_dir>/<name>.v`` (top module ``name``) and return its path; ``component``:
+    the one ``build_component(name, params)`` gives, if the caller built it already."""
     from amaranth.back import verilog
 
-    component = build_component(name, params)
+    if component is None:
+        component = build_component(name, params)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.v"

@@ -39,7 +39,7 @@ from tabulate import tabulate
 from ..tb.formal import MODULES
 from ...hw.validate import UserError
 from ..output import kill_group, waveform_dir
-from ..backends.waveforms import Comment, Marker, Trace, read_dump, write_gtkw
+from ..waves import Comment, Marker, Trace, read_dump, write_gtkw
 
 __all__ = ["SOLVERS", "DEFAULT_TIMEOUT", "formal_dir", "registry", "Outcome", "run_property", "run_covers", "missing_tool", "format_table"]
 

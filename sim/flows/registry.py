@@ -38,4 +38,7 @@ def build_component(name, params=None):
     if unknown:
         raise UserError(f"unknown parameter(s) {', '.join(unknown)} for {name}; "
                         f"valid: {', '.join(f'{k}={v!r}' for k, v in defaults.items())}")
-    return cls(**{**defaults, **params})
+    params = {**defaults, **params}
+    if "signature_for" in vars(cls):
+        cls.signature_for(**params)     # what shapes the ports is checked before anything is built
+    return cls(**params)

@@ -452,8 +452,9 @@ def _pnr_results(work, target):
 
 
 def synthesize(name, params=None, *, target="ecp5", device=None, package=None, pnr=False,
-               freq_mhz=None, io=False, force=False):
+               freq_mhz=None, io=False, force=False, component=None):
     """Synthesise registered component ``name`` (and place and route it with ``pnr``); the report dict.
+    ``component``: the one ``build_component(name, params)`` gives, if the caller built it already.
 
     Raises ``ValueError``/``TypeError`` on bad input, :class:`SynthError` when a
     tool fails on the design.
@@ -466,7 +467,8 @@ def synthesize(name, params=None, *, target="ecp5", device=None, package=None, p
         raise UserError(missing_tool(target, True))
     freq = t.default_freq_mhz if freq_mhz is None else freq_mhz
     params = dict(params or {})
-    component = build_component(name, params)
+    if component is None:
+        component = build_component(name, params)
     in_context = io or target == "ice40"
     text = verilog.convert(component, name=name, emit_src=True)
     # one work folder per synthesised design (the key hashes the Verilog, whose source

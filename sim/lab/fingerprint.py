@@ -92,8 +92,7 @@ def kernel_fingerprint(kernel_name, backend_name, kwargs):
         inputs = (kernel.load(machine, params, max_cycles=max_cycles) if kernel.load_runs
                   else kernel.load(machine, params))
         report = machine.run(max_cycles)
-        if hasattr(kernel, "inner_runs"):
-            report.inner_runs = kernel.inner_runs(inputs)
+        inner = kernel.inner_runs(inputs)
         verdict = kernel.check(machine, report, inputs)
         d = report.to_dict()
         readback = getattr(machine, "_readback", None)
@@ -102,8 +101,7 @@ def kernel_fingerprint(kernel_name, backend_name, kwargs):
             "trace": _digest(d["trace"]), "cores": _digest(d["cores"]),
             "counters": _digest(d["counters"]), "samples": _digest(d["samples"]),
             "memory": _digest([np.asarray(r).tolist() for r in readback]) if readback else None,
-            "inner": _digest([(name, _stable(rep.to_dict()))
-                              for name, rep in getattr(report, "inner_runs", None) or []]),
+            "inner": _digest([(name, _stable(rep.to_dict())) for name, rep in inner]),
             "correct": bool(verdict["correct"]),
             "verdict": _digest({k: v for k, v in verdict.items() if not VOLATILE.search(k)}),
         })

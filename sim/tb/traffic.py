@@ -119,15 +119,20 @@ class TrafficFabric(wiring.Component):
                                counter_width=counter_width)
         self.ranks = self.fabric.ranks
         self.shape = dict(self.fabric.shape)
-        super().__init__({
+        super().__init__(self.signature_of(self.ranks, counter_width=counter_width))
+
+    @staticmethod
+    def signature_of(ranks, *, counter_width=32):
+        """The signature of a traffic fabric of ``ranks`` ranks, without building one."""
+        return wiring.Signature({
             "start": In(1),
             "cycles_to_run": In(32),
             "done": Out(1),
             "cycle": Out(counter_width),
             "sent_total": Out(counter_width),
             "received_total": Out(counter_width),
-            "sent": Out(counter_width).array(self.ranks),
-            "received": Out(counter_width).array(self.ranks),
+            "sent": Out(counter_width).array(ranks),
+            "received": Out(counter_width).array(ranks),
             "misrouted": Out(counter_width),
         })
 

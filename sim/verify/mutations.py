@@ -20,7 +20,7 @@ Each entry breaks one behaviour on purpose:
 ``timeout`` (optional)
     seconds for all of its tests together (default 300).
 
-A new kernel or block adds its mutations here (issue 20).
+A new kernel or block adds its mutations here.
 """
 
 MUTATIONS = [
@@ -519,6 +519,31 @@ MUTATIONS = [
         "timeout": 120,
     },
     {
+        "name": "fp_cost_ignores_latency",
+        "file": "hw/aiv_fp.py",
+        "old": "                m.d.sync += f_out.eq(f_out + 1)\n"
+               "                with m.If(fout.payload.last):\n"
+               "                    m.d.comb += [ctl.leave.eq(1), ctl.advance.eq(1)]\n",
+        "new": "                m.d.sync += f_out.eq(f_out + 1)\n"
+               "            with m.If(fin.valid & fin.ready & fin.payload.last):\n"
+               "                m.d.comb += [ctl.leave.eq(1), ctl.advance.eq(1)]\n",
+        "description": "a floating-point vector instruction ends with its last beat into the fp "
+                       "unit, not with its last result: the unit's latency is not paid and the "
+                       "last results are lost",
+        "tests": ["tests/hw/test_aiv_core.py::test_fp_program_results"],
+        "timeout": 300,
+    },
+    {
+        "name": "fp_bf16_ties_away",
+        "file": "hw/fp_lanes.py",
+        "old": "    up = lower[15] & (lower[:15].any() | upper[0])\n",
+        "new": "    up = lower[15]\n",
+        "description": "fp32 -> bf16 rounds ties away from zero instead of to even (not Ascend's "
+                       "CAST_RINT): vfcastb and the combine's final cast",
+        "tests": ["tests/hw/test_aiv_core.py::test_fp_program_results"],
+        "timeout": 300,
+    },
+    {
         "name": "read_extra_ignored",
         "file": "hw/aiv_lsu.py",
         "old": "                    issue = (r_wait >= self.read_extra) | (insn.op == Opcode.LDBC)\n",
@@ -714,7 +739,7 @@ MUTATIONS = [
         "old": "                                     lanes=pr.vector_lanes, hbm_blocks=hbm_blocks,\n",
         "new": "                                     lanes=16, hbm_blocks=hbm_blocks,\n",
         "description": "the MoE kernels' machine is built with 16-lane cores whatever the "
-                       "preset's vector_lanes (issue 30's vector width would not reach the "
+                       "preset's vector_lanes (the Ascend vector width would not reach the "
                        "hardware)",
         "tests": ["tests/sw/test_dispatch.py::test_the_presets_vector_width_builds_the_cores_and_"
                   "shortens_canns_counting"],
@@ -726,7 +751,7 @@ MUTATIONS = [
         "old": "        addr = data.View(address_layout(self.rank_bits), req.payload.addr)\n",
         "new": "        addr = data.View(address_layout(), req.payload.addr)\n",
         "description": "the die router decides local/remote from the default 8-bit rank field "
-                       "whatever the machine's rank_bits (issue 29's narrowed addresses)",
+                       "whatever the machine's rank_bits (the narrowed addresses)",
         "tests": ["tests/sw/test_dispatch.py::test_a_one_bit_rank_field_gives_the_same_run",
                   "tests/hw/test_router.py::test_a_narrow_rank_field_routes_by_the_top_bits"],
         "timeout": 300,

@@ -146,7 +146,7 @@ def kernel_soak(kernel="alltoall", *, runs=100, seed=0, backend="verilator", pre
 
     if kernel not in KERNELS:
         raise UserError(f"unknown kernel {kernel!r}; registered: {', '.join(sorted(KERNELS))}")
-    if "seed" not in KERNELS[kernel].params:
+    if "seed" not in KERNELS[kernel].defaults:
         raise UserError(f"kernel {kernel!r} has no seed parameter to vary")
     check_int("runs", runs, 1)
     if shapes is None:
@@ -159,11 +159,11 @@ def kernel_soak(kernel="alltoall", *, runs=100, seed=0, backend="verilator", pre
         topology, aivs = rng.choice(shapes)
         data_seed = rng.randrange(2**31)
         t0 = time.monotonic()
-        result, _ = run_kernel(kernel, be, preset=preset, topology=topology, aivs=aivs,
-                               params={**(params or {}), "seed": data_seed})
+        result = run_kernel(kernel, be, preset=preset, topology=topology, aivs=aivs,
+                            params={**(params or {}), "seed": data_seed})
         row = {"kernel": kernel, "run": k, "topology": list(topology), "aivs": aivs,
-               "seed": data_seed, "cycles": [r["cycles"] for r in result["runs"]],
-               "correct": result["correct"], "problems": result["problems"][:5],
+               "seed": data_seed, "cycles": [r.cycles for r in result.runs],
+               "correct": result.correct, "problems": result.problems[:5],
                "wall_s": round(time.monotonic() - t0, 2)}
         rows.append(row)
         if progress:
@@ -173,7 +173,7 @@ def kernel_soak(kernel="alltoall", *, runs=100, seed=0, backend="verilator", pre
 
 def inc_soak(*, shape=INC_SHAPE, seed=1, multicasts=16, groups=None, offer=0.7, stall=0.3,
              backend="verilator", preset="cm384", window=8):
-    """A soak of a superpod with in-network switches (issue 31), on ``preset``'s timing: every
+    """A soak of a superpod with in-network switches, on ``preset``'s timing: every
     die offers
     ``multicasts`` flits (a quarter unicast, the rest multicast to random die sets) and its
     contributions to ``groups`` random reduction groups (default: a quarter of the slots),

@@ -6,8 +6,9 @@ run them through :func:`run_kernel`, so adding a kernel never touches the
 CLI. The protocol (docs/contributing.md "Style", PyMTL3's ``gen_mem_image`` + ``verify``):
 
 * ``name``, ``description`` — the registry key and one line for ``--help``;
-* ``params`` — ``{name: default}`` of the kernel's own parameters (a seed,
-  epochs, ...; ``epfabric run NAME --param k=v``);
+* ``params`` — the kernel's own parameters (a seed, epochs, ...), each a
+  :class:`~epfabric.sw.param.Param` (name, default, help, type, choices; ``epfabric
+  run NAME --NAME v`` or ``--param k=v``), checked by :meth:`Kernel.resolve_params`;
 * ``configs(preset, topology, aivs, params)`` — the machine configurations
   one invocation runs (usually one; ``syncall`` sweeps AIV counts); by
   default a :class:`~epfabric.sw.config.MachineConfig` of the kernel's
@@ -18,8 +19,19 @@ CLI. The protocol (docs/contributing.md "Style", PyMTL3's ``gen_mem_image`` + ``
   the inputs the checker needs;
 * ``check(machine, report, inputs)`` — compares the run with a numpy
   reference; returns at least ``{"correct": bool, "problems": [str, ...]}``
-  plus the kernel's figures;
-* ``summary(result)`` — the lines ``epfabric run`` prints.
+  plus the kernel's figures (a :class:`~.result.MachineRun`'s ``check``);
+* ``summary(result)`` — the lines ``epfabric run`` prints of a
+  :class:`~.result.RunResult`.
+
+Optional hooks, declared here with defaults that do nothing:
+
+* ``inner_runs(inputs)`` — the runs ``load`` made before the kernel's own (a
+  combine's dispatch), named by their kernel;
+* ``trace_spans``, ``trace_phases``, ``trace_flows(config, params)`` — the slices
+  and flow arrows of ``epfabric run --trace`` (:meth:`~epfabric.sw.report.Report.chrome_trace`);
+* ``shared_machine(variants)`` — of a comparison's variants, the one whose machines
+  run them all (one build for ``--system cann,ubep,ubep-inc``);
+* ``combine_runs(runs)`` — figures across one invocation's runs.
 
 Programs depend on the configuration only, never on data (docs/spec/design.md).
 """
@@ -30,8 +42,10 @@ from ...hw.validate import UserError, check_int
 from ..config import MachineConfig
 from ..machine import Machine
 from ..presets import get_preset
+from .result import MachineRun, RunResult
 
-__all__ = ["Kernel", "KERNELS", "register", "run_kernel", "pow2_at_least"]
+__all__ = ["Kernel", "KERNELS", "register", "run_kernel", "run_label", "pow2_at_least",
+           "MachineRun", "RunResult"]
 
 #: name → :class:`Kernel`, filled by :func:`register` (the kernel modules below register theirs).
 KERNELS = {}
@@ -47,20 +61,19 @@ class Kernel:
 
     name = ""
     description = ""
-    #: ``{parameter: default}``
-    params = {}
+    #: the kernel's parameters, :class:`~epfabric.sw.param.Param` s in order
+    params = ()
     #: preset when the user names none
     default_preset = "tiny"
     #: AIVs per die when the user names none (one machine per value)
     default_aivs = (2,)
     #: watchdog limit when the user names none
     default_max_cycles = 200_000
-    #: parameters whose value is a sequence: on the command line ``--roles 1,5,2`` is one
-    #: value and ``;`` separates the values of a sweep
-    sequence_params = ()
-    #: ``{parameter: its values}`` of the parameters that take one of a few names (the
-    #: command line lists them in its help and matches them in any case)
-    choices = {}
+    #: ``{start event: (end event, slice name)}``: MARK pairs of one AIV that ``epfabric run
+    #: --trace`` draws as one slice (:meth:`~epfabric.sw.report.Report.chrome_trace`)
+    trace_spans = {}
+    #: ``{phase-end event: phase name}``: an AIV's phase ends, drawn as back-to-back slices
+    trace_phases = {}
 
     def default_topology(self, preset):
         """The machine shape when the user names none (default: the two dies of one NPU)."""
@@ -92,26 +105,75 @@ class Kernel:
     def check(self, machine, report, inputs):
         raise NotImplementedError
 
+    def inner_runs(self, inputs):
+        """``[(kernel name, Report)]`` of the machine runs :meth:`load` made before the
+        kernel's own, from the inputs it returned (default: none)."""
+        return []
+
+    def trace_flows(self, config, params):
+        """Flow arrows of a run's trace (``Report.chrome_trace``'s ``flows``; default: none)."""
+        return []
+
+    def shared_machine(self, variants):
+        """Of a comparison's ``variants`` (resolved parameters), the one whose machines run
+        them all, or ``None`` (default: each variant runs on its own machines)."""
+        return None
+
     def combine_runs(self, runs):
-        """Figures across the runs of one invocation, added to the result (default: none)."""
+        """Figures across the :class:`~.result.MachineRun` s of one invocation, the result's
+        ``figures`` (default: none)."""
         return {}
 
     def summary(self, result):
         """Lines to print for ``result`` (:func:`run_kernel`); default: cycles per run."""
-        return [f"{self.name} on {result['preset']} [{result['backend']}]: "
-                + "; ".join(f"{r['cycles']} cycles ({r['ns']:.0f} ns)" for r in result["runs"])]
+        return [f"{self.name} on {result.preset} [{result.backend}]: "
+                + "; ".join(f"{r.cycles} cycles ({r.ns:.0f} ns)" for r in result.runs)]
+
+    def trace_runs(self, result, swept=None, flows=False):
+        """``[(label, report, flows, offset)]`` of ``result``'s runs for one trace file
+        (:func:`~epfabric.sw.report.chrome_traces`): each run after the runs its load made
+        first (labelled by their kernel, e.g. ``dispatch``), and offset by their cycles;
+        labels by :func:`run_label`; with ``flows``, each run's flow arrows
+        (:meth:`trace_flows` of the run's kernel), else ``None``."""
+        out = []
+        for run in result.runs:
+            label = run_label(swept, run, len(result.runs))
+            shift = 0                  # the runs before this one (combine: its dispatch)
+            for name, inner in run.inner_runs:
+                out.append((f"{label} {name}".strip(), inner,
+                            KERNELS[name].trace_flows(run.config, result.params) if flows
+                            else None, 0))
+                shift += inner.cycles
+            out.append((label, run.report,
+                        self.trace_flows(run.config, result.params) if flows else None, shift))
+        return out
+
+    @property
+    def defaults(self):
+        """``{parameter: default}``, in :attr:`params` order."""
+        return {p.name: p.default for p in self.params}
+
+    def param(self, name):
+        """The :class:`~epfabric.sw.param.Param` called ``name``; ``KeyError`` if none."""
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(f"kernel {self.name} has no parameter {name!r}")
 
     def resolve_params(self, params):
-        """``params`` over the defaults; ``UserError`` naming an unknown parameter or a bad seed."""
+        """``params`` over the defaults, each checked by its :class:`~epfabric.sw.param.Param`
+        (type, choices, minimum: a seed numpy's generator would refuse mid-run); ``UserError``
+        naming an unknown parameter."""
         params = dict(params or {})
-        unknown = sorted(set(params) - set(self.params))
+        defaults = self.defaults
+        unknown = sorted(set(params) - set(defaults))
         if unknown:
-            valid = ", ".join(f"{k}={v!r}" for k, v in self.params.items()) or "none"
+            valid = ", ".join(f"{k}={v!r}" for k, v in defaults.items()) or "none"
             raise UserError(f"unknown parameter(s) {', '.join(unknown)} for kernel {self.name}; "
                             f"valid: {valid}")
-        params = {**self.params, **params}
-        if "seed" in params:     # numpy's generator would refuse it mid-run
-            check_int("seed", params["seed"], 0)
+        params = {**defaults, **params}
+        for p in self.params:
+            p.check(params[p.name])
         return params
 
 
@@ -125,14 +187,27 @@ def register(kernel):
     return kernel
 
 
+def run_label(swept, run, runs):
+    """What tells a :class:`~.result.MachineRun` apart in a trace: the swept value
+    (``swept``: ``("system", "ubep")`` → ``system=ubep``), the run's mode (moe-layer's
+    ``inc``/``ring``) or its machine when a kernel runs several (``runs`` > 1)."""
+    parts = [f"{swept[0]}={swept[1]}"] if swept else []
+    if run.check.get("mode"):
+        parts.append(str(run.check["mode"]))
+    elif runs > 1:
+        parts.append(f"{run.config.to_dict().get('aivs_per_die')} AIVs")
+    return " ".join(parts)
+
+
 def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params=None,
                max_cycles=None, knobs=None, sampling=None, configs=None):
-    """Run ``kernel`` (a name or a :class:`Kernel`) on ``backend``; return ``(result, reports)``.
+    """Run ``kernel`` (a name or a :class:`Kernel`) on ``backend``; return its :class:`RunResult`.
 
-    ``result`` is ``{"kernel", "preset", "backend", "correct", "problems",
-    "params", "runs"}`` with one entry per configuration in ``runs``:
-    ``{"config", "cycles", "ns", **check}``. Every argument is validated
-    before anything is simulated. A hung run raises
+    The result holds one :class:`MachineRun` per configuration (its report, the
+    checker's verdict and figures, the runs the kernel's load made first); its
+    ``to_dict()`` is ``{"kernel", "preset", "backend", "correct", "problems",
+    "params", "runs"}`` with ``{"config", "cycles", "ns", **check}`` per run. Every
+    argument is validated before anything is simulated. A hung run raises
     :class:`~epfabric.sw.machine.WatchdogTimeout`. ``knobs`` (``{name: value}``) set the
     dies' runtime knobs over the preset's (:meth:`~epfabric.sw.machine.Machine.set_knob`).
     ``sampling`` (``(depth, every)``) gives every AIV machine a counter sampler of ``depth``
@@ -156,7 +231,7 @@ def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params
     if sampling is not None:
         depth, every = sampling
         configs = [replace(c, sample_depth=depth) if c.kind == "aiv" else c for c in configs]
-    runs, reports, problems = [], [], []
+    runs = []
     for config in configs:
         machine = Machine(backend=backend, config=config)
         if sampling is not None and config.kind == "aiv":
@@ -166,17 +241,13 @@ def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params
         inputs = (kernel.load(machine, params, max_cycles=max_cycles) if kernel.load_runs
                   else kernel.load(machine, params))
         report = machine.run(max_cycles)
-        if hasattr(kernel, "inner_runs"):      # runs load() made first (combine: its dispatch)
-            report.inner_runs = kernel.inner_runs(inputs)
-        verdict = kernel.check(machine, report, inputs)
-        problems += verdict["problems"]
-        runs.append({"config": config.to_dict(), "cycles": report.cycles, "ns": report.ns,
-                     **verdict})
-        reports.append(report)
-    result = {"kernel": kernel.name, "preset": preset, "backend": backend.name,
-              "correct": not problems, "problems": problems, "params": params, "runs": runs}
-    result.update(kernel.combine_runs(runs))
-    return result, reports
+        check = kernel.check(machine, report, inputs)
+        if not isinstance(check, dict) or not {"correct", "problems"} <= set(check):
+            raise TypeError(f"kernel {kernel.name}: check must return a dict with 'correct' and "
+                            f"'problems', not {check!r}")
+        runs.append(MachineRun(config, report.cycles, report.ns, check, report,
+                               kernel.inner_runs(inputs)))
+    return RunResult(kernel.name, preset, backend.name, params, runs, kernel.combine_runs(runs))
 
 
 # The kernels of this package register themselves on import.

@@ -39,6 +39,7 @@ from ...hw.validate import UserError, check_bool, check_int
 from ..config import AgrsConfig
 from ..lane_sums import compare, ordered_sum, to_bits
 from ..presets import get_preset
+from ..param import Param
 from . import Kernel, register
 
 __all__ = ["make_case", "check_counts", "reference", "bound_gbps", "max_tmax", "max_bytes",
@@ -204,9 +205,17 @@ class Agrs(Kernel):
 
     name = "agrs"
     description = "one AllGather + one ReduceScatter, in-network (INC) or ring, checked against numpy"
-    params = {"mode": "inc", "tmax": 4, "lanes": 2, "slots": 16, "counts": None, "seed": 0,
-              "concurrent": True, "barrier": False, "dtype": "int32"}
-    choices = {"mode": MODES, "dtype": DTYPES}
+    params = (Param("mode", "inc", "in-network (the switch's INC engine) or the ring baseline",
+                    str, MODES),
+              Param("tmax", 4, "rows of a rank's block of the padded buffers", int),
+              Param("lanes", 2, "int32 words modelled of a row's 512 B block", int),
+              Param("slots", 16, "aggregator slots of the INC engine", int),
+              Param("counts", None, "rows of each rank (unset: tmax each)"),
+              Param("seed", 0, "row data seed", int, minimum=0),
+              Param("concurrent", True, "AllGather and ReduceScatter at once", bool),
+              Param("barrier", False, "a cross-rank barrier first (INC only)", bool),
+              Param("dtype", "int32", "lane type of the ReduceScatter's sums (bf16: two lanes "
+                    "a word)", str, DTYPES))
     default_preset = "incmoe-testbed"
     default_max_cycles = 10_000_000
 
@@ -302,9 +311,9 @@ class Agrs(Kernel):
                 "max_error_ulps": worst_ulps, "max_error_over_bound": worst_ratio}
 
     def summary(self, result):
-        return [f"agrs {run['mode']} on {result['preset']} [{result['backend']}]: "
-                f"S={run['bytes']} B, {run['cycles']} cycles ({run['ns']:.0f} ns)"
-                for run in result["runs"]]
+        return [f"agrs {run.check['mode']} on {result.preset} [{result.backend}]: "
+                f"S={run.check['bytes']} B, {run.cycles} cycles ({run.ns:.0f} ns)"
+                for run in result.runs]
 
 
 KERNEL = register(Agrs())

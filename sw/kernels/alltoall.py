@@ -22,6 +22,7 @@ from ...hw.validate import UserError
 from ..assembler import Program
 from ..isa import address
 from ..machine import region_names
+from ..param import Param
 from . import Kernel, pow2_at_least, register
 
 __all__ = ["FLAG", "RECV", "layout", "program", "tokens", "blocks_needed", "marks_needed",
@@ -96,7 +97,7 @@ class AllToAll(Kernel):
 
     name = "alltoall"
     description = "every AIV sends one Token-Flag-Fusion block to every rank, checked against numpy"
-    params = {"seed": 0}
+    params = (Param("seed", 0, "token data seed", int, minimum=0),)
 
     def sizes(self, config):
         return machine_sizes(config)
@@ -150,9 +151,9 @@ class AllToAll(Kernel):
                 "aivs_per_die": cfg.aivs_per_die}
 
     def summary(self, result):
-        return [f"alltoall on {result['preset']} [{result['backend']}]: {run['dies']} dies x "
-                f"{run['aivs_per_die']} AIVs, {run['blocks']} TFF blocks, {run['cycles']} cycles "
-                f"({run['ns']:.0f} ns)" for run in result["runs"]]
+        return [f"alltoall on {result.preset} [{result.backend}]: {run.check['dies']} dies x "
+                f"{run.check['aivs_per_die']} AIVs, {run.check['blocks']} TFF blocks, "
+                f"{run.cycles} cycles ({run.ns:.0f} ns)" for run in result.runs]
 
 
 KERNEL = register(AllToAll())

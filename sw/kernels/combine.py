@@ -28,6 +28,7 @@ from ...hw.validate import UserError
 from ..ubep import combine
 from ..ubep.layout import GUARD
 from ..ubep.reference import combine_out, dispatch_out, expert_outputs
+from ..param import Param
 from . import register
 from .dispatch import (HEADER_WORDS, KERNEL as DISPATCH, Dispatch, combine_programs,
                        hidden_bytes, layout_of, links_of, summary_lines)
@@ -94,8 +95,9 @@ class Combine(Dispatch):
     name = "combine"
     description = ("MoE combine (CANN EP's BSP kernel or UBEP's) after a dispatch, "
                    "checked bit-exact against numpy")
-    params = {**Dispatch.params, "broken": None}
-    choices = {**Dispatch.choices, "broken": (None, "no_flag_poll")}
+    params = tuple(Param("broken", None, "a negative control of system='ubep' or 'ubep-inc'",
+                         choices=(None, "no_flag_poll")) if p.name == "broken" else p
+                   for p in Dispatch.params)
     needs_combine = True
     trace_phases = {**Dispatch.trace_phases, combine.EVENTS["c_init"]: "Combine init",
                     combine.EVENTS["c_send"]: "Combine send",
@@ -152,9 +154,7 @@ class Combine(Dispatch):
         p = dict(params or {})
         broken = p.pop("broken", None) or p.pop("combine_broken", None)
         p.pop("combine_broken", None)
-        if broken not in (None, "no_flag_poll"):
-            raise UserError(f"broken must be one of {', '.join(map(str, self.choices['broken']))}, "
-                            f"not {broken!r}")
+        self.param("broken").check(broken)
         resolved = DISPATCH.resolve_params(p)
         if broken and resolved["system"] == "cann":
             raise UserError("broken variants of the combine are negative controls of "
@@ -185,8 +185,9 @@ class Combine(Dispatch):
 
     def inner_runs(self, inputs):
         """``[(name, report)]`` of the machine runs :meth:`load` made before the combine's own:
-        the dispatch (``run_kernel`` attaches them to the combine's report as
-        ``inner_runs``; ``epfabric run combine --trace`` draws them before it)."""
+        the dispatch (``run_kernel`` keeps them in the combine's
+        :class:`~epfabric.sw.kernels.result.MachineRun`; ``epfabric run combine --trace``
+        draws them before it)."""
         return [("dispatch", inputs[5])]
 
     def check(self, machine, report, inputs):
@@ -242,7 +243,7 @@ class Combine(Dispatch):
     def summary(self, result):
         return summary_lines(self.name, result,
                              lambda run: f" (after a dispatch of "
-                                         f"{run['dispatch']['cycles']} cycles)",
+                                         f"{run.check['dispatch']['cycles']} cycles)",
                              "flag wait + SyncAll")
 
 

@@ -86,6 +86,7 @@ from ..dataflag import (BLOCK_BYTES, FLAG_BYTES, RESERVED_SENTINEL, SENTINEL_WOR
 from ..isa import address
 from ..machine import region_names
 from ..presets import get_preset
+from ..param import Param
 from . import Kernel, pow2_at_least, register
 
 __all__ = ["PROTOCOLS", "BROKEN", "EPOCH", "TFF_FLAG", "CANARY", "START_MARK", "DONE_MARK", "REARM_MARK",
@@ -304,19 +305,19 @@ class Daf(Kernel):
     name = "daf"
     description = ("Data-as-Flag micro-benchmark: every rank sends `bytes` to every other rank "
                    "with sw / tff / dc / sp synchronisation, checked against numpy")
-    params = {"protocol": "tff", "bytes": 512, "seed": 0, "broken": "none"}
-    choices = {"protocol": PROTOCOLS, "broken": BROKEN}
+    params = (Param("protocol", "tff", "how a receiver detects a message: stop-and-wait, "
+                    "Token-Flag Fusion, Data-for-Checksum or Sentinel Polling", str, PROTOCOLS),
+              Param("bytes", 512, "bytes every rank sends every other rank (g)", int),
+              Param("seed", 0, "message data seed", int, minimum=0),
+              Param("broken", "none", "a negative control: tear (tff), sentinel (sp), nofence "
+                    "(sw)", str, BROKEN))
     default_preset = "cm384"
     default_aivs = (2,)
     default_max_cycles = 1_000_000
 
     def resolve_params(self, params):
         p = super().resolve_params(params)
-        if p["protocol"] not in PROTOCOLS:
-            raise UserError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {p['protocol']!r}")
         check_int("bytes", p["bytes"], 1, MAX_BYTES)
-        if p["broken"] not in BROKEN:
-            raise UserError(f"broken must be one of {', '.join(BROKEN)}, not {p['broken']!r}")
         if p["broken"] != "none" and BROKEN_PROTOCOL[p["broken"]] != p["protocol"]:
             raise UserError(f"broken={p['broken']!r} is a negative control of protocol="
                             f"{BROKEN_PROTOCOL[p['broken']]!r}, not of protocol={p['protocol']!r}")
@@ -486,11 +487,12 @@ class Daf(Kernel):
         return (config.ranks - 1) * (nb + (protocol in ("sw", "dc")))
 
     def summary(self, result):
-        return [f"daf {run['protocol']} on {result['preset']} [{result['backend']}]: "
-                f"{run['ranks']} ranks x {run['aivs_per_die']} AIVs, {run['bytes']} B per message "
-                f"({run['blocks_per_message']} blocks), latency {run['latency_cycles']} cycles "
-                f"({run['latency_ns']:.0f} ns)" if run["latency_cycles"] is not None else
-                f"daf: no latency ({'; '.join(run['problems'][:2])})" for run in result["runs"]]
+        return [f"daf {c['protocol']} on {result.preset} [{result.backend}]: "
+                f"{c['ranks']} ranks x {c['aivs_per_die']} AIVs, {c['bytes']} B per message "
+                f"({c['blocks_per_message']} blocks), latency {c['latency_cycles']} cycles "
+                f"({c['latency_ns']:.0f} ns)" if c["latency_cycles"] is not None else
+                f"daf: no latency ({'; '.join(c['problems'][:2])})"
+                for c in (run.check for run in result.runs)]
 
 
 KERNEL = register(Daf())

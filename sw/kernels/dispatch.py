@@ -38,15 +38,15 @@ a poll) or ``"hard"`` (the die's hardware barrier ``bar``, whose cost is the pre
 one copy into the UBuf and checked there; UBEP's reordering copies a token at once and checks
 its blocks' flags there) — and ``cumsum_scan`` (UBEP only): ``"redundant"`` or ``"split"``
 (the CalCumSum AIVs split the count scan; :func:`~epfabric.sw.ubep.ubep._split_scan`);
-``None`` is the preset's ``copies`` / ``cumsum_scan`` (issue 30; docs/concepts/time-model.md).
+``None`` is the preset's ``copies`` / ``cumsum_scan`` (docs/concepts/time-model.md).
 
-Launch skew (issue 30, a workload option, not fitted): with ``launch_skew_ns = t`` every
+Launch skew (a workload option, not fitted): with ``launch_skew_ns = t`` every
 dispatch program starts by spinning until its core has run ``d_r`` cycles, ``CTRL`` word 3 of
 its rank, which the host places: ``d_r`` drawn uniformly in ``[0, t]`` ns (converted by the
 preset) per rank from the run's seed (:func:`launch_delays`); the dispatch of a ``combine``
 run is delayed, the combine itself is not.
 
-Skewed routing (issue 30, workload options, not fitted): ``hot_layout`` puts the ``hot``
+Skewed routing (workload options, not fitted): ``hot_layout`` puts the ``hot``
 experts at spread ids (``"spread"``, default) or at ids ``0 .. hot - 1``
 (``"consecutive"``: one or two ranks take them all); ``zipf`` (with ``hot = 0``) draws
 expert ``e`` with weight ``(e + 1) ** -zipf`` (:func:`~epfabric.sw.routing.route`).
@@ -85,6 +85,7 @@ from ..ubep.layout import GUARD, Layout
 from ..ubep.traffic import link_report
 from ..ubep.reference import counts, dispatch_order, dispatch_out, slot_index
 from ..ubep.workload import MODELS, Workload, blocks_per_token, check_routing, read_routing
+from ..param import Param
 from . import Kernel, pow2_at_least, register
 
 __all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times", "option", "OPTIONS", "VARIANTS",
@@ -327,14 +328,40 @@ class Dispatch(Kernel):
     name = "dispatch"
     description = ("MoE token dispatch (CANN EP's BSP kernel or UBEP's: --system), checked "
                    "bit-exact against numpy")
-    params = {"system": "cann", "batch": 32, "topk": 8, "experts": 32, "hidden_blocks": 1,
-              "seed": 0, "hot": 0, "broken": None, "cumsum_aivs": None, "cap": None,
-              "mapping": None, "send_split": None, "hot_share": 0.3, "sync": None,
-              "syncall": None, "model": None, "routing": None, "hot_layout": None, "zipf": None,
-              "launch_skew_ns": None, "copies": None, "cumsum_scan": None}
-    choices = {"system": SYSTEMS, "model": tuple(MODELS), "broken": BROKEN,
-               "hot_layout": HOT_LAYOUTS, "copies": COPIES,
-               **{name: values for name, (_, values) in OPTIONS.items()}}
+    params = (
+        Param("system", "cann", "CANN EP's BSP kernel, UBEP's, or UBEP's on switches that "
+              "multicast and reduce", str, SYSTEMS),
+        Param("batch", 32, "tokens per rank (BS)", int),
+        Param("topk", 8, "experts per token (k)", int),
+        Param("experts", 32, "experts (E), spread evenly over the ranks", int),
+        Param("hidden_blocks", 1, "512 B blocks per token (B_tok)", int),
+        Param("seed", 0, "routing and token seed", int, minimum=0),
+        Param("hot", 0, "hot experts, which take about hot_share of the slots (0: none)", int),
+        Param("broken", None, "a negative control of system='cann'", choices=BROKEN),
+        Param("cumsum_aivs", None, "UBEP's CalCumSum AIVs per die (unset: App. A's fit)", int),
+        Param("cap", None, "receive slots per (source rank, expert) (unset: the batch)", int),
+        Param("mapping", None, "UBEP's expert mapping (unset: transpose)",
+              choices=OPTIONS["mapping"][1]),
+        Param("send_split", None, "how CANN's AIVs split the slots they send (unset: slot)",
+              choices=OPTIONS["send_split"][1]),
+        Param("hot_share", 0.3, "share of the slots the hot experts take", float),
+        Param("sync", None, "how UBEP's receiver sees a block arrive (unset: tff)",
+              choices=OPTIONS["sync"][1]),
+        Param("syncall", None, "how CANN's SyncAll runs (unset: the preset's)",
+              choices=OPTIONS["syncall"][1]),
+        Param("model", None, "a model of UBEP Table 3: its topk, experts and hidden_blocks",
+              choices=tuple(MODELS)),
+        Param("routing", None, "a routing file to replay (.npz, topk_idx of ranks x batch x "
+              "topk): its batch and topk"),
+        Param("hot_layout", None, "where the hot experts sit (unset: spread)",
+              choices=HOT_LAYOUTS),
+        Param("zipf", None, "expert e drawn with weight (e + 1) ** -zipf (with hot 0)", float),
+        Param("launch_skew_ns", None, "each rank starts up to this many ns late (drawn from "
+              "the seed)", float),
+        Param("copies", None, "how the kernels read tokens, flags and counts (unset: the "
+              "preset's)", choices=COPIES),
+        Param("cumsum_scan", None, "how UBEP's CalCumSum AIVs share the count scan (unset: "
+              "the preset's)", choices=OPTIONS["cumsum_scan"][1]))
     trace_phases = TRACE_PHASES
     default_preset = "cm384"
 
@@ -448,8 +475,6 @@ class Dispatch(Kernel):
         """
         given = dict(params or {})
         p = super().resolve_params(params)
-        if p["system"] not in SYSTEMS:
-            raise UserError(f"system must be one of {', '.join(SYSTEMS)}, not {p['system']!r}")
         if p["model"] is not None:
             shape = model_shape(p["model"], p["system"])
             for name, value in shape.items():
@@ -470,9 +495,6 @@ class Dispatch(Kernel):
             idx, wts = read_routing(p["routing"])
             check_routing(idx, wts, idx.shape[0], p["experts"])
         check_int("hidden_blocks", p["hidden_blocks"], 1)
-        if p["hot_layout"] is not None and p["hot_layout"] not in HOT_LAYOUTS:
-            raise UserError(f"hot_layout must be one of {', '.join(HOT_LAYOUTS)}, not "
-                            f"{p['hot_layout']!r}")
         if p["launch_skew_ns"] is not None:
             check_number("launch_skew_ns", p["launch_skew_ns"], positive=False)
             if not 0 <= p["launch_skew_ns"] <= 1e7:
@@ -484,23 +506,14 @@ class Dispatch(Kernel):
             if p["zipf"] and p["hot"]:
                 raise UserError(f"hot={p['hot']} and zipf={p['zipf']!r}: choose hot experts or "
                                 f"Zipf weights")
-        if p["broken"] not in BROKEN:
-            raise UserError(f"broken must be one of {', '.join(map(str, BROKEN))}, "
-                            f"not {p['broken']!r}")
         if p["cap"] is not None:
             check_int("cap", p["cap"], 1, p["batch"])
         if p["broken"] and p["system"] != "cann":
             raise UserError("broken variants are negative controls of system='cann'")
-        if p["copies"] is not None and p["copies"] not in COPIES:
-            raise UserError(f"copies must be one of {', '.join(COPIES)}, not {p['copies']!r}")
-        for name, (system, values) in OPTIONS.items():
-            if p[name] is None:
-                continue
-            if p["system"] != system:
+        for name, (system, _values) in OPTIONS.items():
+            if p[name] is not None and p["system"] != system:
                 raise UserError(f"{name}={p[name]!r} is a variant of system='{system}', not of "
                                 f"system={p['system']!r}")
-            if p[name] not in values:
-                raise UserError(f"{name} must be one of {', '.join(values)}, not {p[name]!r}")
         return p
 
     def programs(self, config, params):
@@ -807,7 +820,7 @@ def link_line(links):
 
 
 def syncall_release_share(phases, cycles):
-    """The SyncAlls' own cost as a share of the run (issue 30's F4: UBEP §2.3's "SyncAll ... ≈ 15 %
+    """The SyncAlls' own cost as a share of the run (the calibration's F4: UBEP §2.3's "SyncAll ... ≈ 15 %
     of total execution time", measured from the last arrival to the release).
 
     Per die and SyncAll: the latest entry MARK of its AIVs to the earliest exit MARK (the time
@@ -826,26 +839,28 @@ def syncall_release_share(phases, cycles):
 
 
 def summary_lines(kind, result, after, sync_label):
-    """``epfabric run`` lines of a dispatch or combine: headline per run, then its phase split."""
+    """``epfabric run`` lines of a dispatch or combine (a
+    :class:`~epfabric.sw.kernels.result.RunResult`): headline per run, then its phase split;
+    ``after(run)`` ends a run's headline."""
     lines = []
-    params = result["params"]
-    for run in result["runs"]:
-        cfg = run["config"]
-        sync = (f"; {sync_label} {100 * run['syncall_share']:.1f} % of the run"
-                if run.get("syncall_share") is not None else "")
-        if run.get("syncall_release_share") is not None:
-            sync += f" ({100 * run['syncall_release_share']:.1f} % last arrival to release)"
+    params = result.params
+    for run in result.runs:
+        cfg, c = run.config, run.check
+        sync = (f"; {sync_label} {100 * c['syncall_share']:.1f} % of the run"
+                if c.get("syncall_share") is not None else "")
+        if c.get("syncall_release_share") is not None:
+            sync += f" ({100 * c['syncall_release_share']:.1f} % last arrival to release)"
         model = (f"{params['model']} ({params['hidden_blocks']} blocks a token), "
                  if params.get("model") else "")
-        lines.append(f"{kind} ({run['system']}) on {result['preset']} [{result['backend']}]: "
-                     f"{cfg['topology']} x {cfg['aivs_per_die']} AIVs, {model}BS "
+        lines.append(f"{kind} ({c['system']}) on {result.preset} [{result.backend}]: "
+                     f"{list(cfg.topology)} x {cfg.aivs_per_die} AIVs, {model}BS "
                      f"{params['batch']}, top-{params['topk']}, {params['experts']} experts: "
-                     f"{run['cycles']} cycles = {run['latency_us']:.2f} us, "
-                     f"{run['bandwidth_gbps']:.1f} GB/s{after(run)}{sync}")
+                     f"{run.cycles} cycles = {c['latency_us']:.2f} us, "
+                     f"{c['bandwidth_gbps']:.1f} GB/s{after(run)}{sync}")
         lines.append("  phase ends (cycles, mean over AIVs; +duration): "
-                     + _phase_split(run["phases"]))
-        if run.get("links"):
-            lines.append(link_line(run["links"]))
+                     + _phase_split(c["phases"]))
+        if c.get("links"):
+            lines.append(link_line(c["links"]))
     return lines
 
 

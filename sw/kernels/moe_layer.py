@@ -25,7 +25,9 @@ from ..incmoe.reference import layer_output, partials
 from ..incmoe.workload import band_rows, make_case
 from ..isa import address
 from ..presets import get_preset
+from ..param import Param
 from . import Kernel, pow2_at_least, register
+from .compare import cut
 
 __all__ = ["MoeLayer", "KERNEL", "band_times"]
 
@@ -82,21 +84,28 @@ class MoeLayer(Kernel):
     name = "moe-layer"
     description = ("INC-MoE's band-pipelined MoE layer (AG ‖ FFN ‖ RS on AIV roles, INC "
                    "post/wait, cube unit) or the ring baseline, checked against numpy")
-    params = {"mode": "both", "ranks": 4, "tokens": 8, "counts": (), "bands": 3,
-              "roles": (1, 5, 2), "tail": 0, "experts": 64, "topk": 8, "seed": 1,
-              "tmax": 0, "slots": 0}
+    params = (Param("mode", "both", "INC-MoE's pipelined layer, the ring baseline, or both "
+                    "on the same input (and the cut)", str, MODES),
+              Param("ranks", 4, "ranks (N)", int),
+              Param("tokens", 8, "tokens of every rank (unless counts)", int),
+              Param("counts", (), "tokens of each rank, one count per rank", sequence=True),
+              Param("bands", 3, "bands of the pipeline", int),
+              Param("roles", (1, 5, 2), "(gather, compute, reduce) AIVs of a die", sequence=True),
+              Param("tail", 0, "last bands whose reduction a gather AIV joins", int),
+              Param("experts", 64, "experts (E), spread evenly over the ranks", int),
+              Param("topk", 8, "experts per token (k)", int),
+              Param("seed", 1, "routing and token seed", int, minimum=0),
+              Param("tmax", 0, "rows of a rank's block (0: the largest count)", int),
+              Param("slots", 0, "aggregator slots of the INC engine (0: the least that "
+                    "holds a band)", int))
     default_preset = "incmoe-testbed"
     default_aivs = (8,)
     default_max_cycles = 5_000_000
-    sequence_params = ("roles", "counts")
-    choices = {"mode": MODES}
     #: AG / FFN / RS slices in ``epfabric run --trace`` (:data:`~epfabric.sw.incmoe.program.TRACE_SPANS`)
     trace_spans = TRACE_SPANS
 
     def resolve_params(self, params):
         p = super().resolve_params(params)
-        if p["mode"] not in MODES:
-            raise UserError(f"mode must be one of {', '.join(MODES)}, not {p['mode']!r}")
         check_int("ranks", p["ranks"], 2, 64)
         check_int("tokens", p["tokens"], 0, 1 << 14)
         counts = _ints("counts", p["counts"]) if p["counts"] not in ((), None, "") else ()
@@ -266,21 +275,22 @@ class MoeLayer(Kernel):
 
     def combine_runs(self, runs):
         """With both modes: ``cut`` = 1 − t_INC / t_ring on the same input."""
-        by = {r["mode"]: r for r in runs}
+        by = {r.check["mode"]: r for r in runs}
         if set(by) != {"inc", "ring"}:
             return {}
-        return {"cut": 1 - by["inc"]["cycles"] / by["ring"]["cycles"]}
+        return {"cut": cut(by["ring"].cycles, by["inc"].cycles)}
 
     def summary(self, result):
         lines = []
-        for run in result["runs"]:
-            lines.append(f"moe-layer {run['mode']} on {result['preset']} [{result['backend']}]: "
-                         f"{len(run['counts'])} ranks, tokens {run['counts']}, "
-                         f"{run['bands']} band(s) of {run['beta']} rows, roles {run['roles']}, "
-                         f"tail {run['tail']}: {run['cycles']} cycles ({run['layer_us']:.2f} us), "
-                         f"{'correct' if run['correct'] else 'WRONG: ' + '; '.join(run['problems'][:3])}")
-        if "cut" in result:
-            lines.append(f"layer time cut INC vs ring: {100 * result['cut']:.1f} %")
+        for run in result.runs:
+            c = run.check
+            lines.append(f"moe-layer {c['mode']} on {result.preset} [{result.backend}]: "
+                         f"{len(c['counts'])} ranks, tokens {c['counts']}, "
+                         f"{c['bands']} band(s) of {c['beta']} rows, roles {c['roles']}, "
+                         f"tail {c['tail']}: {run.cycles} cycles ({c['layer_us']:.2f} us), "
+                         f"{'correct' if run.correct else 'WRONG: ' + '; '.join(run.problems[:3])}")
+        if "cut" in result.figures:
+            lines.append(f"layer time cut INC vs ring: {100 * result.figures['cut']:.1f} %")
         return lines
 
 

@@ -141,9 +141,9 @@ class PingPong(Kernel):
 
     def summary(self, result):
         lines = []
-        for run in result["runs"]:
+        for run in (r.check for r in result.runs):
             overhead = run["core_overhead_ns"]
-            lines.append(f"pingpong on {result['preset']} [{result['backend']}]: " + (
+            lines.append(f"pingpong on {result.preset} [{result.backend}]: " + (
                 f"core overhead {overhead:.1f} ns one-way" if overhead is not None else
                 "core overhead not measured (it needs 2 AIVs per die)"))
             table = []

@@ -24,6 +24,7 @@ from ...hw.validate import UserError, check_int
 from ..assembler import Program
 from ..isa import address
 from ..machine import region_names
+from ..param import Param
 from . import Kernel, pow2_at_least, register
 
 __all__ = ["ENTER", "LEAVE", "MAX_EPOCHS", "program", "SyncAll", "KERNEL"]
@@ -68,7 +69,7 @@ class SyncAll(Kernel):
 
     name = "syncall"
     description = "two-level software barrier (fetch-add + poll) over every AIV; cost per barrier"
-    params = {"epochs": 2}
+    params = (Param("epochs", 2, "barriers back to back", int),)
     default_aivs = (1, 2, 4)
 
     def default_topology(self, preset):
@@ -150,12 +151,13 @@ class SyncAll(Kernel):
                 "ns_per_barrier": None if worst is None else worst * machine.preset.cycle_ns}
 
     def summary(self, result):
-        first = result["runs"][0]
-        lines = [f"syncall on {result['preset']} [{result['backend']}], topology "
-                 f"{tuple(first['config']['topology'])}, {result['params']['epochs']} barriers "
+        first = result.runs[0]
+        lines = [f"syncall on {result.preset} [{result.backend}], topology "
+                 f"{tuple(first.config.topology)}, {result.params['epochs']} barriers "
                  f"back to back:",
                  tabulate([(r["cores"], r["aivs_per_die"], str(r["cycles_per_barrier"]),
-                            f"{r['ns_per_barrier'] or 0:.1f}") for r in result["runs"]],
+                            f"{r['ns_per_barrier'] or 0:.1f}")
+                           for r in (run.check for run in result.runs)],
                           headers=("cores", "AIVs/die", "barrier cycles", "ns"),
                           disable_numparse=True, colalign=("right",) * 4)]
         return lines

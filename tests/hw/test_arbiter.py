@@ -3,6 +3,7 @@
 import pytest
 
 from epfabric.hw.arbiter import RoundRobin
+from rejected import rejected
 from utils import ComponentSpec, run
 
 
@@ -63,4 +64,4 @@ def test_one_requester():
 ])
 def test_bad_parameters(params, exc, match):
     with pytest.raises(exc, match=match):
-        RoundRobin(**params)
+        rejected(RoundRobin, **params)

@@ -11,6 +11,7 @@ from epfabric.hw.decoder import Decoder, operand_slots
 from epfabric.hw.isa import (BY_OPCODE, INSTRUCTIONS, OPCODE_BITS, WORD_BITS, Cond, Csr, decode,
                              encode)
 from epfabric.sim.backends import ComponentSpec, run
+from rejected import rejected
 
 SLOTS = tuple(operand_slots())
 M32 = 0xFFFFFFFF
@@ -155,4 +156,4 @@ def test_a_field_named_like_a_port_is_refused(monkeypatch, name):
     table = isa.INSTRUCTIONS + (isa.Instruction("zz", 55, (isa.Field(name, "reg"),), "test"),)
     monkeypatch.setattr(decoder, "INSTRUCTIONS", table)
     with pytest.raises(ValueError, match=f"field name\\(s\\) {name} clash"):
-        Decoder()
+        rejected(Decoder)

@@ -1,6 +1,7 @@
 """Die (hw/die.py): local store/load/fetch-add/poll cycle costs, remote requests as flits, REQ flits applied and answered."""
 
 import pytest
+from amaranth.hdl import Fragment
 
 from epfabric.hw.aiv_core import MemOp
 from epfabric.hw.die import KNOBS, Die, FlitKind, flit_layout
@@ -9,6 +10,7 @@ from epfabric.hw.isa import address
 from epfabric.sim.backends.host import host_read, host_read_pipelined, host_write, load_programs
 from epfabric.sw.assembler import Program
 
+from rejected import rejected
 from utils import ComponentSpec, run
 
 RANK = 1
@@ -222,7 +224,7 @@ def test_host_read_latency_is_hbm_latency_and_reads_pipeline():
 
 
 def test_die_host_port_has_no_rank_and_no_run_control():
-    members = Die(**PARAMS).signature.members["host"].signature.members
+    members = Die.signature_for(**PARAMS).members["host"].signature.members
     assert set(members) == {"we", "target", "core", "addr", "wdata", "re", "rvalid", "rdata",
                             "start", "wrow", "wmask", "rrow"}
 
@@ -271,18 +273,34 @@ def test_incoming_req_flits_applied_and_answered():
 
 def test_bad_parameters_name_themselves():
     with pytest.raises(ValueError, match=r"rank must be in \[0, 1\], not 2"):
-        Die(rank=2, ranks=2)
+        rejected(Die, rank=2, ranks=2)
     with pytest.raises(ValueError, match="hbm_blocks must be a power of two, not 6"):
-        Die(hbm_blocks=6)
+        rejected(Die, hbm_blocks=6)
     with pytest.raises(TypeError, match="aivs must be an integer, not '2'"):
-        Die(aivs="2")
+        rejected(Die, aivs="2")
     with pytest.raises(ValueError, match=r"hbm_latency must be in \[1, 256\], not 0"):
-        Die(hbm_latency=0)
+        rejected(Die, hbm_latency=0)
     with pytest.raises(TypeError, match=r"max_outstanding must be an integer, not 4.0"):
-        Die(max_outstanding=4.0)
+        rejected(Die, max_outstanding=4.0)
     with pytest.raises(ValueError, match="data_bytes"):
         flit_layout(2, 2, 16, 8)
-    assert Die(ranks=4, aivs=2, max_outstanding=4).rsp_depth == 3 * 2    # data answers only
+    die = Die(ranks=4, aivs=2, max_outstanding=4)
+    Fragment.get(die, None)
+    assert die.rsp_depth == 3 * 2    # data answers only
+
+
+def test_fp_cores_only_when_asked():
+    """``fp=True`` builds every core with the floating-point instructions and the unit's shape;
+    the default builds the cores of before (the other fp parameters unused)."""
+    die = Die(aivs=2, data_bytes=64, fp=True, fp_lanes=8, fp_latency=5, fp_repeat_cycles=12)
+    Fragment.get(die, None)
+    assert [(c.fp, c.fp_lanes, c.fp_latency, c.fp_repeat_cycles, c.fp_fused)
+            for c in die.cores] == [(True, 8, 5, 12, False)] * 2
+    plain = Die(aivs=2, fp_lanes=64)
+    Fragment.get(plain, None)
+    assert not any(c.fp for c in plain.cores)
+    with pytest.raises(TypeError, match="fp must be a bool, not 1"):
+        rejected(Die, fp=1)
 
 
 def _state_of(fragment):

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 import pytest
+from rejected import rejected
 
 from epfabric.hw.fp_lanes import F32
 from epfabric.hw.fp_unit import OP_FORMS, FpOp, FpUnit, lane_steps, register_points
@@ -291,7 +292,7 @@ def test_register_points():
 ])
 def test_bad_parameters(kw, exc, match):
     with pytest.raises(exc, match=match):
-        FpUnit(**kw)
+        rejected(FpUnit, **kw)
 
 
 # --- the soak top: pysim cross-check, negative control, Verilator -------------------------

@@ -7,6 +7,7 @@ model.
 """
 
 import pytest
+from amaranth.hdl import Fragment
 
 from epfabric.hw.fpga import FpgaDie
 from epfabric.hw.isa import address
@@ -14,6 +15,7 @@ from epfabric.sim.backends.host import host_read, host_read_pipelined, host_run,
     load_programs
 from epfabric.sw.assembler import Program
 
+from rejected import rejected
 from utils import ComponentSpec, run
 
 # small memories keep Amaranth's simulator quick; the logic is the FPGA top's
@@ -75,11 +77,13 @@ async def read_latency(bench, words):
 def test_host_read_latency_is_hbm_latency_plus_the_input_register():
     words = [[address(0, 1, 1), 5], [address(0, 3, 0), 6]]
     lat, _ = run(SPEC, read_latency, {"words": words})
-    assert lat == [FpgaDie(**PARAMS).host_read_latency] * 2 == [PARAMS["hbm_latency"] + 1] * 2
+    latency = FpgaDie.signature_for(**PARAMS).params["host_read_latency"]
+    assert lat == [latency] * 2 == [PARAMS["hbm_latency"] + 1] * 2
 
 
 def test_signature_is_the_host_port_with_run_control_and_a_fault_bit():
     top = FpgaDie(aivs=3)
+    Fragment.get(top, None)
     assert set(top.signature.members) == {"host", "fault"}
     assert {"we", "target", "core", "addr", "wdata", "re", "rvalid", "rdata", "start",
             "max_cycles", "cycle", "running", "done", "timeout", "stop"} == \
@@ -89,12 +93,12 @@ def test_signature_is_the_host_port_with_run_control_and_a_fault_bit():
 
 def test_bad_parameters_name_themselves():
     with pytest.raises(ValueError, match=r"aivs must be in \[1, 64\], not 0"):
-        FpgaDie(aivs=0)
+        rejected(FpgaDie, aivs=0)
     with pytest.raises(TypeError, match="aivs must be an integer, not '2'"):
-        FpgaDie(aivs="2")
+        rejected(FpgaDie, aivs="2")
     with pytest.raises(ValueError, match="hbm_blocks must be a power of two, not 100"):
-        FpgaDie(hbm_blocks=100)
+        rejected(FpgaDie, hbm_blocks=100)
     with pytest.raises(ValueError, match=r"hbm_latency must be in \[1, 256\], not 0"):
-        FpgaDie(hbm_latency=0)
+        rejected(FpgaDie, hbm_latency=0)
     with pytest.raises(TypeError):
-        FpgaDie(2)          # keyword-only
+        rejected(FpgaDie, 2)          # keyword-only

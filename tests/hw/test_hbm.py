@@ -4,6 +4,7 @@ import pytest
 from amaranth.lib.wiring import In
 
 from epfabric.hw.hbm import HBMSlice
+from rejected import rejected
 from utils import ComponentSpec, run
 
 FACTORY = "epfabric.hw.hbm:HBMSlice"
@@ -113,4 +114,4 @@ def test_hbm_on_all_simulators(simulator):
 ])
 def test_bad_parameters(kw, exc, match):
     with pytest.raises(exc, match=match):
-        HBMSlice(**kw)
+        rejected(HBMSlice, **kw)

@@ -7,7 +7,7 @@ system's count (a lone ``halt`` gives cycle 1) is in test_system.py.
 """
 
 import pytest
-from amaranth.hdl import Module, Signal, Value
+from amaranth.hdl import Fragment, Module, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -84,13 +84,14 @@ def test_bad_parameters(kw, exc, match):
 
 
 def test_register_inputs_registers_every_host_driven_member():
-    top = Countdown()
+    host = HostSignature(run=True).flip().create(path=("host",))     # a top's host port
     m = Module()
-    regs = register_inputs(m, top.host)
+    regs = register_inputs(m, host)
     assert set(regs) == {"we", "target", "core", "addr", "wdata", "re", "start", "max_cycles"}
     for name, reg in regs.items():
         reg = Value.cast(reg)              # the target register is an enum view
-        assert reg.name == f"host_{name}_q" and len(reg) == len(Value.cast(getattr(top.host, name)))
+        assert reg.name == f"host_{name}_q" and len(reg) == len(Value.cast(getattr(host, name)))
+    Fragment.get(m, None)                  # the registers elaborate
 
 
 async def run_trace(bench, work, max_cycles, ticks):

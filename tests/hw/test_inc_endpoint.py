@@ -16,6 +16,7 @@ from epfabric.hw.host import HostTarget
 from epfabric.hw.inc_endpoint import IncEndpoint, RingEndpoint, agrs_control_map, agrs_memory_map
 from epfabric.sim.backends.host import host_read, host_read_all, host_run, host_write
 from epfabric.sw.kernels.agrs import make_case, reference
+from rejected import rejected
 from utils import ComponentSpec, run, tiny_timing
 
 LANES = 1
@@ -139,7 +140,7 @@ def test_watchdog_stops_a_run_that_cannot_finish():
 def test_memory_and_control_maps():
     assert agrs_memory_map(4, 3) == {"ag": 0, "out": 12, "rs": 15, "end": 27}
     assert agrs_control_map(4) == {"counts": 0, "concurrent": 4, "barrier": 5}
-    system = AgrsSystem(timing=tiny_timing("star"), ranks=4, tmax=3)
+    system = AgrsSystem.signature_for(timing=tiny_timing("star"), ranks=4, tmax=3).create()
     assert system.memory_map == agrs_memory_map(4, 3)
     assert system.control_map == agrs_control_map(4)
     assert system.host_read_latency == 1
@@ -182,8 +183,8 @@ def test_host_port_memory_map_round_trip():
     mm = agrs_memory_map(ranks, tmax)
     blocks = [mm["ag"], mm["ag"] + 1, mm["out"], mm["rs"], mm["end"] - 1]
     want = [[(r << 16) | (b << 4) | k for b in blocks for k in range(lanes)] for r in range(ranks)]
-    assert out["latency"] == AgrsSystem(timing=tiny_timing("star"), ranks=ranks,
-                                        tmax=tmax).host_read_latency == 1
+    assert out["latency"] == AgrsSystem.signature_for(ranks=ranks, tmax=tmax).params[
+        "host_read_latency"] == 1
     assert out["first"] == (1 << 16) | ((mm["ag"] + 1) << 4) | 1
     assert out["single"] == [w for r in range(ranks) for w in want[r]]
     assert out["extra"] == [0, 0]
@@ -209,7 +210,7 @@ def test_validation(cls, params, exc, match):
     if cls is AgrsSystem:
         params = {"timing": tiny_timing("star"), **params}
     with pytest.raises(exc, match=match):
-        cls(**params)
+        rejected(cls, **params)
 
 
 def test_factory_names_an_unknown_preset():

@@ -12,6 +12,7 @@ from amaranth.back import verilog
 from epfabric.hw.inc_engine import IncEngine, IncOp, inc_flit_layout, reduce_lanes
 from epfabric.hw.lane_arith import add_latency
 from epfabric.sw.lane_sums import ordered_sum, to_bits
+from rejected import rejected
 from utils import ComponentSpec, require_simulator, run
 
 N, TMAX, LANES = 4, 4, 2
@@ -151,7 +152,7 @@ def test_reduce_lanes_rejects_other_dtypes():
 ])
 def test_engine_validation(params, exc, match):
     with pytest.raises(exc, match=match):
-        IncEngine(**params)
+        rejected(IncEngine, **params)
 
 
 def test_flit_layout_has_message_header():

@@ -4,12 +4,14 @@ import random
 
 import pytest
 
-from epfabric.hw.inc_switch import IncSwitch, inc_fields, inc_payload
+from epfabric.hw.inc_reduce import ReduceUnit
+from epfabric.hw.inc_switch import inc_fields, inc_payload
 from epfabric.hw.switch import Switch
 from epfabric.hw.validate import UserError
 from epfabric.sim.tb.inc_traffic import (check_multicast, check_reductions, flit,
                                          multicast_queues, pack, reduction_queues,
                                          traffic_intent, unpack)
+from rejected import rejected
 from utils import ComponentSpec, require_simulator, run, simulators
 
 RANKS = 4
@@ -127,7 +129,7 @@ def test_the_planar_form_is_the_same_switch():
     check_reductions(ref["got"][0], want, header_bits=HEADER, lanes=LANES)
     planar = ComponentSpec("epfabric.hw.inc_switch:PlanarStarIncSwitch",
                            {**spec().params, "plane_bits": 48})
-    assert [m for _lo, _w, m in PlanarStarIncSwitch(**planar.params).planar._planes("p")] == \
+    assert [m for _lo, _w, m in PlanarStarIncSwitch.planar_of(**planar.params)._planes("p")] == \
         ["p_dp48h48", "p_dp48h48", "p_dp48h32", "p_dp48", "p_dp48", "p_dp16"]
     require_simulator("icarus")
     got = run(planar, traffic_intent, {"rounds": [queues], "cycles": 300, "ranks": RANKS,
@@ -139,19 +141,22 @@ def test_a_plane_that_splits_a_lane_is_refused():
     from epfabric.hw.inc_switch import PlanarStarIncSwitch
     with pytest.raises(UserError, match=r"plane 5 of 40 bits starts at data bit 200, inside "
                                         r"a 16-bit lane"):
-        PlanarStarIncSwitch(**{**spec().params, "plane_bits": 40})
+        rejected(PlanarStarIncSwitch, **{**spec().params, "plane_bits": 40})
 
 
 def test_bad_parameters_are_named():
+    """An in-network switch's tables are its inner switch's and reduction unit's to check
+    (each refuses them before it builds anything: a block built before a refusal would be
+    built for nothing)."""
     with pytest.raises(UserError, match="multicast needs payload fields mcast, mask"):
-        Switch(ports=2, multicast=True)
+        rejected(Switch, ports=2, multicast=True)
+    inner = dict(ports=5, routes=range(4), payload=inc_payload(4), multicast=True, reduce_port=4)
     with pytest.raises(UserError, match=r"subtree has 3 entries, routes 4"):
-        IncSwitch(ports=4, routes=range(4), payload=inc_payload(4), subtree=[0, 0, 0])
+        rejected(Switch, **inner, subtree=[0, 0, 0])
     with pytest.raises(UserError, match=r"subtree\[1\]"):
-        IncSwitch(ports=4, routes=range(4), payload=inc_payload(4), subtree=[0, 99, 0, 0])
+        rejected(Switch, **inner, subtree=[0, 99, 0, 0])
     with pytest.raises(UserError, match="window 64 needs 6 bits of addr.block"):
-        IncSwitch(ports=4, routes=range(4), payload=inc_payload(4, block_bits=4),
-                  subtree=[0] * 4, window=64)
+        rejected(ReduceUnit, payload=inc_payload(4, block_bits=4), subtree=[0] * 4, window=64)
     assert inc_fields(6) == {"mcast": 1, "red": 1, "mask": 6, "count": 3}
 
 

@@ -3,10 +3,12 @@
 import random
 
 import pytest
+from amaranth.hdl import Fragment
 from amaranth.lib import data
 
 from epfabric.hw.link import Link, flit_layout
 from epfabric.sim.backends import SimulationError
+from rejected import rejected
 from utils import ComponentSpec, run
 
 
@@ -100,9 +102,9 @@ def test_three_simulators_agree(simulator):
 
 def test_payload_must_have_dst():
     with pytest.raises(TypeError, match=r"payload layout must have a 'dst' field"):
-        Link(payload=data.StructLayout({"a": 4}), latency=2)
+        rejected(Link, payload=data.StructLayout({"a": 4}), latency=2)
     with pytest.raises(TypeError, match=r"payload must be a data.Layout"):
-        Link(payload=8, latency=2)
+        rejected(Link, payload=8, latency=2)
 
 
 @pytest.mark.parametrize("params, exc, match", [
@@ -118,9 +120,9 @@ def test_payload_must_have_dst():
 ])
 def test_validation(params, exc, match):
     with pytest.raises(exc, match=match):
-        Link(**params)
+        rejected(Link, **params)
     with pytest.raises(TypeError):
-        Link(4)  # keyword-only
+        rejected(Link, 4)  # keyword-only
 
 
 def test_flit_layout():
@@ -135,6 +137,7 @@ def test_flit_layout():
 
 def test_default_depth_covers_bandwidth_delay_product():
     link = Link(latency=784, rate_num=392, rate_den=1, block_bytes=512)
+    Fragment.get(link, None)
     assert link.depth >= 784 * 392 / 512
 
 
@@ -174,9 +177,10 @@ def test_small_flits_pay_small_bytes(pattern, cycles):
 
 def test_small_bytes_needs_a_small_field_and_is_checked():
     plain = Link(latency=4, rate_num=64, block_bytes=512, small_bytes=32)   # no 'small' field
+    Fragment.get(plain, None)
     assert plain.small_bytes is None                                         # every flit a block
     with pytest.raises(ValueError, match=r"small_bytes must be in \[1, 512\], not 600"):
-        Link(latency=4, block_bytes=512, small_bytes=600)
+        rejected(Link, latency=4, block_bytes=512, small_bytes=600)
 
 
 @pytest.mark.parametrize("params", [

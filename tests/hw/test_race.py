@@ -8,6 +8,7 @@ reader polling every cycle, which sees a flag word committed even one cycle earl
 """
 
 import pytest
+from rejected import rejected
 from amaranth.hdl import Fragment, Value
 from amaranth.lib.wiring import In
 
@@ -43,7 +44,7 @@ def test_bad_case(kw, error, message):
     with pytest.raises(error, match=message):
         case(**kw)
     with pytest.raises(TypeError, match="case must be a Case, not 3"):
-        RaceCase(case=3)
+        rejected(RaceCase, case=3)
 
 
 def test_top_interface_is_the_variants_ports():

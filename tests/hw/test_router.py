@@ -14,6 +14,7 @@ from epfabric.hw.isa import address
 from epfabric.hw.router import DieRouter, FlitKind, rsp_depth_bound
 from epfabric.hw.ub_port import UBOp
 from epfabric.sim.backends import ComponentSpec, run, stream_get
+from rejected import rejected
 
 RANK = 1
 PARAMS = {"ranks": 4, "aivs": 2, "hbm_blocks": 8, "data_bytes": 32, "hbm_latency": 2, "rsp_depth": 4}
@@ -157,10 +158,10 @@ def test_a_narrow_rank_field_routes_by_the_top_bits():
 
 def test_rank_bits_must_name_every_rank_and_hold_the_blocks():
     with pytest.raises(ValueError, match="rank_bits=1 addresses 2 ranks, not 4"):
-        DieRouter(**{**PARAMS, "rank_bits": 1})
+        rejected(DieRouter, **{**PARAMS, "rank_bits": 1})
     with pytest.raises(ValueError, match=r"hbm_blocks=2097152 does not fit an address with "
                                          r"rank_bits=3 \(at most 1048576"):
-        DieRouter(**{**PARAMS, "rank_bits": 3, "hbm_blocks": 1 << 21})
+        rejected(DieRouter, **{**PARAMS, "rank_bits": 3, "hbm_blocks": 1 << 21})
 
 
 async def incoming_req_intent(bench):
@@ -394,7 +395,7 @@ def test_rsp_depth_bound():
 ])
 def test_bad_parameters(kw, exc, text):
     with pytest.raises(exc, match=text.replace("[", r"\[").replace("]", r"\]")):
-        DieRouter(**{**PARAMS, **kw})
+        rejected(DieRouter, **{**PARAMS, **kw})
 
 
 # --- ack coalescing ----------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from epfabric.sim.backends.host import (host_read, host_read_all, host_read_pipe
 from epfabric.sw.assembler import Program
 from epfabric.sw.presets import get_preset
 
+from rejected import rejected
 from utils import require_simulator, run, system_spec, tiny_timing
 
 M32 = 0xFFFFFFFF
@@ -202,25 +203,25 @@ def test_trace_drops_and_counts_when_full():
 def test_bad_topology_and_shape_name_the_parameter():
     timing = tiny_timing()
     with pytest.raises(ValueError, match="topology kind must be one of superpod, star, not 'ring'"):
-        System(timing=timing, topology=("ring", 4))
+        rejected(System, timing=timing, topology=("ring", 4))
     with pytest.raises(ValueError, match="topology 'star' takes 1 size"):
-        System(timing=timing, topology=("star", 2, 2))
+        rejected(System, timing=timing, topology=("star", 2, 2))
     with pytest.raises(TypeError, match="topology must be a tuple"):
-        System(timing=timing, topology="star")
+        rejected(System, timing=timing, topology="star")
     with pytest.raises(ValueError, match=r"aivs_per_die must be in \[1, 256\], not 0"):
-        System(timing=timing, topology=("star", 2), aivs_per_die=0)
+        rejected(System, timing=timing, topology=("star", 2), aivs_per_die=0)
     with pytest.raises(TypeError, match=r"aivs_per_die must be an integer, not 1.0"):
-        System(timing=timing, topology=("star", 2), aivs_per_die=1.0)
+        rejected(System, timing=timing, topology=("star", 2), aivs_per_die=1.0)
     with pytest.raises(ValueError, match="n must be >= 2, not 1"):
-        System(timing=timing, topology=("star", 1))
+        rejected(System, timing=timing, topology=("star", 1))
     with pytest.raises(TypeError, match=r"n must be an integer, not '2'"):
-        System(timing=timing, topology=("star", "2"))
+        rejected(System, timing=timing, topology=("star", "2"))
     with pytest.raises(ValueError, match=r"trace_depth must be in \[1, 65535\], not 0"):
-        System(timing=timing, topology=("star", 2), trace_depth=0)
+        rejected(System, timing=timing, topology=("star", 2), trace_depth=0)
     with pytest.raises(TypeError, match="timing must be a FabricTiming"):
-        System(timing=get_preset("tiny"), topology=("star", 2))
+        rejected(System, timing=get_preset("tiny"), topology=("star", 2))
     with pytest.raises(ValueError, match="timing.hops lacks direct"):
-        System(timing=tiny_timing("star"), topology=("superpod", 2, 1, 1))
+        rejected(System, timing=tiny_timing("star"), topology=("superpod", 2, 1, 1))
 
 
 def test_preset_shape_maxima_are_checked_by_the_factory():
@@ -230,7 +231,8 @@ def test_preset_shape_maxima_are_checked_by_the_factory():
         aiv_system(preset="tiny", topology=["superpod", 2, 3, 1])
     with pytest.raises(ValueError, match=r"unknown preset 'nope'"):
         aiv_system(preset="nope", topology=["superpod", 2, 1, 1])
-    assert System(timing=tiny_timing(), topology=("superpod", 2, 3, 1)).ranks == 6
+    assert System.signature_for(timing=tiny_timing(), topology=("superpod", 2, 3, 1)).params[
+        "ranks"] == 6
 
 
 def test_verilog_has_one_die_module_shared_by_every_rank():
@@ -326,48 +328,73 @@ def test_shared_switch_modules_route_as_the_constant_switches(simulator):
 
 
 def test_switch_routes_from_a_port_need_the_table_length():
+    from amaranth.hdl import Fragment
+    from epfabric.hw.link import flit_layout
     from epfabric.hw.switch import Switch
     sw = Switch(ports=3, routes=[0, 2, 1, 1], route_port=True)
-    assert len(sw.routes_in) == 4 and "routes_in" not in Switch(ports=3).signature.members
+    Fragment.get(sw, None)
+    plain = Switch.signature_of(ports=3, destinations=3, payload=flit_layout(ranks=3, data_bits=32),
+                                counter_width=32, route_port=False)
+    assert len(sw.routes_in) == 4 and "routes_in" not in plain.members
 
 
 def test_die_module_takes_its_rank_from_a_port():
-    from epfabric.hw.die import Die
-    assert "rank_in" in Die(rank=None, ranks=4).signature.members
-    assert "rank_in" not in Die(rank=1, ranks=4).signature.members
-    from epfabric.hw.instances import SharedModule
-    core_module = SharedModule("epf_aiv", has_reset=False)
-    assert "core_id_in" in Die(rank=None, ranks=4, core_module=core_module).cores[0].signature.members
-    with pytest.raises(TypeError, match="core_module"):
-        Die(rank=None, ranks=4, core_module="epf_aiv")
-    with pytest.raises(TypeError, match="shared must be a Sharing or None"):
-        System(timing=tiny_timing(), topology=("superpod", 2, 1, 1), shared="epf_die")
-
-
-def test_exposed_instances_are_recorded_not_instantiated():
-    """``hierarchical_verilog(expose=found)``: the top's dies, links and switches are recorded
-    with their ports and constants (the native backend's glue); a module with a reset cannot be."""
+    """A shared system's die module takes its rank on ``rank_in`` and its cores are instances
+    of one core module (``core_id_in`` driven by a constant); its modules are built only to
+    be converted."""
     from amaranth.hdl import Fragment
-    from epfabric.hw.instances import SharedModule
-    found = []
-    flat = System(timing=tiny_timing(), topology=("superpod", 2, 1, 1))
-    top, parts = flat.hierarchical_verilog(reset=False, expose=found)
-    assert not found                  # recorded when the top is elaborated
+    from epfabric.hw.die import Die
+    from epfabric.hw.instances import Sharing
+    assert "rank_in" in Die.signature_for(rank=None, ranks=4).members
+    assert "rank_in" not in Die.signature_for(rank=1, ranks=4).members
+    top = System(timing=tiny_timing(), topology=("superpod", 2, 1, 1), aivs_per_die=2,
+                 shared=Sharing(has_reset=False))
     Fragment.get(top, None)
-    modules = [module for module, _ports, _consts in found]
-    assert modules.count("epf_die") == 2 and set(modules) <= set(parts)
-    assert [consts["rank_in"] for module, _p, consts in found if module == "epf_die"] == [(0, 1), (1, 1)]
-    _module, ports, _consts = found[0]
-    assert ports["tx__valid"][1] is False and ports["rx__valid"][1] is True    # (signal, is_input)
-    with pytest.raises(ValueError, match="cannot expose epf_die: the native backend's modules are reset-less"):
-        SharedModule("epf_die", has_reset=True, expose=[])
-    with pytest.raises(TypeError, match="expose must be a list"):
-        SharedModule("epf_die", has_reset=False, expose=())
+    parts = top.parts
+    assert not any(part.built for part in parts.values())    # nothing built to be dropped
+    die, core = parts["epf_die"].component(), parts["epf_aiv"]
+    assert core.built and "core_id_in" in core.signature.members     # the die needed it
+    assert [c.signature for c in die.cores] == [core.signature] * 2
+    Fragment.get(die, None)
+    Fragment.get(core.component(), None)
+    with pytest.raises(TypeError, match="core_module"):
+        rejected(Die, rank=None, ranks=4, core_module="epf_aiv")
+    with pytest.raises(TypeError, match="shared must be a Sharing or None"):
+        rejected(System, timing=tiny_timing(), topology=("superpod", 2, 1, 1), shared="epf_die")
+
+
+def test_an_instancer_decides_what_an_instance_is():
+    """The top asks the sharing's instancer for every die, link and switch instance (the
+    native backend's records them instead, :mod:`epfabric.sim.backends.native_build`); the die
+    module's cores stay instances inside it."""
+    from amaranth.hdl import Fragment, Module
+    from epfabric.hw.instances import Instancer, Sharing
+
+    class Counting(Instancer):
+        def __init__(self):
+            self.seen = []
+
+        def instance(self, module, iface, skip, consts):
+            self.seen.append((module.name, dict(consts)))
+            return Module()
+
+    counting = Counting()
+    top = System(timing=tiny_timing(), topology=("superpod", 2, 1, 1),
+                 shared=Sharing(has_reset=False, instancer=counting))
+    assert not counting.seen              # asked when the top is elaborated
+    Fragment.get(top, None)
+    modules = [name for name, _consts in counting.seen]
+    assert modules.count("epf_die") == 2 and set(modules) <= set(top.parts)
+    assert "epf_aiv" not in modules
+    assert [c["rank_in"].value for n, c in counting.seen if n == "epf_die"] == [0, 1]
+    with pytest.raises(TypeError, match="instancer must be an Instancer or None"):
+        Sharing(has_reset=False, instancer=[])
 
 
 def test_host_port_is_the_shared_signature():
     """The host port has every member: rank, all-ranks reads and run control."""
-    sysc = System(timing=tiny_timing(), topology=("superpod", 2, 2, 1), aivs_per_die=2)
+    sysc = System.signature_for(timing=tiny_timing(), topology=("superpod", 2, 2, 1),
+                                aivs_per_die=2).create()
     members = sysc.signature.members["host"].signature.members
     assert set(members) == {"we", "target", "rank", "core", "addr", "wdata", "re", "rvalid",
                             "rdata", "start", "re_all", "rdata_all", "max_cycles", "cycle",
@@ -405,27 +432,29 @@ def test_host_read_latency_is_exact_and_reads_pipeline():
     words = [[0, address(0, 6, 5), 9], [1, address(1, 0, 3), 41], [0, address(0, 2, 0), 0x22],
              [1, address(1, 7, 7), M32]]
     out, _ = run(SMALL, host_read_timing, {"words": words})
-    latency = System(timing=tiny_timing(), topology=("superpod", 2, 1, 1)).host_read_latency
+    latency = SMALL.interface().host_read_latency
     assert out["latency"] == [latency] * len(words)
     assert out["words"] == [w for _r, _a, w in words]
 
 
-def test_a_system_built_for_its_ports_has_the_flat_systems_ports():
-    """Under ``shared_modules()`` (Verilog generation, testbenches) no flat die is built; the
-    top's ports are the same, so a testbench sees the same component."""
-    from epfabric.hw.die import Die
-    from epfabric.hw.instances import mark_used, shared_modules
+def test_a_testbench_gets_the_systems_ports_without_building_it():
+    """What a testbench of the system's Verilog drives (cocotb, native) is an interface of
+    the signature computed from the parameters: the flat system's ports, and the parameters
+    the intents read (``ranks``, ``n_cores``, ``host_read_latency``), with nothing built."""
+    from amaranth.hdl import Fragment
     sp = spec(("superpod", 2, 2, 1), aivs=2)
+    bench = sp.interface()
     flat = sp.build()
-    with shared_modules():
-        light = sp.build()
-    mark_used(flat)
-    mark_used(light)
-    assert all(isinstance(d, Die) for d in flat.dies)
-    assert not any(isinstance(d, Die) for d in light.dies)
+    Fragment.get(flat, None)
     def ports(top):
         return [(path, member.flow, repr(member.shape)) for path, member, _v in top.signature.flatten(top)]
-    assert ports(light) == ports(flat) and len(ports(flat)) > 50
+    assert ports(bench) == ports(flat) and len(ports(flat)) > 50
+    assert ((bench.ranks, bench.aivs_per_die, bench.n_cores, bench.host_read_latency)
+            == (flat.ranks, flat.aivs_per_die, flat.n_cores, flat.host_read_latency) == (4, 2, 8, 3))
+    assert System.signature_for(timing=tiny_timing(), topology=("superpod", 2, 2, 1),
+                                aivs_per_die=2, sample_depth=0).params == bench.signature.params
+    with pytest.raises(TypeError, match="System has no parameter"):
+        System.signature_for(topology=("superpod", 2, 2, 1), ranks=4)
 
 
 # --- the counter sampler (sample_depth) ----------------------------------------------------------
@@ -536,17 +565,14 @@ def test_sampler_off_takes_nothing_and_changes_no_cycle():
     for system in (SAMPLED, SMALL):
         got = run_sys(system, pingpong_programs())
         assert (got["cycle"], got["trace"]) == (PINGPONG_CYCLES, PINGPONG_TRACE)
-    from epfabric.hw.instances import mark_used
-    plain, sampled = SMALL.build(), SAMPLED.build()
-    mark_used(plain)
-    mark_used(sampled)
+    plain, sampled = SMALL.interface(), SAMPLED.interface()
     names = {path[0] for path, _m, _v in plain.signature.flatten(plain)}
     assert not {n for n in names if n.startswith(("sample_", "ub_"))}
     extra = {path[0] for path, _m, _v in sampled.signature.flatten(sampled)} - names
     assert extra == {"sample_count", "sample_dropped", "sample_raddr", "sample_rdata",
                      "ub_blocks", "ub_words"}
     with pytest.raises(ValueError, match=r"sample_depth"):
-        System(timing=tiny_timing(), topology=("superpod", 2, 1, 1), sample_depth=70000)
+        rejected(System, timing=tiny_timing(), topology=("superpod", 2, 1, 1), sample_depth=70000)
 
 
 def test_sampler_same_on_every_simulator(hdl_simulator):
@@ -676,8 +702,15 @@ def test_in_network_switches_leave_other_traffic_as_it_was():
              for w in range(8)]
     plain, ep = (spec(("superpod", 2, 1, 2), aivs=1, hbm_blocks=16, imem_depth=64, **extra)
                  for extra in ({}, {"ep_window": 8}))
+    from amaranth.hdl import Fragment
     from epfabric.hw.inc_switch import IncSwitch
-    kinds = [{type(sw) for sw in s.build().fabric.switches.values()} for s in (plain, ep)]
+    from epfabric.hw.instances import Sharing
+
+    def switch_kinds(s):
+        top = s.build(shared=Sharing(has_reset=False))      # the switches are parts: not built
+        Fragment.get(top, None)
+        return {part.cls for name, part in top.parts.items() if name.startswith("epf_switch")}
+    kinds = [switch_kinds(s) for s in (plain, ep)]
     assert IncSwitch not in kinds[0] and kinds[1] == {IncSwitch}   # the two machines differ
     runs = [run_sys(s, progs, hbm=ep_hbm(), reads=reads, max_cycles=6000) for s in (plain, ep)]
     assert runs[0]["done"] == 1 and not runs[0]["timeout"]

@@ -4,11 +4,13 @@ import hashlib
 import random
 
 import pytest
+from amaranth.hdl import Fragment
 from amaranth.lib import data
 
 from epfabric.hw.switch import SWITCH_LATENCY
 from epfabric.hw.topology import (MAX_RANKS, STAR_HOPS, SUPERPOD_HOPS, TOPOLOGIES, FabricTiming,
-                                   check_topology, star, superpod, topology_ranks)
+                                   check_topology, star, superpod, superpod_distance,
+                                   topology_ranks)
 from epfabric.sim.backends import SimulationError
 from epfabric.sw.presets import get_preset
 from epfabric.sim.tb.inc_traffic import (check_multicast, check_reductions, inc_fabric,
@@ -47,11 +49,11 @@ async def lone_latencies(bench, pairs, ranks=RANKS, attach=0, timeout=2000):
 
 
 def test_every_pair_has_its_class_latency():
-    fabric = superpod(TIMING, 2, 2, 2, data_bytes=2)
+    distance = superpod_distance(2, 2)
     pairs = [(s, d) for s in range(RANKS) for d in range(RANKS) if s != d]
     got, _ = run(spec(), lone_latencies, {"pairs": pairs})
     want = TINY.latency_cycles()
-    assert got == [want[fabric.distance(s, d)] for s, d in pairs]
+    assert got == [want[distance(s, d)] for s, d in pairs]
 
 
 async def streams(bench, flows, cycles, warmup):
@@ -227,6 +229,7 @@ def test_star_latency_and_attach_ports():
     """A lone block takes the preset's one-hop latency rank to rank, and up + switch to the engine."""
     params = {"one_hop_ns": 20.0, "ranks": 4, "attach": 1}
     fabric = star_fabric(**params)
+    Fragment.get(fabric, None)
     assert fabric.distance(0, 3) == "one_hop" and fabric.distance(1, 1) is None
     assert "attach_tx" in fabric.signature.members and "attach_rx" in fabric.signature.members
     assert fabric.payload["dst"].shape == 3   # 4 ranks + 1 engine address
@@ -266,7 +269,10 @@ def test_superpod_shape_errors(args, exc, match):
 
 def test_shape_maxima_are_the_presets_not_the_fabrics():
     """superpod() takes any shape; a preset's maxima are checked by Preset.check_shape."""
-    assert superpod(TIMING, 2, 2, 3, data_bytes=2).ranks == 12
+    from epfabric.hw.instances import Sharing
+    fabric = superpod(TIMING, 2, 2, 3, data_bytes=2, shared=Sharing(has_reset=False))
+    Fragment.get(fabric, None)      # its links and switches are instances: cheap
+    assert fabric.ranks == 12
     TINY.check_shape(2, 2, 2)
     with pytest.raises(ValueError, match=r"boards must be in \[1, 2\], not 3"):
         TINY.check_shape(2, 2, 3)
@@ -347,13 +353,13 @@ def test_a_switch_too_wide_for_an_instance_stays_inline():
     from epfabric.hw.switch import Switch
     from epfabric.hw.topology import MAX_INSTANCE_OUTPUT_BITS, _output_bits
     payload = data.StructLayout({"dst": 4, "data": 4096})
-    fabric = superpod(tiny_timing(), 2, 4, 2, payload=payload)
-    wide = {k for k, sw in fabric.switches.items()
+    shared = superpod(tiny_timing(), 2, 4, 2, payload=payload, shared=Sharing(has_reset=False))
+    Fragment.get(shared, None)
+    wide = {k for k, sw in shared.switches.items()      # an instance's outputs are the switch's
             if _output_bits(sw.signature) > MAX_INSTANCE_OUTPUT_BITS}
     assert wide == {"t1_0", "t1_1"}
-    shared = superpod(tiny_timing(), 2, 4, 2, payload=payload, shared=Sharing(has_reset=False))
     parts = {k: p for k, p in shared.parts.items() if k.startswith("epf_switch")}
-    assert parts and all(sw.ports != 16 for sw in parts.values())
+    assert parts and all(p.params["ports"] != 16 for p in parts.values())
     assert all(isinstance(shared.switches[k], Switch) for k in wide)
     assert all(not isinstance(shared.switches[k], Switch) for k in shared.switches if k not in wide)
 
@@ -373,6 +379,7 @@ def test_subtrees_are_the_paths_through_each_switch():
     paths between NPUs that touch board b; tier-2 plane k: paths between boards to dies whose
     board-local index is k."""
     fabric = inc_fabric(preset="tiny", shape=(2, 2, 2))
+    Fragment.get(fabric, None)
     tables = {name: sw.switch.subtree for name, sw in fabric.switches.items()}
     assert sorted(tables) == sorted([f"die{r}" for r in range(8)] + ["t1_0", "t1_1"]
                                     + [f"t2_{k}" for k in range(4)])

@@ -1,10 +1,12 @@
 """TrafficFabric: hardware uniform traffic flows, ``done`` timing, parameter errors."""
 
 import pytest
+from amaranth.hdl import Fragment
 
 from epfabric.sim.tb.traffic import TrafficFabric, traffic_seed, xorshift32
 from epfabric.sim.lab.experiments.fabric_speed import speed_intent, traffic_spec
 from epfabric.sw.presets import get_preset
+from rejected import rejected
 from utils import run, tiny_timing
 
 TINY = get_preset("tiny")
@@ -15,7 +17,9 @@ RANKS = 4
 
 def test_uniform_traffic_flows_and_drains():
     spec = traffic_spec(**SHAPE)
-    capacity = TrafficFabric(TIMING, 2, 2, 1).capacity()
+    top = TrafficFabric(TIMING, 2, 2, 1)
+    Fragment.get(top, None)
+    capacity = top.capacity()
     result, _ = run(spec, speed_intent, {"cycles": 300, "ranks": RANKS, "drain": 200})
     assert result["cycles"] == 300 and result["cycle_reg"] == 300
     at_done = result["at_done"]
@@ -132,7 +136,7 @@ def test_hardware_destinations_are_the_specified_ones():
 ])
 def test_bad_parameters(args, kwargs, exc, match):
     with pytest.raises(exc, match=match):
-        TrafficFabric(*args, **kwargs)
+        rejected(TrafficFabric, *args, **kwargs)
 
 
 def test_factory_rejects_unknown_preset():
@@ -153,7 +157,9 @@ def test_factory_checks_the_preset(params, match):
 
 
 def test_hardware_takes_any_shape():
-    assert TrafficFabric(TIMING, 2, 2, 3).ranks == 12
+    top = TrafficFabric(TIMING, 2, 2, 3)
+    Fragment.get(top, None)
+    assert top.ranks == 12
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from amaranth.lib.wiring import In
 
 from epfabric.hw.ub_port import UBMemory, UBOp, UBPort, request_layout
 from epfabric.sim.backends.testbench import SimulationError, wait_until
+from rejected import rejected
 from utils import ComponentSpec, run
 
 FACTORY = "epfabric.hw.ub_port:UBMemory"
@@ -293,14 +294,14 @@ def test_request_layout_fields():
 ])
 def test_bad_parameters(kw, exc, match):
     with pytest.raises(exc, match=match):
-        UBPort(**kw)
+        rejected(UBPort, **kw)
     with pytest.raises(exc, match=match):
-        UBMemory(**kw)
+        rejected(UBMemory, **kw)
 
 
 def test_non_atomic_must_be_bool():
     with pytest.raises(TypeError, match=r"non_atomic must be a bool, not 1"):
-        UBPort(non_atomic=1)
+        rejected(UBPort, non_atomic=1)
 
 
 @pytest.mark.parametrize("read_ports, exc, match", [
@@ -309,4 +310,4 @@ def test_non_atomic_must_be_bool():
 ])
 def test_bad_read_ports(read_ports, exc, match):
     with pytest.raises(exc, match=match):
-        UBMemory(read_ports=read_ports)
+        rejected(UBMemory, read_ports=read_ports)

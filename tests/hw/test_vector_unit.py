@@ -8,6 +8,7 @@ from epfabric.hw.vector_unit import Cond, VecOp, VectorUnit
 from epfabric.sim.tb.vector_commands import command, reference, run_commands
 
 from utils import VECTOR_SPEC as SPEC
+from rejected import rejected
 from utils import run
 
 LANES, WIDTH, MAX_LEN = (SPEC.params[k] for k in ("lanes", "width", "max_len"))
@@ -102,4 +103,4 @@ def test_waveform_written(tmp_path, monkeypatch):
 ])
 def test_bad_parameters(kw, exc, match):
     with pytest.raises(exc, match=match):
-        VectorUnit(**kw)
+        rejected(VectorUnit, **kw)

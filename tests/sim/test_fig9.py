@@ -40,9 +40,9 @@ def test_the_rows_are_the_measured_times_and_their_spread(tiny_rows):
     point = FIG9.resolve(**TINY, backend="verilator")
     params = {k: point[k] for k in ("batch", "topk", "experts", "hidden_blocks", "seed", "hot",
                                     "hot_share", "cumsum_aivs")}
-    _, reports = run_kernel(KERNELS["dispatch"], backend("verilator"), preset="tiny",
-                            topology=("superpod", 2, 1, 1), aivs=2,
-                            params={**params, **VARIANTS["ubep"]})
+    reports = run_kernel(KERNELS["dispatch"], backend("verilator"), preset="tiny",
+                         topology=("superpod", 2, 1, 1), aivs=2,
+                         params={**params, **VARIANTS["ubep"]}).reports
     rep = reports[0]
     sent = {t["core"]: t["cycle"] for t in rep.marks(event=EVENTS["send"], rank=0)}
     began = {t["core"]: t["cycle"] for t in rep.marks(event=EVENTS["init"], rank=0)}

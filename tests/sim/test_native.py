@@ -42,6 +42,31 @@ def test_a_machine_is_glue_and_one_module_per_distinct_block():
     assert "host__wrow" in glue_ports and "tx__payload" not in glue_ports and "rx__payload" not in glue_ports
 
 
+def test_the_recorder_records_instances_instead_of_building_them():
+    """The native backend's instancer: the top's dies, links and switches are recorded with
+    their ports and constants (what the glue leaves to the C++ top), once the top is
+    elaborated; none of its modules is built for it, and a module with a reset is refused."""
+    from amaranth.hdl import Fragment
+    from epfabric.hw.die import Die
+    from epfabric.hw.instances import SharedModule, Sharing
+    from epfabric.sim.backends.native_build import Recorder
+    recorder = Recorder()
+    top = _spec().build(shared=Sharing(has_reset=False, instancer=recorder))
+    assert not recorder.found           # recorded when the top is elaborated
+    Fragment.get(top, None)
+    modules = [module for module, _ports, _consts in recorder.found]
+    assert modules.count("epf_die") == 4 and set(modules) <= set(top.parts)
+    assert not any(part.built for part in top.parts.values())
+    assert [consts["rank_in"] for module, _p, consts in recorder.found
+            if module == "epf_die"] == [(r, 2) for r in range(4)]
+    _module, ports, _consts = recorder.found[0]
+    assert ports["tx__valid"][1] is False and ports["rx__valid"][1] is True   # (signal, is_input)
+    die = Die.signature_for(rank=None, ranks=2).create()
+    with pytest.raises(ValueError, match="cannot record an instance of epf_die: the native "
+                                         "backend's modules are reset-less"):
+        recorder.instance(SharedModule("epf_die", has_reset=True), die, (), {})
+
+
 def test_a_module_goes_to_its_build_once_it_is_converted(monkeypatch):
     """The die (the longest build) is handed to its build as soon as it and its core are
     converted, before the links and switches are; each module once, the core with the die."""
@@ -105,10 +130,10 @@ def test_no_waveforms_and_clear_errors():
     assert run_native(VECTOR_SPEC, _count, {"n": 3}) == (3, 3)
     library, _netlist = build_native(VECTOR_SPEC)
     with pytest.raises(SimulationError, match="unknown module epf_nothing"):
-        NativeTestbench(VECTOR_SPEC.build(), library, "inst glue glue\ninst epf_nothing x\n")
+        NativeTestbench(VECTOR_SPEC.interface(), library, "inst glue glue\ninst epf_nothing x\n")
     with pytest.raises(SimulationError, match="bad netlist line"):
-        NativeTestbench(VECTOR_SPEC.build(), library, "inst glue glue\nfrobnicate\n")
-    bench = NativeTestbench(VECTOR_SPEC.build(), library, "inst glue glue\n")
+        NativeTestbench(VECTOR_SPEC.interface(), library, "inst glue glue\nfrobnicate\n")
+    bench = NativeTestbench(VECTOR_SPEC.interface(), library, "inst glue glue\n")
     try:
         with pytest.raises(SimulationError, match="cannot set output o_stream__valid"):
             bench.set("o_stream.valid", 1)

@@ -14,7 +14,7 @@ import pytest
 
 from epfabric.sim.cli import main
 from epfabric.sim.flows.formal import missing_tool, registry, run_covers, run_property
-from epfabric.sim.backends.waveforms import read_dump, read_gtkw
+from epfabric.sim.waves import read_dump, read_gtkw
 
 from utils import require
 

@@ -6,11 +6,12 @@ import os
 import re
 
 import pytest
+from amaranth.hdl import Fragment
 
 from epfabric.sim.tb.race import NEW_FLAG, ReaderState
 from epfabric.sim import cli
 from epfabric.sim.lab.experiments import EXPERIMENTS, races
-from epfabric.sim.backends.waveforms import read_gtkw
+from epfabric.sim.waves import read_gtkw
 
 
 def parse_vcd(path):
@@ -153,6 +154,7 @@ def test_gtkw_opens_on_the_race(catalog, scenario):
 def test_scenario_key_signals_exist():
     for name, sc in races.SCENARIOS.items():
         top = races.race_top(scenario=name)
+        Fragment.get(top, None)
         shown = {getattr(s, "name", None) or s.as_value().name
                  for s in top.unsafe.gtkw_traces()}
         assert set(sc.key) <= shown, (name, set(sc.key) - shown)

@@ -12,6 +12,7 @@ import pytest
 
 from epfabric.sim.cli import main
 from epfabric.sim.verify.soak import kernel_soak, ok, run_soak
+from epfabric.sw.kernels import MachineRun, RunResult
 
 from utils import require_simulator
 
@@ -95,7 +96,8 @@ def test_an_inc_kernel_soak_draws_shapes_it_can_run(monkeypatch):
 
     def fake(kernel, be, *, preset, topology, aivs, params):
         calls.append((preset, (topology, aivs), params))
-        return {"runs": [{"cycles": 1}], "correct": True, "problems": []}, []
+        return RunResult(kernel, preset, "pysim", params,
+                         [MachineRun(None, 1, 1.0, {"correct": True, "problems": []})])
     monkeypatch.setattr("epfabric.sw.kernels.run_kernel", fake)
     rows = kernel_soak("combine", runs=12, seed=0, backend="pysim", preset="cm384",
                        params={"system": "ubep-inc"})

@@ -29,11 +29,11 @@ def test_a_point_runs_both_systems_bit_exact(tiny_rows):
     assert row["ranks"] == "2" and row["topology"] == TOPOLOGIES[2]
     assert row["correct"] and row["cann_correct"] and row["ubep_correct"], row
     # the same run outside the experiment: the row is its cycles, in µs at the preset's cycle
-    result, _ = run_kernel(KERNELS["dispatch"], backend("verilator"), preset="tiny",
-                           topology=("superpod", 2, 1, 1), aivs=2,
-                           params={"system": "ubep", "experts": 4, "topk": 2, "batch": 4,
-                                   "hidden_blocks": 1})
-    assert row["ubep_cycles"] == result["runs"][0]["cycles"]
+    result = run_kernel(KERNELS["dispatch"], backend("verilator"), preset="tiny",
+                        topology=("superpod", 2, 1, 1), aivs=2,
+                        params={"system": "ubep", "experts": 4, "topk": 2, "batch": 4,
+                                "hidden_blocks": 1})
+    assert row["ubep_cycles"] == result.runs[0].cycles
     ns = PRESETS["tiny"].cycle_ns
     for system in ("cann", "ubep"):
         assert row[f"{system}_us"] == pytest.approx(row[f"{system}_cycles"] * ns / 1000)

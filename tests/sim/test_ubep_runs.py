@@ -5,10 +5,10 @@ import pytest
 from epfabric.hw.validate import UserError
 from epfabric.sim.backends.machine import backend
 from epfabric.sim.lab.experiments import EXPERIMENTS
-from epfabric.sim.lab.experiments.ubep_runs import (ENVELOPE, STAGES, cap_for, compare_systems,
-                                                    config_of, grid, measure_dispatch, phase_stack,
-                                                    shape_of)
+from epfabric.sim.lab.experiments.ubep_runs import (ENVELOPE, cap_for, compare_systems, config_of,
+                                                    grid, measure_dispatch, shape_of)
 from epfabric.sw.kernels import run_kernel
+from epfabric.sw.kernels.compare import STAGES, phase_stack
 from utils import ENVELOPE_TINY, require_simulator   # one machine (build) for every run below
 
 UBEP_FIGURES = ("fig3b", "fig7a", "fig7b", "fig7c", "fig8", "fig13", "fig14")
@@ -60,15 +60,15 @@ def test_the_envelope_changes_no_cycle():
     point = tiny_grid([CELL])[0]
     for system in ("cann", "ubep"):
         a = measure_dispatch(point, system)
-        result, reports = run_kernel("dispatch", backend("native"), preset="tiny",
-                                     topology=("superpod", 2, 1, 1), aivs=4,
-                                     params={**{k: CELL[k] for k in ("experts", "batch", "topk",
-                                                                     "hidden_blocks", "seed")},
-                                             "cap": point["cap"], "system": system})
-        run = result["runs"][0]
-        assert run["config"]["imem_depth"] < point["imem_depth"]     # a different machine
-        assert run["correct"]
-        assert (run["cycles"], run["phases"]) == (a["cycles"], a["phases"])
+        result = run_kernel("dispatch", backend("native"), preset="tiny",
+                            topology=("superpod", 2, 1, 1), aivs=4,
+                            params={**{k: CELL[k] for k in ("experts", "batch", "topk",
+                                                            "hidden_blocks", "seed")},
+                                    "cap": point["cap"], "system": system})
+        run = result.runs[0]
+        assert run.config.imem_depth < point["imem_depth"]     # a different machine
+        assert run.correct
+        assert (run.cycles, run.check["phases"]) == (a["cycles"], a["phases"])
 
 
 @pytest.mark.slow     # 34 s; the measures each figure reads are pinned by the other tests
@@ -83,19 +83,6 @@ def test_compare_systems_splits_each_run_into_a2a_and_bsp():
     assert len(runs["cann"]["send"]) == 2 * 4                   # every CANN AIV sends
     assert len(runs["ubep"]["send"]) == 2 * runs["ubep"]["senders"] < 2 * 4
     assert row["improvement"] == pytest.approx(1 - row["ubep_cycles"] / row["cann_cycles"])
-
-
-def test_phase_stack_maps_phase_ends_to_fig8s_stages():
-    """Each kind of AIV's phase-end MARKs land in Fig. 8's stages (hand-worked cases)."""
-    cann = {"init": 10, "send": 30, "count_sync": 33, "verify": 45, "cumsum": 50, "reorder": 70}
-    assert phase_stack("cann", cann) == {"init": 10, "sending": 20, "flag_verify": 15,
-                                         "cumsum": 5, "reorder": 20}
-    t_aiv = {"init": 12, "send": 40, "reorder": 90}
-    assert phase_stack("ubep", t_aiv) == {"init": 12, "sending": 28, "flag_verify": 0,
-                                          "cumsum": 0, "reorder": 50}
-    c_aiv = {"init": 12, "count": 20, "cumsum": 35, "reorder": 90}
-    assert phase_stack("ubep", c_aiv) == {"init": 12, "sending": 0, "flag_verify": 8,
-                                          "cumsum": 15, "reorder": 55}
 
 
 def test_every_aiv_of_a_run_has_the_stages_of_its_role():

@@ -1,4 +1,4 @@
-"""Waveforms a person can read (sim/backends/waveforms.py): dump headers, .gtkw files, ``epfabric run --vcd``.
+"""Waveforms a person can read (sim/waves/): dump headers, .gtkw files, ``epfabric run --vcd``.
 
 The save files are checked the way GTKWave reads them: every trace names a
 variable of the dump, the window GTKWave computes from ``[timestart]``, the
@@ -19,9 +19,9 @@ import pytest
 
 from epfabric.sim.backends import CLOCK_PERIOD_NS
 from epfabric.sim.cli import main
-from epfabric.sim.backends.waveforms import (Comment, Group, Marker, Trace, Waveform, _lz4_block,
-                                             fit_gtkw, parse_scopes, read_dump, read_gtkw,
-                                             sanitize_vcd, write_gtkw, zoom_for)
+from epfabric.sim.waves import (Comment, Group, Marker, Trace, Waveform, fit_gtkw, parse_scopes,
+                                read_dump, read_gtkw, sanitize_vcd, write_gtkw, zoom_for)
+from epfabric.sim.waves.dump import _lz4_block
 
 from utils import require
 

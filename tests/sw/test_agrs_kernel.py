@@ -35,8 +35,8 @@ def small_run():
 def test_registered_with_its_defaults():
     assert KERNELS["agrs"] is KERNEL
     assert KERNEL.default_preset == "incmoe-testbed"
-    assert set(KERNEL.params) == {"mode", "tmax", "lanes", "slots", "counts", "seed", "concurrent",
-                                  "barrier", "dtype"}
+    assert set(KERNEL.defaults) == {"mode", "tmax", "lanes", "slots", "counts", "seed",
+                                    "concurrent", "barrier", "dtype"}
     (cfg,) = KERNEL.configs("incmoe-testbed")
     assert cfg == AgrsConfig("incmoe-testbed", ranks=4, mode="inc", tmax=4, lanes=2, slots=16)
     assert cfg.kind == "agrs" and cfg.topology == ("star", 4)
@@ -105,15 +105,17 @@ def test_load_writes_buffers_and_control_registers():
 
 
 def test_run_matches_numpy():
-    result, (report,) = small_run()
-    assert result["correct"], result["problems"]
-    (run,) = result["runs"]
-    assert run["errors"] == 0 and run["mode"] == "inc" and run["cycles"] == report.cycles > 0
-    assert run["bytes"] == 4 * 2 * 512                         # ranks * max(counts) rows of 512 B
+    result = small_run()
+    assert result.correct, result.problems
+    (run,) = result.runs
+    report = run.report
+    assert run.check["errors"] == 0 and run.check["mode"] == "inc"
+    assert run.cycles == report.cycles > 0
+    assert run.check["bytes"] == 4 * 2 * 512                   # ranks * max(counts) rows of 512 B
     assert report.config["kind"] == "agrs" and report.cores == [] and report.trace == []
     assert set(report.counters) == {"ag_count", "rs_count", "slot_stalls"}
     assert report.counters["rs_count"] == CASE["counts"]       # rows of its shard each rank reduced
-    assert run["slot_stalls"] == report.counters["slot_stalls"][0]
+    assert run.check["slot_stalls"] == report.counters["slot_stalls"][0]
 
 
 def test_checker_sees_a_wrong_row():

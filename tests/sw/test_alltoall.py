@@ -12,7 +12,7 @@ KERNEL = alltoall.KERNEL
 
 
 def test_registered_under_its_name():
-    assert KERNELS["alltoall"] is KERNEL and KERNEL.params == {"seed": 0}
+    assert KERNELS["alltoall"] is KERNEL and KERNEL.defaults == {"seed": 0}
 
 
 def test_every_block_arrives_once_in_place():

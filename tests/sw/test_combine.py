@@ -21,14 +21,14 @@ pysim_run, outcome = kernel_cases(K, SMALL, SHAPE)
 @pytest.mark.parametrize("system", ["cann", "ubep"])
 def test_combine_is_bit_exact_with_every_phase_marked(system):
     result, _, _ = outcome("pysim", system)
-    assert result["correct"], result["problems"]
-    run = result["runs"][0]
-    assert run["dispatch"]["correct"]
-    assert set(run["phases"]) == {"0.0", "0.1", "1.0", "1.1"}
-    for times in run["phases"].values():
+    assert result.correct, result.problems
+    run = result.runs[0]
+    assert run.check["dispatch"]["correct"]
+    assert set(run.check["phases"]) == {"0.0", "0.1", "1.0", "1.1"}
+    for times in run.check["phases"].values():
         assert list(times) == list(PHASES[system])
         assert list(times.values()) == sorted(times.values())
-        assert times[PHASES[system][-1]] <= run["cycles"]
+        assert times[PHASES[system][-1]] <= run.cycles
 
 
 # Icarus: UBEP in CI (its combine run includes UBEP's dispatch), CANN (covered by
@@ -39,10 +39,11 @@ def test_combine_is_bit_exact_with_every_phase_marked(system):
 def test_same_cycles_and_traces_as_amaranths_simulator(sim, system):
     require_simulator(sim)
     ref, got = outcome("pysim", system), outcome(sim, system)
-    assert got[0]["correct"], got[0]["problems"]
-    for a, b in ((got[0]["runs"][0], ref[0]["runs"][0]),
-                 (got[0]["runs"][0]["dispatch"], ref[0]["runs"][0]["dispatch"])):
-        assert a["cycles"] == b["cycles"] and a["phases"] == b["phases"]
+    assert got[0].correct, got[0].problems
+    a, b = got[0].runs[0], ref[0].runs[0]
+    assert a.cycles == b.cycles and a.check["phases"] == b.check["phases"]
+    for key in ("cycles", "phases"):
+        assert a.check["dispatch"][key] == b.check["dispatch"][key]
     assert got[1] == ref[1] and got[2] == ref[2]
 
 
@@ -88,9 +89,9 @@ def test_correct_at_cm384_latencies(system, blocks):
 
 
 def test_ubep_and_cann_combine_give_the_same_payload():
-    runs = {s: outcome("pysim", s)[0]["runs"][0] for s in ("cann", "ubep")}
-    assert runs["cann"]["y_payload_digest"] == runs["ubep"]["y_payload_digest"]
-    assert len(set(runs["cann"]["y_payload_digest"])) == 2        # two ranks, two different y
+    runs = {s: outcome("pysim", s)[0].runs[0] for s in ("cann", "ubep")}
+    assert runs["cann"].check["y_payload_digest"] == runs["ubep"].check["y_payload_digest"]
+    assert len(set(runs["cann"].check["y_payload_digest"])) == 2        # two ranks, two different y
 
 
 def test_ubep_inc_is_bit_exact_and_the_same_on_three_simulators():
@@ -102,16 +103,16 @@ def test_ubep_inc_is_bit_exact_and_the_same_on_three_simulators():
     all: it is the slowest part)."""
     from epfabric.sw.ubep.traffic import LINK_KINDS, exact_link_blocks
     result, trace, counters = outcome("pysim", "ubep-inc")
-    assert result["correct"], result["problems"]
-    run = result["runs"][0]
-    assert run["dispatch"]["correct"]
-    for times in run["phases"].values():
+    assert result.correct, result.problems
+    run = result.runs[0]
+    assert run.check["dispatch"]["correct"]
+    for times in run.check["phases"].values():
         assert list(times) == list(PHASES["ubep-inc"])
         assert list(times.values()) == sorted(times.values())
-        assert times["c_combine"] <= run["cycles"]
+        assert times["c_combine"] <= run.cycles
     m, report, inputs = pysim_run("ubep-inc")
     w = inputs[0]
-    for kernel, links in (("dispatch", run["dispatch"]["links"]), ("combine", run["links"])):
+    for kernel, links in (("dispatch", run.check["dispatch"]["links"]), ("combine", run.check["links"])):
         measured = {kind: links["measured"][kind]["blocks"] for kind in LINK_KINDS}
         assert measured == exact_link_blocks(w, SHAPE["topology"], "ubep-inc", kernel), kernel
         assert 0 < measured["direct"] < exact_link_blocks(w, SHAPE["topology"], "ubep",
@@ -125,14 +126,14 @@ def test_ubep_inc_is_bit_exact_and_the_same_on_three_simulators():
     for sim in ("verilator", "icarus"):
         require_simulator(sim)
         got = outcome(sim, "ubep-inc")
-        assert got[0]["correct"], (sim, got[0]["problems"])
-        a, b = got[0]["runs"][0], run
-        assert a["cycles"] == b["cycles"] and a["phases"] == b["phases"], sim
-        assert a["dispatch"]["cycles"] == b["dispatch"]["cycles"], sim
-        assert a["dispatch"]["phases"] == b["dispatch"]["phases"], sim
-        assert a["y_payload_digest"] == b["y_payload_digest"], sim
-        assert (a["dispatch"]["out_payload_digest"]
-                == b["dispatch"]["out_payload_digest"]), sim
+        assert got[0].correct, (sim, got[0].problems)
+        a, b = got[0].runs[0], run
+        assert a.cycles == b.cycles and a.check["phases"] == b.check["phases"], sim
+        assert a.check["dispatch"]["cycles"] == b.check["dispatch"]["cycles"], sim
+        assert a.check["dispatch"]["phases"] == b.check["dispatch"]["phases"], sim
+        assert a.check["y_payload_digest"] == b.check["y_payload_digest"], sim
+        assert (a.check["dispatch"]["out_payload_digest"]
+                == b.check["dispatch"]["out_payload_digest"]), sim
         assert got[1] == trace and got[2] == counters, sim
 
 
@@ -158,10 +159,10 @@ def test_ubep_inc_on_planar_switches_is_the_same_run(monkeypatch):
                             and f"module {name}_dp96h32(" in modules[name]
                             and f"module {name}_dp64(" in modules[name] for name in switches)
     ref, got = outcome("pysim", "ubep-inc"), outcome("native", "ubep-inc")
-    assert got[0]["correct"], got[0]["problems"]
-    a, b = got[0]["runs"][0], ref[0]["runs"][0]
-    assert a["cycles"] == b["cycles"] and a["phases"] == b["phases"]
-    assert a["dispatch"]["cycles"] == b["dispatch"]["cycles"]
+    assert got[0].correct, got[0].problems
+    a, b = got[0].runs[0], ref[0].runs[0]
+    assert a.cycles == b.cycles and a.check["phases"] == b.check["phases"]
+    assert a.check["dispatch"]["cycles"] == b.check["dispatch"]["cycles"]
     assert got[1] == ref[1] and got[2] == ref[2]
 
 

@@ -37,7 +37,7 @@ def pysim_run(protocol, nbytes=NBYTES, seed=3):
 
 def test_registered_under_its_name():
     assert KERNELS["daf"] is KERNEL
-    assert KERNEL.params == {"protocol": "tff", "bytes": 512, "seed": 0, "broken": "none"}
+    assert KERNEL.defaults == {"protocol": "tff", "bytes": 512, "seed": 0, "broken": "none"}
 
 
 @pytest.mark.parametrize("protocol", daf.PROTOCOLS)
@@ -85,10 +85,10 @@ def test_dc_checksum_is_the_sum_of_markers():
 @functools.lru_cache(maxsize=None)
 def cm384_latency(protocol, broken="none"):
     """Latency in cycles of 16 B per message between the two dies of one cm384 NPU (218 ns apart)."""
-    result, _ = run_kernel("daf", backend("pysim"), preset="cm384", topology=("superpod", 2, 1, 1),
-                           aivs=1, params={"protocol": protocol, "bytes": 16, "broken": broken})
-    assert result["correct"], result["problems"]
-    return result["runs"][0]["latency_cycles"]
+    result = run_kernel("daf", backend("pysim"), preset="cm384", topology=("superpod", 2, 1, 1),
+                        aivs=1, params={"protocol": protocol, "bytes": 16, "broken": broken})
+    assert result.correct, result.problems
+    return result.runs[0].check["latency_cycles"]
 
 
 def test_dataflag_is_faster_than_stop_and_wait():
@@ -152,11 +152,11 @@ NPU = dict(preset="cm384", topology=("superpod", 2, 1, 1), aivs=1)
 
 def test_tff_tears_on_a_non_atomic_port():
     """The receiver reads a block right after its flag: with 64 B beats it reads a torn block."""
-    result, _ = run_kernel("daf", backend("pysim"), **NPU, max_cycles=MAX_CYCLES,
-                           params={"protocol": "tff", "bytes": 16, "broken": "tear"})
-    config = result["runs"][0]["config"]
-    assert config["non_atomic_port"] is True and config["data_bytes"] == 512
-    assert result["problems"] == [f"rank {d}: what core 0 consumed from rank {1 - d} differs in "
+    result = run_kernel("daf", backend("pysim"), **NPU, max_cycles=MAX_CYCLES,
+                        params={"protocol": "tff", "bytes": 16, "broken": "tear"})
+    config = result.runs[0].config
+    assert config.non_atomic_port is True and config.data_bytes == 512
+    assert result.problems == [f"rank {d}: what core 0 consumed from rank {1 - d} differs in "
                                   f"block(s) [0]" for d in (0, 1)]
     # the receive blocks themselves end up whole (no "receive blocks ... differ"): the tear is
     # in what the receiver read
@@ -187,9 +187,9 @@ def test_sentinel_payload_hangs_sp_and_the_watchdog_names_the_waiting_core():
 
 def test_sw_without_fence_stays_correct_on_this_fabric():
     """One (src, dst) pair's stores travel one path in order: the flag cannot overtake the data."""
-    result, _ = run_kernel("daf", backend("pysim"), **SHAPE, max_cycles=MAX_CYCLES,
-                           params={"protocol": "sw", "bytes": NBYTES, "broken": "nofence"})
-    assert result["correct"], result["problems"]
+    result = run_kernel("daf", backend("pysim"), **SHAPE, max_cycles=MAX_CYCLES,
+                        params={"protocol": "sw", "bytes": NBYTES, "broken": "nofence"})
+    assert result.correct, result.problems
     # and on cm384 latencies it saves the fence's wait for the ack
     assert cm384_latency("sw", "nofence") < cm384_latency("sw") - 218   # no ack round trip
 
@@ -225,7 +225,11 @@ def test_non_atomic_port_option_keeps_default_specs_unchanged():
     assert MachineConfig("tiny", non_atomic_port=True).to_dict()["non_atomic_port"] is True
     with pytest.raises(TypeError, match="non_atomic_port must be a bool, not 1"):
         MachineConfig("tiny", non_atomic_port=1)
+    from amaranth.hdl import Fragment
     from epfabric.sw.tops import aiv_system
-    beats = {flag: aiv_system(**MachineConfig("tiny", non_atomic_port=flag).to_dict())
-             .dies[0].mem.port.beats for flag in (False, True)}
+    beats = {}
+    for flag in (False, True):
+        top = aiv_system(**MachineConfig("tiny", non_atomic_port=flag).to_dict())
+        Fragment.get(top, None)
+        beats[flag] = top.dies[0].mem.port.beats
     assert beats == {False: 1, True: 8}

@@ -25,11 +25,11 @@ pysim_run, outcome = kernel_cases(K, SMALL, SHAPE)
 
 def test_dispatch_is_bit_exact_with_every_phase_marked():
     result, trace, _ = outcome("pysim")
-    assert result["correct"], result["problems"]
-    run = result["runs"][0]
-    assert sum(run["tokens_received"]) == 2 * 4 * 2            # every slot exactly once
-    assert set(run["phases"]) == {"0.0", "0.1", "1.0", "1.1"}
-    for times in run["phases"].values():
+    assert result.correct, result.problems
+    run = result.runs[0]
+    assert sum(run.check["tokens_received"]) == 2 * 4 * 2            # every slot exactly once
+    assert set(run.check["phases"]) == {"0.0", "0.1", "1.0", "1.1"}
+    for times in run.check["phases"].values():
         assert list(times) == list(PHASES)                      # in phase order
         assert list(times.values()) == sorted(times.values())
 
@@ -43,8 +43,8 @@ def test_same_cycles_and_traces_as_amaranths_simulator(simulator, system):
     require_simulator(simulator)
     ref = outcome("pysim", system)
     got = outcome(simulator, system)
-    assert got[0]["correct"], got[0]["problems"]
-    assert got[0]["runs"][0]["cycles"] == ref[0]["runs"][0]["cycles"]
+    assert got[0].correct, got[0].problems
+    assert got[0].runs[0].cycles == ref[0].runs[0].cycles
     assert got[1] == ref[1] and got[2] == ref[2]
 
 
@@ -109,8 +109,8 @@ def test_an_odd_number_of_slots_packs_its_last_id_and_weight():
     last half zero (a float pad once made the load fail); UBEP-INC, which carries the
     weights, is bit-exact."""
     p = {"batch": 5, "topk": 1, "experts": 4, "system": "ubep-inc"}
-    result, _ = run_kernel(KERNELS["combine"], backend("pysim"), params=p, **SHAPE)
-    assert result["correct"], result["problems"]
+    result = run_kernel(KERNELS["combine"], backend("pysim"), params=p, **SHAPE)
+    assert result.correct, result.problems
 
 
 @pytest.mark.parametrize("system", ["cann", "ubep"])
@@ -126,7 +126,7 @@ def test_a_one_bit_rank_field_gives_the_same_run(system):
     inputs = K.load(m, params)
     report = m.run(KERNEL_CASE_MAX_CYCLES)
     verdict = K.check(m, report, inputs)
-    assert verdict["problems"] == [] and report.cycles == ref[0]["runs"][0]["cycles"]
+    assert verdict["problems"] == [] and report.cycles == ref[0].runs[0].cycles
     assert report.trace == ref[1]
     assert m._programs != pysim_run(system)[0]._programs      # remote addresses moved
 
@@ -160,9 +160,9 @@ def test_bad_parameters_are_named(params, message):
 
 def test_ubep_delivers_what_cann_delivers():
     """Same input, same OUT payload (UBEP's words 0..3 are its TFF header; both vs numpy)."""
-    runs = {s: outcome("pysim", s)[0]["runs"][0] for s in ("cann", "ubep")}
-    assert runs["cann"]["out_payload_digest"] == runs["ubep"]["out_payload_digest"]
-    assert len(set(runs["cann"]["out_payload_digest"])) == 2     # two ranks, two different OUTs
+    runs = {s: outcome("pysim", s)[0].runs[0] for s in ("cann", "ubep")}
+    assert runs["cann"].check["out_payload_digest"] == runs["ubep"].check["out_payload_digest"]
+    assert len(set(runs["cann"].check["out_payload_digest"])) == 2     # two ranks, two different OUTs
 
 
 def test_ubep_slices_that_start_inside_an_expert():
@@ -268,13 +268,13 @@ ALL_VARIANTS = [{"system": "cann"}, {"system": "ubep"}] + VARIANTS
 @pytest.mark.parametrize("variant", VARIANTS, ids=["cann-expert", "ubep-identity"])
 def test_a_variant_is_bit_exact_and_delivers_what_its_default_does(variant):
     sim = fast_simulator()
-    result, _ = run_kernel(K, backend(sim), params={**SMALL, **variant},
-                           max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
-    assert result["correct"], result["problems"]
-    run = result["runs"][0]
-    default = outcome(sim, variant["system"])[0]["runs"][0]
-    assert run["out_payload_digest"] == default["out_payload_digest"]
-    assert run["recv_count"] == default["recv_count"]
+    result = run_kernel(K, backend(sim), params={**SMALL, **variant},
+                        max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
+    assert result.correct, result.problems
+    run = result.runs[0]
+    default = outcome(sim, variant["system"])[0].runs[0]
+    assert run.check["out_payload_digest"] == default.check["out_payload_digest"]
+    assert run.check["recv_count"] == default.check["recv_count"]
 
 
 @pytest.mark.parametrize("variant, aivs", [(VARIANTS[0], 2), (VARIANTS[1], 3)],
@@ -359,10 +359,10 @@ def test_remapping_and_the_hot_share():
 @pytest.mark.parametrize("variant", VARIANTS, ids=["cann-expert", "ubep-identity"])
 def test_the_combine_after_a_variant_is_bit_exact(variant):
     """The combine finds each answer by ``EXPAND`` (the slot's j), which no variant changes."""
-    result, _ = run_kernel(KERNELS["combine"], backend(fast_simulator()), params={**SMALL, **variant},
-                           max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
-    assert result["correct"], result["problems"]
-    assert result["runs"][0]["dispatch"]["correct"]
+    result = run_kernel(KERNELS["combine"], backend(fast_simulator()), params={**SMALL, **variant},
+                        max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
+    assert result.correct, result.problems
+    assert result.runs[0].check["dispatch"]["correct"]
 
 
 # --- UBEP's synchronisation variants (Data-as-Flag in the dispatch; docs/spec/kernels.md §1.7)
@@ -375,15 +375,16 @@ def test_a_sync_variant_delivers_the_raw_tokens_tff_delivers(variant):
     """SP and SW move raw blocks (no header): OUT is CANN's, payload digests equal UBEP-TFF's;
     SP leaves every receive slot re-armed (the checker reads them all)."""
     sim = fast_simulator()
-    result, reports = run_kernel(K, backend(sim), params={**SMALL, **variant},
-                                 max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
-    assert result["correct"], result["problems"]
-    run = result["runs"][0]
-    tff = outcome(sim, "ubep")[0]["runs"][0]
-    cann = outcome(sim, "cann")[0]["runs"][0]
-    assert run["out_payload_digest"] == tff["out_payload_digest"]
-    assert run["recv_count"] == cann["recv_count"]
-    assert run["cycles"] != tff["cycles"]                      # other programs ran
+    result = run_kernel(K, backend(sim), params={**SMALL, **variant},
+                        max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
+    reports = result.reports
+    assert result.correct, result.problems
+    run = result.runs[0]
+    tff = outcome(sim, "ubep")[0].runs[0]
+    cann = outcome(sim, "cann")[0].runs[0]
+    assert run.check["out_payload_digest"] == tff.check["out_payload_digest"]
+    assert run.check["recv_count"] == cann.check["recv_count"]
+    assert run.cycles != tff.cycles                      # other programs ran
 
 
 def test_sp_checker_sees_a_slot_that_was_not_re_armed():
@@ -582,16 +583,16 @@ def test_glm_4_7_on_sixteen_ranks():
     20 raw / 22 Token-Flag-Fused blocks a token; both systems on one machine, bit-exact."""
     runs = {}
     for system in ("cann", "ubep"):
-        result, _ = run_kernel(K, backend("pysim"),
-                               params={"model": "glm-4.7", "batch": 2, "system": system},
-                               preset="cm384", topology=("superpod", 2, 4, 2), aivs=2,
-                               max_cycles=200_000)
-        assert result["correct"], (system, result["problems"])
-        assert result["params"]["hidden_blocks"] == {"cann": 20, "ubep": 22}[system]
-        runs[system] = result["runs"][0]
-    assert runs["cann"]["config"] == runs["ubep"]["config"]          # one build serves both
-    assert runs["cann"]["recv_count"] == runs["ubep"]["recv_count"]
-    assert [len(c) for c in runs["cann"]["recv_count"]] == [10] * 16
+        result = run_kernel(K, backend("pysim"),
+                            params={"model": "glm-4.7", "batch": 2, "system": system},
+                            preset="cm384", topology=("superpod", 2, 4, 2), aivs=2,
+                            max_cycles=200_000)
+        assert result.correct, (system, result.problems)
+        assert result.params["hidden_blocks"] == {"cann": 20, "ubep": 22}[system]
+        runs[system] = result.runs[0]
+    assert runs["cann"].config == runs["ubep"].config          # one build serves both
+    assert runs["cann"].check["recv_count"] == runs["ubep"].check["recv_count"]
+    assert [len(c) for c in runs["cann"].check["recv_count"]] == [10] * 16
 
 
 def test_the_phase_line_gives_each_phases_end_and_duration():
@@ -650,11 +651,11 @@ def test_the_hardware_syncall_delivers_what_the_soft_one_does_and_costs_its_knob
     """``syncall="hard"``: both SyncAlls are the die's ``bar``; OUT is the soft run's, and
     holding each barrier 500 cycles longer makes the run exactly 2 x 500 cycles longer (every
     die's cores leave each barrier 500 cycles later, and nothing else waits)."""
-    soft = outcome(fast_simulator(), "cann")[0]["runs"][0]
+    soft = outcome(fast_simulator(), "cann")[0].runs[0]
     fast, verdict = _hard_syncall_run(0)
     assert verdict["correct"], verdict["problems"]
-    assert verdict["out_payload_digest"] == soft["out_payload_digest"]
-    assert fast.cycles < soft["cycles"]                 # no fetch-adds and polls
+    assert verdict["out_payload_digest"] == soft.check["out_payload_digest"]
+    assert fast.cycles < soft.cycles                 # no fetch-adds and polls
     fast_release = verdict["syncall_release_share"] * fast.cycles
     slow, verdict = _hard_syncall_run(500)
     assert verdict["correct"], verdict["problems"]
@@ -696,10 +697,10 @@ def test_skewed_routing_is_bit_exact_on_both_systems(skew):
     options), and the routing really is skewed."""
     from epfabric.sw.kernels.dispatch import workload_of
     for system in ("cann", "ubep"):
-        result, _ = run_kernel(K, backend(fast_simulator()), params={**SMALL, **skew,
-                                                                     "system": system},
-                               max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
-        assert result["correct"], result["problems"]
+        result = run_kernel(K, backend(fast_simulator()), params={**SMALL, **skew,
+                                                                  "system": system},
+                            max_cycles=KERNEL_CASE_MAX_CYCLES, **SHAPE)
+        assert result.correct, result.problems
     w = workload_of(K.resolve_params({**SMALL, "batch": 64, **skew}), 2, 8)
     assert np.bincount(w.topk_idx.ravel(), minlength=4)[0] > 64 * 2 * 2 / 4 * 1.2
 
@@ -721,9 +722,10 @@ def test_a_launch_skew_delays_each_die_by_its_word_and_stays_bit_exact():
     delays = launch_delays(K.resolve_params(params), 2, get_preset("tiny"))
     assert len(set(delays)) == 2 and max(delays) <= 300
     for system in ("cann", "ubep"):
-        result, reports = run_kernel(K, backend(fast_simulator()), max_cycles=KERNEL_CASE_MAX_CYCLES,
-                                     params={**params, "system": system}, **SHAPE)
-        assert result["correct"], result["problems"]
+        result = run_kernel(K, backend(fast_simulator()), max_cycles=KERNEL_CASE_MAX_CYCLES,
+                            params={**params, "system": system}, **SHAPE)
+        reports = result.reports
+        assert result.correct, result.problems
         for r in range(2):
             first = min(m["cycle"] for m in reports[0].marks() if m["rank"] == r)
             assert first >= delays[r]
@@ -773,12 +775,12 @@ def test_the_presets_vector_width_builds_the_cores_and_shortens_canns_counting(m
     for lanes in (16, 128):
         monkeypatch.setitem(presets.PRESETS, "tiny",
                             dataclasses.replace(presets.PRESETS["tiny"], vector_lanes=lanes))
-        result, _ = run_kernel(K, backend("pysim"), **SHAPE, params=params,
-                               max_cycles=KERNEL_CASE_MAX_CYCLES)
-        assert result["correct"], (lanes, result["problems"])
-        runs[lanes] = result["runs"][0]
-        assert runs[lanes]["config"]["lanes"] == lanes
-    assert runs[128]["cycles"] < runs[16]["cycles"], {k: r["cycles"] for k, r in runs.items()}
+        result = run_kernel(K, backend("pysim"), **SHAPE, params=params,
+                            max_cycles=KERNEL_CASE_MAX_CYCLES)
+        assert result.correct, (lanes, result.problems)
+        runs[lanes] = result.runs[0]
+        assert runs[lanes].config.lanes == lanes
+    assert runs[128].cycles < runs[16].cycles, {k: r.cycles for k, r in runs.items()}
 
 
 # --- issue 30: MTE copies and the split CalCumSum scan ----------------------------------------
@@ -789,11 +791,12 @@ WIDE_SHAPE = {**SHAPE, "aivs": 4}
 
 
 def _wide_run(params, knobs=None):
-    result, reports = run_kernel(K, backend(fast_simulator()), params={**WIDE, **params},
-                                 max_cycles=KERNEL_CASE_MAX_CYCLES * (1 + 20 * bool(knobs)),
-                                 knobs=knobs, **WIDE_SHAPE)
-    assert result["correct"], result["problems"]
-    return result["runs"][0], reports[0]
+    result = run_kernel(K, backend(fast_simulator()), params={**WIDE, **params},
+                        max_cycles=KERNEL_CASE_MAX_CYCLES * (1 + 20 * bool(knobs)),
+                        knobs=knobs, **WIDE_SHAPE)
+    reports = result.reports
+    assert result.correct, result.problems
+    return result.runs[0], reports[0]
 
 
 @pytest.mark.parametrize("variant", [
@@ -808,8 +811,8 @@ def test_mte_copies_and_the_split_scan_deliver_what_the_defaults_do(variant):
     default, _ = _wide_run({k: v for k, v in variant.items() if k not in ("copies", "cumsum_scan")})
     for knobs in (None, {"read_extra": 45}):
         run, _ = _wide_run(variant, knobs)
-        assert run["out_payload_digest"] == default["out_payload_digest"]
-        assert run["recv_count"] == default["recv_count"]
+        assert run.check["out_payload_digest"] == default.check["out_payload_digest"]
+        assert run.check["recv_count"] == default.check["recv_count"]
 
 
 def test_an_mte_copy_pays_its_start_once():
@@ -821,7 +824,7 @@ def test_an_mte_copy_pays_its_start_once():
     for copies in ("block", "mte"):
         base, _ = _wide_run({"system": "cann", "copies": copies})
         slow, _ = _wide_run({"system": "cann", "copies": copies}, {"read_extra": 200})
-        grow[copies] = slow["cycles"] - base["cycles"]
+        grow[copies] = slow.cycles - base.cycles
     assert 0 < grow["mte"] < grow["block"] - 5 * 200
 
 
@@ -833,7 +836,7 @@ def test_the_split_scan_shortens_the_c_aivs_chain_when_reads_cost():
     for scan in ("redundant", "split"):
         run, _ = _wide_run({"system": "ubep", "cumsum_scan": scan, "cumsum_aivs": 3},
                            {"read_extra": 300})
-        ends[scan] = max(t["cumsum"] for key, t in run["phases"].items() if "cumsum" in t)
+        ends[scan] = max(t["cumsum"] for key, t in run.check["phases"].items() if "cumsum" in t)
     assert ends["split"] < ends["redundant"]
 
 

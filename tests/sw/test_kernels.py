@@ -11,6 +11,7 @@ from epfabric.sw.isa import address
 from epfabric.sw.kernels import KERNELS, Kernel, register, run_kernel
 from epfabric.sw.kernels.syncall import program as syncall_program
 from epfabric.sw.machine import Machine
+from epfabric.sw.param import Param
 
 
 class Stamp(Kernel):
@@ -18,7 +19,7 @@ class Stamp(Kernel):
 
     name = "stamp_for_test"
     description = "every core stamps its own block"
-    params = {"value": 7}
+    params = (Param("value", 7, "the word every core stamps", int),)
     default_aivs = (2,)
 
     def sizes(self, config):
@@ -74,14 +75,14 @@ def test_a_new_kernel_runs_through_the_cli_without_cli_code(stamp, tmp_path, cap
 
 
 def test_the_checker_can_fail(stamp):
-    result, _ = run_kernel(stamp, backend("pysim"), preset="tiny", params={"value": 3},
-                           max_cycles=2000)
-    assert result["correct"]
+    result = run_kernel(stamp, backend("pysim"), preset="tiny", params={"value": 3},
+                        max_cycles=2000)
+    assert result.correct
     broken = Stamp()
     broken.check = lambda m, r, inputs: Stamp.check(broken, m, r, inputs + 1)
-    result, _ = run_kernel(broken, backend("pysim"), preset="tiny", params={"value": 3},
-                           max_cycles=2000)
-    assert not result["correct"] and len(result["problems"]) == 4
+    result = run_kernel(broken, backend("pysim"), preset="tiny", params={"value": 3},
+                        max_cycles=2000)
+    assert not result.correct and len(result.problems) == 4
 
 
 @pytest.mark.parametrize("epochs, exc, message", [

@@ -166,8 +166,8 @@ def test_a_sampler_changes_no_cycle_and_leaves_other_machines_alone():
     be = backend("pysim")
     runs = [run_kernel("alltoall", be, params={"seed": 1}, sampling=s)
             for s in (None, (64, 2))]
-    (a, [ra]), (b, [rb]) = runs
-    assert a["correct"] and b["correct"]
+    (a, b), ([ra], [rb]) = runs, (runs[0].reports, runs[1].reports)
+    assert a.correct and b.correct
     assert (ra.cycles, ra.trace) == (rb.cycles, rb.trace) and ra.cycles > 20
     assert {k: v for k, v in rb.counters.items() if not k.startswith("ub_")} == ra.counters
     assert ra.samples == {} and rb.samples["every"] == 2 and rb.samples["dropped"] == 0

@@ -28,26 +28,26 @@ SMALL = dict(ranks=2, counts=(3, 2), experts=4, topk=2, roles=(1, 1, 1), bands=2
 @functools.lru_cache(maxsize=None)
 def outcome(simulator, **extra):
     params = {**SMALL, **extra}
-    result, reports = run_kernel(K, backend(simulator), preset="tiny", params=params,
-                                 max_cycles=50_000)
-    return result, [(r.cycles, r.trace, r.counters) for r in reports]
+    result = run_kernel(K, backend(simulator), preset="tiny", params=params,
+                        max_cycles=50_000)
+    return result, [(r.cycles, r.trace, r.counters) for r in result.reports]
 
 
 def test_small_case_is_correct_in_both_modes():
     result, runs = outcome("pysim")
-    assert result["correct"], result["problems"]
-    assert [r["mode"] for r in result["runs"]] == ["inc", "ring"]
-    assert result["cut"] == 1 - runs[0][0] / runs[1][0]
-    inc = result["runs"][0]
+    assert result.correct, result.problems
+    assert [r.check["mode"] for r in result.runs] == ["inc", "ring"]
+    assert result.figures["cut"] == 1 - runs[0][0] / runs[1][0]
+    inc = result.runs[0]
     # one barrier per band; every role marked every band (gather, compute, reduce)
     assert runs[0][2]["inc_bar"] == [2, 2] and runs[1][2]["inc_bar"] == [1, 1]
-    for band in inc["band_times"]:
+    for band in inc.check["band_times"]:
         for role in ("ag", "ffn", "rs"):
             start, end = band[role]
             assert start is not None and end is not None and start <= end
     # the pipeline: band 1's AllGather is under way while band 0's FFN runs, and band 0's
     # ReduceScatter starts before band 1's FFN has ended
-    b0, b1 = inc["band_times"]
+    b0, b1 = inc.check["band_times"]
     assert b1["ag"][0] < b0["ffn"][1] and b0["rs"][0] < b1["ffn"][1]
 
 
@@ -71,7 +71,7 @@ def test_trace_has_ag_ffn_and_rs_slices():
 def test_same_cycles_trace_and_counters_on_every_simulator(simulator):
     require_simulator(simulator)
     result, runs = outcome(simulator)
-    assert result["correct"], result["problems"]
+    assert result.correct, result.problems
     assert runs == outcome("pysim")[1]
 
 
@@ -84,15 +84,15 @@ def test_unequal_ranks_one_without_tokens(counts, experts, topk, bands, roles, t
     in both modes."""
     result, _ = outcome("pysim", ranks=len(counts), counts=counts, experts=experts, topk=topk,
                         bands=bands, roles=roles, tail=tail)
-    assert result["correct"], result["problems"]
-    assert {r["mode"] for r in result["runs"]} == {"inc", "ring"}
+    assert result.correct, result.problems
+    assert {r.check["mode"] for r in result.runs} == {"inc", "ring"}
 
 
 @pytest.mark.slow
 def test_eight_ranks():
     result, _ = outcome("pysim", ranks=8, counts=(2, 0, 3, 1, 2, 2, 1, 3), experts=16, topk=2,
                         bands=2, roles=(1, 1, 1), tail=1)
-    assert result["correct"], result["problems"]
+    assert result.correct, result.problems
 
 
 def test_the_checker_sees_a_wrong_result():
@@ -151,10 +151,10 @@ def test_gathers_stay_within_a_band_of_the_release(monkeypatch):
                 self.p.nop()
         original(self, g)
     monkeypatch.setattr(prog._Emitter, "gather", slow_gather_1)
-    result, _ = run_kernel(K, backend("pysim"), preset="tiny", max_cycles=50_000,
-                           params=dict(ranks=2, counts=(8, 8), experts=4, topk=2, roles=(3, 1, 1),
-                                       bands=4, mode="inc"))
-    assert result["correct"], result["problems"]
+    result = run_kernel(K, backend("pysim"), preset="tiny", max_cycles=50_000,
+                        params=dict(ranks=2, counts=(8, 8), experts=4, topk=2, roles=(3, 1, 1),
+                                    bands=4, mode="inc"))
+    assert result.correct, result.problems
 
 
 def test_a_one_cycle_cube_row(monkeypatch):
@@ -164,9 +164,9 @@ def test_a_one_cycle_cube_row(monkeypatch):
     slow_cycles = outcome("pysim")[1][0][0]           # SMALL's INC run, 8-cycle rows
     monkeypatch.setattr(Preset, "cube_cycles", lambda self: 1)
     fast = run_kernel(K, backend("pysim"), preset="tiny", params={**SMALL, "mode": "inc"},
-                      max_cycles=50_000)[0]
-    assert fast["correct"], fast["problems"]
-    assert fast["runs"][0]["cycles"] < slow_cycles
+                      max_cycles=50_000)
+    assert fast.correct, fast.problems
+    assert fast.runs[0].cycles < slow_cycles
 
 
 def test_no_interface_on_a_tearing_port():

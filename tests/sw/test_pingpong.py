@@ -25,14 +25,15 @@ def test_default_shape_has_every_class_the_preset_allows():
 
 
 def test_one_way_latency_is_fabric_plus_core_overhead():
-    result, reports = run_kernel("pingpong", backend("pysim"), preset="tiny",
-                                 topology=MACHINE["topology"], max_cycles=2000)   # takes 141
-    assert result["correct"], result["problems"]
-    assert result["kernel"] == "pingpong" and result["preset"] == "tiny"
-    assert result["backend"] == "pysim" and len(reports) == 1
-    (run,) = result["runs"]
-    assert run["config"]["topology"] == list(MACHINE["topology"])
-    assert run["cycles"] == reports[0].cycles > 0
+    result = run_kernel("pingpong", backend("pysim"), preset="tiny",
+                        topology=MACHINE["topology"], max_cycles=2000)   # takes 141
+    reports = result.reports
+    assert result.correct, result.problems
+    assert result.kernel == "pingpong" and result.preset == "tiny"
+    assert result.backend == "pysim" and len(reports) == 1
+    (run,) = result.runs
+    assert run.config.topology == tuple(MACHINE["topology"])
+    assert run.cycles == reports[0].cycles > 0
     # Measured on the simulated machine: the round trips of the MARK trace, halved. The
     # intra-NPU class minus the core's own overhead (the local round trip) is the preset's
     # 8 ns to the cycle, and the overhead is the core's 5 cycles; nothing here is read back
@@ -42,21 +43,21 @@ def test_one_way_latency_is_fabric_plus_core_overhead():
     def one_way(k):
         seqs = [k * pingpong.ROUNDS + i + 1 for i in range(pingpong.ROUNDS)]
         return sum(marks[pingpong.END + s] - marks[pingpong.START + s] for s in seqs) / len(seqs) / 2
-    assert run["config"]["aivs_per_die"] == 2            # core 1 of rank 0 measures the overhead
+    assert run.config.aivs_per_die == 2            # core 1 of rank 0 measures the overhead
     assert list(pingpong.peers(machine().config)) == ["local", "intra"]
     overhead, intra = one_way(0), one_way(1)
     assert overhead == 5                                   # cycles, pinned
     assert (intra - overhead) * tiny.cycle_ns == tiny.latency_ns()["intra"] == 8.0
-    assert run["core_overhead_ns"] == overhead * tiny.cycle_ns
-    assert run["latency_ns"] == {"intra": intra * tiny.cycle_ns}
-    assert run["error_pct"] == {"intra": 0.0}
+    assert run.check["core_overhead_ns"] == overhead * tiny.cycle_ns
+    assert run.check["latency_ns"] == {"intra": intra * tiny.cycle_ns}
+    assert run.check["error_pct"] == {"intra": 0.0}
 
 
 @pytest.mark.slow
 def test_cm384_all_classes_within_three_percent():
-    result, _ = run_kernel("pingpong", backend("verilator"))
-    assert result["correct"], result["problems"]
-    (run,) = result["runs"]
-    assert set(run["latency_ns"]) == {"intra", "one_hop", "two_hop"}
-    for cls, err in run["error_pct"].items():
+    result = run_kernel("pingpong", backend("verilator"))
+    assert result.correct, result.problems
+    (run,) = result.runs
+    assert set(run.check["latency_ns"]) == {"intra", "one_hop", "two_hop"}
+    for cls, err in run.check["error_pct"].items():
         assert abs(err) <= 3.0, (cls, result)

@@ -7,6 +7,7 @@ import pytest
 
 from epfabric.hw.link import LINK_MIN_LATENCY
 from epfabric.hw.switch import SWITCH_LATENCY
+from epfabric.sw.param import params_of
 from epfabric.sw.presets import CLASSES, PRESETS, Preset, get_preset
 
 
@@ -17,9 +18,14 @@ def test_names_and_unknown_preset():
     assert get_preset(PRESETS["tiny"]) is PRESETS["tiny"]
 
 
-def test_every_field_has_help():
-    for f in dataclasses.fields(Preset):
-        assert f.metadata.get("help"), f.name
+def test_every_field_is_a_param_with_help():
+    """Every field is declared by sw.param.param: its Param, named, with a help text and the
+    field's default."""
+    params = params_of(Preset)
+    assert [p.name for p in params] == [f.name for f in dataclasses.fields(Preset)]
+    for p, f in zip(params, dataclasses.fields(Preset)):
+        assert p.help, p.name
+        assert p.default == (None if f.default is dataclasses.MISSING else f.default), p.name
 
 
 def test_cm384_figures():

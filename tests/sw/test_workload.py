@@ -27,12 +27,12 @@ def _npz(tmp_path, name="routing.npz", **arrays):
 def test_replayed_routing_is_delivered_bit_exact(tmp_path, system):
     """The run takes the file's routing (batch, topk from its shape); counts = numpy's bincount."""
     path = _npz(tmp_path, topk_idx=IDX, topk_weights=WTS)
-    result, _ = run_kernel(K, backend("pysim"), **SHAPE,
-                           params={"experts": 4, "system": system, "routing": path})
-    assert result["correct"], result["problems"]
-    assert (result["params"]["batch"], result["params"]["topk"]) == (4, 2)
+    result = run_kernel(K, backend("pysim"), **SHAPE,
+                        params={"experts": 4, "system": system, "routing": path})
+    assert result.correct, result.problems
+    assert (result.params["batch"], result.params["topk"]) == (4, 2)
     want = np.bincount(IDX.reshape(-1), minlength=4).reshape(2, 2)   # [rank, local expert]
-    assert result["runs"][0]["recv_count"] == want.tolist()
+    assert result.runs[0].check["recv_count"] == want.tolist()
     assert want.tolist() != [[4, 4], [4, 4]]                          # not what a draw gives
 
 

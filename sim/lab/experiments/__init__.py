@@ -9,8 +9,9 @@ backend. Each is an :class:`Experiment` registered in :data:`EXPERIMENTS`
 
 * ``name``; ``title`` (the question, one line); ``paper`` (the figure or
   table it reproduces, or ``""``); ``headline`` (the paper's claim, one line);
-* ``params`` — a tuple of :class:`Param`: what a caller may set, validated
-  by :meth:`Experiment.resolve` before anything runs;
+* ``params`` — a tuple of :class:`~epfabric.sw.param.Param` (the kernels' and
+  presets' declaration too): what a caller may set, validated by
+  :meth:`Experiment.resolve` before anything runs;
 * ``points(params, quick)`` — the grid: a list of independent points, each a
   flat JSON-able dict that carries everything :meth:`measure` needs
   (backend included); ``quick`` is a reduced grid;
@@ -29,47 +30,13 @@ serially or on Dask — caches every point, and writes CSV, JSON, PNG and a
 summary; the CLI commands (:mod:`epfabric.sim.cli`) are thin front ends.
 """
 
-from dataclasses import dataclass
-
-from ....hw.validate import UserError, UserTypeError
+from ....hw.validate import UserError
+from ....sw.param import Param
 
 __all__ = ["Param", "Experiment", "EXPERIMENTS", "register", "int_list"]
 
 #: name → :class:`Experiment`; the modules below register theirs on import.
 EXPERIMENTS = {}
-
-
-@dataclass(frozen=True)
-class Param:
-    """One experiment parameter: ``type`` converts and checks a value (``int``, ``float``, ``str``, ``bool``)."""
-    name: str
-    default: object
-    help: str
-    type: type = int
-    choices: tuple = None
-    minimum: float = None
-
-    def check(self, value):
-        """``value`` converted to ``type`` and validated; ``ValueError``/``TypeError`` naming the parameter."""
-        if value is None and self.default is None:
-            return None
-        if self.type is bool:
-            if not isinstance(value, bool):
-                raise UserTypeError(f"{self.name} must be a bool, not {value!r}")
-        elif self.type in (int, float):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                    (self.type is int and not isinstance(value, int)):
-                kind = "an integer" if self.type is int else "a number"
-                raise UserTypeError(f"{self.name} must be {kind}, "
-                                    f"not {value!r}")
-            if self.minimum is not None and value < self.minimum:
-                raise UserError(f"{self.name} must be >= {self.minimum}, not {value!r}")
-        elif not isinstance(value, self.type):
-            raise UserTypeError(f"{self.name} must be a {self.type.__name__}, not {value!r}")
-        if self.choices is not None and value not in self.choices:
-            raise UserError(f"{self.name} must be one of {', '.join(map(str, self.choices))}, "
-                            f"not {value!r}")
-        return value
 
 
 class Experiment:

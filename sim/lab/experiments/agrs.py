@@ -76,20 +76,20 @@ def run_point(*, preset="incmoe-testbed", ranks=4, nbytes, mode="inc", concurren
     check_fits("bytes", nbytes, preset=p.name, ranks=ranks)
     rows = nbytes // unit
     tmax = rows if tmax is None else check_int("tmax", tmax, rows)
-    result, reports = run_kernel(
+    result = run_kernel(
         "agrs", make_backend(backend), preset=p.name, topology=("star", ranks),
         params={"mode": mode, "tmax": tmax, "lanes": lanes, "slots": slots,
                 "counts": [rows] * ranks, "seed": seed, "concurrent": concurrent},
         max_cycles=max_cycles)
-    run = result["runs"][0]
-    cycles = run["cycles"]
+    run = result.runs[0]
+    cycles = run.cycles
     ns = p.ns(cycles)
     equiv = 2 * nbytes * 8 / ns  # Gb/s
     bound = bound_gbps(p, mode, ranks)
     return {"mode": mode, "ranks": ranks, "bytes": nbytes, "concurrent": concurrent,
             "preset": p.name, "backend": backend, "cycles": cycles, "ns": ns,
             "equiv_bw_gbps": equiv, "bound_gbps": bound, "fraction_of_bound": equiv / bound,
-            "correct": run["correct"], "slot_stalls": run["slot_stalls"]}
+            "correct": run.correct, "slot_stalls": run.check["slot_stalls"]}
 
 
 #: Rows per rank of the default sweep (S = ranks * 512 B * rows): 2 KiB to

@@ -54,6 +54,17 @@ def traffic_fabric(*, preset="cm384", dies_per_npu=2, npus_per_board=8, boards=2
                          data_bytes=data_bytes)
 
 
+def _traffic_signature(*, preset="cm384", dies_per_npu=2, npus_per_board=8, boards=2,
+                       data_bytes=2):
+    """The signature of :func:`traffic_fabric`'s fabric, without building it (shape checked)."""
+    return TrafficFabric.signature_of(traffic_ranks(preset=preset, dies_per_npu=dies_per_npu,
+                                                     npus_per_board=npus_per_board, boards=boards))
+
+
+#: what a testbench of the fabric's Verilog drives, without building it
+traffic_fabric.signature_for = _traffic_signature
+
+
 def traffic_ranks(*, preset="cm384", dies_per_npu=2, npus_per_board=8, boards=2, data_bytes=2):
     """Ranks of :func:`traffic_fabric` with these parameters, without building it (shape checked)."""
     get_preset(preset).check_shape(dies_per_npu, npus_per_board, boards)

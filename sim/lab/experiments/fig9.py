@@ -148,22 +148,21 @@ class Fig9(Experiment):
         be = backend(point["backend"], opt=(point["opt"] or None)
                      if point["backend"] == "verilator" else None)
         topology = parse_topology(point["topology"])
-        runs = {}
+        runs = {}                            # label -> (its machine run, the run's problems)
         for label, v in VARIANTS.items():
-            result, _ = run_kernel(k, be, preset=point["preset"], topology=topology,
-                                   aivs=point["aivs"], params={**_params(point), **v})
-            runs[label] = result["runs"][0]
-            runs[label]["problems_all"] = result["problems"]
+            result = run_kernel(k, be, preset=point["preset"], topology=topology,
+                                aivs=point["aivs"], params={**_params(point), **v})
+            runs[label] = (result.runs[0], result.problems)
         cfg = configs["cann-slot"]
         w = Workload(ranks=cfg.ranks, batch=point["batch"], topk=point["topk"],
                      experts=point["experts"], hidden_blocks=point["hidden_blocks"],
                      seed=point["seed"], hot=point["hot"], hot_share=point["hot_share"])
-        digest = runs["cann-slot"]["out_payload_digest"]
+        digest = runs["cann-slot"][0].check["out_payload_digest"]
         rows = []
-        for label, run in runs.items():
-            ns = run["cycle_ns"]
+        for label, (run, problems) in runs.items():
+            ns = run.check["cycle_ns"]
             per_die = {}
-            for key, cycles in run["send_cycles"].items():
+            for key, cycles in run.check["send_cycles"].items():
                 die, core = map(int, key.split("."))
                 per_die.setdefault(die, {})[core] = cycles * ns / 1000
             node = [per_die[point["node"]][c] for c in sorted(per_die.get(point["node"], {}))]
@@ -172,8 +171,8 @@ class Fig9(Experiment):
             spreads = [max(d.values()) / statistics.fmean(d.values()) for d in per_die.values()]
             rows.append({
                 "variant": label, "name": NAMES[label],
-                "correct": bool(run["correct"]) and run["out_payload_digest"] == digest,
-                "problems": "; ".join(run["problems_all"][:2]),
+                "correct": bool(run.correct) and run.check["out_payload_digest"] == digest,
+                "problems": "; ".join(problems[:2]),
                 "send_aivs": len(node), "per_aiv_us": [round(t, 4) for t in node],
                 "slots_per_aiv": slots,
                 "ns_per_slot": statistics.fmean(1000 * t / n for t, n in zip(node, slots) if n),
@@ -182,7 +181,7 @@ class Fig9(Experiment):
                 "stdev_us": statistics.pstdev(node) if node else None,
                 "all_max_us": max(t for d in per_die.values() for t in d.values()),
                 "all_max_over_mean": statistics.fmean(spreads),
-                "dispatch_us": run["latency_us"], "dies": cfg.ranks,
+                "dispatch_us": run.check["latency_us"], "dies": cfg.ranks,
                 "hot_slot_share": w.hot_slot_share(),
                 "verilog_sha": _verilog_sha(machine_spec(configs[label]), point["backend"]),
             })

@@ -73,12 +73,12 @@ def measure_point(*, tokens, bands, backend, seed=0, ranks=4, experts=64, topk=8
     for name, mode, t, nb in (("ring", "ring", 0, bands), ("inc", "inc", tail, bands),
                               ("inc_other_tail", "inc", other, bands),
                               ("inc_more_bands", "inc", tail, bands + MORE_BANDS)):
-        result, _ = run_kernel(KERNELS["moe-layer"], be, preset="incmoe-testbed",
-                               params={**base, "mode": mode, "tail": t, "bands": nb})
-        if not result["correct"]:
+        result = run_kernel(KERNELS["moe-layer"], be, preset="incmoe-testbed",
+                            params={**base, "mode": mode, "tail": t, "bands": nb})
+        if not result.correct:
             raise AssertionError(f"moe-layer {mode} (tail {t}) differs from numpy at T={tokens}: "
-                                 f"{result['problems'][:3]}")
-        out[name] = result["runs"][0]
+                                 f"{result.problems[:3]}")
+        out[name] = result.runs[0].to_dict()
     return out
 
 

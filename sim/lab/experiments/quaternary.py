@@ -11,7 +11,6 @@ import time
 import numpy as np
 from tabulate import tabulate
 
-from ....hw.instances import mark_used
 from ....hw.validate import UserError
 from ....hw.vector_unit import VectorUnit
 from ....sw.mapper import quaternary_search, reference_lookup
@@ -71,7 +70,7 @@ class Quaternary(Experiment):
             raise UserError(f"targets ({p['targets']}) must not exceed tokens * topk "
                             f"({p['tokens'] * p['topk']})")
         width = max(1, int(p["experts"]).bit_length())
-        mark_used(VectorUnit(lanes=p["lanes"], width=width, max_len=p["tokens"] * p["topk"]))
+        VectorUnit.signature_for(lanes=p["lanes"], width=width, max_len=p["tokens"] * p["topk"])
         return p
 
     def points(self, params, quick=False):

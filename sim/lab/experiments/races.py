@@ -51,14 +51,15 @@ checksum_stale_blocks
 
 from dataclasses import dataclass
 
-from ....hw.instances import mark_used
+from amaranth.hdl import Fragment
+
 from ...tb.race import NEW_FLAG, OUTPUTS, WATCHDOG, Case, RaceTop, Step, marker, row
 from ....hw.ub_port import UBOp
 from ....hw.validate import check_choice
 from ....sw import dataflag
 from ...backends import ComponentSpec, run
 from ...output import waveform_dir
-from ...backends.waveforms import Comment, Group, Marker, Trace, Waveform, read_dump, write_gtkw
+from ...waves import Comment, Group, Marker, Trace, Waveform, read_dump, write_gtkw
 from . import Experiment, Param, register
 
 __all__ = ["SCENARIOS", "Scenario", "race_top", "run_scenario", "run_catalog", "write_race_gtkw",
@@ -298,8 +299,10 @@ def write_race_gtkw(name, vcd, measured, gtkw=None):
     focus = [c for label, c in cycles.items() if "watchdog" not in label] or [first_commit]
     lo = max(0, min(first_commit, *focus) - 1)
     hi = max(focus) + 4
+    # the names and shapes of the signals a variant shows are the built top's (internal
+    # signals: no signature says them); elaborated, as a built design is (a small one)
     top = RaceTop(unsafe=sc.case(False), safe=sc.case(True))
-    mark_used(top)          # built for its signal list only
+    Fragment.get(top, None)
     rows = [Comment(f"{name}: {sc.summary}"), Trace(("unsafe", "cycle"), "cycle", fmt="dec")]
     for variant, title, look in (("unsafe", sc.unsafe, sc.look_unsafe),
                                  ("safe", sc.safe, sc.look_safe)):

@@ -108,14 +108,13 @@ class Table4(Experiment):
             params = {"system": system, "batch": point["batch"], "topk": point["topk"],
                       "experts": point["experts"], "hidden_blocks": point["hidden_blocks"],
                       "cap": point["cap"] or None, "seed": point["seed"]}
-            result, _ = run_kernel(k, be, preset=point["preset"],
-                                   topology=parse_topology(point["topology"]),
-                                   aivs=point["aivs"], params=params)
-            run = result["runs"][0]
-            row.update({f"{system}_cycles": run["cycles"], f"{system}_us": run["latency_us"],
-                        f"{system}_gbps": run["bandwidth_gbps"],
-                        f"{system}_correct": bool(run["correct"]),
-                        f"{system}_problem": "; ".join(run["problems"][:1])})
+            run = run_kernel(k, be, preset=point["preset"],
+                             topology=parse_topology(point["topology"]),
+                             aivs=point["aivs"], params=params).runs[0]
+            row.update({f"{system}_cycles": run.cycles, f"{system}_us": run.check["latency_us"],
+                        f"{system}_gbps": run.check["bandwidth_gbps"],
+                        f"{system}_correct": bool(run.correct),
+                        f"{system}_problem": "; ".join(run.problems[:1])})
         row["correct"] = row["cann_correct"] and row["ubep_correct"]
         row["ratio"] = row["ubep_us"] / row["cann_us"]
         row["wall_s"] = round(time.monotonic() - t0, 1)

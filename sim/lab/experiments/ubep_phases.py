@@ -3,7 +3,7 @@
 Each point runs both systems' dispatch on the same routing
 (:mod:`.ubep_runs`) and reports, for every AIV of rank 0, the time of each
 stage — Init, Token-Sending, SendFlag & Verification, CalCumSum,
-Token-Reordering (:func:`.ubep_runs.phase_stack`) — and the cut of UBEP's
+Token-Reordering (:func:`~epfabric.sw.kernels.compare.phase_stack`) — and the cut of UBEP's
 dispatch time against CANN's. Paper (64 NPUs, one expert per NPU): UBEP
 cuts 34.7–52.4 %; CalCumSum runs under Token-Sending on its own AIV group,
 which shrinks as the batch grows. Reduced scale here: 16 dies (quick: 8),
@@ -11,7 +11,8 @@ one expert per die, B_tok 2.
 """
 
 from . import Experiment, register
-from .ubep_runs import STAGES, common_params, grid, measure_dispatch, phase_stack
+from ....sw.kernels.compare import STAGES, phase_stack
+from .ubep_runs import common_params, grid, measure_dispatch
 
 __all__ = ["Fig8", "EXPERIMENT", "PAPER_CUT", "TOLERANCE"]
 

@@ -1,4 +1,4 @@
-"""CANN EP vs UBEP dispatch runs for the UBEP experiments (issue 15): one machine per shape.
+"""CANN EP vs UBEP dispatch runs for the UBEP experiments: one machine per shape.
 
 Every UBEP figure of this package (``fig3b``, ``fig7a``, ``fig7b``, ``fig7c``,
 ``fig8``, ``fig13``, ``fig14``) runs the ``dispatch`` kernel
@@ -18,7 +18,9 @@ module holds what they share:
   bit-exactly by the kernel's checker (a wrong result raises: a figure is
   never drawn from a wrong run), reduced to the figures' measures;
 * :func:`compare_systems` — CANN and UBEP on the same point: the improvement
-  ``(T_CANN − T_UBEP) / T_CANN`` and the A2A / BSP-cost split of Fig. 7.
+  ``(T_CANN − T_UBEP) / T_CANN`` (:func:`~epfabric.sw.kernels.compare.cut`, as
+  ``epfabric run dispatch --system cann,ubep`` prints it) and the A2A / BSP-cost split
+  of Fig. 7.
 
 Measures (docs/spec/kernels.md §1.9, §3):
 
@@ -36,6 +38,7 @@ from math import ceil
 from ....hw.validate import UserError
 from ....sw.config import MachineConfig, format_topology, parse_topology
 from ....sw.kernels import KERNELS, pow2_at_least
+from ....sw.kernels.compare import cut
 from ....sw.kernels.dispatch import cumsum_aivs as cumsum_of
 from ....sw.kernels.dispatch import layout_of
 from ....sw.ubep import combine, ubep
@@ -47,7 +50,7 @@ from ...backends.machine import backend as make_backend
 from . import Param
 
 __all__ = ["SHAPES", "ENVELOPE", "shape_of", "sizes_for", "config_of", "measure_dispatch",
-           "compare_systems", "DISPATCH_KEYS", "phase_stack", "STAGES", "cap_for", "grid",
+           "compare_systems", "DISPATCH_KEYS", "cap_for", "grid",
            "format_point", "common_params"]
 
 #: ranks → topology (docs/spec/kernels.md §3: one board up to 16 dies, two boards at 32)
@@ -60,9 +63,6 @@ ENVELOPE = {"hbm_blocks": 1 << 15, "ubuf_rows": 32, "imem_depth": 8192, "trace_d
 #: the dispatch parameters a point carries (the rest are the kernel's defaults)
 DISPATCH_KEYS = ("batch", "topk", "experts", "hidden_blocks", "cap", "seed", "hot", "cumsum_aivs",
                  "sync", "mapping", "syncall")
-
-#: Fig. 8's stages, in order, and the MARKs that end them per system and role
-STAGES = ("init", "sending", "flag_verify", "cumsum", "reorder")
 
 
 def common_params(min_aivs=2, hidden_blocks=2):
@@ -177,37 +177,9 @@ def compare_systems(point):
         for key in ("cycles", "a2a", "bsp", "sync_share", "us"):
             row[f"{system}_{key}"] = m[key]
     row["ubep_cumsum_aivs"] = runs["ubep"]["cumsum_aivs"]
-    row["improvement"] = 1 - row["ubep_cycles"] / row["cann_cycles"]
+    row["improvement"] = cut(row["cann_cycles"], row["ubep_cycles"])
     row["a2a_ratio"] = row["ubep_a2a"] / row["cann_a2a"]
     return row, runs
-
-
-def phase_stack(system, phases):
-    """Fig. 8's per-AIV stages ``{stage: cycles}`` from one AIV's phase-end MARKs.
-
-    CANN: Init, Token-Sending, SendFlag & Verification (count, fence, both
-    SyncAlls, status polling), CalCumSum, Reorder. UBEP T-AIV: Init,
-    Token-Sending, Reorder (its wait for counts and flags included); C-AIV:
-    Init, TokenCnt (under SendFlag & Verification: it is UBEP's flag work),
-    CalCumSum, Reorder.
-    """
-    p = phases
-    if system == "cann":
-        ends = {"init": p["init"], "sending": p["send"], "flag_verify": p["verify"],
-                "cumsum": p["cumsum"], "reorder": p["reorder"]}
-    elif "send" in p:
-        ends = {"init": p["init"], "sending": p["send"], "reorder": p["reorder"]}
-    else:
-        ends = {"init": p["init"], "flag_verify": p["count"], "cumsum": p["cumsum"],
-                "reorder": p["reorder"]}
-    out, last = {}, 0
-    for stage in STAGES:
-        if stage in ends:
-            out[stage] = ends[stage] - last
-            last = ends[stage]
-        else:
-            out[stage] = 0
-    return out
 
 
 def format_point(point):

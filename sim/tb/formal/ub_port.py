@@ -56,9 +56,9 @@ class UBAtomicity(Harness):
         self.two_beat = two_beat
         self.words = data_bytes // WORD_BYTES
         self.dut = UBMemory(blocks=blocks, data_bytes=data_bytes, non_atomic=non_atomic,
-                            beat_bytes=beat_bytes, latency=latency, read_ports=blocks)
-        if two_beat:
-            self.dut.port = TwoBeatPort(blocks=blocks, data_bytes=data_bytes)
+                            beat_bytes=beat_bytes, latency=latency, read_ports=blocks,
+                            port=TwoBeatPort(blocks=blocks, data_bytes=data_bytes) if two_beat
+                            else None)
         self.torn = Signal()
 
     def check(self, m):
