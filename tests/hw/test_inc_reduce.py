@@ -13,6 +13,7 @@ import pytest
 
 from epfabric.hw.lane_arith import add_latency
 from epfabric.sw.lane_sums import ordered_sum, to_bits
+from rejected import rejected
 from utils import ComponentSpec, run
 
 HEADER, DATA = 128, 256
@@ -133,7 +134,7 @@ def test_a_lane_type_wider_than_the_data_is_refused():
     from epfabric.hw.inc_switch import inc_payload
     with pytest.raises(ValueError, match=r"dtype 'fp32': a 32-bit lane does not fit the 16 "
                                          r"data bits past the header"):
-        ReduceUnit(payload=inc_payload(4), subtree=(0, 0, 0, 0), header_bits=240,
-                   dtype="fp32")
+        rejected(ReduceUnit, payload=inc_payload(4), subtree=(0, 0, 0, 0), header_bits=240,
+                 dtype="fp32")
     with pytest.raises(ValueError, match=r"dtype must be a lane type"):
-        ReduceUnit(payload=inc_payload(4), subtree=(0, 0, 0, 0), dtype="fp16")
+        rejected(ReduceUnit, payload=inc_payload(4), subtree=(0, 0, 0, 0), dtype="fp16")

@@ -230,7 +230,7 @@ def test_the_planar_form_of_a_float_switch_is_the_same_switch():
     assert ref[0]["left"] == [0] and ref[0]["counters"]["o_released"] > 0
     planar = ComponentSpec("epfabric.hw.inc_switch:PlanarStarIncSwitch",
                            {**spec(dtype="fp32").params, "plane_bits": 64})
-    assert [m for _lo, _w, m in PlanarStarIncSwitch(**planar.params).planar._planes("p")] == \
+    assert [m for _lo, _w, m in PlanarStarIncSwitch.planar_of(**planar.params)._planes("p")] == \
         ["p_dp64h64", "p_dp64h64", "p_dp64", "p_dp64"]
     require_simulator("icarus")
     assert run(planar, traffic_intent, args, simulator="icarus") == ref

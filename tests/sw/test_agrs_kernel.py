@@ -158,13 +158,12 @@ def test_a_float_reduce_scatter_is_checked_by_its_order(dtype, mode):
     """Floating-point RS on the small machine: the INC engine's shards within the any-order
     bound (arrival order), the ring's bit-exact in the ring's order; the verdict names the
     rule and the largest error (in ulps of the exact sum, and as a share of the bound)."""
-    result, _ = run_kernel("agrs", backend("pysim"), preset="tiny", topology=("star", 4),
-                           params={**SMALL, **CASE, "dtype": dtype, "mode": mode},
-                           max_cycles=5000)
-    assert result["correct"], result["problems"]
-    (run,) = result["runs"]
-    assert run["rule"] == ("exact" if mode == "ring" else "bound")
-    assert 0 <= run["max_error_over_bound"] <= 1 and run["max_error_ulps"] >= 0
+    result = run_kernel("agrs", backend("pysim"), preset="tiny", topology=("star", 4),
+                        params={**SMALL, **CASE, "dtype": dtype, "mode": mode}, max_cycles=5000)
+    assert result.correct, result.problems
+    (run,) = result.runs
+    assert run.check["rule"] == ("exact" if mode == "ring" else "bound")
+    assert 0 <= run.check["max_error_over_bound"] <= 1 and run.check["max_error_ulps"] >= 0
     case = make_case(ranks=4, tmax=2, lanes=1, counts=CASE["counts"], seed=11, dtype=dtype)
     words = np.array(case["rs_in"], dtype=np.int64)
     assert words.shape == (4, 8, 1) and 0 <= words.min() and words.max() < 2**32
