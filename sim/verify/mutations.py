@@ -151,6 +151,52 @@ MUTATIONS = [
         "timeout": 180,
     },
     {
+        "name": "fp_lane_sum_drops_the_sticky_bit",
+        "file": "hw/lane_arith.py",
+        "old": "    return {\"p\": big.sig << _GUARD, \"q\": moved[24:] | moved[:24].any(),\n",
+        "new": "    return {\"p\": big.sig << _GUARD, \"q\": moved[24:],\n",
+        "description": "the floating-point lane sum drops the bits of the smaller addend shifted "
+                       "out of its window instead of jamming them into the sticky bit (sums of "
+                       "addends 4 or more binades apart round wrongly)",
+        "tests": ["tests/hw/test_lane_arith.py::test_float_lanes_round_like_numpy"],
+        "timeout": 180,
+    },
+    {
+        "name": "bf16_sum_truncated_not_rounded",
+        "file": "hw/lane_arith.py",
+        "old": "    return Cat(head, *(fp.f32_to_bf16(m, v, name=f\"{name}{k}\") for k, v in "
+               "enumerate(body)),\n",
+        "new": "    return Cat(head, *(v[16:] for k, v in enumerate(body)),\n",
+        "description": "a bf16 sum leaves its fp32 accumulator truncated to bf16 instead of "
+                       "rounded to nearest even",
+        "tests": ["tests/hw/test_lane_arith.py::test_bf16_accumulates_in_fp32_and_rounds_once",
+                  "tests/hw/test_inc_reduce.py::test_float_groups_are_the_sum_in_the_order_taken"],
+        "timeout": 180,
+    },
+    {
+        "name": "inc_reduce_float_sum_ignores_its_pipeline",
+        "file": "hw/inc_reduce.py",
+        "old": "            m.d.comb += inp.ready.eq(advance & ~hazard)\n",
+        "new": "            m.d.comb += inp.ready.eq(advance)\n",
+        "description": "the in-switch reduction takes a floating-point contribution to a slot whose "
+                       "sum is still in the adder's pipeline: it reads the old partial sum and the "
+                       "earlier contribution is lost",
+        "tests": ["tests/hw/test_inc_reduce.py::"
+                  "test_a_float_sum_takes_its_latency_and_a_slot_waits_for_its_sum"],
+        "timeout": 180,
+    },
+    {
+        "name": "fp_reference_sums_in_reverse",
+        "file": "sw/lane_sums.py",
+        "old": "        for v in x[1:]:\n",
+        "new": "        for v in x[:0:-1]:\n",
+        "description": "the checker's ordered sum adds the terms after the first in reverse: its "
+                       "order is not the one the block took them in",
+        "tests": ["tests/hw/test_inc_engine.py::test_rs_float_sums_follow_the_arrival_order",
+                  "tests/sw/test_lane_sums.py::test_an_ordered_sum_is_the_order_s"],
+        "timeout": 180,
+    },
+    {
         "name": "inc_ag_copy_to_root",
         "file": "hw/inc_engine.py",
         "old": "                        m.d.sync += mc_dst.eq(nxt(nxt(mc_dst)))\n",
@@ -647,8 +693,8 @@ MUTATIONS = [
     {
         "name": "planar_inc_plane_writes_on_release_only",
         "file": "hw/inc_reduce.py",
-        "old": "            wr.en.eq(self.take), wr.data.eq(Mux(self.release, 0, summed)),\n",
-        "new": "            wr.en.eq(self.release), wr.data.eq(Mux(self.release, 0, summed)),\n",
+        "old": "            wr.en.eq(end[\"take\"]), wr.data.eq(Mux(end[\"release\"], 0, summed)),\n",
+        "new": "            wr.en.eq(end[\"release\"]), wr.data.eq(Mux(end[\"release\"], 0, summed)),\n",
         "description": "a data plane of the native backend's planar in-network switch keeps a "
                        "partial sum only when its group is released (so every sum but the last "
                        "contribution is lost)",

@@ -53,7 +53,7 @@ def _free_inputs(m, dut):
 
 def _dut(depth):
     return StarIncSwitch(ranks=RANKS, depth=depth, window=2, data_bits=DATA, header_bits=0,
-                         lane_bits=LANE, counter_width=2)
+                         dtype=f"int{LANE}", counter_width=2)
 
 
 class MulticastScoreboard(Harness):
