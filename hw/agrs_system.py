@@ -16,7 +16,7 @@ from amaranth.utils import bits_for
 from .host import HostSignature, HostTarget, register_inputs, run_control
 from .inc_endpoint import (COUNTER_BITS, MODES, Buffer, IncEndpoint, RingEndpoint,
                            agrs_control_map, agrs_memory_map)
-from .inc_engine import IncEngine, inc_flit_layout
+from .inc_engine import IncEngine, check_dtype, inc_flit_layout
 from .signature import ParamSignature, check_other_params
 from .topology import check_timing, star
 from .validate import check_choice, check_int, check_pow2
@@ -48,9 +48,13 @@ class AgrsSystem(wiring.Component):
     tmax : int
         Rows per rank block of the padded layout.
     lanes : int
-        int32 lanes simulated per 512 B block.
+        32-bit words simulated per 512 B block.
     slots : int
         Engine aggregator slots.
+    dtype : str
+        Lane type of the ReduceScatter (:data:`~epfabric.hw.inc_engine.DTYPES`): ``"int32"``
+        (default), ``"fp32"``, ``"bf16"`` (two lanes a word), summed by the engine and the
+        endpoints alike.
     switch_depth : int
         Switch input FIFO depth.
 
@@ -71,12 +75,14 @@ class AgrsSystem(wiring.Component):
         On an invalid parameter (named in the message).
     """
 
-    def __init__(self, *, timing, ranks=4, mode="inc", tmax=4, lanes=2, slots=16, switch_depth=4):
+    def __init__(self, *, timing, ranks=4, mode="inc", tmax=4, lanes=2, slots=16, switch_depth=4,
+                 dtype="int32"):
         self.timing = check_timing(timing)
         signature = self.signature_for(ranks=ranks, mode=mode, tmax=tmax, lanes=lanes, slots=slots,
                                        switch_depth=switch_depth)
         self.ranks, self.mode, self.tmax, self.lanes, self.slots = ranks, mode, tmax, lanes, slots
         self.switch_depth = switch_depth
+        self.dtype = check_dtype(dtype)
         self.layout = inc_flit_layout(ranks=ranks, tmax=tmax, lanes=lanes)
         self.memory_map = signature.params["memory_map"]
         self.control_map = signature.params["control_map"]
@@ -88,7 +94,8 @@ class AgrsSystem(wiring.Component):
                       **others):
         """The signature of the system of these (checked) parameters, without building it: a
         :class:`~epfabric.hw.signature.ParamSignature` with ``ranks``, ``memory_map``,
-        ``control_map`` and ``host_read_latency``; ``timing`` is the constructor's to check."""
+        ``control_map`` and ``host_read_latency``; ``timing`` and ``dtype`` (which shape no port)
+        are the constructor's to check."""
         check_other_params(cls, others)
         check_int("ranks", ranks, 2)
         check_choice("mode", mode, MODES)
@@ -109,7 +116,7 @@ class AgrsSystem(wiring.Component):
         fabric = m.submodules.fabric = star(self.timing, n, attach=1, payload=self.layout,
                                             switch_depth=self.switch_depth)
         engine = m.submodules.engine = IncEngine(ranks=n, tmax=self.tmax, lanes=self.lanes,
-                                                 slots=self.slots)
+                                                 slots=self.slots, dtype=self.dtype)
         wiring.connect(m, engine.o_stream, fabric.attach_tx[0])
         wiring.connect(m, fabric.attach_rx[0], engine.i_stream)
         m.d.comb += self.slot_stalls.eq(engine.o_slot_stalls)
@@ -151,7 +158,8 @@ class AgrsSystem(wiring.Component):
         cls = IncEndpoint if self.mode == "inc" else RingEndpoint
         idle = []
         for r in range(n):
-            ep = m.submodules[f"ep{r}"] = cls(rank=r, ranks=n, tmax=self.tmax, lanes=lanes)
+            ep = m.submodules[f"ep{r}"] = cls(rank=r, ranks=n, tmax=self.tmax, lanes=lanes,
+                                              dtype=self.dtype)
             wiring.connect(m, ep.tx, fabric.tx[r])
             wiring.connect(m, fabric.rx[r], ep.rx)
             sel = h["rank"] == r

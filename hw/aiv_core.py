@@ -16,6 +16,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
 from .aiv_fetch import FetchUnit, imem_write_signature
+from .aiv_fp import FpSequencer, check_fp_params, fp_vector_cycles
 from .aiv_inc import INC_POSTS, INC_WAIT_ADDR, IncUnit, inc_post_layout
 from .aiv_lsu import (ACK_COUNT_BITS, MAX_WINDOW, READ_EXTRA_BITS, LoadStoreUnit, MemOp,
                       ep_mask_bits, mem_req_layout, mem_rsp_layout)
@@ -23,7 +24,7 @@ from .aiv_scalar import ScalarUnit
 from .aiv_units import MAX_UBUF_ROWS
 from .aiv_vector import MAX_LANES, VECTOR_EXTRA_BITS, VectorSequencer, check_lanes, vector_max_len
 from .isa import INC_COUNTERS, RANK_BITS, Opcode, insn_layout
-from .validate import UserError, check_int, check_multiple, check_pow2
+from .validate import UserError, check_bool, check_int, check_multiple, check_pow2
 from .vector_unit import VectorUnit
 
 __all__ = ["MAX_UBUF_ROWS", "MAX_LANES", "MemOp", "ep_mask_bits", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore", "MAX_WINDOW",
@@ -44,6 +45,7 @@ class _State(enum.Enum, shape=3):
     VEC = 3    # streaming a vector instruction through the vector unit
     HALT = 4   # HALT executed or fault
     CUBE = 5   # waiting for the die's cube unit to finish this core's row
+    FVEC = 6   # streaming a floating-point vector instruction through the fp unit
 
 
 def _join(m, port, unit_ports):
@@ -118,6 +120,14 @@ class AIVCore(wiring.Component):
                                                core raises ``cube_req`` from the
                                                next cycle and continues the
                                                cycle after ``cube_done``
+    ``vfcastf vfcastb vfadd vfmuls vfaxpy``    ``(B - 1) * RC // (64 // FL) + FT +
+    (``fp``)                                   2 + X`` with ``B = max(1,
+                                               ceil(L/FL))`` beats, *FL* =
+                                               ``fp_lanes``, *FT* = ``fp_latency``,
+                                               *RC* = ``fp_repeat_cycles``; one
+                                               beat a cycle (the default *RC*):
+                                               ``B + FT + 1 + X``
+                                               (:meth:`fp_vector_cycles`)
     =========================================  ====================================
 
     A request that is not accepted at once adds its wait cycles. Vector
@@ -134,9 +144,11 @@ class AIVCore(wiring.Component):
     jumps, CSRs), :class:`~epfabric.hw.aiv_lsu.LoadStoreUnit` (``mem_req``/
     ``mem_rsp``, the store window, ``ulw``/``usw``; state ``MEM``),
     :class:`~epfabric.hw.aiv_vector.VectorSequencer` (the vector unit; state
-    ``VEC``, and ``vcomp``'s packing) and, with ``inc``,
+    ``VEC``, and ``vcomp``'s packing), with ``inc``
     :class:`~epfabric.hw.aiv_inc.IncUnit` (posts, ``incwait``, ``cube``; state
-    ``CUBE``); the core itself executes ``bar``, ``mark`` and ``halt``. The
+    ``CUBE``) and with ``fp`` :class:`~epfabric.hw.aiv_fp.FpSequencer` (the
+    floating-point vector instructions; state ``FVEC``); the core itself executes
+    ``bar``, ``mark`` and ``halt``. The
     units share the UBuf (two combinational read ports, one write port of
     32-bit words) and the register file's three write ports
     (:mod:`epfabric.hw.aiv_units`).
@@ -173,6 +185,24 @@ class AIVCore(wiring.Component):
     ep_dies : int
         The dies a ``stbm``'s mask can name (1..64; the router sends
         ``mask[:ranks]``): acks are owed for those.
+    fp : bool
+        Build the floating-point vector instructions (``vfcastf vfcastb vfadd
+        vfmuls vfaxpy``, :mod:`epfabric.hw.isa`) and their
+        :class:`~epfabric.hw.fp_unit.FpUnit`. Default ``False``: those opcodes
+        fault, and the core is what it was without them.
+    fp_lanes : int
+        The fp unit's elements a beat (power of two, 2..64; ``fp_lanes * 32``
+        divides ``data_bytes * 8``). Checked whether or not ``fp`` is set.
+    fp_latency : int or None
+        Cycles from a beat to its result (1..64); ``None``: one register per step
+        of the unit's datapath (10, or 7 with ``fp_fused``).
+    fp_repeat_cycles : int or None
+        Cycles the unit takes per 256 B repeat (``64 // fp_lanes`` beats), from
+        ``64 // fp_lanes`` (``None``: one beat a cycle) to ``(fp_latency + 1) *
+        (64 // fp_lanes) + 1`` (:func:`~epfabric.hw.aiv_fp.check_fp_params`).
+    fp_fused : bool
+        ``vfaxpy`` rounds once (Ascend 950's ``MulAddDst``) instead of rounding the
+        product and then the sum (A2/A3's ``Muls`` then ``Add``, the default).
 
     Attributes
     ----------
@@ -235,7 +265,7 @@ class AIVCore(wiring.Component):
         the last cycle of this core's row, and the core writes the row's
         result then.
     state, insn : Signal (not ports)
-        The FSM's state (``IDLE RUN MEM VEC HALT CUBE``) and the instruction at
+        The FSM's state (``IDLE RUN MEM VEC HALT CUBE FVEC``) and the instruction at
         ``pc``, for waveforms (the machine's VCD view reads ``state``).
 
     Raises
@@ -245,7 +275,8 @@ class AIVCore(wiring.Component):
     """
 
     def __init__(self, *, core_id=0, imem_depth=256, ubuf_rows=4, data_bytes=64, lanes=8,
-                 width=16, max_outstanding=15, inc=False, ep=False, ep_dies=32):
+                 width=16, max_outstanding=15, inc=False, ep=False, ep_dies=32, fp=False,
+                 fp_lanes=4, fp_latency=None, fp_repeat_cycles=None, fp_fused=False):
         if core_id is not None:
             check_int("core_id", core_id, 0, 255)
         check_pow2("imem_depth", imem_depth, 2, 65536)
@@ -261,6 +292,11 @@ class AIVCore(wiring.Component):
         self.ep = ep
         # the dies a stbm's mask can name (the router sends mask[:ranks]): acks are owed for those
         self.ep_dies = check_int("ep_dies", ep_dies, 1, 64)
+        self.fp = check_bool("fp", fp)
+        unit = check_fp_params(lanes=fp_lanes, latency=fp_latency, repeat_cycles=fp_repeat_cycles,
+                               fused=fp_fused, data_bytes=data_bytes)
+        self.fp_lanes, self.fp_latency = unit["lanes"], unit["latency"]
+        self.fp_repeat_cycles, self.fp_fused = unit["repeat_cycles"], unit["fused"]
         self.core_id, self.imem_depth, self.ubuf_rows = core_id, imem_depth, ubuf_rows
         self.data_bytes, self.lanes, self.width = data_bytes, lanes, width
         self.max_outstanding = max_outstanding
@@ -301,6 +337,12 @@ class AIVCore(wiring.Component):
         return VectorUnit.cycles(length, lanes) + 2 + extra
 
     @staticmethod
+    def fp_vector_cycles(length, lanes, latency, repeat_cycles=None, extra=0):
+        """Cycles of a floating-point vector instruction (see the table;
+        :func:`~epfabric.hw.aiv_fp.fp_vector_cycles`)."""
+        return fp_vector_cycles(length, lanes, latency, repeat_cycles, extra)
+
+    @staticmethod
     def vcomp_cycles(length, lanes, matches, extra=0):
         """Cycles of a ``vcomp`` of length ``length`` whose matching indices are ``matches``."""
         per_beat = {}
@@ -329,7 +371,7 @@ class AIVCore(wiring.Component):
 
         # --- fetch, decode, register file; the UBuf --------------------------------------
         m.submodules.fetch = fetch = FetchUnit(imem_depth=self.imem_depth, inc=self.inc,
-                                               ep=self.ep)
+                                               ep=self.ep, fp=self.fp)
         wiring.connect(m, wiring.flipped(self.imem_w), fetch.imem_w)
         m.d.comb += [fetch.pc.eq(pc), self.insn.eq(fetch.insn)]
         insn = fetch.issue
@@ -367,6 +409,16 @@ class AIVCore(wiring.Component):
             for name, port in (("reg", inc.reg_w), ("ua", inc.ubuf_r), ("uw", inc.ubuf_w)):
                 ports[name].append(port)
             inc_waiting, inc_wait_addr = inc.waiting, inc.wait_addr
+        ub_ports = [vector.ubuf_r[1]]
+        if self.fp:
+            m.submodules.fp = fp = FpSequencer(
+                lanes=self.fp_lanes, latency=self.fp_latency,
+                repeat_cycles=self.fp_repeat_cycles, fused=self.fp_fused, **ubuf_shape)
+            m.d.comb += fp.vector_extra.eq(self.vector_extra)
+            waits[fp] = _State.FVEC
+            ports["ua"].append(fp.ubuf_r[0])
+            ports["uw"].append(fp.ubuf_w)
+            ub_ports.append(fp.ubuf_r[1])
         run = state == _State.RUN
         m.d.comb += [scalar.issue.eq(insn), scalar.run.eq(run)]
         for unit, wait_state in waits.items():
@@ -378,7 +430,7 @@ class AIVCore(wiring.Component):
         for k in (1, 2):                   # vcount's second and third registers
             _join(m, fetch.reg_w[k], [vector.reg_w[k]])
         _join(m, ua, ports["ua"])
-        _join(m, ub, [vector.ubuf_r[1]])
+        _join(m, ub, ub_ports)
         _join(m, uw, ports["uw"])
 
         m.d.comb += [

@@ -37,10 +37,11 @@ class FetchUnit(wiring.Component):
     ----------
     imem_depth : int
         Instruction words (power of two, 2..65536).
-    inc, ep : bool
-        Whether the core has the INC-MoE units (``inc``, ``cube``) and the
-        expert-parallel stores (``ep``) of :data:`~epfabric.hw.isa.INSTRUCTIONS`;
-        an instruction of a unit the core lacks is not ``legal``.
+    inc, ep, fp : bool
+        Whether the core has the INC-MoE units (``inc``, ``cube``), the
+        expert-parallel stores (``ep``) and the floating-point vector instructions
+        (``fp``) of :data:`~epfabric.hw.isa.INSTRUCTIONS`; an instruction of a unit
+        the core lacks is not ``legal``.
 
     Attributes
     ----------
@@ -63,10 +64,11 @@ class FetchUnit(wiring.Component):
         A parameter has the wrong type or is out of range (the message names it).
     """
 
-    def __init__(self, *, imem_depth=256, inc=False, ep=False):
+    def __init__(self, *, imem_depth=256, inc=False, ep=False, fp=False):
         check_pow2("imem_depth", imem_depth, 2, 65536)
         self.imem_depth = imem_depth
         self.inc, self.ep = check_bool("inc", inc), check_bool("ep", ep)
+        self.fp = check_bool("fp", fp)
         super().__init__({
             "imem_w": In(imem_write_signature(imem_depth)),
             "pc": In(range(imem_depth)),
@@ -87,7 +89,7 @@ class FetchUnit(wiring.Component):
 
         m.submodules.decoder = dec = Decoder()
         m.d.comb += [dec.insn.eq(self.insn), self.legal.eq(dec.legal)]
-        has = {"inc": self.inc, "cube": self.inc, "ep": self.ep}
+        has = {"inc": self.inc, "cube": self.inc, "ep": self.ep, "fp": self.fp}
         unit_ops = [Opcode[ins.mnemonic.upper()] for ins in INSTRUCTIONS
                     if ins.unit and not has[ins.unit]]
         if unit_ops:

@@ -189,6 +189,10 @@ class Die(wiring.Component):
         ``inc=True``, arbitrates the cores' posts round-robin into the
         interface, feeds its counters back to every core, and adds the die's
         cube unit.
+    fp, fp_lanes, fp_latency, fp_repeat_cycles, fp_fused
+        Cores with the floating-point vector instructions and the unit's shape
+        (:class:`~epfabric.hw.aiv_core.AIVCore`). Default ``fp=False``: the Verilog is
+        unchanged, and the other four are not used.
     cube_cycles : int
         With ``nic``: cycles the cube unit spends on one ``cube`` row (>= 1).
         The unit serves the cores' requests one at a time, round-robin: a
@@ -244,7 +248,8 @@ class Die(wiring.Component):
     def __init__(self, *, rank=0, ranks=1, aivs=1, imem_depth=64, ubuf_rows=2, hbm_blocks=16,
                  data_bytes=32, lanes=4, width=16, max_outstanding=4, hbm_latency=2,
                  rsp_depth=None, core_module=None, non_atomic_port=False, nic=None, cube_cycles=1,
-                 rank_bits=RANK_BITS, small_bytes=32, ub_counters=False, ep=False):
+                 rank_bits=RANK_BITS, small_bytes=32, ub_counters=False, ep=False, fp=False,
+                 fp_lanes=4, fp_latency=None, fp_repeat_cycles=None, fp_fused=False):
         if core_module is not None and (not isinstance(core_module, SharedModule)
                                         or core_module.part is None):
             raise TypeError(f"core_module must be a SharedModule with a part, or None, not "
@@ -276,6 +281,7 @@ class Die(wiring.Component):
         self.non_atomic_port = check_bool("non_atomic_port", non_atomic_port)
         self.ub_counters = check_bool("ub_counters", ub_counters)
         self.ep = check_bool("ep", ep)
+        check_bool("fp", fp)
         if ep and nic is not None:
             raise UserError("ep (in-network EP stores) and nic (INC-MoE posts) are two "
                             "machines: give one")
@@ -284,7 +290,9 @@ class Die(wiring.Component):
         self.imem_depth, self.max_outstanding, self.rsp_depth = imem_depth, max_outstanding, rsp_depth
         core_params = self.core_params_of(dict(
             ranks=ranks, imem_depth=imem_depth, ubuf_rows=ubuf_rows, data_bytes=data_bytes,
-            lanes=lanes, width=width, max_outstanding=max_outstanding, nic=nic, ep=ep))
+            lanes=lanes, width=width, max_outstanding=max_outstanding, nic=nic, ep=ep,
+            fp=check_bool("fp", fp), fp_lanes=fp_lanes, fp_latency=fp_latency,
+            fp_repeat_cycles=fp_repeat_cycles, fp_fused=fp_fused))
         self.core_params = core_params
         if core_module is None:
             self.cores = [AIVCore(core_id=i, **core_params) for i in range(aivs)]
@@ -350,13 +358,19 @@ class Die(wiring.Component):
     def core_params_of(params):
         """The :class:`~epfabric.hw.aiv_core.AIVCore` parameters (but ``core_id``) of the cores
         of a die with constructor parameters ``params`` (``imem_depth``, ``ubuf_rows``,
-        ``data_bytes``, ``lanes``, ``width``, ``max_outstanding``, ``ranks``; ``nic``, ``ep``)."""
+        ``data_bytes``, ``lanes``, ``width``, ``max_outstanding``, ``ranks``; ``nic``, ``ep``,
+        ``fp`` and the floating-point unit's ``fp_lanes``, ``fp_latency``, ``fp_repeat_cycles``,
+        ``fp_fused``)."""
         p = params
         return dict(imem_depth=p["imem_depth"], ubuf_rows=p["ubuf_rows"],
                     data_bytes=p["data_bytes"], lanes=p["lanes"], width=p["width"],
                     max_outstanding=p["max_outstanding"],
                     **({"inc": True} if p.get("nic") is not None else {}),
-                    **({"ep": True, "ep_dies": p["ranks"]} if p.get("ep") else {}))
+                    **({"ep": True, "ep_dies": p["ranks"]} if p.get("ep") else {}),
+                    **({"fp": True, "fp_lanes": p.get("fp_lanes", 4),
+                        "fp_latency": p.get("fp_latency"),
+                        "fp_repeat_cycles": p.get("fp_repeat_cycles"),
+                        "fp_fused": p.get("fp_fused", False)} if p.get("fp") else {}))
 
     def elaborate(self, platform):
         m = Module()

@@ -30,7 +30,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
-from .inc_engine import Completion, IncOp, inc_flit_layout, reduce_lanes
+from .inc_engine import Completion, IncOp, check_dtype, inc_flit_layout, reduce_lanes
 from .validate import check_int
 
 __all__ = ["Buffer", "IncEndpoint", "RingEndpoint", "MODES", "COUNTER_BITS", "agrs_memory_map",
@@ -69,7 +69,9 @@ class _Endpoint(wiring.Component):
     tmax : int
         Rows per rank block of the padded layout (capacity).
     lanes : int
-        int32 lanes per flit.
+        32-bit payload words per flit.
+    dtype : str
+        Lane type of the RS sums (:data:`~epfabric.hw.inc_engine.DTYPES`; default ``"int32"``).
 
     Attributes
     ----------
@@ -90,9 +92,10 @@ class _Endpoint(wiring.Component):
         idle); ``host_rdata`` is that row (combinational).
     """
 
-    def __init__(self, *, rank, ranks, tmax, lanes=2):
+    def __init__(self, *, rank, ranks, tmax, lanes=2, dtype="int32"):
         check_int("ranks", ranks, 2)
         check_int("rank", rank, 0, ranks - 1)
+        self.dtype = check_dtype(dtype)
         self.layout = inc_flit_layout(ranks=ranks, tmax=tmax, lanes=lanes)
         self.rank, self.ranks, self.tmax, self.lanes = rank, ranks, tmax, lanes
         self._all_lanes = (1 << lanes) - 1
@@ -259,7 +262,8 @@ class _Endpoint(wiring.Component):
         rp = rs_mem.read_port(domain="comb")
         m.d.comb += rp.addr.eq(flit.root * self.tmax + flit.chunk)
         total = Signal(32 * self.lanes)
-        m.d.comb += total.eq(reduce_lanes(flit.data, rp.data, lanes=self.lanes))
+        m.d.comb += total.eq(reduce_lanes(flit.data, rp.data, lanes=self.lanes, dtype=self.dtype,
+                                          m=m))
         return total
 
 

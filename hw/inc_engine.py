@@ -11,8 +11,19 @@ the switch like any rank.
 Every flit is one 512 B DataBlock of a message and carries the message header
 (:func:`inc_flit_layout`): operation, root, epoch, byte range (block offset
 and length in the padded buffer), chunk index and completion address, plus a
-few int32 lanes of payload (docs/spec/design.md ``data_bytes``: cycle counts never
-depend on how many lanes are simulated).
+few 32-bit words of payload (docs/spec/design.md ``data_bytes``: cycle counts never
+depend on how many lanes are simulated): int32 lanes by default, or fp32 lanes, or two
+bf16 lanes a word (``dtype``, :func:`reduce_lanes`).
+
+Order of accumulation. A ReduceScatter chunk's contributions are added to its slot in the
+order they reach the engine: the order the star switch's arbiter delivers them (arrival
+order; an int32 slot stores the first as it is, a floating-point one adds it to ``-0``).
+Nothing is buffered beyond the one partial sum per slot. With floating-point lanes the
+result depends on that order, which is cycle-deterministic in the simulators but changes
+with timing; a bf16 slot keeps an fp32 partial sum and the result is rounded to bf16 once,
+when it leaves. The root then adds its own partial
+(:class:`~epfabric.hw.inc_endpoint.IncEndpoint`), last. docs/concepts/inc-numerics.md
+derives the error bound a checker uses.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
@@ -21,15 +32,19 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .lane_arith import add_lanes
+from .lane_arith import (accumulate_lanes, accumulator_width, add_lanes, add_latency,
+                         identity_lanes, pipeline, round_lanes, widen_lanes)
 from .validate import UserError, check_int, check_pow2
 
-__all__ = ["IncOp", "Completion", "inc_flit_layout", "reduce_lanes", "IncEngine",
-           "EPOCH_BITS", "VERILOG_EXPORTS"]
+__all__ = ["IncOp", "Completion", "inc_flit_layout", "reduce_lanes", "check_dtype", "IncEngine",
+           "EPOCH_BITS", "DTYPES", "VERILOG_EXPORTS"]
 
 #: Width of the epoch (operation sequence number) carried in every header; it
 #: only tags aggregator slots, so it may wrap.
 EPOCH_BITS = 8
+
+#: Lane types of the engine's 32-bit payload words (bf16: two lanes a word, low half first).
+DTYPES = ("int32", "fp32", "bf16")
 
 
 class IncOp(enum.Enum, shape=3):
@@ -89,13 +104,21 @@ def inc_flit_layout(*, ranks, tmax, lanes):
     })
 
 
-def reduce_lanes(a, b, *, lanes, dtype="int32"):
-    """The reduction operator of the engine: lane-wise ``a + b`` over a flit's ``lanes`` lanes.
+def check_dtype(dtype):
+    """``dtype`` if it is one of :data:`DTYPES`, else ``UserError`` naming it."""
+    if dtype not in DTYPES:
+        raise UserError(f"dtype must be 'int32', 'fp32' or 'bf16' (the lane types of a 32-bit "
+                        f"word), not {dtype!r}")
+    return dtype
+
+
+def reduce_lanes(a, b, *, lanes, dtype="int32", m=None):
+    """The reduction operator of the engine: lane-wise ``a + b`` over a flit's ``lanes`` words.
 
     The sum is :func:`~epfabric.hw.lane_arith.add_lanes`, the one lane arithmetic of the INC
     blocks; ``int32`` is exact two's-complement (wrapping) addition, bit-identical to numpy
-    ``int32`` sums. The flit's lanes are int32 (:func:`inc_flit_layout`), so no other type is
-    accepted here yet.
+    ``int32`` sums; ``fp32`` and ``bf16`` (two lanes a word) are rounded to nearest even
+    (bf16: summed in fp32, rounded once).
 
     Parameters
     ----------
@@ -103,23 +126,25 @@ def reduce_lanes(a, b, *, lanes, dtype="int32"):
         ``lanes`` x 32-bit packed operands.
     lanes : int
     dtype : str
-        Only ``"int32"``.
+        One of :data:`DTYPES`.
+    m : Module or None
+        Where a floating-point sum's logic goes.
 
     Raises
     ------
     ValueError
         If ``dtype`` is not supported.
     """
-    if dtype != "int32":
-        raise UserError(f"dtype must be 'int32' (fp16 is not modelled yet), not {dtype!r}")
+    check_dtype(dtype)
     width = 32 * lanes
-    return add_lanes(Cat(a)[:width], Cat(b)[:width], dtype=dtype)
+    return add_lanes(Cat(a)[:width], Cat(b)[:width], dtype=dtype, m=m)
 
 
 class _State(enum.Enum, shape=2):
     IDLE = 0
     MCAST = 1
     SEND = 2
+    ADD = 3         # a floating-point contribution in the sum's pipeline
 
 
 class IncEngine(wiring.Component):
@@ -129,8 +154,9 @@ class IncEngine(wiring.Component):
       copy per cycle (starting at ``q + 1``, so that successive messages spread
       over the outputs), header unchanged except ``dst``.
     * ``RS`` for root ``q``, chunk ``c``: summed into an aggregator slot
-      (:func:`reduce_lanes`). Slots are a pool of ``slots`` entries, direct-mapped
-      by the chunk's position ``c * ranks + q`` in the chunk-major order in
+      (:func:`reduce_lanes`'s lanes, in arrival order; a bf16 slot holds fp32 sums).
+      Slots are a pool of ``slots`` entries, direct-mapped by the chunk's
+      position ``c * ranks + q`` in the chunk-major order in
       which every rank issues its contributions, and tagged with
       (epoch, root, chunk), so different chunks are reduced in parallel. When
       the ``ranks - 1``-th contribution arrives the sum goes to the root at
@@ -142,7 +168,12 @@ class IncEngine(wiring.Component):
     One flit per cycle is accepted when the output is free (line rate: a
     rank's link delivers one 512 B block per ``block_bytes / bandwidth``
     cycles, ~41 at 100 Gb/s); an AG flit occupies the engine for ``ranks - 1``
-    cycles.
+    cycles. A floating-point RS contribution occupies it ``1 + latency`` cycles
+    (:func:`~epfabric.hw.lane_arith.add_latency`: the sum's register stages; state
+    ``ADD``), after which its slot is written and a completed chunk sent: the engine
+    keeps up with the links while ``ranks * (1 + latency)`` is below the cycles of one
+    block (the pipeline is not shared between contributions, which keeps the slot logic
+    of the integer engine: no two sums of one slot are ever in flight).
 
     Backpressure caveat: the engine has one input from the switch, so a
     contribution held back by a full slot also holds back the flits queued
@@ -157,11 +188,11 @@ class IncEngine(wiring.Component):
     tmax : int
         Largest rows per rank block (sizes the header fields).
     lanes : int
-        int32 lanes simulated per flit.
+        32-bit payload words simulated per flit.
     slots : int
         Aggregator slots (a power of two >= 1).
     dtype : str
-        Reduction data type (:func:`reduce_lanes`).
+        Reduction lane type, one of :data:`DTYPES` (:func:`reduce_lanes`).
 
     Attributes
     ----------
@@ -185,8 +216,9 @@ class IncEngine(wiring.Component):
         self.ranks, self.tmax, self.lanes = ranks, tmax, lanes
         check_pow2("slots", slots)
         self.slots = slots
-        reduce_lanes(Signal(32 * lanes), Signal(32 * lanes), lanes=lanes, dtype=dtype)
-        self.dtype = dtype
+        self.dtype = check_dtype(dtype)
+        #: register stages of the sum (0: int32, in the cycle the contribution is taken)
+        self.latency = add_latency(self.dtype)
         super().__init__({
             "i_stream": In(stream.Signature(self.layout)),
             "o_stream": Out(stream.Signature(self.layout)),
@@ -211,8 +243,10 @@ class IncEngine(wiring.Component):
 
         # --- aggregator slots ----------------------------------------------
         tag_shape = unsigned(EPOCH_BITS + len(head.root) + len(head.chunk))
+        width = 32 * lanes
         slot_layout = data.StructLayout({
-            "valid": 1, "tag": tag_shape, "count": range(n), "acc": 32 * lanes})
+            "valid": 1, "tag": tag_shape, "count": range(n),
+            "acc": accumulator_width(width, dtype=self.dtype)})
         pool = Memory(shape=slot_layout, depth=self.slots, init=[])
         m.submodules.pool = pool
         wp = pool.write_port()
@@ -225,21 +259,40 @@ class IncEngine(wiring.Component):
         tag = Signal(tag_shape)
         m.d.comb += tag.eq(Cat(head.root, head.chunk, head.epoch))
         hit = slot.valid & (slot.tag == tag)
-        summed = Signal(32 * lanes)
-        m.d.comb += summed.eq(Mux(hit, reduce_lanes(slot.acc, head.data, lanes=lanes,
-                                                     dtype=self.dtype), Cat(head.data)))
         last = Signal()
         m.d.comb += last.eq(Mux(hit, slot.count, 0) == n - 2)
-        m.d.comb += [wp.addr.eq(key), wp.data.tag.eq(tag), wp.data.acc.eq(summed),
-                     wp.data.count.eq(Mux(hit, slot.count + 1, 1)),
-                     wp.data.valid.eq(~last)]
-        busy = self.o_slots_busy
+        summed = Signal(len(slot.acc))        # the partial sum, in the accumulator form
+        state = Signal(_State)
+        lat = self.latency
+        if lat:
+            # a floating-point sum: the decisions travel with it down the pipeline, which
+            # holds while the sum waits at its end (state ADD, ``left`` = 0) for the output
+            left = Signal(range(lat))
+            at_end = Signal()
+            m.d.comb += at_end.eq((state == _State.ADD) & (left == 0))
+            advance = ~at_end
+            rs = pipeline(m, {"key": key, "tag": tag, "hit": hit, "last": last,
+                              "count": Mux(hit, slot.count + 1, 1), "head": head.as_value()},
+                          lat, advance=advance)[-1]
+            start = Mux(hit, slot.acc, identity_lanes(width, dtype=self.dtype))
+            m.d.comb += summed.eq(accumulate_lanes(m, start, head.data, dtype=self.dtype,
+                                                   latency=lat, advance=advance))
+            rs_head = Signal(self.layout)
+            m.d.comb += rs_head.eq(rs["head"])
+            rs["head"] = rs_head
+        else:
+            m.d.comb += summed.eq(Mux(hit, accumulate_lanes(m, slot.acc, head.data,
+                                                            dtype=self.dtype),
+                                      widen_lanes(head.data, dtype=self.dtype)))
+            rs = {"key": key, "tag": tag, "hit": hit, "last": last,
+                  "count": Mux(hit, slot.count + 1, 1), "head": head}
+        m.d.comb += [wp.addr.eq(rs["key"]), wp.data.tag.eq(rs["tag"]), wp.data.acc.eq(summed),
+                     wp.data.count.eq(rs["count"]), wp.data.valid.eq(~rs["last"])]
 
         # --- barrier ---------------------------------------------------------
         arrivals = Signal(range(n))
 
         # --- multicast state -------------------------------------------------
-        state = Signal(_State)
         mc = Signal(self.layout)      # flit being multicast
         mc_dst = Signal(abits)        # next destination
         mc_left = Signal(range(n + 1))
@@ -258,19 +311,14 @@ class IncEngine(wiring.Component):
                                  mc_left.eq(n - 1), state.eq(_State.MCAST)]
             with m.Elif(head.op == IncOp.RS):
                 free = ~slot.valid | hit
-                m.d.comb += inp.ready.eq(free & (o_free | ~last))
+                m.d.comb += inp.ready.eq(free & (o_free | ~last) if not lat else free)
                 with m.If(inp.valid & ~free):
                     m.d.sync += self.o_slot_stalls.eq(self.o_slot_stalls + 1)
                 with m.If(inp.valid & inp.ready):
-                    m.d.comb += wp.en.eq(1)
-                    with m.If(last):
-                        m.d.sync += [o_valid.eq(1), o_data.eq(head),
-                                     o_data.dst.eq(head.root), o_data.src.eq(n),
-                                     o_data.data.eq(summed)]
-                    with m.If(~hit & ~last):
-                        m.d.sync += busy.eq(busy + 1)
-                    with m.Elif(hit & last):
-                        m.d.sync += busy.eq(busy - 1)
+                    if lat:
+                        m.d.sync += [state.eq(_State.ADD), left.eq(lat - 1)]
+                    else:
+                        self._retire(m, wp, rs, summed, o_valid, o_data)
             with m.Elif(head.op == IncOp.BARRIER):
                 m.d.comb += inp.ready.eq(1)
                 with m.If(inp.valid):
@@ -293,11 +341,33 @@ class IncEngine(wiring.Component):
                     # Skip the root (an AG root keeps its own contribution).
                     with m.If(mc.op == IncOp.AG):
                         m.d.sync += mc_dst.eq(nxt(nxt(mc_dst)))
+        if lat:
+            with m.Elif(state == _State.ADD):
+                with m.If(left != 0):
+                    m.d.sync += left.eq(left - 1)
+                with m.Elif(o_free | ~rs["last"]):
+                    self._retire(m, wp, rs, summed, o_valid, o_data)
+                    m.d.sync += state.eq(_State.IDLE)
         with m.Else():
             m.d.sync += state.eq(_State.IDLE)
         return m
 
+    def _retire(self, m, wp, rs, summed, o_valid, o_data):
+        """An RS contribution's sum leaves the adder: its slot written, the chunk sent to its
+        root when it was the last, the busy slots counted."""
+        n, busy = self.ranks, self.o_slots_busy
+        m.d.comb += wp.en.eq(1)
+        with m.If(rs["last"]):
+            m.d.sync += [o_valid.eq(1), o_data.eq(rs["head"]),
+                         o_data.dst.eq(rs["head"].root), o_data.src.eq(n),
+                         o_data.data.eq(round_lanes(m, summed, dtype=self.dtype,
+                                                    width=32 * self.lanes))]
+        with m.If(~rs["hit"] & ~rs["last"]):
+            m.d.sync += busy.eq(busy + 1)
+        with m.Elif(rs["hit"] & rs["last"]):
+            m.d.sync += busy.eq(busy - 1)
+
 
 VERILOG_EXPORTS = {
-    "inc_engine": (IncEngine, {"ranks": 4, "tmax": 4, "lanes": 2, "slots": 8}),
+    "inc_engine": (IncEngine, {"ranks": 4, "tmax": 4, "lanes": 2, "slots": 8, "dtype": "int32"}),
 }

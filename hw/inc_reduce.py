@@ -1,6 +1,6 @@
 """In-switch reduction for expert-parallel combine: contributions summed where their paths meet.
 
-Issue 31; INC-MoE §3.1 (message semantics: the switch reduces the payloads of
+INC-MoE §3.1 (message semantics: the switch reduces the payloads of
 messages that contribute to one result and forwards one). A :class:`ReduceUnit` sits
 on an extra port of a superpod switch (:class:`~epfabric.hw.inc_switch.IncSwitch`).
 A *group* is one result block: destination rank ``dst`` and block address
@@ -16,14 +16,25 @@ contributors whose path to ``dst`` passes through it (:func:`~epfabric.hw.topolo
 computes the table from the fabric's routes). Nobody writes a group table: the
 kernel's routing, carried in the mask, *is* the count (INC-MoE's "each reduction
 knows how many contributions it waits for"). The unit sums the group's data lanes
-(16-bit, wrapping: integer, so bit-exact in any order; the INC blocks' one lane
-arithmetic, :mod:`~epfabric.hw.lane_arith`), and when the counts reach the expectation
-it releases one flit with the sum and ``count`` = the expectation, which the switch
-routes on towards ``dst`` (the next switch expects at least as many, so it sums again
-or forwards).
+in lanes of ``dtype`` (the INC blocks' one lane arithmetic, :mod:`~epfabric.hw.lane_arith`:
+by default 16-bit wrapping integers, bit-exact in any order; ``"fp32"`` or ``"bf16"``,
+rounded, so the order matters -- see "Order of accumulation"), and when the counts reach
+the expectation it releases one flit with the sum and ``count`` = the expectation, which
+the switch routes on towards ``dst`` (the next switch expects at least as many, so it
+sums again or forwards).
+
+Order of accumulation. Contributions are added in the order they reach the unit, which
+is the order the switch's arbiter grants its reduction port: arrival order, nothing
+buffered, one partial sum per group. The simulation is cycle-deterministic (the same run
+gives the same order, on every simulator), but the order depends on timing -- link
+latencies, stalls, other traffic -- so a change of timing can change a floating-point
+sum in its last bits. A bf16 group keeps an fp32 partial sum (twice its lanes' bits in
+the slot) and is rounded to bf16 when it leaves: once per switch that releases it
+(docs/concepts/inc-numerics.md gives the error bound a checker uses).
 
 Slots are direct-mapped: slot ``(dst, key mod window)``, ``2**bits(dst) * window``
-of them, each a count and the partial sum. A group's slot is free again once it is
+of them, each a count and the partial sum (in the accumulator form of ``dtype``:
+:func:`~epfabric.hw.lane_arith.accumulator_width`). A group's slot is free again once it is
 released (count 0), so a slot is reused by every run (epoch) with no reset. The
 kernel's layout must put one run's result blocks of a destination in at most
 ``window`` consecutive blocks (the unit counts a contribution whose count would
@@ -37,8 +48,9 @@ header of the last contribution, which a kernel makes equal in every contributio
 
 Deadlock freedom. The unit never waits for a slot: every contribution is absorbed
 in the cycle it is offered unless the one-flit output register is full and not
-draining. Its releases go to the switch as an input and leave by ``routes[dst]``,
-towards a die, which always sinks block stores (hw/router.py's argument), and on
+draining (or, with floating-point lanes, a sum for its slot is still in the adder's
+pipeline: a wait of at most ``latency`` cycles that depends on nothing else). Its
+releases go to the switch as an input and leave by ``routes[dst]``, towards a die, which always sinks block stores (hw/router.py's argument), and on
 a tree with up/down routes every queue between drains. So every queue drains
 whether or not any group completes; a contribution is never stuck behind a
 release it is needed for; every group completes. Tests put random back-pressure on
@@ -47,6 +59,14 @@ every output (tests/hw/test_inc_switch.py) and the formal harness
 
 One contribution a cycle: the slot is read combinationally and written at the
 clock edge, so a contribution to the same slot in the next cycle sees the sum.
+A floating-point sum does not fit a cycle (:data:`~epfabric.hw.lane_arith.FLOAT_ADD_LATENCY`
+register stages, :func:`~epfabric.hw.lane_arith.add_latency`): the slot is read at the
+offer, the sum and the decisions (count, release) travel down the pipeline, and the slot
+is written -- and a release loaded into the output register -- at its end. A contribution
+whose slot has a sum in the pipeline waits for it (``hazard``: at most ``latency`` cycles,
+whatever the other inputs do, so the deadlock argument above stands); the whole pipeline
+stalls while the output register is full and not draining. Integer sums keep the one-cycle
+path, cycle for cycle. The counters count at the offer.
 
 Planes. A switch of many ports and 512 B flits is too wide for one Amaranth module (the
 native backend builds it as a :class:`~epfabric.hw.switch.PlanarSwitch`; for an in-network
@@ -62,7 +82,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .lane_arith import add_lanes
+from .lane_arith import (accumulate_lanes, accumulator_width, add_latency,
+                         identity_lanes, lane_bits, pipeline, round_lanes)
 from .switch import popcount
 from .validate import UserError, check_int, check_pow2
 
@@ -102,9 +123,9 @@ class ReduceUnit(wiring.Component):
         router flit's ``("addr", "block")``).
     header_bits : int
         Leading bits of ``data`` not summed (default 128: the four Data-as-Flag words).
-    lane_bits : int
-        Width of a summed lane (default 16: the vector unit's elements); lanes add as
-        ``int{lane_bits}`` (:func:`~epfabric.hw.lane_arith.add_lanes`).
+    dtype : str
+        Lane type of the sums (:mod:`~epfabric.hw.lane_arith`): default ``"int16"`` (the
+        vector unit's elements, wrapping), ``"fp32"``, ``"bf16"`` (fp32 partial sums).
     counter_width : int
         Width of the counters.
     subtree_port : bool
@@ -113,7 +134,7 @@ class ReduceUnit(wiring.Component):
     planes : bool
         The control part only (see the module docstring): ``payload`` has no ``data`` (its
         sums live in the data planes, :class:`ReduceDataPlane`) and the unit exposes its decisions.
-        ``header_bits`` and ``lane_bits`` are then the data planes' business.
+        ``header_bits`` and ``dtype`` are then the data planes' business.
 
     Attributes
     ----------
@@ -136,7 +157,7 @@ class ReduceUnit(wiring.Component):
     """
 
     def __init__(self, *, payload, subtree, window=16, key_field=("addr", "block"),
-                 header_bits=128, lane_bits=16, counter_width=32, subtree_port=False,
+                 header_bits=128, dtype="int16", counter_width=32, subtree_port=False,
                  planes=False):
         fields = dict(iter(payload))
         self.planes = bool(planes)
@@ -158,12 +179,17 @@ class ReduceUnit(wiring.Component):
         if (1 << key_width) < window:
             raise UserError(f"window {window} needs {ceil_log2(window)} bits of "
                             f"{'.'.join(self.key_field)}, which has {key_width}")
+        self.lane_bits = lane_bits(dtype)
         if not self.planes:
             data_bits = Shape.cast(fields["data"].shape).width
-            check_int("lane_bits", lane_bits, 1, data_bits)
             check_int("header_bits", header_bits, 0, data_bits)
+            if self.lane_bits > data_bits - header_bits:
+                raise UserError(f"dtype {dtype!r}: a {self.lane_bits}-bit lane does not fit the "
+                                f"{data_bits - header_bits} data bits past the header")
         self.header_bits = header_bits
-        self.lane_bits = lane_bits
+        self.dtype = dtype
+        #: register stages of the sum (0: integers, in the cycle of the offer)
+        self.latency = add_latency(dtype)
         self.counter_width = check_int("counter_width", counter_width, 1)
         self.subtree_port = bool(subtree_port)
         if Shape.cast(fields["mask"].shape).width < nd:
@@ -176,6 +202,7 @@ class ReduceUnit(wiring.Component):
             **({"subtree_in": In(nd).array(nd)} if subtree_port else {}),
             **({"x_index": Out(index_bits), "x_take": Out(1), "x_fresh": Out(1),
                 "x_release": Out(1)} if self.planes else {}),
+            **({"x_advance": Out(1)} if self.planes and self.latency else {}),
             "i_stream": In(flit),
             "o_stream": Out(flit),
             "o_absorbed": Out(counter_width),
@@ -199,7 +226,9 @@ class ReduceUnit(wiring.Component):
         count_bits = len(flit.count)
         wbits = ceil_log2(self.window)
         dst_bits = len(flit.dst)
-        entry_bits = count_bits + data_bits
+        form = dict(dtype=self.dtype, header_bits=self.header_bits)
+        acc_bits = accumulator_width(data_bits, **form)
+        entry_bits = count_bits + acc_bits
         m.submodules.slots = slots = Memory(shape=entry_bits, depth=(1 << dst_bits) << wbits,
                                             init=[])
         rd = slots.read_port(domain="comb")
@@ -208,7 +237,8 @@ class ReduceUnit(wiring.Component):
         index = Cat(key, flit.dst)
         m.d.comb += rd.addr.eq(index)
         old_count = rd.data[:count_bits]
-        old_sum = Mux(old_count == 0, 0, rd.data[count_bits:]) if data_bits else None
+        old_sum = (Mux(old_count == 0, identity_lanes(data_bits, **form),
+                       rd.data[count_bits:]) if data_bits else None)
 
         sub = Signal(nd)
         table = 0
@@ -220,40 +250,63 @@ class ReduceUnit(wiring.Component):
         m.d.comb += expected.eq(popcount((flit.mask[:nd] & sub)[k] for k in range(nd)))
         total = Signal(count_bits + 1)
         m.d.comb += total.eq(old_count + flit.count)
-        if data_bits:
-            summed = Signal(data_bits)
-            m.d.comb += summed.eq(add_lanes(old_sum, flit.data, dtype=f"int{self.lane_bits}",
-                                            header_bits=self.header_bits))
-        else:
-            summed = Cat()
         done = Signal()
         m.d.comb += done.eq(total >= expected)
 
         o_valid = Signal()
         o_bits = Signal(len(Cat(flit)))
-        m.d.comb += [out.valid.eq(o_valid), out.payload.eq(o_bits),
-                     inp.ready.eq(~o_valid | out.ready)]
+        lat = self.latency
+        advance = ~o_valid | out.ready           # the output register can take a release
         take = inp.valid & inp.ready
-        with m.If(out.ready):
-            m.d.sync += o_valid.eq(0)
         release = self.payload(Signal(len(Cat(flit)), name="release"))
         m.d.comb += [release.eq(flit), release.count.eq(total)]
+        if lat:
+            # the sum's pipeline: the decisions travel with it; the slot is written at its end
+            stages = pipeline(m, {"take": take, "index": index, "total": total, "done": done,
+                                  "release": release.as_value()}, lat, advance=advance)
+            hazard = Signal()                    # a sum for this slot is still in the pipeline
+            m.d.comb += hazard.eq(Cat(st["take"] & (st["index"] == index)
+                                      for st in stages).any())
+            m.d.comb += inp.ready.eq(advance & ~hazard)
+            end = stages[-1]
+            retire = end["take"] & advance
+            release = self.payload(Signal(len(Cat(flit)), name="release_end"))
+            m.d.comb += release.eq(end["release"])
+        else:
+            m.d.comb += inp.ready.eq(advance)
+            end, retire = {"index": index, "total": total, "done": done}, take
+        m.d.comb += [out.valid.eq(o_valid), out.payload.eq(o_bits)]
+        with m.If(out.ready):
+            m.d.sync += o_valid.eq(0)
         if data_bits:
-            m.d.comb += release.data.eq(summed)
-        m.d.comb += [wr.addr.eq(index), wr.en.eq(take),
-                     wr.data.eq(Mux(done, 0, Cat(total[:count_bits], summed)))]
+            summed = Signal(acc_bits)         # the partial sum, in the accumulator form
+            m.d.comb += summed.eq(accumulate_lanes(m, old_sum, flit.data, latency=lat,
+                                                   advance=advance, **form))
+            m.d.comb += release.data.eq(round_lanes(m, summed, width=data_bits, **form))
+        else:
+            summed = Cat()
+        m.d.comb += [wr.addr.eq(end["index"]), wr.en.eq(retire),
+                     wr.data.eq(Mux(end["done"], 0, Cat(end["total"][:count_bits], summed)))]
+        with m.If(retire & end["done"]):
+            m.d.sync += [o_valid.eq(1), o_bits.eq(release)]
         if self.planes:
             m.d.comb += [self.x_index.eq(index), self.x_take.eq(take),
                          self.x_fresh.eq(old_count == 0), self.x_release.eq(take & done)]
+            if lat:
+                m.d.comb += self.x_advance.eq(advance)
+        self._count(m, take, done, old_count, total > expected)
+        return m
+
+    def _count(self, m, take, done, old_count, over):
+        """The counters, from the decisions at the offer."""
         opened = Signal()
         closed = Signal()
         with m.If(take):
             m.d.sync += self.o_absorbed.eq(self.o_absorbed + 1)
             with m.If(done):
-                m.d.sync += [o_valid.eq(1), o_bits.eq(release),
-                             self.o_released.eq(self.o_released + 1)]
+                m.d.sync += self.o_released.eq(self.o_released + 1)
                 m.d.comb += closed.eq(old_count != 0)
-                with m.If(total > expected):
+                with m.If(over):
                     m.d.sync += self.o_errors.eq(self.o_errors + 1)
             with m.Else():
                 m.d.comb += opened.eq(old_count == 0)
@@ -261,45 +314,60 @@ class ReduceUnit(wiring.Component):
             m.d.sync += self.o_open.eq(self.o_open + 1)
         with m.If(closed & ~opened):
             m.d.sync += self.o_open.eq(self.o_open - 1)
-        return m
 
 
 class ReduceDataPlane(wiring.Component):
     """The partial sums of ``width`` bits of ``data`` of a ``ReduceUnit(planes=True)``.
 
-    A memory of ``2**index_bits`` slots of ``width`` bits, read at ``index``; on ``take``
-    the slot gets the sum of ``data_in`` and its old value (nothing when ``fresh``), and
-    on ``release`` the output register the sum -- the storage and moves of
+    A memory of ``2**index_bits`` slots (the accumulator form of ``width`` bits of
+    ``dtype``), read at ``index``; on ``take`` the slot gets the sum of ``data_in`` and
+    its old value (nothing when ``fresh``), and on ``release`` the output register the
+    sum in the wire form -- the storage and moves of
     :class:`ReduceUnit` for these bits. ``header_bits`` are the plane's leading bits that
     are not summed (the unit's header as it falls in this plane); the plane's lanes must
     start where the unit's do (:class:`~epfabric.hw.inc_switch.PlanarIncSwitch` checks).
+    A floating-point ``dtype`` sums in the unit's pipeline (``advance``, its
+    ``x_advance``): the slot is read at the offer and written, and the output register
+    loaded, ``latency`` stages of ``advance`` later, as in the unit.
     """
 
-    def __init__(self, *, index_bits, width, header_bits=0, lane_bits=16):
+    def __init__(self, *, index_bits, width, header_bits=0, dtype="int16"):
         self.index_bits = check_int("index_bits", index_bits, 0, 24)
         self.width = check_int("width", width, 1)
         self.header_bits = check_int("header_bits", header_bits, 0, width)
-        self.lane_bits = check_int("lane_bits", lane_bits, 1)
+        self.lane_bits = lane_bits(dtype)
+        self.dtype = dtype
+        self.latency = add_latency(dtype)
         super().__init__({"index": In(max(1, index_bits)), "take": In(1), "fresh": In(1),
-                          "release": In(1), "data_in": In(width), "data_out": Out(width)})
+                          "release": In(1), "data_in": In(width), "data_out": Out(width),
+                          **({"advance": In(1)} if self.latency else {})})
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.slots = slots = Memory(shape=self.width, depth=1 << self.index_bits,
+        form = dict(dtype=self.dtype, header_bits=self.header_bits)
+        acc_bits = accumulator_width(self.width, **form)
+        m.submodules.slots = slots = Memory(shape=acc_bits, depth=1 << self.index_bits,
                                             init=[])
         rd = slots.read_port(domain="comb")
         wr = slots.write_port()
         index = self.index[:self.index_bits] if self.index_bits else Cat()
-        summed = Signal(self.width)
+        lat = self.latency
+        advance = self.advance if lat else None
+        end = {"take": self.take, "index": index, "release": self.release}
+        if lat:
+            end = pipeline(m, end, lat, advance=advance)[-1]
+            end["take"] = end["take"] & advance
+        summed = Signal(acc_bits)
         m.d.comb += [
-            rd.addr.eq(index), wr.addr.eq(index),
-            summed.eq(add_lanes(Mux(self.fresh, 0, rd.data), self.data_in,
-                                dtype=f"int{self.lane_bits}", header_bits=self.header_bits)),
-            wr.en.eq(self.take), wr.data.eq(Mux(self.release, 0, summed)),
+            rd.addr.eq(index), wr.addr.eq(end["index"]),
+            summed.eq(accumulate_lanes(m, Mux(self.fresh, identity_lanes(self.width, **form),
+                                              rd.data), self.data_in, latency=lat,
+                                       advance=advance, **form)),
+            wr.en.eq(end["take"]), wr.data.eq(Mux(end["release"], 0, summed)),
         ]
         out = Signal(self.width)
-        with m.If(self.take & self.release):
-            m.d.sync += out.eq(summed)
+        with m.If(end["take"] & end["release"]):
+            m.d.sync += out.eq(round_lanes(m, summed, width=self.width, **form))
         m.d.comb += self.data_out.eq(out)
         return m
 
@@ -314,11 +382,11 @@ def _example_payload():
 class _Example(ReduceUnit):
     """The registered example: 4 ranks, a window of 8 (``epfabric verilog inc_reduce``)."""
 
-    def __init__(self, *, window=8, counter_width=16):
+    def __init__(self, *, window=8, counter_width=16, dtype="int16"):
         super().__init__(payload=_example_payload(), subtree=(0b1110, 0b1101, 0b1011, 0b0111),
-                         window=window, counter_width=counter_width)
+                         window=window, counter_width=counter_width, dtype=dtype)
 
 
 VERILOG_EXPORTS = {
-    "inc_reduce": (_Example, {"window": 8, "counter_width": 16}),
+    "inc_reduce": (_Example, {"window": 8, "counter_width": 16, "dtype": "int16"}),
 }

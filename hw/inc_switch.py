@@ -1,4 +1,4 @@
-"""A superpod switch with in-network multicast and reduction (issue 31).
+"""A superpod switch with in-network multicast and reduction.
 
 INC-MoE §3.1 puts the replication of AllGather and the reduction of ReduceScatter
 in the switch of a star; on the two-tier superpod (UBEP §2.3 Insight 3) every
@@ -28,8 +28,9 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .inc_reduce import ReduceDataPlane, ReduceUnit
-from .switch import PlanarSwitch, Switch, SwitchDataPlane
+from .lane_arith import add_latency, lane_bits
 from .signature import check_other_params
+from .switch import PlanarSwitch, Switch, SwitchDataPlane
 from .validate import UserError, check_int
 
 __all__ = ["IncSwitch", "IncDataPlane", "PlanarIncSwitch", "PlanarStarIncSwitch",
@@ -54,8 +55,9 @@ class IncSwitch(wiring.Component):
     subtree : sequence of int
         ``subtree[d]``: the dies whose path to die ``d`` passes through this switch
         (:func:`~epfabric.hw.topology.subtrees`); with ``route_port`` from ``subtree_in``.
-    window, key_field, header_bits, lane_bits
-        Of the :class:`~epfabric.hw.inc_reduce.ReduceUnit`.
+    window, key_field, header_bits, dtype
+        Of the :class:`~epfabric.hw.inc_reduce.ReduceUnit` (``dtype``: the lane type of the
+        sums, default ``"int16"``).
     mcast_uplinks : (int, int) or None
         A tier-1 switch's uplink ports (:class:`~epfabric.hw.switch.Switch`).
     planes : bool
@@ -72,7 +74,7 @@ class IncSwitch(wiring.Component):
 
     def __init__(self, *, ports, routes, payload, subtree, depth=4, counter_width=32,
                  small_taps=False, route_port=False, window=16, key_field=("addr", "block"),
-                 header_bits=128, lane_bits=16, mcast_uplinks=None, planes=False):
+                 header_bits=128, dtype="int16", mcast_uplinks=None, planes=False):
         check_int("ports", ports, 2)
         self.ports, self.routes = ports, tuple(routes)
         self.payload, self.route_port = payload, bool(route_port)
@@ -83,17 +85,19 @@ class IncSwitch(wiring.Component):
                              subtree=subtree, mcast_uplinks=mcast_uplinks, planes=self.planes)
         self.unit = ReduceUnit(payload=payload, subtree=subtree, window=window,
                                key_field=key_field, header_bits=header_bits,
-                               lane_bits=lane_bits, counter_width=counter_width,
+                               dtype=dtype, counter_width=counter_width,
                                subtree_port=route_port, planes=self.planes)
         super().__init__(self.signature_for(
             ports=ports, routes=routes, payload=payload, counter_width=counter_width,
-            small_taps=small_taps, route_port=route_port, window=window, planes=planes))
+            small_taps=small_taps, route_port=route_port, window=window, dtype=dtype,
+            planes=planes))
 
     @staticmethod
     def signature_for(*, ports, routes, payload, counter_width=32, small_taps=False,
-                      route_port=False, window=16, planes=False, **others):
+                      route_port=False, window=16, dtype="int16", planes=False, **others):
         """The signature of an in-network switch of these parameters (the constructor's),
-        without building one; those that shape no port are the constructor's to check."""
+        without building one (``dtype`` adds ``x_radvance`` to a control part whose unit has
+        a pipelined sum); those that shape no port are the constructor's to check."""
         check_other_params(IncSwitch, others)
         check_int("ports", ports, 2)
         sig = Switch.signature_of(ports=ports, destinations=len(routes), payload=payload,
@@ -107,6 +111,8 @@ class IncSwitch(wiring.Component):
                             "x_load": Out(ports + 1), "x_grant": Out(ports + 1).array(ports + 1),
                             "x_rindex": Out(ReduceUnit.index_bits_for(payload, window)),
                             "x_rtake": Out(1), "x_rfresh": Out(1), "x_rrelease": Out(1)})
+            if add_latency(dtype):
+                members["x_radvance"] = Out(1)
         return wiring.Signature(members)
 
     def elaborate(self, platform):
@@ -135,7 +141,8 @@ class IncSwitch(wiring.Component):
                          self.x_load.eq(sw.x_load)]
             m.d.comb += [self.x_grant[o].eq(sw.x_grant[o]) for o in range(n + 1)]
             for a, b in (("x_rindex", "x_index"), ("x_rtake", "x_take"), ("x_rfresh", "x_fresh"),
-                         ("x_rrelease", "x_release")):
+                         ("x_rrelease", "x_release")) + ((("x_radvance", "x_advance"),)
+                                                         if unit.latency else ()):
                 m.d.comb += getattr(self, a).eq(getattr(unit, b))
         return m
 
@@ -147,15 +154,16 @@ class IncDataPlane(wiring.Component):
     last port, as the unit sits on the switch's. Outside, the ``ports`` ports of the switch.
     """
 
-    def __init__(self, *, ports, depth, width, index_bits, header_bits=0, lane_bits=16):
+    def __init__(self, *, ports, depth, width, index_bits, header_bits=0, dtype="int16"):
         check_int("ports", ports, 2)
         self.ports, self.depth, self.width = ports, depth, width
-        self.index_bits, self.header_bits, self.lane_bits = index_bits, header_bits, lane_bits
+        self.index_bits, self.header_bits, self.dtype = index_bits, header_bits, dtype
         n = ports + 1
+        self.latency = add_latency(dtype)
         super().__init__({
             "push": In(n), "pop": In(n), "load": In(n), "grant": In(n).array(n),
             "rindex": In(max(1, index_bits)), "rtake": In(1), "rfresh": In(1),
-            "rrelease": In(1),
+            "rrelease": In(1), **({"radvance": In(1)} if self.latency else {}),
             "data_in": In(width).array(ports),
             "data_out": Out(width).array(ports),
         })
@@ -168,11 +176,13 @@ class IncDataPlane(wiring.Component):
         m.submodules.reduce = rp = ReduceDataPlane(index_bits=self.index_bits,
                                                    width=self.width,
                                                    header_bits=self.header_bits,
-                                                   lane_bits=self.lane_bits)
+                                                   dtype=self.dtype)
         m.d.comb += [sp.push.eq(self.push), sp.pop.eq(self.pop), sp.load.eq(self.load),
                      rp.index.eq(self.rindex), rp.take.eq(self.rtake),
                      rp.fresh.eq(self.rfresh), rp.release.eq(self.rrelease),
                      rp.data_in.eq(sp.data_out[n]), sp.data_in[n].eq(rp.data_out)]
+        if self.latency:
+            m.d.comb += rp.advance.eq(self.radvance)
         m.d.comb += [sp.grant[o].eq(self.grant[o]) for o in range(n + 1)]
         for p in range(n):
             m.d.comb += [sp.data_in[p].eq(self.data_in[p]), self.data_out[p].eq(sp.data_out[p])]
@@ -187,15 +197,15 @@ class PlanarIncSwitch(PlanarSwitch):
     switch, as :class:`~epfabric.hw.switch.PlanarSwitch` is for a ``Switch``. The native
     backend builds wide in-network switches this way (:mod:`epfabric.hw.topology`).
 
-    A plane sums its own lanes, so the lanes of ``data`` (16 bits from ``header_bits`` on)
-    must not straddle two planes: every plane starting past the header starts on a lane.
+    A plane sums its own lanes, so the lanes of ``data`` (of ``dtype``, from ``header_bits``
+    on) must not straddle two planes: every plane starting past the header starts on a lane.
     """
 
     def __init__(self, *, ports, routes, payload, depth, counter_width, subtree, plane_bits=None,
                  small_taps=False, mcast_uplinks=None, window=16, key_field=("addr", "block"),
-                 header_bits=128, lane_bits=16):
+                 header_bits=128, dtype="int16"):
         self.inc = dict(subtree=tuple(subtree), mcast_uplinks=mcast_uplinks, window=window,
-                        key_field=tuple(key_field), header_bits=header_bits, lane_bits=lane_bits)
+                        key_field=tuple(key_field), header_bits=header_bits, dtype=dtype)
         # the planes' inputs: a data word per outer port, the inner switch's (ports + 1)²
         # grants and decisions, the unit's few: what plane_bits_for(ports + 1) leaves room for
         super().__init__(ports=ports, routes=routes, payload=payload, depth=depth,
@@ -207,11 +217,12 @@ class PlanarIncSwitch(PlanarSwitch):
             ports=ports, routes=routes, payload=payload, depth=depth, counter_width=counter_width,
             small_taps=small_taps, route_port=True, **self.inc)
         self.index_bits = ReduceUnit.index_bits_for(payload, window)
+        bits = lane_bits(dtype)
         for k, (plo, _pw, _module) in enumerate(super()._planes("")):
-            if plo > header_bits and (plo - header_bits) % lane_bits:
+            if plo > header_bits and (plo - header_bits) % bits:
                 raise UserError(f"plane {k} of {self.plane_bits} bits starts at data bit {plo}, "
-                                f"inside a {lane_bits}-bit lane (lanes start at bit "
-                                f"{header_bits}): choose plane_bits a multiple of {lane_bits}")
+                                f"inside a {bits}-bit lane (lanes start at bit "
+                                f"{header_bits}): choose plane_bits a multiple of {bits}")
 
     def _header_in(self, plo, pw):
         """Bits of the header (not summed) in the plane of ``pw`` bits at data bit ``plo``."""
@@ -234,7 +245,7 @@ class PlanarIncSwitch(PlanarSwitch):
             out[module] = IncDataPlane(ports=self.ports, depth=self.depth, width=pw,
                                        index_bits=self.index_bits,
                                        header_bits=self._header_in(plo, pw),
-                                       lane_bits=self.inc["lane_bits"])
+                                       dtype=self.inc["dtype"])
         return out
 
     def _constants(self):
@@ -244,7 +255,8 @@ class PlanarIncSwitch(PlanarSwitch):
     def _extra_wires(self):
         ib = max(1, self.index_bits)
         return [("rindex", ib, "x_rindex"), ("rtake", 1, "x_rtake"), ("rfresh", 1, "x_rfresh"),
-                ("rrelease", 1, "x_rrelease")]
+                ("rrelease", 1, "x_rrelease")] + ([("radvance", 1, "x_radvance")]
+                                                  if add_latency(self.inc["dtype"]) else [])
 
 
 def inc_payload(ranks, data_bits=256, block_bits=4):
@@ -264,21 +276,21 @@ class StarIncSwitch(IncSwitch):
     every other die to ``d`` pass through it (``epfabric verilog inc_switch``; the tests)."""
 
     def __init__(self, *, ranks=4, depth=4, window=8, data_bits=256, header_bits=128,
-                 lane_bits=16, counter_width=16):
+                 dtype="int16", counter_width=16):
         super().__init__(**self.switch_params(
             ranks=ranks, depth=depth, window=window, data_bits=data_bits,
-            header_bits=header_bits, lane_bits=lane_bits, counter_width=counter_width))
+            header_bits=header_bits, dtype=dtype, counter_width=counter_width))
 
     @staticmethod
     def switch_params(*, ranks=4, depth=4, window=8, data_bits=256, header_bits=128,
-                      lane_bits=16, counter_width=16):
+                      dtype="int16", counter_width=16):
         """The :class:`IncSwitch` parameters of the star switch of these parameters."""
         check_int("ranks", ranks, 2, 64)
         full = (1 << ranks) - 1
         return dict(ports=ranks, routes=list(range(ranks)),
                     payload=inc_payload(ranks, data_bits, max(1, (window - 1).bit_length())),
                     depth=depth, subtree=[full & ~(1 << d) for d in range(ranks)],
-                    window=window, header_bits=header_bits, lane_bits=lane_bits,
+                    window=window, header_bits=header_bits, dtype=dtype,
                     counter_width=counter_width)
 
 
@@ -309,5 +321,5 @@ class PlanarStarIncSwitch(StarIncSwitch):
 
 VERILOG_EXPORTS = {
     "inc_switch": (StarIncSwitch, {"ranks": 4, "depth": 4, "window": 8, "data_bits": 256,
-                                   "header_bits": 128, "lane_bits": 16, "counter_width": 16}),
+                                   "header_bits": 128, "dtype": "int16", "counter_width": 16}),
 }

@@ -61,7 +61,7 @@ elsewhere they fault like an unassigned opcode.
   (:class:`~epfabric.hw.inc_nic.IncNic`), and wait on one of its cumulative
   completion counters (``ctr`` 0 = AG rows received, 1 = RS rows reduced, 2 =
   barriers released) against an increasing threshold (wrap-safe ``>=``).
-* ``unit="ep"`` (opcodes 53..54, issue 31: in-network expert parallelism on the superpod's
+* ``unit="ep"`` (opcodes 53..54: in-network expert parallelism on the superpod's
   :class:`~epfabric.hw.inc_switch.IncSwitch` fabric): ``stbm``, one block store to a set
   of dies, multicast by the switches; ``stbr``, a reduction contribution the switches sum
   with the group's other contributions (:class:`~epfabric.hw.aiv_core.AIVCore` ``ep=True``).
@@ -69,11 +69,31 @@ elsewhere they fault like an unassigned opcode.
   (matrix) unit. Functionally the surrogate of docs/spec/kernels.md §4, ``y = a*x + b``
   on every 32-bit word of the row (mod 2**32); its time is the die's
   ``cube_cycles`` per row, and the die's cores share the unit.
+* ``unit="fp"`` (opcodes 58..62, :class:`~epfabric.hw.aiv_core.AIVCore` ``fp=True``):
+  floating-point vector instructions on UBuf rows through the core's
+  :class:`~epfabric.hw.fp_unit.FpUnit` (``fop`` names its operation): the casts
+  bf16 -> fp32 (exact) and fp32 -> bf16 (nearest, ties to even), and fp32 add,
+  multiply by a scalar register and multiply-add. With them a combine sums a token's
+  expert rows as Ascend's combine kernels do: ``Cast`` the bf16 row to fp32, ``Muls``
+  by the top-k weight, ``Add`` into the fp32 sum, ``Cast`` the sum back to bf16
+  (:class:`~epfabric.hw.aiv_fp.FpSequencer`).
+
+Floating-point vectors
+----------------------
+``F[R]`` is an fp32 vector at UBuf address ``R``: element ``i`` is word ``i % 128`` of
+row ``(R >> 9) + i // 128``, IEEE 754 binary32 bits. ``H[R]`` is a bf16 vector,
+packed two to a 32-bit word as a bf16 array in memory is (little-endian): element ``i``
+is bits ``[16*(i%2) : 16*(i%2) + 16]`` of word ``(i % 256) // 2`` of row
+``(R >> 9) + i // 256`` (element ``2k`` in the low half of word ``k``). A scalar
+operand is all 32 bits of its register, read as fp32. Only elements ``i < R[rs2]`` are
+written (a bf16 result's last word is written whole: with an odd length its high half,
+element ``R[rs2]``, becomes ``+0``).
 
 Reserved opcode space
 ---------------------
 :data:`RESERVED` lists opcode ranges kept free for later work: 55 (INC)
-and 58..63 (cube; 57 became ``ldbc``). Opcode 0 is never assigned: executing it (e.g. running off the end of a
+and 63 (cube; 57 became ``ldbc``, 58..62 the floating-point instructions).
+Opcode 0 is never assigned: executing it (e.g. running off the end of a
 program into zeroed instruction memory) faults the core.
 """
 
@@ -84,11 +104,13 @@ from amaranth.hdl import signed, unsigned
 from amaranth.lib import data, enum
 
 from .hbm import BLOCK_BYTES, WORDS_PER_BLOCK
+from .fp_unit import FpOp
 from .validate import UserError, UserTypeError, check_int, check_word
 from .vector_unit import Cond, VecOp
 
 __all__ = ["WORD_BITS", "OPCODE_BITS", "NUM_REGS", "REG_BITS", "COND_BITS", "Field", "Instruction",
-           "INSTRUCTIONS", "INC_COUNTERS", "BY_MNEMONIC", "BY_OPCODE", "RESERVED", "Cond", "VecOp", "Csr",
+           "INSTRUCTIONS", "INC_COUNTERS", "BY_MNEMONIC", "BY_OPCODE", "RESERVED", "Cond", "VecOp",
+           "FpOp", "Csr",
            "Opcode", "insn_layout", "encode", "decode", "address", "split_address",
            "address_layout", "block_bits", "check_rank_bits", "narrowest_rank_bits",
            "rank_bits_for", "RANK_BITS",
@@ -159,8 +181,9 @@ I18 = _imm("imm", 18, True)
 class Instruction:
     """One instruction: mnemonic, opcode, operand fields, description.
 
-    ``vop`` names the vector-unit operation a vector instruction issues;
-    ``unit`` the optional unit an instruction needs (module docstring).
+    ``vop`` names the vector-unit operation a vector instruction issues, ``fop``
+    the floating-point unit's; ``unit`` the optional unit an instruction needs
+    (module docstring).
     """
     mnemonic: str
     opcode: int
@@ -168,14 +191,15 @@ class Instruction:
     doc: str
     vop: VecOp = None
     unit: str = None
+    fop: FpOp = None
 
     @property
     def bits(self):
         return OPCODE_BITS + sum(f.bits for f in self.fields)
 
 
-def _i(mnemonic, opcode, fields, doc, vop=None, unit=None):
-    return Instruction(mnemonic, opcode, tuple(fields), doc, vop, unit)
+def _i(mnemonic, opcode, fields, doc, vop=None, unit=None, fop=None):
+    return Instruction(mnemonic, opcode, tuple(fields), doc, vop, unit, fop)
 
 
 #: The instruction set (see the module docstring). ``R[x]`` is register x.
@@ -213,7 +237,7 @@ INSTRUCTIONS = (
        "UBuf row of R[ru] = mem DataBlock at R[rs1] + imm (waits for the answer)"),
     _i("ldbc", 57, [RU, RS1, I18],
        "ldb continuing a copy whose start an earlier read paid (the next block of a token, a "
-       "table or a block whose flag a poll just read): no read_extra wait (issue 30's copy "
+       "table or a block whose flag a poll just read): no read_extra wait (the copy "
        "engine: an Ascend MTE copy pays its start once, not per 512 B)"),
     _i("stb", 31, [RU, RS1, I18],
        "mem DataBlock at R[rs1] + imm = UBuf row of R[ru] (posted; remote: one 512 B atomic write)"),
@@ -272,6 +296,22 @@ INSTRUCTIONS = (
     _i("cube", 56, [RU, RS1, RS2, RS3],
        "UBuf row of R[ru] = R[rs2] * (UBuf row of R[rs1]) + R[rs3] per 32-bit word (mod 2**32), "
        "on the die's shared cube unit (cube_cycles per row)", unit="cube"),
+    _i("vfcastf", 58, [RD, RS1, RS2],
+       "F[R[rd]][i] = H[R[rs1]][i] widened to fp32 (exact) for i < R[rs2]",
+       unit="fp", fop=FpOp.CAST_BF16_F32),
+    _i("vfcastb", 59, [RD, RS1, RS2],
+       "H[R[rd]][i] = F[R[rs1]][i] rounded to bf16 (nearest, ties to even) for i < R[rs2]",
+       unit="fp", fop=FpOp.CAST_F32_BF16),
+    _i("vfadd", 60, [RD, RS1, RS2, RS3],
+       "F[R[rd]][i] = F[R[rs1]][i] + F[R[rs3]][i] (fp32) for i < R[rs2]",
+       unit="fp", fop=FpOp.ADD),
+    _i("vfmuls", 61, [RD, RS1, RS2, RS3],
+       "F[R[rd]][i] = F[R[rs1]][i] * R[rs3] (fp32; R[rs3] is fp32 bits) for i < R[rs2]",
+       unit="fp", fop=FpOp.MULS),
+    _i("vfaxpy", 62, [RD, RS1, RS2, RS3],
+       "F[R[rd]][i] = F[R[rs1]][i] * R[rs3] + F[R[rd]][i] (fp32: the product rounded, then "
+       "the sum, as Muls then Add; rounded once on a core with fp_fused) for i < R[rs2]",
+       unit="fp", fop=FpOp.AXPY),
 )
 
 #: Completion counters of ``incwait`` (its ``ctr`` field).
@@ -280,7 +320,7 @@ INC_COUNTERS = ("ag", "rs", "bar")
 #: Opcode ranges kept free for later work (inclusive bounds).
 RESERVED = {
     "inc": (55, 55),   # more INC message operations (INC-MoE §3.1)
-    "cube": (58, 63),  # more cube (matrix) unit operations
+    "cube": (63, 63),  # more cube (matrix) unit operations
 }
 
 BY_MNEMONIC = {insn.mnemonic: insn for insn in INSTRUCTIONS}

@@ -200,10 +200,11 @@ class System(wiring.Component):
     sample_depth : int
         Entries of the counter sample memory (0..:data:`MAX_SAMPLE_DEPTH`; 0 = no sampler).
     ep_inc : dict or None
-        In-network expert parallelism (issue 31): every switch of the superpod is an
+        In-network expert parallelism: every switch of the superpod is an
         :class:`~epfabric.hw.inc_switch.IncSwitch` (these parameters: ``window``, the result
         blocks of a destination a run reduces into; ``header_bits``, default 128, the
-        Data-as-Flag words a reduction keeps rather than sums), every core runs ``stbm`` and
+        Data-as-Flag words a reduction keeps rather than sums; ``dtype``, default ``"int16"``,
+        the lane type of the sums, :mod:`~epfabric.hw.lane_arith`), every core runs ``stbm`` and
         ``stbr`` (``AIVCore(ep=True)``), the flits carry ``mcast``/``red``/``mask``/``count``.
         At most 64 dies (a ``stbm``/``stbr`` die mask is one register, two past 32 dies).
         ``None`` (default): none of it, and the Verilog is unchanged.

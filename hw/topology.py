@@ -540,9 +540,9 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
         so does every tier-1 switch. ``None`` (default, what Amaranth's
         simulator runs): components. Same cycles.
     inc : dict or None
-        In-network multicast and reduction (issue 31): every switch -- each die's, each
+        In-network multicast and reduction: every switch -- each die's, each
         tier-1's, each tier-2's -- is an :class:`~epfabric.hw.inc_switch.IncSwitch` with
-        these parameters (``window``, ``header_bits``, ``lane_bits``, ``key_field``; ``{}``
+        these parameters (``window``, ``header_bits``, ``dtype``, ``key_field``; ``{}``
         for the defaults) and its reduction tables from the fabric's own paths
         (:func:`subtrees`); a tier-1 switch sends a multicast's copies for other boards up
         one tier-2 plane, the source's (``mcast_uplinks``). The payload needs :func:`~epfabric.hw.inc_switch.inc_fields`

@@ -14,6 +14,7 @@
 
 import contextlib
 import fcntl
+import json
 import os
 import signal
 import sys
@@ -62,8 +63,21 @@ def build_once(folder, make):
             folder.mkdir(parents=True, exist_ok=True)
             t0 = time.monotonic()
             make(folder)
-            stamp.write_text(f"{time.monotonic() - t0:.2f}\n")
+            seconds = time.monotonic() - t0
+            stamp.write_text(f"{seconds:.2f}\n")
+            _log_build(folder, seconds)
     return folder
+
+
+def _log_build(folder, seconds):
+    """``$EPFABRIC_BUILD_LOG``: append one JSON line per build made (folder, seconds, and the
+    pytest test that asked for it): which tests pay for which builds in a cold run."""
+    log = os.environ.get("EPFABRIC_BUILD_LOG")
+    if log:
+        line = {"folder": Path(folder).name, "seconds": round(seconds, 2),
+                "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]}
+        with open(log, "a") as f:
+            f.write(json.dumps(line) + "\n")
 
 
 def progress(msg):

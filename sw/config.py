@@ -20,6 +20,8 @@ their memory is laid out and which status outputs a run reports.
 from dataclasses import asdict, dataclass
 
 from ..hw.inc_endpoint import MODES, agrs_control_map, agrs_memory_map
+from ..hw.inc_engine import check_dtype
+from ..hw.lane_arith import lane_bits
 from ..hw.aiv_core import MAX_LANES, MAX_WINDOW
 from ..hw.isa import RANK_BITS, check_rank_bits
 from ..hw.system import MAX_AIVS_PER_DIE, MAX_EP_DIES, MAX_SAMPLE_DEPTH
@@ -110,11 +112,14 @@ class MachineConfig:
     #: <epfabric.sw.machine.Machine.set_sampling>`); 0 (default) builds no sampler and no UB
     #: commit counters, and the Verilog is unchanged
     sample_depth: int = 0
-    #: in-network expert parallelism (issue 31; :class:`~epfabric.hw.system.System`
+    #: in-network expert parallelism (:class:`~epfabric.hw.system.System`
     #: ``ep_inc``): 0 (default) builds none of it and the Verilog is unchanged; else every
     #: superpod switch multicasts and reduces, with this many result blocks per destination
     #: a run may reduce into (a power of two), and the cores run ``stbm``/``stbr``
     ep_window: int = 0
+    #: lane type of the in-network EP sums (:mod:`epfabric.hw.lane_arith`; ``ep_window`` only):
+    #: ``"int16"`` (default, wrapping), ``"fp32"`` or ``"bf16"`` (fp32 partial sums)
+    ep_dtype: str = "int16"
 
     #: the JSON-facing factory of the top (``ComponentSpec`` of a backend)
     factory = "epfabric.sw.tops:aiv_system"
@@ -150,6 +155,9 @@ class MachineConfig:
             if self.ep_window > self.hbm_blocks:
                 raise UserError(f"ep_window={self.ep_window} is more than hbm_blocks="
                                 f"{self.hbm_blocks}")
+        lane_bits(self.ep_dtype)
+        if self.ep_dtype != "int16" and not self.ep_window:
+            raise UserError(f"ep_dtype={self.ep_dtype!r} needs ep_window (in-network EP)")
         window = preset.knobs().get("store_window")
         if window is not None and window > self.max_outstanding:
             raise UserError(f"send_window_bytes={preset.send_window_bytes} of preset "
@@ -252,6 +260,8 @@ class MachineConfig:
             del d["sample_depth"]
         if not self.ep_window:
             del d["ep_window"]
+        if self.ep_dtype == "int16":
+            del d["ep_dtype"]
         if not self.has_nic:
             for k in ("nic_mode", "nic_tmax", "inc_slots"):
                 del d[k]
@@ -275,6 +285,9 @@ class AgrsConfig:
     lanes: int = 2
     slots: int = 16
     switch_depth: int = 4
+    #: lane type of the ReduceScatter (:data:`~epfabric.hw.inc_engine.DTYPES`): ``"int32"``,
+    #: ``"fp32"``, ``"bf16"`` (two lanes a word)
+    dtype: str = "int32"
 
     factory = "epfabric.sw.tops:agrs_system"
     kind = "agrs"
@@ -294,6 +307,7 @@ class AgrsConfig:
         check_int("lanes", self.lanes, 1, 128)
         check_pow2("slots", self.slots)
         check_int("switch_depth", self.switch_depth, 2)
+        check_dtype(self.dtype)
 
     @property
     def topology(self):
@@ -331,4 +345,9 @@ class AgrsConfig:
                              "slot_stalls": ["slot_stalls"]}}
 
     def to_dict(self):
-        return asdict(self)
+        """The fields as JSON; ``dtype`` only when not ``"int32"`` (a default machine's
+        specification, and so its build cache keys, as before)."""
+        d = asdict(self)
+        if self.dtype == "int32":
+            del d["dtype"]
+        return d

@@ -394,7 +394,7 @@ PRESETS = {
 }
 
 
-#: Issue 30's structure of an Ascend die, declared from the documentation, not fitted: the
+#: The structure of an Ascend die, declared from the documentation, not fitted: the
 #: vector unit's 256 B a repeat (128 lanes of 16 bits; Ascend C's vector API), the MTE2 copy
 #: engine's one start a copy (``copies="mte"``: a DataCopy moves a token, a status slice or a
 #: count table at once, and flags are checked in the Unified Buffer, as CANN's open dispatch
@@ -405,7 +405,7 @@ PRESETS = {
 ASCEND = {"vector_lanes": 128, "copies": "mte", "cumsum_scan": "split", "syncall": "hard"}
 PRESETS["cm384-ascend"] = PRESETS["cm384"].replace(
     name="cm384-ascend", **ASCEND,
-    description="cm384 with issue 30's Ascend structure (128-lane vector unit, MTE copies, "
+    description="cm384 with the Ascend structure (128-lane vector unit, MTE copies, "
                 "split CalCumSum scan, hardware SyncAll), timing knobs at their reset: the base "
                 "the calibration fits")
 
@@ -422,7 +422,7 @@ def _fitted(path):
     name = f"{base.name}-fit"
     status = ", ".join(f"{k} {v.split(':')[0]}" for k, v in doc["provenance"]["status"].items())
     return base.replace(name=name, **doc["fields"],
-                        description=f"{base.name} with its timing knobs fitted to issue 30's "
+                        description=f"{base.name} with its timing knobs fitted to the calibration's "
                                     f"training set F1-F5 (sw/fits/{path.name}; {status})")
 
 

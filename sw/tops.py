@@ -45,8 +45,9 @@ def _system_params(fields):
                            "z_base": regions["z"], "rsin_base": regions["rsin"]},
                       inc_slots=cfg.inc_slots, cube_cycles=preset.cube_cycles())
     window = params.pop("ep_window", 0)
+    dtype = params.pop("ep_dtype", "int16")
     if window:
-        params.update(ep_inc={"window": window})
+        params.update(ep_inc={"window": window, **({"dtype": dtype} if dtype != "int16" else {})})
     return dict(timing=preset.fabric_timing(topology[0]), topology=topology, **params)
 
 

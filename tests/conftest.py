@@ -105,3 +105,14 @@ def no_simulation(monkeypatch):
     monkeypatch.setattr("epfabric.sim.backends.cocotb_runner.build", forbidden)
     monkeypatch.setattr("epfabric.sim.backends.native.run_native", forbidden)
     monkeypatch.setattr("epfabric.sim.backends.native.build_native", forbidden)
+
+
+@pytest.fixture(autouse=True)
+def _collect_after_each_test():
+    """``EPFABRIC_GC_EACH_TEST=1``: collect garbage after every test, so that an elaboratable a
+    test built and never elaborated warns (an error, pyproject.toml) in that test's teardown
+    instead of in whichever later test the collector happens to run in."""
+    yield
+    if os.environ.get("EPFABRIC_GC_EACH_TEST") == "1":
+        import gc
+        gc.collect()

@@ -144,3 +144,14 @@ if __name__ == "__main__":     # python tests/test_layering.py: the rooms and th
     for name, job in ROOMS:
         arrows = sorted(room_graph()[name], key=ORDER.get)
         print(f"{name:<20} {job}\n{'':<20} -> {', '.join(arrows) or '(nothing)'}")
+
+
+def test_the_code_names_no_issue():
+    """A tracker's number in the code ("issue 30's knob") tells a reader nothing the code
+    cannot say itself: name the mechanism, the paper section or the measurement instead."""
+    import re
+    issue = re.compile(r"\bissues?\s+#?\d+", re.I)
+    bad = {str(p.relative_to(ROOT)): issue.findall(p.read_text())
+           for p in all_modules() if issue.search(p.read_text())}
+    assert not bad, f"code citing issues: {bad}"
+    assert issue.findall("(issue 30's knob; Issue\n29)") == ["issue 30", "Issue\n29"]

@@ -2,7 +2,7 @@
 
 A flat Verilator model compiles a module used N times as N copies of its
 code, so the build grows with dies and cores (docs/results.md, "Simulation speed and
-scale"). Here (issue 13, step 3) every distinct module of
+scale"). Here every distinct module of
 :func:`~epfabric.sim.backends.native_build.native_design` -- the glue (the top
 without its shared-module instances), the die with its cores, each link and
 switch kind -- is Verilated and compiled once into a static library cached by
@@ -110,14 +110,18 @@ def _mems(folder, name):
     out = [("hbm", f"m->rootp->{n}", None)
            for n in re.findall(r"VlUnpacked<[^;]*> (\w+__DOT__hbm__DOT__mem);", root)]
     out += [(f"core{c}.imem", f"m->rootp->{n}", None)
-            for n, c in re.findall(r"VlUnpacked<[^;]*> (\w+__DOT__core(\d+)__DOT__imem);", root)]
+            for n, c in re.findall(r"VlUnpacked<[^;]*> (\w+__DOT__core(\d+)__DOT__(?:fetch__DOT__)?imem);",
+                                   root)]
     for mem, verilog in (("trace", "trace_mem"), ("samples", "sample_mem")):
         out += [(mem, f"m->rootp->{n}", None)
                 for n in re.findall(rf"VlUnpacked<[^;]*> (\w+__DOT__{verilog});", root)]
     for sub, ptr, c in re.findall(rf"V{name}_(\w+)\* (__PVT__\w+__DOT__core(\d+));", root):
         header = folder / f"V{name}_{sub}.h"
-        if header.exists() and re.search(r"VlUnpacked<[^;]*> __PVT__imem;", header.read_text()):
-            out.append((f"core{c}.imem", f"m->rootp->{ptr}->__PVT__imem", header.name))
+        # the instruction memory is the core's fetch unit's (hw/aiv_fetch.py), inlined or not
+        found = header.exists() and re.search(r"VlUnpacked<[^;]*> (__PVT__(?:fetch__DOT__)?imem);",
+                                               header.read_text())
+        if found:
+            out.append((f"core{c}.imem", f"m->rootp->{ptr}->{found.group(1)}", header.name))
     return out
 
 

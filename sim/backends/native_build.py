@@ -44,7 +44,7 @@ __all__ = ["native_design", "Recorder", "GLUE", "glue_port", "decode_verilator_n
 GLUE = "glue"
 #: Amaranth's netlist keeps a module's input ports in one cell of at most 2**16 bits
 #: (``amaranth.hdl._nir.Net.from_cell``): a glue with more input bits cannot be converted
-#: (32 dies x 48 AIVs: issue 29 would emit the glue as text from the wiring instead)
+#: (32 dies x 48 AIVs; emitting the glue as text from the wiring would lift it)
 GLUE_INPUT_BITS = 1 << 16
 
 _DESIGNS = {}
@@ -221,8 +221,7 @@ def _convert(spec, on_module=None):
                         f"{in_bits} bits of the blocks' outputs (most: "
                         + ", ".join(f"{bits} bits of {n} x {kind}" for kind, (n, bits) in top)
                         + f"), and Amaranth converts a module with fewer than {GLUE_INPUT_BITS} "
-                        f"input bits; use fewer dies, AIVs or data_bytes (issue 29: emit the "
-                        f"glue as text)")
+                        f"input bits; use fewer dies, AIVs or data_bytes")
     # The shared modules, then the glue. A module goes to on_module (which may start its
     # build) as soon as it and the modules it instantiates are converted -- the die, the
     # longest build, while the switches, links and glue are still being converted. The

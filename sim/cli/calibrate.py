@@ -1,7 +1,7 @@
 """``epfabric calibrate --preset NAME``: latency and bandwidth per distance class next to the preset's.
 
 Front end of the ``calibrate`` experiment (:mod:`epfabric.sim.lab.experiments.calibrate`).
-``--fit`` fits the preset's timing knobs to issue 30's training set instead
+``--fit`` fits the preset's timing knobs to the calibration's training set instead
 (:mod:`epfabric.sim.lab.fit`); ``--write`` stores the result as the ``<preset>-fit`` preset.
 """
 
@@ -25,7 +25,7 @@ def add_arguments(parser):
     parser.add_argument("--fit", action="store_true",
                         help="fit the timing knobs (store window, die injection, read start, "
                              "SyncAll cost) of PRESET-ascend (the declared Ascend structure) to "
-                             "the training set F1-F5 of issue 30: 24 dispatch runs at the "
+                             "the training set F1-F5: 24 dispatch runs at the "
                              "paper's shape and 6 a check, each cached (a rerun at the same "
                              "source reads them)")
     parser.add_argument("--write", action="store_true",

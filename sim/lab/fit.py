@@ -1,6 +1,6 @@
 """``epfabric calibrate --fit``: fit a cm384 preset's timing knobs once, on the training set.
 
-Issue 30. The fit runs on ``<preset>-ascend`` (:data:`~epfabric.sw.presets.ASCEND`: the
+The fit runs on ``<preset>-ascend`` (:data:`~epfabric.sw.presets.ASCEND`: the
 structure of an Ascend die, declared from its documentation and not fitted — a 128-lane
 vector unit, MTE copies, the CalCumSum AIVs' split scan, the hardware SyncAll). The
 parameters (:data:`PARAMS`) are four preset fields, each a die's runtime knob (hw/die.py

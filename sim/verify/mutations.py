@@ -20,7 +20,7 @@ Each entry breaks one behaviour on purpose:
 ``timeout`` (optional)
     seconds for all of its tests together (default 300).
 
-A new kernel or block adds its mutations here (issue 20).
+A new kernel or block adds its mutations here.
 """
 
 MUTATIONS = [
@@ -148,6 +148,52 @@ MUTATIONS = [
             "tests/hw/test_inc_engine.py::test_rs_reduces_interleaved_chunks_exactly",
             "tests/hw/test_inc_endpoint.py::test_barrier_costs_a_round_trip",
         ],
+        "timeout": 180,
+    },
+    {
+        "name": "fp_lane_sum_drops_the_sticky_bit",
+        "file": "hw/lane_arith.py",
+        "old": "    return {\"p\": big.sig << _GUARD, \"q\": moved[24:] | moved[:24].any(),\n",
+        "new": "    return {\"p\": big.sig << _GUARD, \"q\": moved[24:],\n",
+        "description": "the floating-point lane sum drops the bits of the smaller addend shifted "
+                       "out of its window instead of jamming them into the sticky bit (sums of "
+                       "addends 4 or more binades apart round wrongly)",
+        "tests": ["tests/hw/test_lane_arith.py::test_float_lanes_round_like_numpy"],
+        "timeout": 180,
+    },
+    {
+        "name": "bf16_sum_truncated_not_rounded",
+        "file": "hw/lane_arith.py",
+        "old": "    return Cat(head, *(fp.f32_to_bf16(m, v, name=f\"{name}{k}\") for k, v in "
+               "enumerate(body)),\n",
+        "new": "    return Cat(head, *(v[16:] for k, v in enumerate(body)),\n",
+        "description": "a bf16 sum leaves its fp32 accumulator truncated to bf16 instead of "
+                       "rounded to nearest even",
+        "tests": ["tests/hw/test_lane_arith.py::test_bf16_accumulates_in_fp32_and_rounds_once",
+                  "tests/hw/test_inc_reduce.py::test_float_groups_are_the_sum_in_the_order_taken"],
+        "timeout": 180,
+    },
+    {
+        "name": "inc_reduce_float_sum_ignores_its_pipeline",
+        "file": "hw/inc_reduce.py",
+        "old": "            m.d.comb += inp.ready.eq(advance & ~hazard)\n",
+        "new": "            m.d.comb += inp.ready.eq(advance)\n",
+        "description": "the in-switch reduction takes a floating-point contribution to a slot whose "
+                       "sum is still in the adder's pipeline: it reads the old partial sum and the "
+                       "earlier contribution is lost",
+        "tests": ["tests/hw/test_inc_reduce.py::"
+                  "test_a_float_sum_takes_its_latency_and_a_slot_waits_for_its_sum"],
+        "timeout": 180,
+    },
+    {
+        "name": "fp_reference_sums_in_reverse",
+        "file": "sw/lane_sums.py",
+        "old": "        for v in x[1:]:\n",
+        "new": "        for v in x[:0:-1]:\n",
+        "description": "the checker's ordered sum adds the terms after the first in reverse: its "
+                       "order is not the one the block took them in",
+        "tests": ["tests/hw/test_inc_engine.py::test_rs_float_sums_follow_the_arrival_order",
+                  "tests/sw/test_lane_sums.py::test_an_ordered_sum_is_the_order_s"],
         "timeout": 180,
     },
     {
@@ -473,6 +519,31 @@ MUTATIONS = [
         "timeout": 120,
     },
     {
+        "name": "fp_cost_ignores_latency",
+        "file": "hw/aiv_fp.py",
+        "old": "                m.d.sync += f_out.eq(f_out + 1)\n"
+               "                with m.If(fout.payload.last):\n"
+               "                    m.d.comb += [ctl.leave.eq(1), ctl.advance.eq(1)]\n",
+        "new": "                m.d.sync += f_out.eq(f_out + 1)\n"
+               "            with m.If(fin.valid & fin.ready & fin.payload.last):\n"
+               "                m.d.comb += [ctl.leave.eq(1), ctl.advance.eq(1)]\n",
+        "description": "a floating-point vector instruction ends with its last beat into the fp "
+                       "unit, not with its last result: the unit's latency is not paid and the "
+                       "last results are lost",
+        "tests": ["tests/hw/test_aiv_core.py::test_fp_program_results"],
+        "timeout": 300,
+    },
+    {
+        "name": "fp_bf16_ties_away",
+        "file": "hw/fp_lanes.py",
+        "old": "    up = lower[15] & (lower[:15].any() | upper[0])\n",
+        "new": "    up = lower[15]\n",
+        "description": "fp32 -> bf16 rounds ties away from zero instead of to even (not Ascend's "
+                       "CAST_RINT): vfcastb and the combine's final cast",
+        "tests": ["tests/hw/test_aiv_core.py::test_fp_program_results"],
+        "timeout": 300,
+    },
+    {
         "name": "read_extra_ignored",
         "file": "hw/aiv_lsu.py",
         "old": "                    issue = (r_wait >= self.read_extra) | (insn.op == Opcode.LDBC)\n",
@@ -622,8 +693,8 @@ MUTATIONS = [
     {
         "name": "planar_inc_plane_writes_on_release_only",
         "file": "hw/inc_reduce.py",
-        "old": "            wr.en.eq(self.take), wr.data.eq(Mux(self.release, 0, summed)),\n",
-        "new": "            wr.en.eq(self.release), wr.data.eq(Mux(self.release, 0, summed)),\n",
+        "old": "            wr.en.eq(end[\"take\"]), wr.data.eq(Mux(end[\"release\"], 0, summed)),\n",
+        "new": "            wr.en.eq(end[\"release\"]), wr.data.eq(Mux(end[\"release\"], 0, summed)),\n",
         "description": "a data plane of the native backend's planar in-network switch keeps a "
                        "partial sum only when its group is released (so every sum but the last "
                        "contribution is lost)",
@@ -668,7 +739,7 @@ MUTATIONS = [
         "old": "                                     lanes=pr.vector_lanes, hbm_blocks=hbm_blocks,\n",
         "new": "                                     lanes=16, hbm_blocks=hbm_blocks,\n",
         "description": "the MoE kernels' machine is built with 16-lane cores whatever the "
-                       "preset's vector_lanes (issue 30's vector width would not reach the "
+                       "preset's vector_lanes (the Ascend vector width would not reach the "
                        "hardware)",
         "tests": ["tests/sw/test_dispatch.py::test_the_presets_vector_width_builds_the_cores_and_"
                   "shortens_canns_counting"],
@@ -680,7 +751,7 @@ MUTATIONS = [
         "old": "        addr = data.View(address_layout(self.rank_bits), req.payload.addr)\n",
         "new": "        addr = data.View(address_layout(), req.payload.addr)\n",
         "description": "the die router decides local/remote from the default 8-bit rank field "
-                       "whatever the machine's rank_bits (issue 29's narrowed addresses)",
+                       "whatever the machine's rank_bits (the narrowed addresses)",
         "tests": ["tests/sw/test_dispatch.py::test_a_one_bit_rank_field_gives_the_same_run",
                   "tests/hw/test_router.py::test_a_narrow_rank_field_routes_by_the_top_bits"],
         "timeout": 300,

@@ -173,7 +173,7 @@ def kernel_soak(kernel="alltoall", *, runs=100, seed=0, backend="verilator", pre
 
 def inc_soak(*, shape=INC_SHAPE, seed=1, multicasts=16, groups=None, offer=0.7, stall=0.3,
              backend="verilator", preset="cm384", window=8):
-    """A soak of a superpod with in-network switches (issue 31), on ``preset``'s timing: every
+    """A soak of a superpod with in-network switches, on ``preset``'s timing: every
     die offers
     ``multicasts`` flits (a quarter unicast, the rest multicast to random die sets) and its
     contributions to ``groups`` random reduction groups (default: a quarter of the slots),

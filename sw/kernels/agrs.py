@@ -10,8 +10,18 @@ DataBlock of which ``lanes`` int32 words are modelled.
 * AllGather: rank ``r`` contributes its ``T_r`` rows; afterwards every rank
   holds every rank's rows in its gather buffer.
 * ReduceScatter: every rank holds partials of the whole padded buffer;
-  afterwards rank ``r``'s reduced shard holds the int32 (wrapping) sum over
-  all ranks of block ``r``'s first ``T_r`` rows.
+  afterwards rank ``r``'s reduced shard holds the sum over all ranks of block
+  ``r``'s first ``T_r`` rows, in lanes of ``dtype``: int32 (wrapping, the
+  default), fp32, or bf16 (two lanes a word).
+
+How a floating-point ReduceScatter is checked (docs/concepts/inc-numerics.md): the
+ring adds in the ring's order (block ``q``'s chain starts at rank ``q + 1``, every
+hop adds its partial and rounds, the root last), which is fixed, so the shard is
+bit-exact against :func:`~epfabric.sw.lane_sums.ordered_sum` of that chain; the INC
+engine adds the other ranks' partials in arrival order (fp32, a bf16 sum rounded
+once when it leaves) and the root adds its own, so the shard is checked against the
+exact sum with :func:`~epfabric.sw.lane_sums.error_bound` (``ranks`` terms; bf16: two
+roundings), and the largest error is reported in ulps.
 
 :func:`reference` is the numpy model :meth:`Agrs.check` compares with;
 :func:`bound_gbps` the equivalent-bandwidth bounds of INC-MoE Eq. 4–5. The
@@ -23,9 +33,11 @@ a run does depends only on the configuration and the control registers
 import numpy as np
 
 from ...hw.inc_endpoint import MODES, agrs_memory_map
+from ...hw.inc_engine import DTYPES, check_dtype
 from ...hw.isa import block_bits
 from ...hw.validate import UserError, check_bool, check_int
 from ..config import AgrsConfig
+from ..lane_sums import compare, ordered_sum, to_bits
 from ..presets import get_preset
 from ..param import Param
 from . import Kernel, register
@@ -88,19 +100,63 @@ def check_tmax(tmax, ranks):
     return tmax
 
 
-def make_case(*, ranks, tmax, lanes, counts=None, seed=0):
-    """Random int32 inputs for one AG + RS: ``{"counts", "ag_in", "rs_in"}`` (lists).
+def make_case(*, ranks, tmax, lanes, counts=None, seed=0, dtype="int32"):
+    """Random inputs for one AG + RS: ``{"counts", "ag_in", "rs_in"}`` (lists).
 
-    ``ag_in[r]`` are rank r's own ``counts[r]`` rows; ``rs_in[r]`` its partials
-    of the whole padded buffer (``ranks * tmax`` rows).
+    ``ag_in[r]`` are rank r's own ``counts[r]`` rows (int32); ``rs_in[r]`` its partials
+    of the whole padded buffer (``ranks * tmax`` rows of ``lanes`` words): int32, or
+    for ``fp32``/``bf16`` the words' bits (uint32; bf16 two lanes a word, low half first)
+    of finite values of both signs over ``2**-20 .. 2**20``.
     """
     rng = np.random.default_rng(seed)
     if counts is None:
         counts = [tmax] * ranks
     counts = check_counts(counts, ranks, tmax)
+    check_dtype(dtype)
     ag_in = [rng.integers(-2**31, 2**31, size=(c, lanes), dtype=np.int64).tolist() for c in counts]
-    rs_in = rng.integers(-2**31, 2**31, size=(ranks, ranks * tmax, lanes), dtype=np.int64).tolist()
-    return {"counts": counts, "ag_in": ag_in, "rs_in": rs_in}
+    if dtype == "int32":
+        rs_in = rng.integers(-2**31, 2**31, size=(ranks, ranks * tmax, lanes), dtype=np.int64)
+    else:
+        per_word = 2 if dtype == "bf16" else 1
+        shape = (ranks, ranks * tmax, lanes * per_word)
+        x = (rng.choice([-1.0, 1.0], shape) * rng.uniform(1, 2, shape)
+             * 2.0 ** rng.integers(-20, 21, shape)).astype(np.float32)
+        rs_in = _pack(to_bits(x, dtype), dtype)
+    return {"counts": counts, "ag_in": ag_in, "rs_in": rs_in.tolist()}
+
+
+def _pack(lanes, dtype):
+    """32-bit words of lane bits (last axis; bf16: two lanes a word, low half first)."""
+    lanes = np.asarray(lanes, dtype=np.uint32)
+    return lanes[..., ::2] | lanes[..., 1::2] << 16 if dtype == "bf16" else lanes
+
+
+def _unpack(words, dtype):
+    """Lane bits of 32-bit ``words`` (last axis), the inverse of :func:`_pack`."""
+    words = np.asarray(words, dtype=np.uint32)
+    if dtype != "bf16":
+        return words
+    return np.stack([words & 0xFFFF, words >> 16], axis=-1).reshape(*words.shape[:-1], -1)
+
+
+def float_reference(case, *, ranks, tmax, dtype, mode):
+    """The floating-point shards: ``(out, terms)``. ``out[r]`` are rank r's rows (words) for
+    the ring (its fixed order, bit-exact) and ``None`` for INC (arrival order: checked with
+    the bound); ``terms[r]`` are the ``ranks`` partials (lane bits) of each of its rows."""
+    lanes = _unpack(case["rs_in"], dtype)               # (ranks, rows, lanes)
+    out, terms = [], []
+    for r in range(ranks):
+        rows = slice(r * tmax, r * tmax + case["counts"][r])
+        terms.append(lanes[:, rows])
+        if mode == "ring":                              # chain r+1, r+2, ..., r, each hop rounded
+            chain = [(r + 1 + k) % ranks for k in range(ranks)]
+            acc = lanes[chain[0], rows]
+            for q in chain[1:]:
+                acc = ordered_sum(np.stack([acc, lanes[q, rows]]), dtype)
+            out.append(_pack(acc, dtype).tolist())
+        else:
+            out.append(None)
+    return out, terms
 
 
 def check_counts(counts, ranks, tmax):
@@ -140,8 +196,9 @@ def _s32(v):
 class Agrs(Kernel):
     """One AG + one RS on an :class:`AgrsConfig` machine (module docstring).
 
-    Parameters (``params``): ``mode``, ``tmax``, ``lanes`` and ``slots``
-    shape the machine; ``counts`` (rows per rank, default ``tmax`` each),
+    Parameters (``params``): ``mode``, ``tmax``, ``lanes``, ``slots`` and
+    ``dtype`` (the RS lane type) shape the machine; ``counts`` (rows per rank,
+    default ``tmax`` each),
     ``seed``, ``concurrent`` (AG and RS at once) and ``barrier`` (a
     cross-rank barrier first, INC only) shape the operation.
     """
@@ -156,7 +213,9 @@ class Agrs(Kernel):
               Param("counts", None, "rows of each rank (unset: tmax each)"),
               Param("seed", 0, "row data seed", int, minimum=0),
               Param("concurrent", True, "AllGather and ReduceScatter at once", bool),
-              Param("barrier", False, "a cross-rank barrier first (INC only)", bool))
+              Param("barrier", False, "a cross-rank barrier first (INC only)", bool),
+              Param("dtype", "int32", "lane type of the ReduceScatter's sums (bf16: two lanes "
+                    "a word)", str, DTYPES))
     default_preset = "incmoe-testbed"
     default_max_cycles = 10_000_000
 
@@ -173,7 +232,7 @@ class Agrs(Kernel):
             raise UserError("agrs has no AIV cores: its endpoints are hardware traffic engines "
                             "(do not give --aivs)")
         config = AgrsConfig(p.name, ranks=topology[1], mode=params["mode"], tmax=params["tmax"],
-                            lanes=params["lanes"], slots=params["slots"])
+                            lanes=params["lanes"], slots=params["slots"], dtype=params["dtype"])
         check_tmax(config.tmax, config.ranks)
         check_bool("concurrent", params["concurrent"])
         check_bool("barrier", params["barrier"])
@@ -185,7 +244,7 @@ class Agrs(Kernel):
         """AG rows, RS partials and the control registers; returns the case (inputs)."""
         cfg = machine.config
         case = make_case(ranks=cfg.ranks, tmax=cfg.tmax, lanes=cfg.lanes, counts=params["counts"],
-                         seed=params["seed"])
+                         seed=params["seed"], dtype=cfg.dtype)
         mm = cfg.memory_map
         for r in range(cfg.ranks):
             for i, row in enumerate(case["ag_in"][r]):
@@ -200,7 +259,9 @@ class Agrs(Kernel):
         return case
 
     def check(self, machine, report, inputs):
-        """Every rank's gather buffer and reduced shard against :func:`reference`, bit for bit."""
+        """Every rank's gather buffer against :func:`reference`, bit for bit; its reduced
+        shard bit for bit (int32, and the ring's fixed order) or within the bound (INC
+        floating point; the module docstring)."""
         cfg = machine.config
         gathered, out = reference(inputs, ranks=cfg.ranks, tmax=cfg.tmax)
         mm = cfg.memory_map
@@ -210,15 +271,44 @@ class Agrs(Kernel):
                 got = [_s32(v) for v in machine.read_mem(r, machine.address(0, mm["ag"] + row), cfg.lanes)]
                 if got != want:
                     problems.append(f"rank {r}: gathered row {row} differs")
-            for i, want in enumerate(out[r]):
-                got = [_s32(v) for v in machine.read_mem(r, machine.address(0, mm["out"] + i), cfg.lanes)]
-                if got != want:
-                    problems.append(f"rank {r}: reduced row {i} differs")
+        shards = [[machine.read_mem(r, machine.address(0, mm["out"] + i), cfg.lanes)
+                   for i in range(inputs["counts"][r])] for r in range(cfg.ranks)]
+        extra = {}
+        if cfg.dtype == "int32":
+            for r in range(cfg.ranks):
+                for i, want in enumerate(out[r]):
+                    if [_s32(v) for v in shards[r][i]] != want:
+                        problems.append(f"rank {r}: reduced row {i} differs")
+        else:
+            extra = self._check_float(cfg, inputs, shards, problems)
         nbytes = cfg.ranks * max(inputs["counts"]) * machine.preset.block_bytes
         return {"correct": not problems, "problems": problems[:20] + (
                     [f"... {len(problems) - 20} more"] if len(problems) > 20 else []),
                 "errors": len(problems), "bytes": nbytes, "mode": cfg.mode,
-                "slot_stalls": report.counters["slot_stalls"][0]}
+                "slot_stalls": report.counters["slot_stalls"][0], **extra}
+
+    @staticmethod
+    def _check_float(cfg, inputs, shards, problems):
+        """Floating-point shards: exact (ring) or within the bound (INC); the verdict's
+        ``rule``, the largest error in ulps of the exact sum and its ratio to the bound."""
+        out, terms = float_reference(inputs, ranks=cfg.ranks, tmax=cfg.tmax, dtype=cfg.dtype,
+                                     mode=cfg.mode)
+        worst_ulps, worst_ratio = 0.0, 0.0
+        for r in range(cfg.ranks):
+            if not shards[r]:
+                continue
+            got = _unpack(shards[r], cfg.dtype)
+            if cfg.mode == "ring":
+                bad = [i for i, (g, w) in enumerate(zip(shards[r], out[r])) if list(g) != w]
+                problems += [f"rank {r}: reduced row {i} differs" for i in bad]
+            verdict = compare(got, terms[r], cfg.dtype,
+                              roundings=2 if cfg.dtype == "bf16" else 0)
+            if not verdict["ok"]:
+                problems.append(f"rank {r}: reduced rows beyond the error bound ({verdict})")
+            worst_ulps = max(worst_ulps, verdict["max_error_ulps"])
+            worst_ratio = max(worst_ratio, verdict["max_error_over_bound"])
+        return {"rule": "exact" if cfg.mode == "ring" else "bound",
+                "max_error_ulps": worst_ulps, "max_error_over_bound": worst_ratio}
 
     def summary(self, result):
         return [f"agrs {run.check['mode']} on {result.preset} [{result.backend}]: "

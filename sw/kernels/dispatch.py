@@ -38,15 +38,15 @@ a poll) or ``"hard"`` (the die's hardware barrier ``bar``, whose cost is the pre
 one copy into the UBuf and checked there; UBEP's reordering copies a token at once and checks
 its blocks' flags there) — and ``cumsum_scan`` (UBEP only): ``"redundant"`` or ``"split"``
 (the CalCumSum AIVs split the count scan; :func:`~epfabric.sw.ubep.ubep._split_scan`);
-``None`` is the preset's ``copies`` / ``cumsum_scan`` (issue 30; docs/concepts/time-model.md).
+``None`` is the preset's ``copies`` / ``cumsum_scan`` (docs/concepts/time-model.md).
 
-Launch skew (issue 30, a workload option, not fitted): with ``launch_skew_ns = t`` every
+Launch skew (a workload option, not fitted): with ``launch_skew_ns = t`` every
 dispatch program starts by spinning until its core has run ``d_r`` cycles, ``CTRL`` word 3 of
 its rank, which the host places: ``d_r`` drawn uniformly in ``[0, t]`` ns (converted by the
 preset) per rank from the run's seed (:func:`launch_delays`); the dispatch of a ``combine``
 run is delayed, the combine itself is not.
 
-Skewed routing (issue 30, workload options, not fitted): ``hot_layout`` puts the ``hot``
+Skewed routing (workload options, not fitted): ``hot_layout`` puts the ``hot``
 experts at spread ids (``"spread"``, default) or at ids ``0 .. hot - 1``
 (``"consecutive"``: one or two ranks take them all); ``zipf`` (with ``hot = 0``) draws
 expert ``e`` with weight ``(e + 1) ** -zipf`` (:func:`~epfabric.sw.routing.route`).
@@ -820,7 +820,7 @@ def link_line(links):
 
 
 def syncall_release_share(phases, cycles):
-    """The SyncAlls' own cost as a share of the run (issue 30's F4: UBEP §2.3's "SyncAll ... ≈ 15 %
+    """The SyncAlls' own cost as a share of the run (the calibration's F4: UBEP §2.3's "SyncAll ... ≈ 15 %
     of total execution time", measured from the last arrival to the release).
 
     Per die and SyncAll: the latest entry MARK of its AIVs to the earliest exit MARK (the time

@@ -174,7 +174,7 @@ def divmod_const(p, q, r, x, d, bound, tmp, shift=0):
 
 def copy_block(p, index):
     """The read of block ``index`` (0, 1, ...) of one copy: ``ldb`` for the first, which pays
-    the copy's start (the dies' ``read_extra`` knob), ``ldbc`` for the rest (issue 30: an
+    the copy's start (the dies' ``read_extra`` knob), ``ldbc`` for the rest (an
     Ascend MTE ``DataCopy`` moves a whole token, or table, for one start)."""
     return p.ldb if index == 0 else p.ldbc
 
@@ -310,7 +310,7 @@ def _send_experts(p, lay, rank, core, aivs, experts, tok_addr):
 
 
 def launch_delay(p, rank, lay):
-    """A die's launch skew (issue 30's workload option): spin until the core has run as many
+    """A die's launch skew (a workload option): spin until the core has run as many
     cycles as ``CTRL`` word 3 of its rank holds (host-placed data: 0 costs 5 cycles)."""
     p.li(14, lay.address(rank, lay.CTRL, 3))
     p.lw(5, 14, 0)

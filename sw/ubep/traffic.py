@@ -25,7 +25,7 @@ stores where (read from the programs, :mod:`.cann`, :mod:`.ubep`, :mod:`.combine
   UBEP's ``TCNT`` blocks, the reordering into ``OUT`` and the combine's ``YOUT`` are stores to
   the own die. So there are no metadata blocks, and every variant (``send_split``,
   ``mapping``, ``sync``, ``syncall``) moves the same blocks.
-* ``ubep-inc`` (issue 31's in-network system, hw/inc_switch.py, :mod:`.ubep_inc`): dispatch,
+* ``ubep-inc`` (the in-network system, hw/inc_switch.py, :mod:`.ubep_inc`): dispatch,
   one ``stbm`` per token block to the dies holding its experts (the own die's copy crosses no
   link), copied by the switches where the paths part: one copy on each sibling's direct link,
   one up the die's uplink for all dies outside its NPU, one up the tier-2 layer (the source's

@@ -402,7 +402,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, cumsum_aivs, mapping="tr
     rows = _Rows(lay, experts, n_tok)
     p = Program()
     if launch:
-        launch_delay(p, rank, lay)        # the die's launch skew (issue 30)
+        launch_delay(p, rank, lay)        # the die's launch skew
     for r in range(lay.route_blocks):              # the routing, into rows 0..: one copy
         p.li(12, rows.route + r * 512)
         p.li(14, lay.address(rank, lay.ROUTE + r))

@@ -1,4 +1,4 @@
-"""UBEP-INC: UBEP's kernels on switches that multicast and reduce (issue 31).
+"""UBEP-INC: UBEP's kernels on switches that multicast and reduce.
 
 The machine is :class:`~epfabric.hw.system.System` ``ep_inc`` (every superpod switch an
 :class:`~epfabric.hw.inc_switch.IncSwitch`; cores with ``stbm``/``stbr``). The kernels keep

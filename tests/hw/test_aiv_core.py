@@ -1,20 +1,24 @@
 """AIV core (hw/aiv_core.py): every instruction run on the core, cycle costs, three simulators.
 
-All programs of this file run in ONE testbench run per simulator (a module
-fixture), against the Python memory model of :mod:`epfabric.sim.tb.core_memory`.
+The programs of each core configuration (the plain core, ``inc``, ``ep``, ``fp``) run in ONE
+testbench run per simulator (a module fixture), against the Python memory model of
+:mod:`epfabric.sim.tb.core_memory`.
 """
 
 import random
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from epfabric.hw.aiv_core import AIVCore
+from epfabric.hw.aiv_fp import check_fp_params
 from epfabric.sim.tb.core_memory import MEM_LATENCY as L
 from epfabric.sim.tb.core_memory import run_programs
 from epfabric.sw.assembler import Program, assemble
 from epfabric.hw.isa import BY_MNEMONIC, address
 from epfabric.hw.validate import UserError
+from epfabric.sim.tb.fp_commands import EDGE_BF16, EDGE_F32, operand_pools, reference
 
 from rejected import rejected
 from utils import ComponentSpec, run, simulators
@@ -307,6 +311,7 @@ _add("fault", [0], {}, [])
 # a core without the units faults on them, like an unassigned opcode
 _add("no_inc_unit", assemble("li r1, 1\nincbar\nhalt"), {}, [])
 _add("no_cube_unit", assemble("cube r0, r0, r0, r0\nhalt"), {}, [])
+_add("no_fp_unit", assemble("li r1, 1\nli r2, 2\nvfadd r0, r0, r1, r0\nhalt"), {}, [])
 # last: the core stays stuck in its poll
 _add("hang", assemble(f"li r1, {OUT}\nli r2, 1\npoll r3, r1, r2, eq\nhalt"), {}, [],
      max_cycles=60)
@@ -456,9 +461,249 @@ def test_a_core_names_at_most_64_dies():
         rejected(AIVCore, **{**PARAMS, "ep": True, "ep_dies": 65})
 
 
+# --- floating-point vectors: a core built with fp=True ----------------------------------------
+#
+# Results are compared bit for bit with numpy: float32, ml_dtypes' bfloat16, and the
+# reference of sim/tb/fp_commands.py (the same, with the unit's canonical NaN). FP_SPEC has
+# full 512 B rows (every element modelled); FP_RATE_SPEC short rows, a unit slower than a beat
+# a cycle (at the most repeat_cycles its latency allows) and a fused multiply-add.
+
+FP_PARAMS = {**PARAMS, "ubuf_rows": 4, "data_bytes": 512, "fp": True, "fp_lanes": 4}
+FP_SPEC = ComponentSpec("epfabric.hw.aiv_core:AIVCore", FP_PARAMS)
+FP_RATE_PARAMS = {**PARAMS, "ubuf_rows": 4, "data_bytes": 64, "fp": True, "fp_lanes": 2,
+                  "fp_latency": 3, "fp_repeat_cycles": (3 + 1) * (64 // 2) + 1, "fp_fused": True}
+FP_RATE_SPEC = ComponentSpec("epfabric.hw.aiv_core:AIVCore", FP_RATE_PARAMS)
+FP_IN, FP_OUT = 0x1000, 0x8000      # input blocks, and where rows are stored; 0x200 apart
+ROW = 512                           # UBuf address of row 1
+FP_COST_LENGTHS = [0, 1, 4, 5, 128, 512, 513]   # 513 is clipped to the UBuf's 512 fp32 elements
+
+
+def _fp_unit(params):
+    """The core's floating-point unit parameters as the core resolves them (no core built)."""
+    return check_fp_params(lanes=params["fp_lanes"], latency=params.get("fp_latency"),
+                           repeat_cycles=params.get("fp_repeat_cycles"),
+                           fused=params.get("fp_fused", False), data_bytes=params["data_bytes"])
+
+
+def _fp_cost(params, length, extra=0):
+    unit = _fp_unit(params)
+    return AIVCore.fp_vector_cycles(min(length, 128 * params["ubuf_rows"]), unit["lanes"],
+                                    unit["latency"], unit["repeat_cycles"], extra)
+
+
+def _bf16_words(halves):
+    """32-bit words of bf16 elements (element 2k in the low half of word k)."""
+    h = np.asarray(halves, dtype=np.uint32)
+    return [int(w) for w in h[0::2] | h[1::2] << 16]
+
+
+def _blocks(base, *vectors):
+    """``{byte address: word}`` of ``vectors`` (lists of words), one 512 B block each."""
+    return {base + 0x200 * k + 4 * i: int(w) for k, v in enumerate(vectors)
+            for i, w in enumerate(v)}
+
+
+def _fp_operands():
+    """128 fp32 ``a`` and ``b`` (every EDGE_F32 value in ``a``, against edge values and
+    shaped random ones in ``b``), 256 bf16 ``h`` (EDGE_BF16, then the high halves of random
+    fp32) and scalars (0.5, a random one, the largest finite, the smallest normal, a NaN
+    with a payload, -0, -inf)."""
+    pa, pb, ps = operand_pools()
+    rng = np.random.default_rng(71)
+    edge = np.array(EDGE_F32, dtype=np.uint32)
+    a = np.concatenate([edge, pa[rng.integers(0, 4096, 128 - len(edge))]])
+    b = np.concatenate([edge[::-1], edge, pb[rng.integers(0, 4096, 128 - 2 * len(edge))]])
+    h = np.concatenate([np.array(EDGE_BF16, dtype=np.uint32),
+                        pa[rng.integers(0, 4096, 256 - len(EDGE_BF16))] >> 16])
+    scalars = [0x3F00_0000, int(ps[17]), 0x7F7F_FFFF, 0x0080_0000, 0x7FC1_2345, 0x8000_0000,
+               0xFF80_0000]
+    return a, b, h, scalars
+
+
+def _fp_out(k, words):
+    return {FP_OUT + 0x200 * k + 4 * i: int(w) for i, w in enumerate(words)}
+
+
+def _fp_arithmetic():
+    """The casts, vfadd, vfmuls and vfaxpy on FP_SPEC: ``{name: (program, memory, expected
+    memory, mnemonics)}``."""
+    a, b, h, scalars = _fp_operands()
+    mem = _blocks(FP_IN, a, b, _bf16_words(h), [FILL] * 128)
+    progs = {}
+    # 256 bf16 -> fp32 over rows 1..2; fp32 a -> bf16 onto row 0 (holding h) for 127 elements:
+    # words 0..62 and the low half of word 63, whose high half (element 127) becomes +0; the
+    # words after it keep h
+    p = Program().li(1, FP_IN).li(2, 256).li(3, ROW).li(4, 2 * ROW).li(5, 3 * ROW).li(6, 127)
+    p.li(9, FP_OUT).ldb(0, 1, 0x400).ldb(5, 1, 0).vfcastf(3, 0, 2).stb(3, 9, 0).stb(4, 9, 0x200)
+    p.vfcastb(0, 5, 6).stb(0, 9, 0x400).halt()
+    widened = reference("CAST_BF16_F32", h, 0, 0, fused=False)
+    narrowed = np.concatenate([reference("CAST_F32_BF16", a[:127], 0, 0, fused=False), [0],
+                               h[128:]])
+    progs["fp_cast"] = (p, mem, {**_fp_out(0, widened[:128]), **_fp_out(1, widened[128:]),
+                                 **_fp_out(2, _bf16_words(narrowed))}, ["vfcastf", "vfcastb"])
+    # a + b; then 37 elements onto a FILL row: words 37.. keep FILL (a partial last beat)
+    p = Program().li(1, FP_IN).li(2, 128).li(3, ROW).li(4, 2 * ROW).li(5, 3 * ROW).li(6, 37)
+    p.li(9, FP_OUT).ldb(0, 1, 0).ldb(3, 1, 0x200).ldb(5, 1, 0x600)
+    p.vfadd(4, 0, 2, 3).vfadd(5, 0, 6, 3).stb(4, 9, 0).stb(5, 9, 0x200).halt()
+    total = reference("ADD", a, 0, b, fused=False)
+    progs["fp_add"] = (p, mem, {**_fp_out(0, total), **_fp_out(1, [*total[:37], *[FILL] * 91])},
+                       ["vfadd"])
+    # a times each scalar, in place
+    p = Program().li(1, FP_IN).li(2, 128).li(3, ROW).li(9, FP_OUT)
+    want = {}
+    for k, sc in enumerate(scalars):
+        p.li(4, sc).ldb(3, 1, 0).vfmuls(3, 3, 2, 4).stb(3, 9, 0x200 * k)
+        want.update(_fp_out(k, reference("MULS", a, sc, 0, fused=False)))
+    progs["fp_muls"] = (p.halt(), mem, want, ["vfmuls"])
+    # acc = b; acc += a * s0; acc += b * s1, in order: each product rounded, then the sum
+    s0, s1 = scalars[1], 0xBF40_0000
+    p = Program().li(1, FP_IN).li(2, 128).li(3, ROW).li(4, 2 * ROW).li(9, FP_OUT)
+    p.li(5, s0).li(6, s1).ldb(0, 1, 0).ldb(3, 1, 0x200).ldb(4, 1, 0x200)
+    p.vfaxpy(4, 0, 2, 5).vfaxpy(4, 3, 2, 6).stb(4, 9, 0).halt()
+    acc = reference("AXPY", a, s0, b, fused=False)
+    progs["fp_axpy"] = (p, mem, _fp_out(0, reference("AXPY", b, s1, acc, fused=False)),
+                        ["vfaxpy"])
+    return progs
+
+
+def _fp_combine(k=3, n=128):
+    """One token's combine as CANN's kernel computes it: the fp32 sum set to 0 (its
+    ``Duplicate``: here the integer ``vmuls`` by r0 over the sum's 16-bit halves), then each
+    of ``k`` bf16 expert rows cast to fp32, times its fp32 weight and added into the sum in
+    order, and the sum cast to bf16; once with vfmuls + vfadd (stored to block 1) and once
+    with vfaxpy (block 0: the same bits). Expected: numpy float32 arithmetic, ml_dtypes'
+    bfloat16."""
+    rng = np.random.default_rng(3)
+    rows = rng.normal(0, 4, (k, n)).astype(ml_dtypes.bfloat16)
+    weights = rng.dirichlet(np.ones(k)).astype(np.float32)
+    total = np.zeros(n, dtype=np.float32)
+    for row, w in zip(rows, weights):
+        total = total + row.astype(np.float32) * w
+    want = _bf16_words(total.astype(ml_dtypes.bfloat16).view(np.uint16))
+    mem = _blocks(FP_IN, [0x3F80_0000] * 128, *(_bf16_words(r.view(np.uint16)) for r in rows))
+    # UBuf rows: 0 an expert row (bf16), 1 the product (fp32), 2 the sum (fp32), 3 the result
+    p = Program().li(1, FP_IN).li(2, n).li(3, ROW).li(4, 2 * ROW).li(5, 3 * ROW).li(9, FP_OUT)
+    p.li(7, 2 * n).ldb(4, 1, 0)                   # the sum's row holds 1.0s
+    for out, variant in ((0x200, "muls_add"), (0, "axpy")):
+        p.vmuls(4, 4, 7, 0)                       # sum = +0.0: 2n 16-bit halves times 0
+        for i, w in enumerate(weights):
+            p.li(6, int(w.view(np.uint32))).ldb(0, 1, 0x200 * (i + 1)).vfcastf(3, 0, 2)
+            if variant == "axpy":
+                p.vfaxpy(4, 3, 2, 6)
+            else:
+                p.vfmuls(3, 3, 2, 6).vfadd(4, 4, 2, 3)
+        p.vfcastb(5, 4, 2).stb(5, 9, out)
+    return p.halt(), mem, {**_fp_out(0, want), **_fp_out(1, want)}
+
+
+def _fp_costs():
+    """Cycle probes on FP_SPEC: ``csrr cycle`` before and after each instruction (1 apart
+    with nothing between): vfadd at each of FP_COST_LENGTHS, then the other four back to back
+    at length 5."""
+    p = Program().li(9, FP_OUT).li(3, ROW)
+    for k, length in enumerate(FP_COST_LENGTHS):
+        p.li(2, length).csrr(4, "cycle").vfadd(3, 0, 2, 0).csrr(5, "cycle")
+        p.sub(5, 5, 4).sw(5, 9, 4 * k)
+    p.li(2, 5).csrr(4, "cycle").vfcastf(3, 0, 2).vfcastb(3, 0, 2).vfmuls(3, 0, 2, 0)
+    p.vfaxpy(3, 0, 2, 0).csrr(5, "cycle").sub(5, 5, 4).sw(5, 9, 4 * len(FP_COST_LENGTHS))
+    return p.halt()
+
+
+def _fp_cost_expect(params, extra=0):
+    costs = [_fp_cost(params, n, extra) for n in FP_COST_LENGTHS]
+    return {FP_OUT + 4 * k: c + 1 for k, c in enumerate(costs + [4 * _fp_cost(params, 5, extra)])}
+
+
+def _fp_rate_programs():
+    """FP_RATE_SPEC: three instructions back to back, each paying its closed form (the unit's
+    rate credit is full again when the next begins); a fused vfaxpy over short rows."""
+    a, b, _h, scalars = _fp_operands()
+    nw = FP_RATE_PARAMS["data_bytes"] // 4       # 16 modelled words a row
+    progs = {}
+    p = Program().li(9, FP_OUT).li(2, 9).li(6, 64).li(7, 1).csrr(4, "cycle")
+    p.vfadd(0, 0, 2, 0).vfmuls(0, 0, 6, 0).vfaxpy(0, 0, 7, 0).csrr(5, "cycle").sub(5, 5, 4)
+    p.sw(5, 9, 0).halt()
+    cost = sum(_fp_cost(FP_RATE_PARAMS, n) for n in (9, 64, 1))
+    progs["fp_rate_cost"] = ({"words": p.assemble()}, {FP_OUT: cost + 1}, [])
+    # x (rows 0, 1) and acc (rows 2, 3) of 136 elements: row words 0..15 of elements 0..15
+    # and row+1 words 0..7 of elements 128..135; elements 16..127 are beyond the modelled
+    # 64 B (read 0, writes dropped). acc += x * s, rounded once; row 3's words 8.. keep FILL.
+    # Then 32 of acc to bf16 into row 1: elements 16..31 read 0 and become +0.
+    mem = _blocks(FP_IN, a[:nw], a[nw:2 * nw], b[:nw], [*b[nw:nw + 8], *[FILL] * 8])
+    s = scalars[1]
+    p = Program().li(1, FP_IN).li(3, ROW).li(4, 2 * ROW).li(5, 3 * ROW).li(9, FP_OUT)
+    for row, k in ((0, 0), (3, 1), (4, 2), (5, 3)):
+        p.ldb(row, 1, 0x200 * k)
+    p.li(2, 136).li(6, s).li(7, 32).vfaxpy(4, 0, 2, 6).vfcastb(3, 4, 7)
+    p.stb(4, 9, 0).stb(5, 9, 0x200).stb(3, 9, 0x400).halt()
+    x = np.concatenate([a[:nw], np.zeros(128 - nw, np.uint32), a[nw:nw + 8]])
+    acc = np.concatenate([b[:nw], np.zeros(128 - nw, np.uint32), b[nw:nw + 8]])
+    fused = reference("AXPY", x, s, acc, fused=True)
+    narrowed = reference("CAST_F32_BF16", fused[:32], 0, 0, fused=False)
+    progs["fp_rate_axpy"] = ({"words": p.assemble(), "memory": mem}, {
+        **_fp_out(0, fused[:nw]), **_fp_out(1, [*fused[128:136], *[FILL] * 8]),
+        **_fp_out(2, _bf16_words(narrowed))}, [])
+    assert not narrowed[16:].any()              # elements 16..31 were beyond the modelled row
+    return progs
+
+
+def _fp_programs():
+    progs = {name: ({"words": p.assemble(), "memory": mem}, want, covers)
+             for name, (p, mem, want, covers) in _fp_arithmetic().items()}
+    p, mem, want = _fp_combine()
+    progs["fp_combine"] = ({"words": p.assemble(), "memory": mem}, want, [])
+    words = _fp_costs().assemble()
+    progs["fp_cost"] = ({"words": words}, _fp_cost_expect(FP_PARAMS), [])
+    progs["fp_cost_extra"] = ({"words": words, "vector_extra": 5},
+                              _fp_cost_expect(FP_PARAMS, 5), [])
+    return progs
+
+
+FP_PROGRAMS = _fp_programs()
+FP_NAMES = list(FP_PROGRAMS)
+FP_RATE_PROGRAMS = _fp_rate_programs()
+
+
+@pytest.fixture(scope="module")
+def fp_results():
+    out, _ = run(FP_SPEC, run_programs, {"programs": [FP_PROGRAMS[n][0] for n in FP_NAMES]})
+    return dict(zip(FP_NAMES, out))
+
+
+@pytest.mark.parametrize("name", FP_NAMES)
+def test_fp_program_results(fp_results, name):
+    """Bit-exact results and closed-form cycle costs of the floating-point instructions."""
+    _check_words(name, fp_results[name], FP_PROGRAMS[name][1])
+
+
+def test_fp_rate_and_fused_programs():
+    names = list(FP_RATE_PROGRAMS)
+    out, _ = run(FP_RATE_SPEC, run_programs,
+                 {"programs": [FP_RATE_PROGRAMS[n][0] for n in names]})
+    for name, res in zip(names, out):
+        _check_words(name, res, FP_RATE_PROGRAMS[name][1])
+
+
+def test_fp_cycle_costs_closed_form():
+    """The closed form itself: one beat a cycle is ``B + latency + 1 + X``; a slower unit
+    spreads the beats ``repeat_cycles`` a repeat of ``64 // lanes``."""
+    assert AIVCore.fp_vector_cycles(0, 4, 10) == 1 + 10 + 1
+    assert AIVCore.fp_vector_cycles(5, 4, 10, extra=3) == 2 + 10 + 1 + 3
+    assert AIVCore.fp_vector_cycles(128, 4, 10, 16) == 32 + 10 + 1
+    # 2 lanes, 32 beats a repeat taking 129 cycles: beat n at floor(n * 129 / 32)
+    assert AIVCore.fp_vector_cycles(64, 2, 3, 129) == 31 * 129 // 32 + 3 + 2
+    assert _fp_unit(FP_PARAMS)["latency"] == 10      # one register per datapath step
+    assert _fp_unit(FP_RATE_PARAMS)["latency"] == 3
+
+
+def test_fp_instructions_fault_without_the_unit(pysim_results):
+    res = pysim_results["no_fp_unit"]
+    assert res["fault"] == 1 and res["pc"] == 2
+
+
 def test_every_instruction_runs_on_the_core():
     """The decoder is tested per instruction: fails when an instruction has no program."""
-    covered = {mn for table in (PROGRAMS, INC_PROGRAMS, EP_PROGRAMS)
+    covered = {mn for table in (PROGRAMS, INC_PROGRAMS, EP_PROGRAMS, FP_PROGRAMS)
                for _p, _e, covers in table.values() for mn in covers}
     assert covered == set(BY_MNEMONIC), sorted(set(BY_MNEMONIC) ^ covered)
 
@@ -630,6 +875,17 @@ def test_inc_core_same_on_icarus_and_verilator(hdl_simulator, inc_results):
     assert dict(zip(INC_NAMES, out)) == inc_results
 
 
+# Icarus in the normal suite; Verilator and native builds of the fp core are `slow`
+@pytest.mark.parametrize("hdl_simulator", simulators("icarus", "verilator", "native",
+                                                     slow=("verilator", "native")), indirect=True)
+def test_fp_core_same_on_icarus_and_verilator(hdl_simulator, fp_results):
+    """The floating-point programs: identical results and cycle counts to Amaranth's simulator
+    (which the tests above check against numpy and the closed form)."""
+    out, _ = run(FP_SPEC, run_programs, {"programs": [FP_PROGRAMS[n][0] for n in FP_NAMES]},
+                 simulator=hdl_simulator)
+    assert dict(zip(FP_NAMES, out)) == fp_results
+
+
 @pytest.mark.parametrize("kw, exc, match", [
     ({"core_id": 256}, ValueError, r"core_id must be in \[0, 255\], not 256"),
     ({"imem_depth": 100}, ValueError, r"imem_depth must be a power of two, not 100"),
@@ -643,6 +899,8 @@ def test_inc_core_same_on_icarus_and_verilator(hdl_simulator, inc_results):
     ({"imem_depth": 64.0}, TypeError, r"imem_depth must be an integer, not 64.0"),
     ({"data_bytes": 1024}, ValueError, r"data_bytes must be in \[32, 512\], not 1024"),
     ({"max_outstanding": None}, TypeError, r"max_outstanding must be an integer, not None"),
+    ({"fp": 1}, TypeError, r"fp must be a bool, not 1"),
+    ({"fp_lanes": 32}, ValueError, r"fp_lanes \* 32 must divide data_bytes \* 8"),
 ])
 def test_bad_parameters(kw, exc, match):
     with pytest.raises(exc, match=match):

@@ -11,11 +11,13 @@ import pytest
 from amaranth.lib.wiring import Out
 from amaranth.sim import Simulator
 
+from epfabric.hw.aiv_fp import FpSequencer
 from epfabric.hw.aiv_inc import IncUnit
 from epfabric.hw.aiv_lsu import LoadStoreUnit
 from epfabric.hw.aiv_scalar import ScalarUnit
 from epfabric.hw.aiv_vector import VectorSequencer
 from epfabric.hw.isa import INSTRUCTIONS, Opcode
+from rejected import rejected
 
 UBUF = {"ubuf_rows": 2, "data_bytes": 32}
 UNITS = {
@@ -23,6 +25,7 @@ UNITS = {
     "lsu": lambda: LoadStoreUnit(max_outstanding=7, ep=True, **UBUF),
     "vector": lambda: VectorSequencer(lanes=4, width=16, **UBUF),
     "inc": lambda: IncUnit(**UBUF),
+    "fp": lambda: FpSequencer(lanes=2, **UBUF),
 }
 #: instructions the core's FSM executes itself
 CORE_OPS = {"BAR", "MARK", "HALT"}
@@ -31,7 +34,8 @@ CORE_OPS = {"BAR", "MARK", "HALT"}
 def _ports(unit):
     """``(acts, driven)``: what shows the unit executes an instruction, and every signal it
     drives into the ports the core ORs together (its register and UBuf ports)."""
-    shared = [unit.reg_w] if hasattr(unit.reg_w, "en") else list(unit.reg_w)
+    reg_w = getattr(unit, "reg_w", [])             # the fp unit writes no register
+    shared = [reg_w] if hasattr(reg_w, "en") else list(reg_w)
     for name in ("ubuf_r", "ubuf_w"):
         port = getattr(unit, name, None)
         if port is not None:
@@ -108,7 +112,15 @@ def test_a_unit_drives_nothing_while_it_does_not_execute(claims):
      r"lanes \* width must be a multiple of 32"),
     (VectorSequencer, {"ubuf_rows": 3}, ValueError, r"ubuf_rows must be a power of two, not 3"),
     (IncUnit, {"data_bytes": 48}, ValueError, r"data_bytes must be a multiple of 32, not 48"),
+    (FpSequencer, {"lanes": 1}, ValueError, r"fp_lanes must be in \[2, 64\], not 1"),
+    (FpSequencer, {"lanes": 32}, ValueError, r"fp_lanes \* 32 must divide data_bytes \* 8"),
+    (FpSequencer, {"lanes": 2, "latency": 0}, ValueError, r"fp_latency must be in \[1, 64\]"),
+    (FpSequencer, {"lanes": 2, "repeat_cycles": 31}, ValueError,
+     r"fp_repeat_cycles must be in \[32, 4096\], not 31"),
+    (FpSequencer, {"lanes": 2, "latency": 3, "repeat_cycles": 130}, ValueError,
+     r"fp_repeat_cycles must be at most \(fp_latency \+ 1\) \* \(64 // fp_lanes\) \+ 1 = 129"),
+    (FpSequencer, {"fused": 1}, TypeError, r"fp_fused must be a bool, not 1"),
 ])
 def test_bad_parameters(make, kw, exc, match):
     with pytest.raises(exc, match=match):
-        make(**kw)
+        rejected(make, **kw)

@@ -3,7 +3,7 @@
 import random
 
 import pytest
-from amaranth.hdl import Module
+from amaranth.hdl import Fragment, Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
 
@@ -99,6 +99,7 @@ def illegal_words(seed=0):
 def test_slots_generated_from_the_table():
     assert set(SLOTS) == {"rd", "rs1", "rs2", "rs3", "ru", "imm", "cond", "csr", "ctr"}
     d = Decoder()
+    Fragment.get(d, None)
     assert len(d.imm) == 32 and all(len(getattr(d, r)) == 4 for r in ("rd", "rs1", "rs2", "rs3", "ru"))
     assert d.cond.shape() is Cond and d.csr.shape() is Csr
 

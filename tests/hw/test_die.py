@@ -289,6 +289,20 @@ def test_bad_parameters_name_themselves():
     assert die.rsp_depth == 3 * 2    # data answers only
 
 
+def test_fp_cores_only_when_asked():
+    """``fp=True`` builds every core with the floating-point instructions and the unit's shape;
+    the default builds the cores of before (the other fp parameters unused)."""
+    die = Die(aivs=2, data_bytes=64, fp=True, fp_lanes=8, fp_latency=5, fp_repeat_cycles=12)
+    Fragment.get(die, None)
+    assert [(c.fp, c.fp_lanes, c.fp_latency, c.fp_repeat_cycles, c.fp_fused)
+            for c in die.cores] == [(True, 8, 5, 12, False)] * 2
+    plain = Die(aivs=2, fp_lanes=64)
+    Fragment.get(plain, None)
+    assert not any(c.fp for c in plain.cores)
+    with pytest.raises(TypeError, match="fp must be a bool, not 1"):
+        rejected(Die, fp=1)
+
+
 def _state_of(fragment):
     """``(registers, write enables)`` of an elaborated design: every signal a clocked
     statement assigns, every clocked memory read port's data, every memory write enable."""

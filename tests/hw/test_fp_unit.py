@@ -15,6 +15,8 @@ import time
 
 import numpy as np
 import pytest
+from amaranth.hdl import Fragment
+from rejected import rejected
 
 from epfabric.hw.fp_lanes import F32
 from epfabric.hw.fp_unit import OP_FORMS, FpOp, FpUnit, lane_steps, register_points
@@ -254,6 +256,7 @@ def test_latency_and_repeat_rate(latency, repeat_cycles):
     `latency` cycles later; the last beat's result comes at FpUnit.cycles(beats)."""
     params = {"lanes": LANES, "latency": latency, "repeat_cycles": repeat_cycles}
     unit = FpUnit(**params)
+    Fragment.get(unit, None)                 # built to read its resolved timing
     n = 40
     beats = [beat("ADD", [i, 0, 0, 0], [0] * LANES, last=i == n - 1) for i in range(n)]
     out, _ = run(ComponentSpec("epfabric.hw.fp_unit:FpUnit", params), run_beats, {"beats": beats})
@@ -266,8 +269,11 @@ def test_latency_and_repeat_rate(latency, repeat_cycles):
 
 
 def test_latency_default_is_one_register_per_step():
-    assert FpUnit().latency == len(lane_steps(False)) == 10
-    assert FpUnit(fused=True).latency == len(lane_steps(True)) == 7
+    units = FpUnit(), FpUnit(fused=True)
+    for unit in units:
+        Fragment.get(unit, None)
+    assert units[0].latency == len(lane_steps(False)) == 10
+    assert units[1].latency == len(lane_steps(True)) == 7
 
 
 def test_register_points():
@@ -291,7 +297,7 @@ def test_register_points():
 ])
 def test_bad_parameters(kw, exc, match):
     with pytest.raises(exc, match=match):
-        FpUnit(**kw)
+        rejected(FpUnit, **kw)
 
 
 # --- the soak top: pysim cross-check, negative control, Verilator -------------------------

@@ -10,6 +10,8 @@ import pytest
 from amaranth.back import verilog
 
 from epfabric.hw.inc_engine import IncEngine, IncOp, inc_flit_layout, reduce_lanes
+from epfabric.hw.lane_arith import add_latency
+from epfabric.sw.lane_sums import ordered_sum, to_bits
 from rejected import rejected
 from utils import ComponentSpec, require_simulator, run
 
@@ -146,7 +148,7 @@ def test_reduce_lanes_rejects_other_dtypes():
     ({"ranks": 4, "tmax": 4, "slots": 6}, ValueError, r"slots must be a power of two, not 6"),
     ({"ranks": 4, "tmax": 4, "slots": 0}, ValueError, r"slots must be >= 1, not 0"),
     ({"ranks": 4, "tmax": 4, "slots": "4"}, TypeError, r"slots must be an integer, not '4'"),
-    ({"ranks": 4, "tmax": 4, "dtype": "bf16"}, ValueError, r"dtype must be 'int32'.*'bf16'"),
+    ({"ranks": 4, "tmax": 4, "dtype": "int16"}, ValueError, r"dtype must be 'int32'.*'int16'"),
 ])
 def test_engine_validation(params, exc, match):
     with pytest.raises(exc, match=match):
@@ -159,12 +161,103 @@ def test_flit_layout_has_message_header():
             "data"} <= set(fields)
 
 
-def test_verilog_export_lints_clean(tmp_path):
+@pytest.mark.parametrize("dtype", ["int32", "bf16"])
+def test_verilog_export_lints_clean(tmp_path, dtype):
+    """The registered engine, and with bf16 lanes (the floating-point pipeline and the bf16
+    widening and rounding), convert and lint clean."""
     require_simulator("verilator")
     from epfabric.sim.flows.lint import lint_file
     from epfabric.sim.flows.registry import build_component
     path = tmp_path / "inc_engine.v"
-    path.write_text(verilog.convert(build_component("inc_engine"), name="inc_engine",
-                                    emit_src=False))
+    path.write_text(verilog.convert(build_component("inc_engine", {"dtype": dtype}),
+                                    name="inc_engine", emit_src=False))
     ok, msg = lint_file(path)
     assert ok, msg
+
+
+def _spread_floats(rng, shape, dtype, binades):
+    """Finite values of both signs over ``2**-binades..2**binades``."""
+    x = (rng.choice([-1.0, 1.0], size=shape) * rng.uniform(1, 2, size=shape)
+         * 2.0 ** rng.integers(-binades, binades + 1, size=shape)).astype(np.float32)
+    return to_bits(x, dtype)
+
+
+def _words(lanes16, dtype):
+    """A flit's 32-bit words from its lanes (bf16: two a word, low half first)."""
+    if dtype == "bf16":
+        return [int(lo) | int(hi) << 16 for lo, hi in zip(lanes16[::2], lanes16[1::2])]
+    return [int(v) for v in lanes16]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_rs_float_sums_follow_the_arrival_order(dtype):
+    """fp32 and bf16 RS contributions offered in a different source order per chunk: each
+    result is bit for bit the fp32 sum in the order the engine took them, from ``-0``
+    (bf16: rounded once, when it leaves). For fp32 the data are such that another
+    order gives another result (the test sees the order); a bf16 result hides the order
+    unless two fp32 sums straddle a bf16 rounding boundary, which
+    :func:`test_rs_bf16_order_shows_through_a_tie` builds."""
+    per_word = 2 if dtype == "bf16" else 1
+    rng = np.random.default_rng(5)
+    root, chunks = 2, 4
+    srcs = [s for s in range(N) if s != root]
+    vals = _spread_floats(rng, (N, chunks, LANES * per_word), dtype, 12)
+    orders = [list(rng.permutation(srcs)) for _ in range(chunks)]
+    fl = [flit(IncOp.RS.value, s, root, c, _words(vals[s, c], dtype))
+          for c in range(chunks) for s in orders[c]]
+    spec = ComponentSpec(SPEC.factory, {**SPEC.params, "dtype": dtype})
+    outs, _ = run(spec, engine_intent, {"flits": fl, "expect": chunks})
+    assert sorted(o["chunk"] for o in outs) == list(range(chunks))
+    differs = False
+    for o in outs:
+        c = o["chunk"]
+        want = ordered_sum(vals[orders[c], c], dtype, start=-0.0)
+        assert o["data"] == _words(want, dtype), (c, o["data"], _words(want, dtype))
+        differs |= bool((ordered_sum(vals[orders[c][::-1], c], dtype) != want).any())
+    assert differs or dtype == "bf16"
+
+
+def test_rs_bf16_order_shows_through_a_tie():
+    """Six ranks, root 0: 2**25, 2**17 and three 1.5 (bf16). In that order the fp32 sum
+    is 2**25 + 2**17 (each 1.5 is below half an fp32 ulp and lost), a bf16 tie, rounded to
+    even: 2**25 (0x4C00). The 1.5s first make 4.5, and the sum rounds to 2**25 + 2**17 + 4,
+    past the tie: 2**25 + 2**18 (0x4C01). The engine gives each order's result."""
+    n = 6
+    spec = ComponentSpec(SPEC.factory, {**SPEC.params, "ranks": n, "dtype": "bf16"})
+    terms = {1: 0x4C00, 2: 0x4800, 3: 0x3FC0, 4: 0x3FC0, 5: 0x3FC0}
+
+    def rs(src, chunk):
+        return {"dst": n, "src": src, "op": IncOp.RS.value, "root": 0, "epoch": 1,
+                "offset": chunk, "length": TMAX, "chunk": chunk, "compl": 0,
+                "data": [terms[src], 0]}
+
+    fl = [rs(s, 0) for s in (1, 2, 3, 4, 5)] + [rs(s, 1) for s in (3, 4, 5, 2, 1)]
+    outs, _ = run(spec, engine_intent, {"flits": fl, "expect": 2})
+    assert {o["chunk"]: o["data"][0] & 0xFFFF for o in outs} == {0: 0x4C00, 1: 0x4C01}
+    for chunk, order in ((0, (1, 2, 3, 4, 5)), (1, (3, 4, 5, 2, 1))):
+        want = {0: 0x4C00, 1: 0x4C01}[chunk]
+        assert ordered_sum([terms[s] for s in order], "bf16", start=-0.0) == want
+
+
+def test_a_float_contribution_holds_the_engine_for_the_sum():
+    """A floating-point RS contribution occupies the engine ``1 + add_latency`` cycles (it is
+    taken, summed, written): a chunk of three contributions offered back to back leaves
+    ``3 * latency`` cycles after the int32 engine sends it, with 1 + 2 + 3 = 6."""
+    lat = add_latency("fp32")
+    fl = [flit(IncOp.RS.value, s, 0, 0, (0x3F80_0000 * (s == 1) + 0x4000_0000 * (s == 2)
+                                         + 0x4040_0000 * (s == 3), 0)) for s in (1, 2, 3)]
+    int_outs, _ = run(SPEC, engine_intent, {"flits": fl, "expect": 1})
+    spec = ComponentSpec(SPEC.factory, {**SPEC.params, "dtype": "fp32"})
+    fp_outs, _ = run(spec, engine_intent, {"flits": fl, "expect": 1})
+    assert fp_outs[0]["cycle"] == int_outs[0]["cycle"] + 3 * lat
+    assert fp_outs[0]["data"] == [0x40C0_0000, 0]
+
+
+def test_rs_float_nan_and_infinity():
+    """An infinity and a NaN among the contributions: the infinity, and the canonical NaN."""
+    inf, nan, one = 0x7F80_0000, 0xFFC1_2345, 0x3F80_0000
+    fl = [flit(IncOp.RS.value, s, 0, 0, (inf if s == 1 else one, nan if s == 3 else one))
+          for s in (1, 2, 3)]
+    spec = ComponentSpec(SPEC.factory, {**SPEC.params, "dtype": "fp32"})
+    outs, _ = run(spec, engine_intent, {"flits": fl, "expect": 1})
+    assert outs[0]["data"] == [inf, 0x7FC0_0000]

@@ -158,3 +158,79 @@ def test_bad_parameters_are_named():
     with pytest.raises(UserError, match="window 64 needs 6 bits of addr.block"):
         rejected(ReduceUnit, payload=inc_payload(4, block_bits=4), subtree=[0] * 4, window=64)
     assert inc_fields(6) == {"mcast": 1, "red": 1, "mask": 6, "count": 3}
+
+
+def _float_queues(queues, dtype, seed):
+    """``queues`` with each contribution's lanes replaced by random finite ``dtype`` values
+    of both signs over 2**-20..2**20; returns the queues and ``{(dst, block): terms}``."""
+    import numpy as np
+    from epfabric.sw.lane_sums import to_bits
+    rng = np.random.default_rng(seed)
+    bits = 32 if dtype == "fp32" else 16
+    lanes = (256 - HEADER) // bits
+    terms, out = {}, []
+    for q in queues:
+        new = []
+        for f in q:
+            if f["red"]:
+                x = (rng.choice([-1.0, 1.0], lanes) * rng.uniform(1, 2, lanes)
+                     * 2.0 ** rng.integers(-20, 21, lanes)).astype(np.float32)
+                v = to_bits(x, dtype)
+                terms.setdefault((f["dst"], f["addr"]["block"]), []).append(v)
+                data = f["data"] & ((1 << HEADER) - 1)
+                for k, w in enumerate(v):
+                    data |= int(w) << (HEADER + bits * k)
+                f = dict(f, data=data)
+            new.append(f)
+        out.append(new)
+    return out, {k: np.array(v) for k, v in terms.items()}
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_float_reductions_are_within_the_bound(dtype):
+    """The reduction traffic of :func:`test_reductions_release_once_with_the_exact_sum` with
+    floating-point lanes, under stalls: the order of a group's contributions is the
+    arbiter's, so each result is checked against the exact sum with the any-order bound
+    (:func:`~epfabric.sw.lane_sums.compare`: ``(n - 1)`` fp32 roundings, one bf16)."""
+    import numpy as np
+    from epfabric.sw.lane_sums import compare
+    queues, want = reductions(random.Random(11), 20)
+    fq, terms = _float_queues(queues, dtype, 4)
+    args = {"rounds": [fq], "cycles": 400, "ranks": RANKS, "counters": COUNTERS, "seed": 3}
+    res, _ = run(spec(dtype=dtype), traffic_intent, args)
+    assert res["left"] == [0]
+    assert res["counters"]["o_errors"] == 0 and res["counters"]["o_open"] == 0
+    bits = 32 if dtype == "fp32" else 16
+    lanes = (256 - HEADER) // bits
+    checked = 0
+    for p, flits in enumerate(res["got"][0]):
+        for f in flits:
+            t = terms[(p, f["block"])]
+            got = np.array([(f["data"] >> (HEADER + bits * k)) & ((1 << bits) - 1)
+                            for k in range(lanes)], dtype=np.uint32)
+            verdict = compare(got, t, dtype)
+            assert verdict["ok"], (p, f["block"], verdict)
+            checked += 1
+    assert checked == len(want)
+
+
+@pytest.mark.slow
+def test_the_planar_form_of_a_float_switch_is_the_same_switch():
+    """fp32 lanes: the planar form (64-bit planes: two of header, two of two lanes; the data
+    planes follow the control's pipeline through ``radvance``) delivers every flit in the
+    cycle, with the bits, of the switch on Amaranth's simulator."""
+    from epfabric.hw.inc_switch import PlanarStarIncSwitch
+    rng = random.Random(8)
+    mq, _ = multicast_queues(rng, RANKS, 8)
+    rq, _ = reductions(rng, 12)
+    fq, _ = _float_queues(rq, "fp32", 6)
+    queues = [a + b for a, b in zip(mq, fq)]
+    args = {"rounds": [queues], "cycles": 300, "ranks": RANKS, "counters": COUNTERS, "seed": 6}
+    ref = run(spec(dtype="fp32"), traffic_intent, args)
+    assert ref[0]["left"] == [0] and ref[0]["counters"]["o_released"] > 0
+    planar = ComponentSpec("epfabric.hw.inc_switch:PlanarStarIncSwitch",
+                           {**spec(dtype="fp32").params, "plane_bits": 64})
+    assert [m for _lo, _w, m in PlanarStarIncSwitch.planar_of(**planar.params)._planes("p")] == \
+        ["p_dp64h64", "p_dp64h64", "p_dp64", "p_dp64"]
+    require_simulator("icarus")
+    assert run(planar, traffic_intent, args, simulator="icarus") == ref

@@ -61,6 +61,16 @@ def test_vcomp_streams_compare_masks():
     assert encode("vcomp", 5, 0, 14, 4, "eq") == 46 | 5 << 6 | 0 << 10 | 14 << 14 | 4 << 18
 
 
+def test_fp_instructions_name_their_fp_unit_operation():
+    """The floating-point instructions (opcodes 58..62, the fp unit's): an FpOp each."""
+    fp = {i.mnemonic: (i.opcode, i.fop) for i in INSTRUCTIONS if i.unit == "fp"}
+    assert fp == {"vfcastf": (58, isa.FpOp.CAST_BF16_F32), "vfcastb": (59, isa.FpOp.CAST_F32_BF16),
+                  "vfadd": (60, isa.FpOp.ADD), "vfmuls": (61, isa.FpOp.MULS),
+                  "vfaxpy": (62, isa.FpOp.AXPY)}
+    assert all(i.fop is None for i in INSTRUCTIONS if i.unit != "fp")
+    assert encode("vfaxpy", 4, 3, 2, 6) == 62 | 4 << 6 | 3 << 10 | 2 << 14 | 6 << 18
+
+
 def test_decode_rejects_unassigned_opcodes():
     for op in [0, RESERVED["inc"][0], RESERVED["cube"][1]]:
         with pytest.raises(ValueError, match=f"unassigned opcode {op}"):

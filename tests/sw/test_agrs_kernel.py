@@ -36,7 +36,7 @@ def test_registered_with_its_defaults():
     assert KERNELS["agrs"] is KERNEL
     assert KERNEL.default_preset == "incmoe-testbed"
     assert set(KERNEL.defaults) == {"mode", "tmax", "lanes", "slots", "counts", "seed",
-                                    "concurrent", "barrier"}
+                                    "concurrent", "barrier", "dtype"}
     (cfg,) = KERNEL.configs("incmoe-testbed")
     assert cfg == AgrsConfig("incmoe-testbed", ranks=4, mode="inc", tmax=4, lanes=2, slots=16)
     assert cfg.kind == "agrs" and cfg.topology == ("star", 4)
@@ -149,3 +149,21 @@ def test_largest_layout_that_fits_is_accepted():
         assert KERNEL.configs("tiny", ("star", n), None, {"tmax": t})[0].tmax == t
         assert check_fits("S", max_bytes("tiny", n), preset="tiny", ranks=n) == t * n * 512
     assert (max_tmax(4), max_tmax(8)) == (466033, 246723)
+
+
+@pytest.mark.parametrize("dtype, mode", [
+    ("fp32", "inc"), pytest.param("bf16", "ring", marks=pytest.mark.slow),
+    pytest.param("bf16", "inc", marks=pytest.mark.slow)])
+def test_a_float_reduce_scatter_is_checked_by_its_order(dtype, mode):
+    """Floating-point RS on the small machine: the INC engine's shards within the any-order
+    bound (arrival order), the ring's bit-exact in the ring's order; the verdict names the
+    rule and the largest error (in ulps of the exact sum, and as a share of the bound)."""
+    result = run_kernel("agrs", backend("pysim"), preset="tiny", topology=("star", 4),
+                        params={**SMALL, **CASE, "dtype": dtype, "mode": mode}, max_cycles=5000)
+    assert result.correct, result.problems
+    (run,) = result.runs
+    assert run.check["rule"] == ("exact" if mode == "ring" else "bound")
+    assert 0 <= run.check["max_error_over_bound"] <= 1 and run.check["max_error_ulps"] >= 0
+    case = make_case(ranks=4, tmax=2, lanes=1, counts=CASE["counts"], seed=11, dtype=dtype)
+    words = np.array(case["rs_in"], dtype=np.int64)
+    assert words.shape == (4, 8, 1) and 0 <= words.min() and words.max() < 2**32

@@ -103,10 +103,32 @@ def test_watchdog_names_waiting_cores_and_addresses():
     ({"data_bytes": 48}, ValueError, "data_bytes must be a multiple of 32, not 48"),
     ({"lanes": 2.0}, TypeError, "lanes must be an integer, not 2.0"),
     ({"sample_depth": -1}, ValueError, r"sample_depth must be in \[0, 65535\], not -1"),
+    ({"ep_dtype": "fp32"}, ValueError, r"ep_dtype='fp32' needs ep_window"),
+    ({"ep_window": 8, "ep_dtype": "fp16"}, ValueError, r"dtype must be a lane type"),
 ])
 def test_bad_configuration_names_the_parameter(kw, exc, match):
     with pytest.raises(exc, match=match):
         MachineConfig(**kw)
+
+
+def test_the_in_network_lane_type_reaches_the_switches_and_only_when_set():
+    """``ep_dtype`` goes into ``System(ep_inc=...)`` (every ``IncSwitch``); at its default
+    the specification, and so the Verilog and the builds, are what they were."""
+    from amaranth.hdl import Fragment
+    from epfabric.sw.config import AgrsConfig
+    from epfabric.sw.tops import aiv_system
+    assert "ep_dtype" not in MachineConfig(ep_window=8).to_dict()
+    for extra, ep_inc in (({}, {"window": 8}),
+                          ({"ep_dtype": "bf16"}, {"window": 8, "dtype": "bf16"})):
+        top = aiv_system(**MachineConfig(ep_window=8, **extra).to_dict())
+        Fragment.get(top, None)                 # the switches it reads are built to be used
+        assert top.ep_inc == ep_inc
+        assert {sw.unit.dtype for sw in top.fabric.switches.values()} == \
+            {ep_inc.get("dtype", "int16")}
+    assert "dtype" not in AgrsConfig().to_dict()
+    assert AgrsConfig(dtype="fp32").to_dict()["dtype"] == "fp32"
+    with pytest.raises(ValueError, match=r"dtype must be 'int32', 'fp32' or 'bf16'"):
+        AgrsConfig(dtype="int16")
 
 
 def test_bad_calls_are_rejected_early():

@@ -1,4 +1,4 @@
-"""Issue 31's question: what if the superpod's UB switches multicast and reduce?
+"""The in-network question: what if the superpod's UB switches multicast and reduce?
 
 Each point runs the ``combine`` kernel (a dispatch, the stand-in experts, the combine) of
 CANN EP, UBEP and UBEP-INC (:mod:`epfabric.sw.ubep.ubep_inc`) on one machine whose switches
@@ -51,7 +51,7 @@ class IncEp(Experiment):
     title = ("dispatch and combine latency and tier-2 bytes of CANN, UBEP and UBEP-INC "
              "(in-network multicast and reduction) by token size")
     paper = ""
-    headline = ("issue 31: a token crosses each link towards its experts once; the combine's "
+    headline = ("a token crosses each link towards its experts once; the combine's "
                 "rows are summed where their paths meet")
     params = (Param("preset", "cm384", "preset", str),
               Param("backend", "verilator", "simulator", str, SIMULATORS),
@@ -170,7 +170,7 @@ class IncEp(Experiment):
                 ax.set_xlabel("blocks per token")
                 ax.set_title(f"{n} dies: {what}", fontsize=8)
                 ax.legend(fontsize=6)
-        save(fig, path, "issue 31: in-network EP (model only; no paper figure)")
+        save(fig, path, "in-network EP (model only; no paper figure)")
 
 
 EXPERIMENT = register(IncEp())

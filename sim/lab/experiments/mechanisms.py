@@ -1,6 +1,6 @@
 """Micro-benchmarks that pin one timing mechanism each, alone (``epfabric reproduce mechanisms``).
 
-Issue 30's calibration adds mechanisms the paper's numbers imply and the model
+The calibration adds mechanisms the paper's numbers imply and the model
 lacked; each gets a micro-benchmark here that measures it without the kernels
 around it, next to its closed form, so a mechanism that is removed or broken
 shows as a wrong row (tests/sim/test_mechanisms.py, and mutations).
@@ -321,7 +321,7 @@ class Mechanisms(Experiment):
 
     name = "mechanisms"
     title = "each calibrated timing mechanism alone, against its closed form"
-    paper = "UBEP §3.3 (per-AIV network delay), issue 30"
+    paper = "UBEP §3.3 (per-AIV network delay)"
     headline = "a sender holds a staging buffer until its block's remote write completes"
     params = (
         Param("preset", "cm384", "machine preset", str),

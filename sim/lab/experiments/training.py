@@ -1,4 +1,4 @@
-"""Issue 30's training set: the five paper numbers a cm384 preset is fitted to, at given knobs.
+"""The calibration's training set: the five paper numbers a cm384 preset is fitted to, at given knobs.
 
 ``epfabric calibrate --fit`` (:mod:`epfabric.sim.lab.fit`) fits the timing
 knobs of ``cm384-ascend`` (store window, die injection, read start, SyncAll cost;
@@ -141,7 +141,7 @@ class Training(Experiment):
 
     name = "training"
     title = "The calibration's training targets F1-F5 at a preset's timing knobs"
-    paper = "UBEP Table 4, Fig. 3b, §2.3, Fig. 14 (issue 30's training set)"
+    paper = "UBEP Table 4, Fig. 3b, §2.3, Fig. 14 (the calibration's training set)"
     headline = ("CANN 103 us at 16 ranks, +17 us at 32; T8/T48 1.87; SyncAll 15 %; "
                 "C=1 33.7 us over C=4 at 128 ranks, BS 8")
     params = (Param("preset", "cm384", "preset (its knobs unless given below)", str),

@@ -1,4 +1,4 @@
-"""CANN EP vs UBEP dispatch runs for the UBEP experiments (issue 15): one machine per shape.
+"""CANN EP vs UBEP dispatch runs for the UBEP experiments: one machine per shape.
 
 Every UBEP figure of this package (``fig3b``, ``fig7a``, ``fig7b``, ``fig7c``,
 ``fig8``, ``fig13``, ``fig14``) runs the ``dispatch`` kernel

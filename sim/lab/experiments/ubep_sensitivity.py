@@ -5,7 +5,7 @@ kernel and of UBEP on the same routing, one swept parameter per figure, the
 improvement ``(T_CANN − T_UBEP) / T_CANN`` and the split of each run into
 A2A (the longest per-AIV Token-Sending) and BSP-cost (the rest):
 :mod:`.ubep_runs`. Reduced scale (docs/spec/kernels.md §3): ranks are 4–16 dies of 8
-AIVs (32 does not build in reasonable time here, issue 13), top-8, B_tok 2,
+AIVs (32 does not build in reasonable time here), top-8, B_tok 2,
 and "one expert per die at 128 ranks" is emulated with several experts per
 die where the figure varies E. The paper's y-axes aggregate unstated
 quantities, so only percentages are compared (docs/spec/kernels.md §1.9).

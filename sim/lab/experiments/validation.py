@@ -1,4 +1,4 @@
-"""Issue 30's held-out comparisons, with a preset's parameters frozen (``reproduce validation``).
+"""The calibration's held-out comparisons, with a preset's parameters frozen (``reproduce validation``).
 
 The fit (``epfabric calibrate --fit``, :mod:`epfabric.sim.lab.fit`) sees only the
 training set F1–F5 (:mod:`.training`); every comparison here is held out. Each
@@ -150,7 +150,7 @@ class Validation(Experiment):
     """One point per (item, seed, point of the item's grid); rows are the item's own rows."""
 
     name = "validation"
-    title = "Issue 30's held-out comparisons with the preset's parameters frozen"
+    title = "The calibration's held-out comparisons with the preset's parameters frozen"
     paper = "UBEP Table 4, Fig. 3b, 7a, 7c, 8, 9, 10, 13, 14"
     headline = "the held-out figures of the fitted model against the paper, each at its tolerance"
     params = (Param("preset", "", "preset (default cm384-fit where it exists, else cm384)", str),

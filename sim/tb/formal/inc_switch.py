@@ -1,4 +1,4 @@
-"""Formal harnesses of the in-network switch (issue 31): multicast delivery and reduction sums.
+"""Formal harnesses of the in-network switch: multicast delivery and reduction sums.
 
 Both drive a :class:`~epfabric.hw.inc_switch.StarIncSwitch` of 3 dies (3 ports and the
 reduction engine's) with arbitrary flits on every input in every cycle and arbitrary
@@ -53,7 +53,7 @@ def _free_inputs(m, dut):
 
 def _dut(depth):
     return StarIncSwitch(ranks=RANKS, depth=depth, window=2, data_bits=DATA, header_bits=0,
-                         lane_bits=LANE, counter_width=2)
+                         dtype=f"int{LANE}", counter_width=2)
 
 
 class MulticastScoreboard(Harness):
