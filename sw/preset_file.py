@@ -69,8 +69,10 @@ def digest(preset):
 def read_preset(ref):
     """The preset of machine file ``ref`` (a path, or a reference ``path#DIGEST``), named by its
     reference; ``UserError`` naming the file and the field on anything wrong."""
-    match = _REF.match(os.fspath(ref))
     text = os.fspath(ref)
+    match = _REF.match(text)
+    if not match:
+        raise UserError(f"preset file {text}: a machine file's name ends in {SUFFIX}")
     if text in _LOADED:
         return _LOADED[text]
     path = Path(match["path"]).expanduser().resolve()
