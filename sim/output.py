@@ -92,30 +92,53 @@ def check_output(path, option):
         return None
     path = Path(path)
     parent = path.resolve().parent
-    if path.is_dir():
-        raise UserError(f"{option} {str(path)!r} is a folder, not a file")
-    if not parent.is_dir():
-        raise UserError(f"{option} {str(path)!r}: folder {str(parent)!r} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise UserError(f"{option} {str(path)!r}: folder {str(parent)!r} is not writable")
+    try:
+        if path.is_dir():
+            raise UserError(f"{option} {str(path)!r} is a folder, not a file")
+        if not parent.is_dir():
+            raise UserError(f"{option} {str(path)!r}: folder {str(parent)!r} does not exist")
+        _writable(option, path, parent)
+    except OSError as exc:          # a name the file system refuses (too long)
+        raise UserError(f"{option} {str(path)!r}: {exc.strerror or exc}") from None
     return path
 
 
 def check_output_dir(path, option):
-    """Raise ``UserError`` naming ``option`` unless folder ``path`` exists or can be created."""
+    """Raise ``UserError`` naming ``option`` unless folder ``path`` exists or can be created
+    (its first missing folder is made and removed again)."""
     if path is None:
         return None
+    if not str(path):
+        raise UserError(f"{option} must name a folder, not ''")
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise UserError(f"{option} {str(path)!r} is a file, not a folder")
-    existing = path.resolve()
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UserError(f"{option} {str(path)!r}: {str(existing)!r} is a file, not a folder")
-    if not os.access(existing, os.W_OK):
-        raise UserError(f"{option} {str(path)!r}: folder {str(existing)!r} is not writable")
+    try:
+        if path.exists() and not path.is_dir():
+            raise UserError(f"{option} {str(path)!r} is a file, not a folder")
+        existing, missing = path.resolve(), None
+        while not existing.exists():
+            existing, missing = existing.parent, existing
+        if not existing.is_dir():
+            raise UserError(f"{option} {str(path)!r}: {str(existing)!r} is a file, not a folder")
+        _writable(option, path, existing)
+        if missing is not None:
+            missing.mkdir()
+            missing.rmdir()
+    except OSError as exc:          # a name too long, a folder the file system refuses
+        raise UserError(f"{option} {str(path)!r}: cannot create this folder "
+                        f"({exc.strerror or exc})") from None
     return path
+
+
+def _writable(option, path, folder):
+    """``UserError`` unless a file can be made in ``folder``: one is made and removed, as the
+    file system says, not guessed from permission bits (which ``/proc``, a read-only mount or
+    root do not tell)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise UserError(f"{option} {str(path)!r}: folder {str(folder)!r} is not writable "
+                        f"({exc.strerror or exc})") from None
 
 
 def _umask():

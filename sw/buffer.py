@@ -74,7 +74,8 @@ class Buffer:
         ``epfabric.sim.backends.machine.backend(name)``.
     preset, topology, aivs
         The machine (default: cm384, the dispatch kernel's default shape, 4 AIVs per die);
-        ``topology`` is a tuple ``("superpod", 2, 2, 1)`` or its string
+        ``preset`` is a preset's name or the path of a machine file ``FILE.toml``
+        (:mod:`epfabric.sw.preset_file`); ``topology`` is a tuple ``("superpod", 2, 2, 1)`` or its string
         ``"superpod:2,2,1"``.
     batch, topk, experts, hidden_blocks
         The shape of every call (BS tokens per rank, k, E, 512 B blocks per token;

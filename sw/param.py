@@ -1,7 +1,7 @@
 """Parameters: one declaration (:class:`Param`) for a kernel's, an experiment's and a preset's.
 
 A :class:`Param` names a parameter, its default and its help, and says what a value
-must be (a type, one of a few choices, a minimum). The same declaration serves
+must be (a type, one of a few choices, a range and its unit). The same declaration serves
 
 * the kernels (:attr:`epfabric.sw.kernels.Kernel.params`): ``epfabric run`` makes an
   option of each (``--system``, ``--batch``), lists its help, choices and every
@@ -9,13 +9,15 @@ must be (a type, one of a few choices, a minimum). The same declaration serves
   (:meth:`Param.values`);
 * the experiments (:attr:`epfabric.sim.lab.experiments.Experiment.params`);
 * the presets' fields (:func:`param`: a dataclass field whose metadata is its
-  :class:`Param`, :func:`params_of` reads them back named).
+  :class:`Param`, :func:`params_of` reads them back named); a machine file
+  (:mod:`epfabric.sw.preset_file`) is read and written from them, units and ranges included.
 
 :meth:`Param.check` validates a value with the messages of :mod:`epfabric.hw.validate`
 (``UserError``/``UserTypeError`` naming the parameter and the value).
 """
 
 import ast
+import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 from ..hw.validate import UserError, UserTypeError, check_bool, check_choice, check_int
@@ -45,6 +47,13 @@ class Param:
     sequence : bool
         A value is a sequence: on the command line ``1,5,2`` is one value, and ``;``
         separates the values of a list.
+    maximum : number or None
+        The greatest value (``int``/``float`` only).
+    unit : str or None
+        The value's physical unit (``"ns"``, ``"GB/s"``, ``"bytes"``); ``None``: a count or a
+        name, no unit.
+    positive : bool
+        The value must be above :attr:`minimum` (a time or a rate: ``minimum`` 0, excluded).
     """
     name: str
     default: object
@@ -53,6 +62,21 @@ class Param:
     choices: tuple = None
     minimum: float = None
     sequence: bool = False
+    maximum: float = None
+    unit: str = None
+    positive: bool = False
+
+    def range_text(self):
+        """The values a number takes, with the unit: ``>= 1``, ``in (0, 100000] ns``."""
+        lo, hi = self.minimum, self.maximum
+        if self.positive:
+            lo = 0 if lo is None else lo
+        unit = f" {self.unit}" if self.unit else ""
+        if lo is not None and hi is not None:
+            return f"in {'(' if self.positive else '['}{lo}, {hi}]{unit}"
+        if lo is not None:
+            return f"{'>' if self.positive else '>='} {lo}{unit}"
+        return f"<= {hi}{unit}"
 
     def check(self, value):
         """``value`` if the parameter takes it; else ``UserError``/``UserTypeError`` naming it."""
@@ -61,17 +85,29 @@ class Param:
         if self.type is bool:
             check_bool(self.name, value)
         elif self.type is int:
-            check_int(self.name, value, self.minimum)
+            check_int(self.name, value)
+            self._check_range(value)
         elif self.type is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise UserTypeError(f"{self.name} must be a number, not {value!r}")
-            if self.minimum is not None and value < self.minimum:
-                raise UserError(f"{self.name} must be >= {self.minimum}, not {value!r}")
+            self._check_range(value)
         elif self.type is not None and not isinstance(value, self.type):
             raise UserTypeError(f"{self.name} must be a {self.type.__name__}, not {value!r}")
         if self.choices is not None:
             check_choice(self.name, value, self.choices)
         return value
+
+    def _check_range(self, value):
+        lo, hi = self.minimum, self.maximum
+        if self.positive:
+            lo = 0 if lo is None else lo
+        if ((lo is not None and (value <= lo if self.positive else value < lo))
+                or (hi is not None and value > hi)):
+            raise UserError(f"{self.name} must be {self.range_text()}, not {value!r}")
+        if not math.isfinite(value):
+            raise UserError(f"{self.name} must be a finite number"
+                            + (f" {self.range_text()}" if lo is not None or hi is not None
+                               else "") + f", not {value!r}")
 
     def canonical(self, value):
         """``value`` as :attr:`choices` spells it if it differs only in case (``UBEP``: ``ubep``)."""
@@ -98,12 +134,13 @@ def literal(text):
         return text
 
 
-def param(help, default=MISSING, *, type=None, choices=None, minimum=None):
+def param(help, default=MISSING, *, type=None, choices=None, minimum=None, maximum=None,
+          unit=None, positive=False):
     """A dataclass field declared by a :class:`Param` (its metadata ``"param"``; the name is
     the field's, :func:`params_of`)."""
-    return field(default=default, metadata={"param": Param("", None if default is MISSING
-                                                           else default, help, type, choices,
-                                                           minimum)})
+    declared = Param("", None if default is MISSING else default, help, type, choices, minimum,
+                     maximum=maximum, unit=unit, positive=positive)
+    return field(default=default, metadata={"param": declared})
 
 
 def params_of(cls):

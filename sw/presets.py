@@ -1,7 +1,8 @@
 """Machine presets, and the one place where physical units become cycles.
 
 A :class:`Preset` describes a machine in physical units (ns, GB/s, bytes),
-selectable by name with :func:`get_preset`. Everything that needs cycles —
+selectable by name with :func:`get_preset`, or by the path of a machine file
+(:mod:`epfabric.sw.preset_file`: the same fields as TOML). Everything that needs cycles —
 link latencies, the rate limiter's bytes-per-cycle fraction — asks the preset
 (:meth:`Preset.cycles`, :meth:`Preset.rate`, :meth:`Preset.hop_cycles`,
 :meth:`Preset.fabric_timing`), so no
@@ -23,10 +24,11 @@ from ..hw.aiv_core import MAX_LANES, READ_EXTRA_BITS, VECTOR_EXTRA_BITS
 from ..hw.die import INJECT_BITS, INJECT_DEN, SYNCALL_BITS
 from ..hw.link import LINK_MIN_LATENCY
 from ..hw.switch import SWITCH_LATENCY
-from ..hw.topology import TOPOLOGIES, FabricTiming
+from ..hw.system import MAX_AIVS_PER_DIE
+from ..hw.topology import MAX_RANKS, TOPOLOGIES, FabricTiming
 from ..hw.validate import (UserError, UserTypeError, check_bool, check_choice, check_int, check_number,
                            check_pow2)
-from .param import param
+from .param import param, params_of
 
 __all__ = ["Preset", "PRESETS", "get_preset", "preset_names", "TOPOLOGIES", "CLASSES", "SYNCALLS",
            "COPIES", "CUMSUM_SCANS", "ASCEND",
@@ -43,6 +45,12 @@ CUMSUM_SCANS = ("redundant", "split")
 #: Distance classes (UBEP Table 2).
 CLASSES = ("intra", "one_hop", "two_hop")
 
+#: Physical ranges of a machine: no superpod's one-way latency reaches 100 us, and a link's
+#: latency FIFO grows with it (hw/link.py); no link moves 10 TB/s; no cycle is a microsecond.
+MAX_LATENCY_NS = 100_000
+MAX_GBYTES_S = 10_000
+MAX_CYCLE_NS = 1_000
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -57,81 +65,102 @@ class Preset:
     ValueError, TypeError
         On an invalid field (named in the message).
     """
-    name: str = param("preset name, as given to get_preset()")
+    name: str = param("preset name, as given to get_preset() (a machine file's: its path and "
+                      "digest)", type=str)
     topology: str = param(
-        "'superpod' (die - tier-1 board switch - tier-2) or 'star' (ranks on one switch)")
-    dies_per_npu: int = param("dies per NPU, linked directly to each other", default=2)
-    npus_per_board: int = param("NPUs per board, behind one tier-1 switch", default=8)
-    boards: int = param("largest number of boards behind the tier-2 switch", default=16)
-    ranks: int = param("ranks on the switch of a 'star' topology", default=4)
-    aivs_per_die: int = param("AIV vector cores per die", default=48)
+        "'superpod' (die - tier-1 board switch - tier-2) or 'star' (ranks on one switch)",
+        type=str, choices=TOPOLOGIES)
+    dies_per_npu: int = param("dies per NPU, linked directly to each other", default=2, type=int,
+                              minimum=1, maximum=MAX_RANKS)
+    npus_per_board: int = param("NPUs per board, behind one tier-1 switch", default=8, type=int,
+                                minimum=1, maximum=MAX_RANKS)
+    boards: int = param("largest number of boards behind the tier-2 switch", default=16,
+                        type=int, minimum=1, maximum=MAX_RANKS)
+    ranks: int = param("ranks on the switch of a 'star' topology", default=4, type=int,
+                       minimum=1, maximum=MAX_RANKS)
+    aivs_per_die: int = param("AIV vector cores per die", default=48, type=int, minimum=1,
+                              maximum=MAX_AIVS_PER_DIE)
     bandwidth_gbytes_s: float = param(
-        "bandwidth of every link, per direction, in GB/s (= bytes per ns)", default=392.0)
+        "bandwidth of every link, per direction, in GB/s (= bytes per ns)", default=392.0,
+        type=float, unit="GB/s", positive=True, maximum=MAX_GBYTES_S)
     latency_intra_ns: float | None = param(
-        "one-way latency of a 512 B store to the other die of the same NPU (ns)", default=218.0)
+        "one-way latency of a 512 B store to the other die of the same NPU (ns; superpod only)",
+        default=218.0, type=float, unit="ns", positive=True, maximum=MAX_LATENCY_NS)
     latency_one_hop_ns: float = param(
-        "one-way latency through one switch layer (ns)", default=929.0)
+        "one-way latency through one switch layer (ns)", default=929.0, type=float, unit="ns",
+        positive=True, maximum=MAX_LATENCY_NS)
     latency_two_hop_ns: float | None = param(
-        "one-way latency through tier-1, tier-2 and tier-1 switches (ns)", default=2500.0)
-    cycle_ns: float = param("nanoseconds per simulated cycle", default=1.0)
+        "one-way latency through tier-1, tier-2 and tier-1 switches (ns; superpod only)",
+        default=2500.0, type=float, unit="ns", positive=True, maximum=MAX_LATENCY_NS)
+    cycle_ns: float = param("nanoseconds per simulated cycle", default=1.0, type=float,
+                            unit="ns", positive=True, maximum=MAX_CYCLE_NS)
     block_bytes: int = param(
-        "DataBlock size: the UB atomic unit, charged per flit by the rate limiter", default=512)
+        "DataBlock size: the UB atomic unit, charged per flit by the rate limiter (a power of "
+        "two)", default=512, type=int, unit="bytes", minimum=1)
     control_bytes: int = param(
         "bytes a link charges for a flit without a DataBlock (an ack, a word store, a load, a "
-        "fetch-add): a UB control packet", default=32)
+        "fetch-add): a UB control packet (at most block_bytes)", default=32, type=int,
+        unit="bytes", minimum=1)
     data_bytes: int = param(
         "bytes of each block the datapath carries (flag_bytes..block_bytes); cycle counts do not "
-        "depend on it", default=64)
+        "depend on it", default=64, type=int, unit="bytes", minimum=1)
     flag_bytes: int = param(
-        "leading bytes of a block that are always modelled (the Data-as-Flag field)", default=32)
+        "leading bytes of a block that are always modelled (the Data-as-Flag field)", default=32,
+        type=int, unit="bytes", minimum=1)
     full_duplex: bool = param(
-        "each link direction has the full bandwidth independently", default=True)
+        "each link direction has the full bandwidth independently (only true is modelled)",
+        default=True, type=bool)
     cube_macs_per_row: int = param(
         "multiply-accumulates of one token's expert FFN on the cube unit (3*H*I; OLMoE-1B-7B: H "
-        "2048, I 1024, INC-MoE §5)", default=3 * 2048 * 1024)
+        "2048, I 1024, INC-MoE §5)", default=3 * 2048 * 1024, type=int, unit="MAC", minimum=1)
     cube_macs_per_ns: float = param(
         "the die's cube unit rate in multiply-accumulates per ns; the default makes one row 8 ns, "
         "so that at one 512 B block per token the layer's FFN is ~0.25 of the ring's AG+RS time at "
         "N = 4, k = 8, E/N = 16 (docs/spec/kernels.md §3 incmoe-fig1, derived from the paper's ~73 "
-        "% communication share)", default=786432.0)
+        "% communication share)", default=786432.0, type=float, unit="MAC/ns", positive=True)
     send_window_bytes: int | None = param(
         "bytes of block stores a sending AIV may have unacknowledged: its staging buffers, each "
         "freed when its block's remote write completes (rounded up to whole blocks; a die's runtime"
         " knob store_window, hw/die.py KNOBS); None: the core's whole store window "
-        "(max_outstanding), no extra limit", default=None)
+        "(max_outstanding), no extra limit", default=None, type=int, unit="bytes", minimum=1)
     die_injection_gbytes_s: float | None = param(
         "bytes per ns a die may send into the fabric, all its flits together (the die's runtime "
-        "knob inject_rate); None: no limit but the links'", default=None)
+        "knob inject_rate); None: no limit but the links'", default=None, type=float,
+        unit="GB/s", positive=True, maximum=MAX_GBYTES_S)
     syncall: str = param(
         "how CANN's SyncAll runs: 'soft' (a die-local fetch-add counter and a poll) or 'hard' (the "
-        "die's hardware barrier, the bar instruction)", default="soft")
+        "die's hardware barrier, the bar instruction)", default="soft", type=str,
+        choices=SYNCALLS)
     syncall_ns: float = param(
         "ns a hardware SyncAll holds the die's AIVs after the last one arrived (the die's runtime "
-        "knob syncall_cycles); used with syncall='hard'", default=0.0)
+        "knob syncall_cycles); used with syncall='hard'", default=0.0, type=float, unit="ns",
+        minimum=0)
     vector_op_ns: float = param(
         "ns every vector instruction costs beyond its beats: issuing it and draining the vector "
-        "pipe after it (the die's runtime knob vector_extra)", default=0.0)
+        "pipe after it (the die's runtime knob vector_extra)", default=0.0, type=float, unit="ns",
+        minimum=0)
     read_start_ns: float = param(
         "ns every read an AIV issues (a load, a block copy in, a fetch-add, each read of a poll) "
         "waits before its request: the copy engine's start beyond the memory's access time (the "
-        "die's runtime knob read_extra)", default=0.0)
+        "die's runtime knob read_extra)", default=0.0, type=float, unit="ns", minimum=0)
     vector_lanes: int = param(
-        "16-bit elements an AIV's vector unit takes a beat (a cycle) in the MoE kernels' machines; "
-        "128 is Ascend's vector unit, 256 B a repeat (Ascend C's vector API: one repeat of a 16-bit"
-        " op covers up to 128 elements, its mask). A build-time width, not a knob: every "
-        "preset so far keeps 16, the width their figures and the cm384 fit were measured at",
-        default=16)
+        "16-bit elements an AIV's vector unit takes a beat (a cycle) in the MoE kernels' machines "
+        "(a power of two); 128 is Ascend's vector unit, 256 B a repeat (Ascend C's vector API: one"
+        " repeat of a 16-bit op covers up to 128 elements, its mask). A build-time width, not a "
+        "knob: cm384 and the presets before the Ascend structure keep 16, the width their figures "
+        "were measured at", default=16, type=int, minimum=2, maximum=MAX_LANES)
     copies: str = param(
         "how the MoE dispatch kernels read: 'block' (every block and word a read of its own, the "
         "kernels so far) or 'mte' (Ascend's MTE2 copy engine: a token, a status slice or a count "
         "table is one copy into the UBuf, its start paid once (ldbc for the rest), and flags are "
-        "checked there, a missing one polled)", default="block")
+        "checked there, a missing one polled)", default="block", type=str, choices=COPIES)
     cumsum_scan: str = param(
         "how UBEP's CalCumSum AIVs share the count scan: 'redundant' (each polls every count before"
         " its local experts', CANN's GetCumSum) or 'split' (each polls a contiguous chunk of the "
         "R·epr counts and the chunks' prefixes pass from one AIV to the next: UBEP App. C.3, more "
-        "CalCumSum AIVs split the verification)", default="redundant")
-    description: str = param("what the preset models", default="")
+        "CalCumSum AIVs split the verification)", default="redundant", type=str,
+        choices=CUMSUM_SCANS)
+    description: str = param("what the preset models", default="", type=str)
 
     def __post_init__(self):
         def number(name, allow_none=False):
@@ -194,6 +223,9 @@ class Preset:
                             f"{self.syncall!r}")
         if not self.full_duplex:
             raise UserError("full_duplex=False is not modelled: every link direction is independent")
+        for declared in params_of(Preset):   # the declared ranges (maxima) not checked above
+            if getattr(self, declared.name) is not None:
+                declared.check(getattr(self, declared.name))
         self.hop_cycles()  # latencies the fabric cannot reach fail here, not in a simulation
 
     # --- unit conversion: the only place in epfabric -----------------------------
@@ -427,20 +459,29 @@ def hardware_twin(name, kind):
 
 
 def preset_names():
-    return list(PRESETS)
+    """The names :func:`get_preset` resolves without reading a file: the built-in presets, then
+    the machine files this process has read (by reference)."""
+    from .preset_file import loaded
+    return list(PRESETS) + list(loaded())
 
 
 def get_preset(name):
-    """The preset called ``name``; a :class:`Preset` is returned unchanged.
+    """The preset called ``name``; a :class:`Preset` is returned unchanged, and a path ending in
+    ``.toml`` is a machine file (:mod:`epfabric.sw.preset_file`), its preset named by its
+    reference ``/absolute/path.toml#DIGEST``.
 
     Raises
     ------
     ValueError
-        If there is no such preset (the message lists the valid names).
+        If there is no such preset (the message lists the valid names), or the file is not a
+        valid machine (the message names the file and the field).
     """
     if isinstance(name, Preset):
         return name
-    try:
+    if isinstance(name, str) and name in PRESETS:
         return PRESETS[name]
-    except (KeyError, TypeError):
-        raise UserError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}") from None
+    from .preset_file import is_preset_file, read_preset
+    if is_preset_file(name):
+        return read_preset(name)
+    raise UserError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}, or a "
+                    f"machine file NAME.toml (epfabric presets --show cm384)")

@@ -31,6 +31,13 @@ def require(what, reason, *, optional=False):
     pytest.skip(f"{what}: {reason}")
 
 
+def require_dask():
+    """:func:`require` for Dask distributed (the ``cluster`` extra: ``--scheduler``)."""
+    import importlib.util
+    require("dask distributed", None if importlib.util.find_spec("distributed")
+            else "dask[distributed] is not installed (pip install 'epfabric[cluster]')")
+
+
 def require_simulator(sim):
     """:func:`require` for simulator ``sim`` (pysim, icarus, verilator)."""
     from epfabric.sim.backends import missing_reason

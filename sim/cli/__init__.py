@@ -28,6 +28,8 @@ __all__ = ["COMMANDS", "make_parser", "main"]
 # (subcommand, module, one-line help)
 COMMANDS = [
     ("run", "epfabric.sim.cli.run", "run a registered kernel on the simulated machine and check it"),
+    ("presets", "epfabric.sim.cli.presets",
+     "list the machine presets; --show NAME prints one as a TOML machine file to edit"),
     ("verilog", "epfabric.sim.cli.verilog", "write Verilog for a registered component"),
     ("demo", "epfabric.sim.cli.demo", "quaternary search (UBEP Alg. 1) on the simulated vector unit"),
     ("races", "epfabric.sim.cli.races", "run the synchronization-race catalog and write waveforms"),

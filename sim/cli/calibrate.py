@@ -18,8 +18,8 @@ __all__ = ["add_arguments", "prepare"]
 
 
 def add_arguments(parser):
-    parser.add_argument("--preset", help=f"one of {', '.join(preset_names())} "
-                                          f"(required; with --fit default cm384)")
+    parser.add_argument("--preset", help=f"one of {', '.join(preset_names())} or a machine "
+                                          f"file FILE.toml (required; with --fit default cm384)")
     parser.add_argument("--backend", default=None, choices=SIMULATORS,
                         help="simulator (default pysim; with --fit native)")
     parser.add_argument("--fit", action="store_true",
@@ -74,7 +74,8 @@ def _prepare_fit(args):
     args.backend = args.backend or "native"
     positive("--seed", args.seed, 0)
     check_output(args.json, "--json")
-    sweep.open_scheduler(args.scheduler)      # checks the name (and Dask) before anything runs
+    # the name, Dask and that an address answers, before the fit sizes its design (minutes)
+    sweep.open_scheduler(args.scheduler).probe()
     log = (lambda *a: None) if args.quiet else (lambda text: print(text, file=sys.stderr,
                                                                    flush=True))
 

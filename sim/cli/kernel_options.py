@@ -57,6 +57,10 @@ def kernel_options(args, kernel, params):
         if name in params:
             raise UserError(f"{option(name)} and --param {name}=... both given")
         values = kernel.param(name).values(text)
+        repeated = [v for i, v in enumerate(values) if v in values[:i]]
+        if repeated:
+            raise UserError(f"{option(name)} {text}: {repeated[0]!r} is listed twice; give each "
+                            f"value once")
         if len(values) > 1:
             if sweep:
                 raise UserError(f"one option may list values, not {option(name)} and "

@@ -80,9 +80,10 @@ def prepare(args):
             p.name == "backend" for p in e.params) else {}
         e.points(e.resolve(**given, **params[e.name]), args.quick)
     scheduler = args.scheduler or ("local" if have_dask() else "serial")
-    open_scheduler(scheduler)       # validates the name (connects only when the job runs)
+    checked = open_scheduler(scheduler)       # validates the name and the address's form
     positive("--workers", args.workers)
     out = check_output_dir(args.output, "--output")
+    checked.probe()                 # last: an address that does not answer costs its timeout
 
     def job():
         docs = reproduce(experiments, out, backend=args.backend, quick=args.quick,

@@ -46,7 +46,8 @@ def add_arguments(parser):
                         help="kernel to run: " + "; ".join(f"{k.name}: {k.description}"
                                                           for k in KERNELS.values()))
     parser.add_argument("--preset", default=None,
-                        help=f"preset ({', '.join(preset_names())}); default: the kernel's")
+                        help=f"preset ({', '.join(preset_names())}) or a machine file FILE.toml "
+                             "(epfabric presets --show cm384); default: the kernel's")
     parser.add_argument("--backend", choices=SIMULATORS, default="pysim", help="simulator")
     parser.add_argument("--topology", default=None,
                         help="machine shape, e.g. superpod:2,2,2 or star:4 (default: the kernel's)")

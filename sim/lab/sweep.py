@@ -14,7 +14,9 @@ installed); or the address of a running Dask scheduler
 (``tcp://host:8786``), so a user who outgrows one machine adds workers, not
 code. Workers must run the same epfabric (same source hash) and should share
 the build and result caches' file system; the client stores every entry it
-receives as well.
+receives as well. An address is checked when given (a protocol of
+:data:`PROTOCOLS`, a port) and probed before any work (:meth:`open_scheduler.probe`):
+a scheduler that does not answer within :data:`CONNECT_TIMEOUT_S` is one line.
 """
 
 import os
@@ -29,6 +31,11 @@ __all__ = ["run_task", "run_points", "submit_points", "open_scheduler", "Progres
            "have_dask"]
 
 SCHEDULERS = ("serial", "local")
+#: protocols of a scheduler address: those that reach a scheduler in another process with
+#: Dask's own dependencies (not ``inproc``, this process only; not ``ucx``, a separate package)
+PROTOCOLS = ("tcp", "tls", "ws", "wss")
+#: seconds a Dask scheduler address has to answer before the sweep gives up on it
+CONNECT_TIMEOUT_S = 30
 
 
 def have_dask():
@@ -120,9 +127,18 @@ class open_scheduler:
         if scheduler != "serial" and not have_dask():
             raise UserError(f"scheduler {scheduler!r} needs Dask distributed "
                             f"(pip install 'epfabric[cluster]'); use --scheduler serial")
+        if scheduler not in SCHEDULERS:
+            _check_address(scheduler)
         self.scheduler = scheduler
         self.workers = workers or os.cpu_count() or 1
         self.client = self.cluster = None
+
+    def probe(self):
+        """Connect to a scheduler address and close again: ``UserError`` now, before a sweep
+        builds or sizes anything, if no Dask scheduler answers there. Returns ``self``."""
+        if self.scheduler not in SCHEDULERS:
+            self._connect(set_as_default=False).close()
+        return self
 
     def __enter__(self):
         if self.scheduler == "serial":
@@ -134,8 +150,17 @@ class open_scheduler:
                                         silence_logs=50)   # CRITICAL: no heartbeat tracebacks at close
             self.client = Client(self.cluster)
         else:
-            self.client = Client(self.scheduler, timeout="30s")
+            self.client = self._connect()
         return self.client
+
+    def _connect(self, **options):
+        from distributed import Client
+        try:
+            return Client(self.scheduler, timeout=f"{CONNECT_TIMEOUT_S}s", **options)
+        except OSError:         # no answer in time (Dask's TimeoutError), an unknown host
+            raise UserError(f"scheduler {self.scheduler}: no Dask scheduler answered in "
+                            f"{CONNECT_TIMEOUT_S} s (is it running, and is the address "
+                            f"right?)") from None
 
     def __exit__(self, *exc):
         if self.client is not None:
@@ -143,6 +168,30 @@ class open_scheduler:
         if self.cluster is not None:
             self.cluster.close()
         return False
+
+
+def _check_address(address):
+    """``UserError`` unless ``address`` is ``PROTOCOL://host:port`` with a protocol that reaches
+    another process (:data:`PROTOCOLS`) and a port in range, naming it and the valid forms."""
+    from distributed.comm.addressing import parse_host_port
+    scheme, _, location = str(address).partition("://")
+    forms = f"serial, local or PROTOCOL://host:port (PROTOCOL one of {', '.join(PROTOCOLS)})"
+    if scheme not in PROTOCOLS:
+        raise UserError(f"scheduler {address!r}: {scheme!r} is not a protocol a Dask scheduler "
+                        f"is reached by; give {forms}")
+    try:
+        _, port = parse_host_port(location)
+        port = int(port)
+    except ValueError:
+        raise UserError(f"scheduler {address!r}: {location!r} is not host:port (a port a "
+                        f"number); give {forms}") from None
+    if not 0 < port < 65536:
+        raise UserError(f"scheduler {address!r}: port {port} is not in 1..65535")
+    if scheme == "tls":
+        from distributed.security import Security
+        if Security().get_connection_args("client").get("ssl_context") is None:
+            raise UserError(f"scheduler {address!r}: tls:// needs Dask's TLS settings "
+                            f"(distributed.comm.tls: ca-file and the client's cert)")
 
 
 def run_points(name, tasks, client=None, *, progress=None, parallel=True, futures=None):

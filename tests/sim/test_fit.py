@@ -17,6 +17,8 @@ from epfabric.sim.cli import main
 from epfabric.sim.lab import fit
 from epfabric.sim.lab.experiments.training import TARGETS, targets
 
+from utils import require_dask
+
 GOAL = [TARGETS[t][0] for t in fit.ORDER]
 
 
@@ -144,6 +146,16 @@ def test_bad_input_is_one_line(capsys):
     assert "scheduler must be" in capsys.readouterr().err
     with pytest.raises(UserError, match="cm384 superpod of 48 AIVs"):
         fit.fit("tiny")
+
+
+def test_a_scheduler_address_is_checked_before_the_fit_sizes_anything(monkeypatch, capsys):
+    require_dask()
+    monkeypatch.setattr(fit, "fit", lambda *a, **k: pytest.fail("the fit started"))
+    assert main(["calibrate", "--fit", "--scheduler", "nosuch://x"]) == 2
+    assert capsys.readouterr().err == ("epfabric calibrate: error: scheduler 'nosuch://x': "
+                                       "'nosuch' is not a protocol a Dask scheduler is reached "
+                                       "by; give serial, local or PROTOCOL://host:port "
+                                       "(PROTOCOL one of tcp, tls, ws, wss)\n")
 
 
 def test_a_fitted_preset_builds_its_bases_hardware(monkeypatch):

@@ -15,7 +15,7 @@ from epfabric.sim.lab.experiments import EXPERIMENTS, Experiment, Param, registe
 from epfabric.sim.lab.results import cache, files
 from epfabric.sim.lab.reproduce import reproduce
 
-from utils import require
+from utils import require, require_dask
 
 PAYLOAD = EXPERIMENTS["payload"]
 
@@ -195,6 +195,19 @@ def test_bad_input_one_line(argv, message, capsys, no_simulation):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
+
+
+def test_a_scheduler_that_does_not_answer_is_one_line_before_anything_runs(
+        tmp_path, monkeypatch, capsys, no_simulation):
+    require_dask()
+    from epfabric.sim.lab import sweep
+    monkeypatch.setattr(sweep, "CONNECT_TIMEOUT_S", 0.2)
+    out = tmp_path / "out"
+    assert main(["reproduce", "payload", "-o", str(out), "--scheduler", "tcp://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("epfabric reproduce: error: scheduler tcp://127.0.0.1:1: no Dask scheduler "
+                   "answered in 0.2 s (is it running, and is the address right?)")
+    assert not out.exists()
 
 
 def _check_grids(names):

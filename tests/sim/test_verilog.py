@@ -68,6 +68,23 @@ def test_output_that_is_a_file_is_refused_before_anything_is_written(capsys, tmp
         assert err.startswith("epfabric verilog: error: ") and "\n" not in err and message in err
 
 
+def test_all_into_a_folder_that_cannot_be_made_is_one_line(capsys, tmp_path, monkeypatch):
+    """``--all -o`` under a regular file, a name the file system refuses, or no name: refused
+    before a component is built."""
+    import epfabric.sim.cli.verilog as command
+    monkeypatch.setattr(command, "build_component", lambda *a: pytest.fail("built"))
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    too_long = tmp_path / ("x" * 300) / "v"
+    for out, message in ((afile / "sub" / "v", f"{str(afile)!r} is a file, not a folder"),
+                         (too_long, "cannot create this folder (File name too long)"),
+                         ("", "--output must name a folder, not ''")):
+        assert main(["verilog", "--all", "-o", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("epfabric verilog: error: ") and "\n" not in err and message in err
+    assert [p.name for p in tmp_path.iterdir()] == ["afile"]
+
+
 def test_parse_params():
     assert parse_params(["a=3", "b=x", "c=[1, 2]"]) == {"a": 3, "b": "x", "c": [1, 2]}
     with pytest.raises(ValueError, match="--param must look like key=value, not 'oops'"):

@@ -21,6 +21,14 @@ from epfabric.sw.param import Param, literal, param, params_of
      "system must be one of cann, ubep, not 'mpi'"),
     (Param("broken", None, "", choices=(None, "x")), "y", UserError,
      "broken must be one of None, x, not 'y'"),
+    (Param("lat", 1.0, "", float, unit="ns", positive=True, maximum=100), 0.0, UserError,
+     r"lat must be in \(0, 100\] ns, not 0.0"),
+    (Param("lat", 1.0, "", float, unit="ns", positive=True), float("inf"), UserError,
+     r"lat must be a finite number > 0 ns, not inf"),
+    (Param("lat", 1.0, "", float, minimum=0), float("nan"), UserError,
+     r"lat must be a finite number >= 0, not nan"),
+    (Param("aivs", 4, "", int, minimum=1, maximum=256), 257, UserError,
+     r"aivs must be in \[1, 256\], not 257"),
 ])
 def test_a_bad_value_is_named_with_the_parameter(p, value, exc, message):
     with pytest.raises(exc, match=message):

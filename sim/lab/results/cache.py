@@ -1,7 +1,7 @@
 """The result cache: one JSON file per finished point.
 
 A point's key hashes the experiment's name, the point (every parameter,
-backend included) and the *source hash* — the contents of every module of
+backend included; a machine file by its values' digest) and the *source hash* — the contents of every module of
 ``epfabric`` — so a change to the model or to an experiment invalidates its
 points and nothing else can. Entries are written atomically the moment a
 point finishes (by the worker that ran it), so a sweep killed mid-way keeps
@@ -49,7 +49,11 @@ def source_hash():
 
 
 def point_key(experiment, point, source=None):
-    """The cache key of ``point`` of ``experiment`` (a name)."""
+    """The cache key of ``point`` of ``experiment`` (a name). A machine file a value names is
+    keyed by its values' digest (:func:`~epfabric.sw.preset_file.pinned`): a point measured on
+    another version of the file is another point."""
+    from ....sw.preset_file import pinned
+    point = {k: pinned(v) for k, v in point.items()} if isinstance(point, dict) else point
     text = json.dumps({"experiment": experiment, "point": point,
                        "source": source or source_hash()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:24]

@@ -129,7 +129,11 @@ def machine():
 
 def run_metadata(**extra):
     """What a result was made with and where: commit, source hash, package versions, Python,
-    platform, the machine (:func:`machine`), the command line and the date (UTC)."""
+    platform, the machine (:func:`machine`), the command line, the date (UTC) and the machine
+    files read (``preset_files``: each reference's path and digest, when any was read)."""
+    from ....sw.preset_file import loaded
+    if loaded():
+        extra = {"preset_files": loaded(), **extra}
     versions = {}
     for name in PACKAGES:
         try:
