@@ -208,6 +208,11 @@ class System(wiring.Component):
         ``stbr`` (``AIVCore(ep=True)``), the flits carry ``mcast``/``red``/``mask``/``count``.
         At most 64 dies (a ``stbm``/``stbr`` die mask is one register, two past 32 dies).
         ``None`` (default): none of it, and the Verilog is unchanged.
+    fp : dict or None
+        Every core has the floating-point vector instructions (:class:`~epfabric.hw.die.Die`
+        ``fp``); the dict holds the unit's ``fp_lanes``, ``fp_latency``, ``fp_repeat_cycles``,
+        ``fp_fused`` (each optional). ``None`` (default): none of it, and the Verilog is
+        unchanged.
 
     Counter sampler (``sample_depth`` > 0 only)
     -------------------------------------------
@@ -241,7 +246,7 @@ class System(wiring.Component):
                  hbm_blocks=16, data_bytes=32, lanes=4, trace_depth=64, width=16,
                  max_outstanding=512, hbm_latency=2, rsp_depth=None, switch_depth=4,
                  shared=None, non_atomic_port=False, nic=None, inc_slots=16, cube_cycles=1,
-                 rank_bits=RANK_BITS, sample_depth=0, ep_inc=None):
+                 rank_bits=RANK_BITS, sample_depth=0, ep_inc=None, fp=None):
         self.sample_depth = sample_depth
         if nic is not None:
             check_int("inc_slots", inc_slots, 1, 1 << 12)
@@ -284,6 +289,11 @@ class System(wiring.Component):
             die_params.update(ub_counters=True)
         if ep_inc is not None:
             die_params.update(ep=True)
+        if fp is not None:
+            if not isinstance(fp, dict):
+                raise UserTypeError(f"fp must be a dict of the fp unit's parameters (fp_lanes, "
+                                    f"...) or None, not {fp!r}")
+            die_params.update(fp=True, **fp)
         if nic is not None:
             if kind != "star":
                 raise UserError(f"an INC machine (nic) needs a star topology, not {topology!r}")

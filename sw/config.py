@@ -23,6 +23,7 @@ from ..hw.inc_endpoint import MODES, agrs_control_map, agrs_memory_map
 from ..hw.inc_engine import check_dtype
 from ..hw.lane_arith import lane_bits
 from ..hw.aiv_core import MAX_LANES, MAX_WINDOW
+from ..hw.aiv_fp import check_fp_params
 from ..hw.isa import RANK_BITS, check_rank_bits
 from ..hw.system import MAX_AIVS_PER_DIE, MAX_EP_DIES, MAX_SAMPLE_DEPTH
 from ..hw.topology import SUPERPOD_HOPS, check_topology, topology_ranks
@@ -30,6 +31,10 @@ from ..hw.validate import UserError, check_bool, check_choice, check_int, check_
 from .presets import get_preset, preset_names
 
 __all__ = ["MachineConfig", "AgrsConfig", "parse_topology", "format_topology", "link_counter"]
+
+
+#: the fp unit's shape fields of :class:`MachineConfig` at their defaults (``fp=False`` needs them)
+FP_DEFAULTS = {"fp_lanes": 4, "fp_latency": None, "fp_repeat_cycles": None, "fp_fused": False}
 
 
 def link_counter(what, kind):
@@ -120,6 +125,17 @@ class MachineConfig:
     #: lane type of the in-network EP sums (:mod:`epfabric.hw.lane_arith`; ``ep_window`` only):
     #: ``"int16"`` (default, wrapping), ``"fp32"`` or ``"bf16"`` (fp32 partial sums)
     ep_dtype: str = "int16"
+    #: every core has the floating-point vector instructions (``vfcastf``, ``vfcastb``,
+    #: ``vfadd``, ``vfmuls``, ``vfaxpy``; :class:`~epfabric.hw.aiv_core.AIVCore` ``fp``):
+    #: ``False`` (default) builds none of it and the Verilog is unchanged
+    fp: bool = False
+    #: the fp unit's shape (``fp`` only; :func:`~epfabric.hw.aiv_fp.check_fp_params`):
+    #: elements a beat, pipeline latency (``None``: the unit's), cycles a 256 B repeat
+    #: (``None``: one beat a cycle), fused multiply-add
+    fp_lanes: int = 4
+    fp_latency: int = None
+    fp_repeat_cycles: int = None
+    fp_fused: bool = False
 
     #: the JSON-facing factory of the top (``ComponentSpec`` of a backend)
     factory = "epfabric.sw.tops:aiv_system"
@@ -158,6 +174,13 @@ class MachineConfig:
         lane_bits(self.ep_dtype)
         if self.ep_dtype != "int16" and not self.ep_window:
             raise UserError(f"ep_dtype={self.ep_dtype!r} needs ep_window (in-network EP)")
+        check_bool("fp", self.fp)
+        check_fp_params(lanes=self.fp_lanes, latency=self.fp_latency,
+                        repeat_cycles=self.fp_repeat_cycles, fused=self.fp_fused,
+                        data_bytes=self.data_bytes)
+        if not self.fp and self.fp_params != FP_DEFAULTS:
+            raise UserError(f"fp_lanes, fp_latency, fp_repeat_cycles and fp_fused "
+                            f"({self.fp_params}) need fp=True")
         window = preset.knobs().get("store_window")
         if window is not None and window > self.max_outstanding:
             raise UserError(f"send_window_bytes={preset.send_window_bytes} of preset "
@@ -180,6 +203,11 @@ class MachineConfig:
                                 f"of nic_tmax={self.nic_tmax} ({regions['end']} blocks)")
         elif self.nic_tmax or self.inc_slots:
             raise UserError("nic_tmax and inc_slots need nic_mode 'inc' or 'ring'")
+
+    @property
+    def fp_params(self):
+        """``{fp_lanes, fp_latency, fp_repeat_cycles, fp_fused}``: the fp unit's shape as given."""
+        return {k: getattr(self, k) for k in FP_DEFAULTS}
 
     @property
     def has_nic(self):
@@ -246,7 +274,7 @@ class MachineConfig:
     has_trace = True
 
     def to_dict(self):
-        """The fields as JSON; ``non_atomic_port`` only when set, so a default machine's
+        """The fields as JSON; ``non_atomic_port`` (and ``fp`` with its unit's shape) only when set, so a default machine's
         specification (and so its Verilog and build cache keys) stays what it was."""
         d = asdict(self)
         d["topology"] = list(self.topology)
@@ -262,6 +290,9 @@ class MachineConfig:
             del d["ep_window"]
         if self.ep_dtype == "int16":
             del d["ep_dtype"]
+        if not self.fp:
+            for k in ("fp", *FP_DEFAULTS):
+                del d[k]
         if not self.has_nic:
             for k in ("nic_mode", "nic_tmax", "inc_slots"):
                 del d[k]

@@ -48,6 +48,8 @@ def _system_params(fields):
     dtype = params.pop("ep_dtype", "int16")
     if window:
         params.update(ep_inc={"window": window, **({"dtype": dtype} if dtype != "int16" else {})})
+    if params.pop("fp", False):
+        params["fp"] = {k: params.pop(k) for k in cfg.fp_params}
     return dict(timing=preset.fabric_timing(topology[0]), topology=topology, **params)
 
 
