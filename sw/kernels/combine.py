@@ -21,16 +21,17 @@ checks the guard blocks after ``CWIN`` and ``YOUT``.
 """
 
 import hashlib
+from dataclasses import replace
 
 import numpy as np
 
 from ...hw.validate import UserError
-from ..ubep import combine
+from ..ubep import bf16, combine
 from ..ubep.layout import GUARD
 from ..ubep.reference import combine_out, dispatch_out, expert_outputs
 from ..param import Param
-from . import register
-from .dispatch import (HEADER_WORDS, KERNEL as DISPATCH, Dispatch, combine_programs,
+from . import pow2_at_least, register
+from .dispatch import (HEADER_WORDS, INC_SYSTEMS, KERNEL as DISPATCH, Dispatch, combine_programs,
                        hidden_bytes, layout_of, links_of, summary_lines)
 
 __all__ = ["Combine", "KERNEL", "carry_to_combine"]
@@ -56,9 +57,11 @@ def carry_to_combine(machine, w, params, expert_out, carried=None):
     machine.clear()
     for (r, block), words in sorted(carried.items()):
         machine.write_mem(r, machine.address(0, block), words)
+    fp = params.get("dtype") == "bf16"
     for r in range(cfg.ranks):
         _write_packed(machine, r, lay.ROUTE, w.topk_idx[r], wpb)
-        _write_packed(machine, r, lay.WEIGHTS, w.topk_w[r], wpb)
+        _write_packed(machine, r, lay.WEIGHTS,
+                      bf16.weight_bits(w.topk_w[r]) if fp else w.topk_w[r], wpb)
         rows = np.asarray(expert_out[r], dtype=np.uint64)
         for p in range(len(rows)):
             for b in range(lay.hidden_blocks):
@@ -97,7 +100,10 @@ class Combine(Dispatch):
                    "checked bit-exact against numpy")
     params = tuple(Param("broken", None, "a negative control of system='ubep' or 'ubep-inc'",
                          choices=(None, "no_flag_poll")) if p.name == "broken" else p
-                   for p in Dispatch.params)
+                   for p in Dispatch.params) + (
+        Param("dtype", "int16", "element type: int16 (16-bit lanes mod 2^16) or bf16 (bf16 "
+              "rows, fp32 weights and sums in a fixed order, bf16 y; cores with fp)",
+              choices=bf16.DTYPES),)
     needs_combine = True
     trace_phases = {**Dispatch.trace_phases, combine.EVENTS["c_init"]: "Combine init",
                     combine.EVENTS["c_send"]: "Combine send",
@@ -155,11 +161,27 @@ class Combine(Dispatch):
         broken = p.pop("broken", None) or p.pop("combine_broken", None)
         p.pop("combine_broken", None)
         self.param("broken").check(broken)
+        dtype = p.pop("dtype", None) or "int16"
+        self.param("dtype").check(dtype)
         resolved = DISPATCH.resolve_params(p)
         if broken and resolved["system"] == "cann":
             raise UserError("broken variants of the combine are negative controls of "
                             "system='ubep' or 'ubep-inc'")
-        return {**resolved, "combine_broken": broken, "broken": None}
+        if dtype != "int16" and resolved["system"] in INC_SYSTEMS:
+            raise UserError(f"dtype={dtype!r} with system={resolved['system']!r}: the in-network "
+                            f"combine sums int16 lanes only so far")
+        return {**resolved, "combine_broken": broken, "broken": None, "dtype": dtype}
+
+    def configs(self, preset, topology=None, aivs=None, params=None):
+        """The dispatch's machines (:meth:`Dispatch.configs`); with ``dtype="bf16"`` their cores
+        have the fp unit (the preset's shape) and room in the UBuf for fp32 sums."""
+        resolved = self.resolve_params(params)
+        out = super().configs(preset, topology, aivs, params)
+        if resolved["dtype"] == "int16":
+            return out
+        return [replace(c, fp=True, ubuf_rows=max(c.ubuf_rows, pow2_at_least(
+                    combine.ubuf_rows_needed(layout_of(c, resolved), resolved["dtype"]))))
+                for c in out]
 
     def programs(self, config, params):
         return DISPATCH.programs(config, params)
@@ -175,13 +197,14 @@ class Combine(Dispatch):
         lay = layout_of(cfg, params)
         cnt = [len(rows) for rows in dispatch_out(w)[0]]     # rows each rank should hold
         delivered = [read_out(machine, lay, d, cnt[d]) for d in range(cfg.ranks)]
-        carry_to_combine(machine, w, params, expert_outputs(w, delivered))
+        experts = bf16.expert_outputs if params.get("dtype") == "bf16" else expert_outputs
+        carry_to_combine(machine, w, params, experts(w, delivered))
         before = {"cycles": report.cycles, "ns": report.ns, "correct": verdict["correct"],
                   "problems": verdict["problems"], "phases": verdict["phases"],
                   "syncall_share": verdict["syncall_share"], "links": verdict["links"],
                   "out_payload_digest": verdict["out_payload_digest"]}
         # the checker's expected expert outputs: the stand-in applied to numpy's dispatch
-        return w, params, before, delivered, expert_outputs(w, dispatch_out(w)[0]), report
+        return w, params, before, delivered, experts(w, dispatch_out(w)[0]), report
 
     def inner_runs(self, inputs):
         """``[(name, report)]`` of the machine runs :meth:`load` made before the combine's own:
@@ -197,7 +220,7 @@ class Combine(Dispatch):
         lay = layout_of(cfg, params)
         wpb = cfg.words_per_block
         problems = [f"dispatch: {p}" for p in before["problems"]]
-        want = combine_out(w, expert_ref)
+        want = (bf16.combine_out if params.get("dtype") == "bf16" else combine_out)(w, expert_ref)
         lo = HEADER_WORDS if system != "cann" else 0
         digests = []
         for s in range(cfg.ranks):

@@ -266,7 +266,9 @@ def combine_programs(config, params):
     syncall = params.get("syncall") or get_preset(config.preset).syncall
     return {(r, c): combine.combine_program(lay, rank=r, core=c, aivs=config.aivs_per_die,
                                             system=params["system"],
-                                            broken=params.get("combine_broken"), syncall=syncall)
+                                            broken=params.get("combine_broken"), syncall=syncall,
+                                            **({"dtype": params["dtype"]}
+                                               if params.get("dtype", "int16") != "int16" else {}))
             for r in range(config.ranks) for c in range(config.aivs_per_die)}
 
 

@@ -32,6 +32,10 @@ with ``(e_l·R + s) mod A == a`` are sent Token-Flag Fused (word 0 of every
 block ``0x0D0D0000 | epoch``), never fenced; the source's combine polls each
 answer block's flag word before its ``ldb``.
 
+``dtype="bf16"`` (a machine with ``fp``): the same walks; per block the answers are bf16, the
+sum is fp32 (``vfcastf``, ``vfmuls``, ``vfadd`` in order ``i = 0 … k−1``) and ``vfcastb``
+rounds it to bf16 once before the ``stb`` (:mod:`.bf16`: the order and the data).
+
 Programs depend on the configuration only (``COUNTS``, ``EXPAND``, the
 routing and the weights are data in memory).
 """
@@ -42,6 +46,7 @@ from ..presets import SYNCALLS as SYNCALL_KINDS
 from . import ubep_inc
 from .cann import copy_block, split
 from .layout import COMBINE_EVENTS
+from .bf16 import DTYPES
 from .ubep import TFF_TAG, _elem
 
 __all__ = ["combine_program", "EVENTS", "PHASES", "SYSTEMS", "ubuf_rows_needed"]
@@ -58,21 +63,25 @@ ELEMS = 256
 
 
 class _Rows:
-    """UBuf byte addresses: routing, weights, expandIdx, accumulator, temporary row."""
+    """UBuf byte addresses: routing, weights, expandIdx, accumulator, temporary row; with
+    ``dtype="bf16"`` the accumulator and the temporary are fp32 vectors of 256 elements (two
+    rows each) and a third, ``half``, holds an answer's or the result's bf16 row."""
 
-    def __init__(self, lay):
+    def __init__(self, lay, dtype="int16"):
         rb = lay.route_blocks
         self.route = 0
         self.weights = rb * 512
         self.expand = 2 * rb * 512
         self.expand_rows = -(-lay.slots // 128)
         self.acc = (2 * rb + self.expand_rows) * 512
-        self.tmp = self.acc + 512
-        self.rows = 2 * rb + self.expand_rows + 2
+        wide = 2 if dtype == "bf16" else 1
+        self.tmp = self.acc + wide * 512
+        self.half = self.tmp + wide * 512
+        self.rows = 2 * rb + self.expand_rows + 2 * wide + (dtype == "bf16")
 
 
-def ubuf_rows_needed(lay):
-    return _Rows(lay).rows
+def ubuf_rows_needed(lay, dtype="int16"):
+    return _Rows(lay, dtype).rows
 
 
 def _load_rows(p, rank, lay, rows):
@@ -139,10 +148,11 @@ def _send_back(p, lay, rank, mine, tff):
         p.add(1, 1, 2)
 
 
-def _accumulate(p, lay, rank, t0, t1, rows, poll):
+def _accumulate(p, lay, rank, t0, t1, rows, poll, dtype="int16"):
     """``YOUT[t] = Σ_i w[t,i] · CWIN[e(t,i)][j(t,i)]`` for tokens ``[t0, t1)``.
 
-    r12 holds the flag word when ``poll``.
+    r12 holds the flag word when ``poll``. ``dtype="bf16"``: in fp32 on the fp unit, in the
+    order of :mod:`.bf16` (the weight's 16 bits are the upper half of its fp32 bits).
     """
     k, B = lay.topk, lay.hidden_blocks
     if t0 >= t1:
@@ -174,6 +184,9 @@ def _accumulate(p, lay, rank, t0, t1, rows, poll):
             if poll:
                 p.poll(9, 6, 12, "eq")                 # Data-as-Flag: it has arrived
             dst = rows.acc if i == 0 else rows.tmp
+            if dtype == "bf16":
+                _fp_term(p, rows, dst, i)
+                continue
             p.li(10, dst)
             p.ldb(10, 6, 0)
             p.vmuls(10, 10, 11, 8)
@@ -184,27 +197,49 @@ def _accumulate(p, lay, rank, t0, t1, rows, poll):
         p.mul(6, 3, 13)
         p.li(13, lay.address(rank, lay.YOUT, 0) + b * 512)
         p.add(6, 6, 13)
-        p.li(10, rows.acc)
+        if dtype == "bf16":
+            p.li(10, rows.acc)
+            p.li(9, rows.half)
+            p.vfcastb(9, 10, 11)                       # y = bf16(acc): the one rounding to bf16
+        p.li(10, rows.half if dtype == "bf16" else rows.acc)
         p.stb(10, 6, 0)
     p.addi(3, 3, 1)
     p.j("tok")
     p.label("tok_end")
 
 
-def combine_program(lay, *, rank, core, aivs, system, broken=None, syncall="soft"):
+def _fp_term(p, rows, dst, i):
+    """Term ``i`` of a bf16 block: the answer at r6 into ``half``, widened to fp32 in ``dst``,
+    times the weight (r8's 16 bits, the upper half of its fp32 bits), added into ``acc``
+    unless it is the first. Clobbers r8, r9, r10."""
+    p.li(10, rows.half)
+    p.ldb(10, 6, 0)
+    p.li(9, dst)
+    p.vfcastf(9, 10, 11)
+    p.slli(8, 8, 16)                               # the weight's fp32 bits
+    p.vfmuls(9, 9, 11, 8)
+    if i:
+        p.li(10, rows.acc)
+        p.vfadd(10, 10, 11, 9)                     # acc += w · o (fp32), in order i
+
+
+def combine_program(lay, *, rank, core, aivs, system, broken=None, syncall="soft",
+                    dtype="int16"):
     """The combine program of AIV ``core`` on ``rank`` (module docstring).
 
     ``broken="no_flag_poll"`` (UBEP) reads every answer without polling its
-    flag word: a negative control the checker must catch.
+    flag word: a negative control the checker must catch. ``dtype="bf16"`` sums bf16 rows
+    in fp32 on the cores' fp instructions (a machine with ``fp``; :mod:`.bf16`).
     """
     check_int("aivs", aivs, 1)
+    check_choice("dtype", dtype, DTYPES)
     check_choice("system", system, SYSTEMS)
     check_choice("broken", broken, (None, "no_flag_poll"))
     check_choice("syncall", syncall, SYNCALL_KINDS)
     if lay.words != 128:
         raise UserError(f"the combine needs full 512 B blocks (128 words), not {lay.words}")
     R = lay.ranks
-    rows = _Rows(lay)
+    rows = _Rows(lay, dtype)
     p = Program()
     _load_rows(p, rank, lay, rows)
     p.mark(EVENTS["c_init"])
@@ -218,7 +253,7 @@ def combine_program(lay, *, rank, core, aivs, system, broken=None, syncall="soft
         _epoch(p, rank, lay, 13)
         p.or_(12, 12, 13)
         _accumulate(p, lay, rank, *split(lay.batch, aivs, core), rows,
-                    poll=broken != "no_flag_poll")
+                    poll=broken != "no_flag_poll", dtype=dtype)
         p.fence()
         p.mark(EVENTS["c_combine"])
         p.halt()
@@ -247,7 +282,7 @@ def combine_program(lay, *, rank, core, aivs, system, broken=None, syncall="soft
         p.mul(5, 5, 13)                                    # epoch · A
         p.poll(6, 12, 5, "ge")
     p.mark(EVENTS["c_sync"])
-    _accumulate(p, lay, rank, *split(lay.batch, aivs, core), rows, poll=False)
+    _accumulate(p, lay, rank, *split(lay.batch, aivs, core), rows, poll=False, dtype=dtype)
     p.fence()
     p.mark(EVENTS["c_combine"])
     p.halt()
