@@ -14,10 +14,12 @@ so the checker compares bit for bit.
 
 Data, from the integer workload (:mod:`.workload`, seeded), elementwise:
 
-* expert rows (:func:`expert_outputs`): every 16-bit element ``u`` of a dispatched row becomes
-  the finite bf16 with ``u``'s sign bit and 7 mantissa bits and exponent ``124 + (u >> 7 & 7)``
-  (magnitudes in [1/8, 32): no NaN, infinity or subnormal), times ``e + 1`` for expert ``e``
-  rounded to bf16 (the stand-in FFN);
+* expert rows (:func:`expert_outputs`, the stand-in FFN): every 16-bit element ``u`` of a
+  row dispatched to expert ``e`` becomes ``to_bf16(u ^ m(e))``, ``m(e) = 0x9E37·(e + 1) mod
+  2^16``: the finite bf16 (:func:`to_bf16`) with ``u``'s sign bit and 7 mantissa bits and
+  exponent ``112 + (u >> 7 & 31)`` (magnitudes in [2^-15, 2^17): no NaN, infinity or
+  subnormal). The mask differs per expert, so the ``k`` rows of a token differ in exponent and
+  the fp32 sums round (their order shows);
 * weights (:func:`weight_bits`): ``w = bf16(topk_w / 8)``, an fp32 value with an 8-bit
   significand. [choice] ``WEIGHTS`` holds 16 bits a slot (the int16 layout), so the weight is
   stored as the upper half of its fp32 bits and the program shifts it into place; a full
@@ -29,17 +31,22 @@ import numpy as np
 
 from .reference import counts, dispatch_order
 
-__all__ = ["DTYPES", "to_bf16", "expert_outputs", "weight_bits", "weights_f32", "combine_out",
+__all__ = ["DTYPES", "expert_mask", "to_bf16", "expert_outputs", "weight_bits", "weights_f32", "combine_out",
            "ulps"]
 
 #: the combine's element types: ``int16`` (16-bit lanes mod 2^16) or ``bf16`` (fp32 sums)
 DTYPES = ("int16", "bf16")
 
 
+def expert_mask(e):
+    """``m(e)``: what expert ``e``'s stand-in FFN XORs into every element (module docstring)."""
+    return (0x9E37 * (e + 1)) & 0xFFFF
+
+
 def to_bf16(u):
     """16-bit integers ``u`` → finite bf16 bits (module docstring), as ``uint64``."""
     u = np.asarray(u, dtype=np.uint64)
-    return (u & 0x807F) | ((124 + (u >> 7 & 7)) << 7)
+    return (u & 0x807F) | ((112 + (u >> 7 & 31)) << 7)
 
 
 def _halves(words):
@@ -66,11 +73,10 @@ def expert_outputs(w, out):
         if not len(rows):
             outs.append(rows.copy())
             continue
-        f = np.concatenate([np.full(cnt[d, e_l].sum(), d * w.epr + e_l + 1, dtype=np.float32)
+        m = np.concatenate([np.full(cnt[d, e_l].sum(), expert_mask(d * w.epr + e_l),
+                                    dtype=np.uint64)
                             for e_l in range(w.epr)]).reshape(-1, 1, 1)
-        words = to_bf16(rows & 0xFFFF) | (to_bf16(rows >> 16 & 0xFFFF) << 16)
-        lo, hi = _halves(words)
-        outs.append(_words(lo * f, hi * f))
+        outs.append(to_bf16((rows & 0xFFFF) ^ m) | (to_bf16((rows >> 16 & 0xFFFF) ^ m) << 16))
     return outs
 
 
