@@ -274,8 +274,9 @@ class MachineConfig:
     has_trace = True
 
     def to_dict(self):
-        """The fields as JSON; ``non_atomic_port`` (and ``fp`` with its unit's shape) only when set, so a default machine's
-        specification (and so its Verilog and build cache keys) stays what it was."""
+        """The fields as JSON; ``non_atomic_port`` (and ``fp`` with its unit's shape) only when
+        set, so a default machine's specification (and so its Verilog and build cache keys)
+        stays what it was."""
         d = asdict(self)
         d["topology"] = list(self.topology)
         if not self.non_atomic_port:

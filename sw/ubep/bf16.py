@@ -31,8 +31,8 @@ import numpy as np
 
 from .reference import counts, dispatch_order
 
-__all__ = ["DTYPES", "expert_mask", "to_bf16", "expert_outputs", "weight_bits", "weights_f32", "combine_out",
-           "ulps"]
+__all__ = ["DTYPES", "expert_mask", "to_bf16", "expert_outputs", "weight_bits", "weights_f32",
+           "combine_out", "ulps"]
 
 #: the combine's element types: ``int16`` (16-bit lanes mod 2^16) or ``bf16`` (fp32 sums)
 DTYPES = ("int16", "bf16")
