@@ -190,8 +190,10 @@ def preset_toml(preset):
     """``preset`` as a machine file: every field but ``name``, each after a comment with its
     help, unit and range; an unset optional field is ``"none"``. Read back, an equal preset."""
     name = preset.name
-    lines = textwrap.wrap(f"{name}: {preset.description}".rstrip(": "), 96,
-                          initial_indent="# ", subsequent_indent="#   ")
+    # the name (a file's path) on the first line whole, never broken where it is long
+    head, _, rest = f"{name}: {preset.description}".rstrip(": ").partition(" ")
+    lines = textwrap.wrap(rest, 96, initial_indent=f"# {head} ", subsequent_indent="#   ",
+                          break_long_words=False) or [f"# {head}"]
     lines += ["# A machine for epfabric: `epfabric run KERNEL --preset THIS.toml`. Each value is in",
               "# the unit its name ends with (a string may repeat it: \"218 ns\")."]
     if name in PRESETS:
