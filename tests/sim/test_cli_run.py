@@ -244,7 +244,8 @@ def test_watchdog_exit_code(capsys):
 def test_commands_and_experiments_are_registered():
     from epfabric.sim.cli import COMMANDS
     from epfabric.sim.lab.experiments import EXPERIMENTS
-    assert [name for name, _, _ in COMMANDS] == ["run", "verilog", "demo", "races", "calibrate",
+    assert [name for name, _, _ in COMMANDS] == ["run", "presets", "verilog", "demo", "races",
+                                                 "calibrate",
                                                  "agrs", "bench", "fabric-speed", "reproduce",
                                                  "figures", "synth", "prove", "soak", "mutate",
                                                  "pages"]
