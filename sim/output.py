@@ -65,17 +65,18 @@ def build_once(folder, make):
             make(folder)
             seconds = time.monotonic() - t0
             stamp.write_text(f"{seconds:.2f}\n")
-            _log_build(folder, seconds)
+            log_event(folder=Path(folder).name, seconds=seconds)
     return folder
 
 
-def _log_build(folder, seconds):
-    """``$EPFABRIC_BUILD_LOG``: append one JSON line per build made (folder, seconds, and the
-    pytest test that asked for it): which tests pay for which builds in a cold run."""
+def log_event(**fields):
+    """``$EPFABRIC_BUILD_LOG``: append one JSON line per build made or simulation run (what,
+    seconds, and the pytest test that asked for it): which tests pay for which builds and
+    runs in a cold run. Without the variable, nothing."""
     log = os.environ.get("EPFABRIC_BUILD_LOG")
     if log:
-        line = {"folder": Path(folder).name, "seconds": round(seconds, 2),
-                "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]}
+        line = {k: round(v, 2) if isinstance(v, float) else v for k, v in fields.items()}
+        line["test"] = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
         with open(log, "a") as f:
             f.write(json.dumps(line) + "\n")
 

@@ -1,10 +1,12 @@
 """Amaranth's simulator as a backend: the intent runs in this process, an async testbench."""
 
 import collections
+import hashlib
 import sys
+import time
 from contextlib import nullcontext
 
-from ..output import waveform_dir
+from ..output import log_event, waveform_dir
 from ..waves import Waveform, fit_gtkw, read_dump, vcd_edges
 from .testbench import CLOCK_PERIOD_NS, SimulationError, Testbench
 
@@ -70,8 +72,10 @@ def _simulator(spec, keep):
         sim, component, slot = _SIMULATORS[key]
         sim.reset()
         return sim, component, slot
+    t0 = time.monotonic()
     component = spec.build()
     sim = Simulator(component)
+    log_event(pysim_build=_design_id(spec), seconds=time.monotonic() - t0)
     sim.add_clock(CLOCK_PERIOD_NS * 1e-9)
     slot = {}
 
@@ -86,6 +90,11 @@ def _simulator(spec, keep):
         while len(_SIMULATORS) > SIMULATOR_CACHE:
             _SIMULATORS.popitem(last=False)
     return sim, component, slot
+
+
+def _design_id(spec):
+    """A short name of ``spec``'s design for the build log (its description's hash)."""
+    return hashlib.sha1(spec.to_json().encode()).hexdigest()[:12]
 
 
 def run_pysim(spec, intent, args, waveform=None, keep=None):
@@ -117,6 +126,7 @@ def run_pysim(spec, intent, args, waveform=None, keep=None):
         writer = sim.write_vcd(str(vcd), str(gtkw), traces=_default_traces(component))
     else:
         writer = nullcontext()
+    t0 = time.monotonic()
     try:
         with writer:
             sim.run()
@@ -130,4 +140,5 @@ def run_pysim(spec, intent, args, waveform=None, keep=None):
         waveform.add_run(vcd, simulator="pysim", spec=spec, edges=vcd_edges(dump, waveform.watch))
     elif gtkw is not None:
         fit_gtkw(gtkw, read_dump(vcd))
+    log_event(pysim_run=_design_id(spec), cycles=out["cycles"], seconds=time.monotonic() - t0)
     return out["result"], out["cycles"]
