@@ -17,6 +17,46 @@ __all__ = ["PysimTestbench", "run_pysim"]
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
 
 
+def _cheap_write_enables():
+    """Make Amaranth's simulator compute a memory write port's enable mask in O(enable bits).
+
+    Amaranth 0.5's compiler builds the mask as ``Cat(bit.replicate(granularity) for bit in
+    en)`` (``amaranth/sim/_pyrtl.py``, its only ``Cat``): one term per *data* bit, evaluated on
+    every clock edge whether or not the port writes. A core's 4,096-bit unified buffer at
+    32-bit granularity, a 4,096-bit HBM row and a FIFO carrying a 512 B block each compiled to
+    about 210 kB of Python a memory: these processes were about half of a small machine's
+    simulated time and much of its compile time (py-spy, the small combine case). Here each
+    enable bit becomes ``(bit * (2**g - 1))[:g]``: the same mask, bit for bit (an unsigned
+    1-bit value times an all-ones constant), one term per enable bit. Any other ``Cat`` the
+    compiler might build is left to Amaranth's. The cross-simulator tests (Amaranth's
+    simulator against Icarus and Verilator, cycles, traces and memories) check the result.
+    """
+    try:
+        from amaranth.hdl import Cat, Const
+        from amaranth.hdl._ast import Concat
+        from amaranth.sim import _pyrtl
+    except ImportError:                                  # another Amaranth: leave it as it is
+        return
+    if getattr(_pyrtl, "Cat", None) is not Cat:
+        return
+
+    def cat(*args):
+        parts = list(args[0]) if len(args) == 1 and not hasattr(args[0], "shape") else list(args)
+        out = []
+        for part in parts:
+            bits = part.parts if isinstance(part, Concat) else ()
+            if not bits or len(bits[0]) != 1 or any(b is not bits[0] for b in bits):
+                return Cat(*parts)
+            g = len(bits)
+            out.append((bits[0] * Const((1 << g) - 1, g))[:g])
+        return Cat(*out)
+
+    _pyrtl.Cat = cat
+
+
+_cheap_write_enables()
+
+
 class PysimTestbench(Testbench):
     """:class:`Testbench` over an ``amaranth.sim`` testbench context."""
 
