@@ -144,7 +144,9 @@ KINDS = (("preset field", "Preset fields", "`sw/presets.py` `Preset`; the fitted
          ("kernel parameter", "Kernel parameters", "The dispatch and Data-as-Flag kernels' "
           "parameters at their defaults; a default of None is resolved where its arrow says."),
          ("kernel default", "Kernel defaults", ""),
-         ("experiment parameter", "Experiment settings", ""),
+         ("experiment parameter", "Experiment settings", "The UBEP experiments' parameters "
+          "at their defaults (`EXPERIMENTS[name].params`), the training shape S1; each "
+          "experiment's grid (ranks, batch sizes) is in its `points`."),
          ("experiment reference", "Experiment references", ""))
 
 
@@ -157,8 +159,8 @@ def render(doc=None):
     if unknown:
         raise ValueError(f"row kinds without a section: {', '.join(unknown)}")
     lines = ["# Provenance of the UBEP experiments' parameters", "", GENERATED, "",
-             "Every timing parameter, knob, machine field, kernel default and constant the UBEP "
-             "experiments read, with its value in the code today, the category of its source and "
+             "Every timing parameter, knob, machine field, kernel and experiment parameter, default "
+             "and constant the UBEP experiments read, with its value in the code today, the category of its source and "
              "the source itself, and the held-out items (section 6 of the "
              "[preregistration](preregistration.md)) that source cites today. "
              "`tests/sw/test_provenance.py` checks every value against the code, every field "
