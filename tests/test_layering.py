@@ -20,8 +20,8 @@ TOPS = ("hw", "sw", "sim")
 #: (room, its one job), lowest first: a room may import only itself and the rooms above it here.
 ROOMS = [
     ("hw", "the machine's design blocks"),
-    ("sw", "ISA, assembler, machine configuration and presets, the Machine driver, "
-           "routing and mapping helpers"),
+    ("sw", "ISA, assembler, machine configuration and presets (with their parameters' "
+           "provenance), the Machine driver, routing and mapping helpers"),
     ("sw.ubep", "UBEP's and CANN's dispatch/combine programs, their layout and numpy references"),
     ("sw.incmoe", "INC-MoE's layer program, layout and numpy reference"),
     ("sw.kernels", "the registered kernels: program + numpy check"),

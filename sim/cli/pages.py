@@ -3,14 +3,16 @@
 Front end of :mod:`epfabric.sim.lab.pages`: every page of ``docs/results`` that is made
 from data (what the model reproduces, how fast it runs, the hardware's checks) is written
 from the JSON files in ``--data``. ``--check`` writes nothing and exits 1 when a page
-differs from what the data gives.
+differs from what the data gives. The provenance table's page
+(:mod:`epfabric.sw.provenance`) is written beside the results folder, ``fidelity/provenance.md``.
 """
 
 from pathlib import Path
 
 from ...hw.validate import UserError
+from ...sw import provenance
 from ..lab.pages import PAGES, stale_pages, write_pages
-from ..output import check_output_dir
+from ..output import check_output_dir, write_atomic
 
 __all__ = ["add_arguments", "prepare"]
 
@@ -32,12 +34,17 @@ def prepare(args):
     out = check_output_dir(args.output, "--output")
 
     def job():
+        page, text = out.parent / provenance.PAGE, provenance.render()
         if args.check:
             stale = stale_pages(data, out)
             for name in stale:
                 print(f"{out / name}: differs from what {data} gives (run epfabric pages)")
+            if not page.is_file() or page.read_text() != text:
+                print(f"{page}: differs from what {provenance.PATH.name} gives (run epfabric pages)")
+                stale.append(page)
             return 1 if stale else 0
-        for path in write_pages(data, out):
+        page.parent.mkdir(parents=True, exist_ok=True)
+        for path in [*write_pages(data, out), write_atomic(page, text)]:
             print(f"wrote {path}")
         return 0
     return job
