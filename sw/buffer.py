@@ -97,7 +97,7 @@ PAYLOAD_WORD = FLAG_BYTES // 4
 #: the element types a float ``x`` (and ``expert_out``) may have, rounded to bf16 on the host
 FLOAT_DTYPES = (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32))
 #: the largest weight magnitude a float call takes: the combine kernel's weight convention
-#: holds a weight ``w`` as ``8·w`` in fp32 (:meth:`Buffer._kernel_workload`), finite below this
+#: holds a weight ``w`` as ``8·w`` in fp32, finite below this
 MAX_WEIGHT = 2.0 ** 124
 
 
@@ -338,7 +338,7 @@ class Buffer:
                 rounded)
 
     def _words(self, values):
-        """bf16 ``values`` (… × hidden) as … × blocks × words ``uint64`` (module docstring)."""
+        """``values`` (bf16, … × hidden) as ``uint64`` … × blocks × words (module docstring)."""
         lead, blocks = values.shape[:-1], self.params["hidden_blocks"]
         halves = np.zeros(lead + (blocks * ELEMS_PER_BLOCK,), dtype=np.uint16)
         halves[..., :values.shape[-1]] = values.view(np.uint16)
@@ -353,7 +353,8 @@ class Buffer:
         w = np.asarray(words, dtype=np.uint64)[..., PAYLOAD_WORD:
                                                PAYLOAD_WORD + ELEMS_PER_BLOCK // 2]
         halves = np.stack([w & 0xFFFF, w >> 16], axis=-1).astype(np.uint16)
-        values = halves.reshape(w.shape[:-2] + (-1,))[..., :self.hidden].view(ml_dtypes.bfloat16)
+        flat = halves.reshape(w.shape[:-2] + (w.shape[-2] * ELEMS_PER_BLOCK,))
+        values = flat[..., :self.hidden].view(ml_dtypes.bfloat16)
         with np.errstate(over="ignore"):
             return values.astype(dtype)
 
@@ -416,7 +417,8 @@ class Buffer:
             raise DispatchError("dispatch differs from numpy: " + "; ".join(verdict["problems"]))
         self._save(machine)
         from .kernels.combine import read_out
-        recv = [read_out(machine, self.layout, d, n) for d, n in enumerate(verdict["tokens_received"])]
+        recv = [read_out(machine, self.layout, d, n)
+                for d, n in enumerate(verdict["tokens_received"])]
         recv = [self._values(r, x.dtype) if fp else r.astype(np.uint32) for r in recv]
         src, idx_of, w_of, per_expert = self._received(machine, w, weights)
         handle = {"system": params["system"], "epoch": self.epoch, "workload": w,

@@ -241,7 +241,7 @@ def test_the_readmes_deepep_script_prints_what_the_readme_says(tmp_path):
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     after = readme.split("Runnable as is", 1)[1]
     script = after.split("```python\n", 1)[1].split("```", 1)[0]
-    printed = after.split("prints\n\n```\n", 1)[1].split("```", 1)[0]
+    printed = after.split("prints\n```\n", 1)[1].split("```", 1)[0]
     run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
                          text=True, timeout=600)
     assert run.returncode == 0, run.stderr
