@@ -195,23 +195,36 @@ def test_float_rounds_on_the_bf16_machine():
             assert np.array_equal(y[s].astype(BF16).view(np.uint16), want[s].view(np.uint16))
 
 
-def test_an_in_network_buffer_runs_integer_rounds():
+def _integer_round(buf, seed, system=None):
+    """One integer dispatch + combine on ``buf``, each against numpy (UBEP's payload words)."""
+    w0 = Workload(ranks=2, batch=4, topk=2, experts=4, words=128, seed=seed)
+    recv, per_expert, handle, _ = buf.dispatch(w0.x, w0.topk_idx, w0.topk_w, system=system)
+    want = dispatch_out(w0)[0]
+    for d in range(2):
+        assert np.array_equal(recv[d][:, :, 4:], want[d][:, :, 4:])
+        assert sum(per_expert[d]) == len(want[d])
+    outs = [(r.astype(np.uint64) * 3 + d) & 0xFFFF_FFFF for d, r in enumerate(recv)]
+    y, _ = buf.combine(outs, handle)
+    ref = combine_out(w0, outs)
+    for s in range(2):
+        assert np.array_equal(y[s][:, :, 4:], ref[s][:, :, 4:])
+    return handle
+
+
+def test_an_in_network_buffer_runs_an_integer_round():
     """``system="ubep-inc"``: the in-network dispatch and combine through the Buffer, integer
-    words (16-bit lanes), against numpy; a UBEP round after it on the same buffer."""
+    words (16-bit lanes), against numpy."""
     inc = Buffer(backend("pysim"), system="ubep-inc", **SHAPE)
-    for seed, system in ((1, None), (2, "ubep")):
-        w0 = Workload(ranks=2, batch=4, topk=2, experts=4, words=128, seed=seed)
-        recv, per_expert, handle, _ = inc.dispatch(w0.x, w0.topk_idx, w0.topk_w, system=system)
-        assert handle["system"] == (system or "ubep-inc")
-        want = dispatch_out(w0)[0]
-        for d in range(2):
-            assert np.array_equal(recv[d][:, :, 4:], want[d][:, :, 4:])
-            assert sum(per_expert[d]) == len(want[d])
-        outs = [(r.astype(np.uint64) * 3 + d) & 0xFFFF_FFFF for d, r in enumerate(recv)]
-        y, _ = inc.combine(outs, handle)
-        ref = combine_out(w0, outs)
-        for s in range(2):
-            assert np.array_equal(y[s][:, :, 4:], ref[s][:, :, 4:])
+    assert _integer_round(inc, 1)["system"] == "ubep-inc"
+
+
+@pytest.mark.slow           # 40 s of pysim; one in-network round runs above
+def test_an_in_network_buffer_switches_systems():
+    """UBEP, then UBEP-INC, then CANN on one in-network buffer (its layout holds every
+    system's regions; each call's epoch tags the flags an earlier call left)."""
+    inc = Buffer(backend("pysim"), system="ubep-inc", **SHAPE)
+    for seed, system in ((1, "ubep"), (2, "ubep-inc"), (3, "cann")):
+        assert _integer_round(inc, seed, system)["system"] == system
 
 
 def test_tensors_in_tensors_out():
