@@ -322,8 +322,9 @@ class Buffer:
         return Workload.from_arrays(x, idx, wts, self.params["experts"])
 
     def _float_inputs(self, x, topk_idx, topk_weights):
-        """``(workload, float32 weights, bf16 weights)`` of a float call (module docstring):
-        the workload holds ``x`` rounded to bf16 as words and the weights' bf16 bits."""
+        """``(workload, float32 weights, the combine's workload)`` of a float call (module
+        docstring): the workload holds ``x`` rounded to bf16 as words and the weights' bf16
+        bits, the combine's the kernel's form of the rounded weights."""
         _float_dtype("x", x)
         idx = _integers("topk_idx", topk_idx, "expert ids")
         if x.ndim != 3:
@@ -334,8 +335,8 @@ class Buffer:
         weights, rounded = _float_weights(topk_weights, idx.shape)
         words = self._words(_bf16("x", x))
         bits = bf16.weight_bits(rounded * np.float32(8))
-        return (Workload.from_arrays(words, idx, bits, self.params["experts"]), weights,
-                rounded)
+        w = Workload.from_arrays(words, idx, bits, self.params["experts"])
+        return w, weights, self._kernel_workload(w, rounded)
 
     def _words(self, values):
         """``values`` (bf16, … × hidden) as ``uint64`` … × blocks × words (module docstring)."""
@@ -400,9 +401,10 @@ class Buffer:
         x = np.asarray(x)
         fp = not np.issubdtype(x.dtype, np.integer)
         if fp:
-            w, weights, rounded = self._float_inputs(x, topk_idx, topk_weights)
+            w, weights, w_combine = self._float_inputs(x, topk_idx, topk_weights)
         else:
-            w, weights, rounded = self._integer_inputs(x, topk_idx, topk_weights), None, None
+            w = w_combine = self._integer_inputs(x, topk_idx, topk_weights)
+            weights = None
         params = {**self.params, "system": system or self.params["system"]}
         machine = self._machine_for(params, fp)
         self.epoch += 1
@@ -424,8 +426,7 @@ class Buffer:
         handle = {"system": params["system"], "epoch": self.epoch, "workload": w,
                   "params": params, "rows": verdict["tokens_received"], "dispatch": verdict,
                   "recv_src_idx": src, "machine": machine, "dtype": x.dtype if fp else None,
-                  "tensor": tensor,
-                  "combine_workload": self._kernel_workload(w, rounded) if fp else w}
+                  "tensor": tensor, "combine_workload": w_combine}
         if tensor is not None:
             recv, idx_of, w_of = ([_tensor(a, t) for a in arrays] for arrays, t in
                                   ((recv, tensor), (idx_of, None), (w_of, None)))
