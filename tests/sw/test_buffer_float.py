@@ -218,7 +218,7 @@ def test_an_in_network_buffer_runs_an_integer_round():
     assert _integer_round(inc, 1)["system"] == "ubep-inc"
 
 
-@pytest.mark.slow           # 40 s of pysim; one in-network round runs above
+@pytest.mark.slow           # a minute of pysim (three rounds); one in-network round runs above
 def test_an_in_network_buffer_switches_systems():
     """UBEP, then UBEP-INC, then CANN on one in-network buffer (its layout holds every
     system's regions; each call's epoch tags the flags an earlier call left)."""
