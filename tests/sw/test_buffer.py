@@ -71,10 +71,12 @@ def test_bad_inputs_are_named():
         buf.dispatch(x[:1], idx[:1], wts[:1])
     with pytest.raises(ValueError, match="num_experts"):
         buf.get_dispatch_layout(idx, 5)
-    with pytest.raises(ValueError, match="system='ubep-inc' .in-network EP. runs with epfabric run"):
+    with pytest.raises(ValueError, match=r"^system='ubep-inc' needs switches that multicast "
+                                         r"and reduce: this Buffer was built with system='ubep'; "
+                                         r"build it with system='ubep-inc'"):
         buf.dispatch(x, idx, wts, system="ubep-inc")
-    with pytest.raises(ValueError, match="Buffer runs system='cann' or 'ubep'"):
-        Buffer(backend("pysim"), system="ubep-inc", **SHAPE)
+    with pytest.raises(ValueError, match="system must be one of"):
+        buf.dispatch(x, idx, wts, system="nccl")
     assert issubclass(DispatchError, RuntimeError)
 
 
@@ -100,13 +102,17 @@ def pysim_buf():
 
 @pytest.mark.parametrize("arg", ["x", "topk_idx", "topk_weights"])
 def test_a_float_input_is_refused_not_truncated(pysim_buf, arg):
-    """Softmax-style float weights used to become 0 (y all zeros, reported correct)."""
+    """Softmax-style float weights used to become 0 (y all zeros, reported correct). With
+    integer words for x, weights and ids must be integers; a float x is a float call (its
+    own layout: tests/sw/test_buffer_float.py), never words truncated."""
     x, idx, wts = _inputs(1)
     given = {"x": x, "topk_idx": idx, "topk_weights": wts}
     given[arg] = given[arg].astype(np.float32)
     if arg == "topk_weights":
         given[arg] = given[arg] / given[arg].sum(axis=-1, keepdims=True)
-    with pytest.raises(ValueError, match=rf"^{arg} must be an integer array \(.*\), not float32$"):
+    msg = (r"^x \(float32\) must be ranks x tokens x hidden, not shape \(2, 4, 1, 128\)$"
+           if arg == "x" else rf"^{arg} must be an integer array \(.*\), not float32$")
+    with pytest.raises(ValueError, match=msg):
         pysim_buf.dispatch(**given)
     with pytest.raises(ValueError, match=r"^topk_idx must be an integer array"):
         pysim_buf.get_dispatch_layout(idx.astype(np.float64), 4)
@@ -213,20 +219,3 @@ def test_deepep_receive_fields_are_views_of_the_delivered_rows():
         assert np.array_equal(head[:, 1], src[:, 0] << 16 | src[:, 1])
         assert np.array_equal(head[:, 2],
                               (got.recv_topk_idx[d].max(axis=1) + 2 * d) << 8 | slot)
-
-
-@pytest.mark.slow           # 10 s of pysim; the same fields at a smaller case are tested above
-def test_the_readmes_deepep_script_prints_what_the_readme_says(tmp_path):
-    """The README's runnable DeepEP-style script, run as written in an empty folder, prints
-    the lines the README shows under it."""
-    import subprocess
-    import sys
-    from pathlib import Path
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    after = readme.split("Runnable as is", 1)[1]
-    script = after.split("```python\n", 1)[1].split("```", 1)[0]
-    printed = after.split("prints\n\n```\n", 1)[1].split("```", 1)[0]
-    run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout == printed
