@@ -169,7 +169,7 @@ def check_beats(op, a, s, b, *, fused, stall_prob=0.0, seed=0):
 @pytest.mark.parametrize("op", OPS)
 def test_edge_and_random_operands_pysim(op, fused):
     """Every operation, bit-exact: its edge combinations, an exponent-difference sweep for
-    the sums, cancellations for the multiply-adds and 512 shaped random operands (128 for
+    the sums, cancellations for the multiply-adds and 128 shaped random operands (32 for
     a fused unit's operations without a product), with random backpressure."""
     a, s, b = edge_cases(op)
     parts = [(a, s, b)]
@@ -177,9 +177,10 @@ def test_edge_and_random_operands_pysim(op, fused):
         parts.append(exponent_sweep(op, seed=OPS.index(op)))
     if OP_FORMS[FpOp[op]].use_s and OP_FORMS[FpOp[op]].use_b:
         parts.append(cancellations(op, 512, seed=OPS.index(op)))
-    # the volume is the Verilator soak's (2**16 operands in CI, 10**6 an operation slow)
-    random_beats = 128 if not fused or FpOp[op] in (FpOp.AXPY, FpOp.AXPY_BF16,
-                                                    FpOp.AXPY_MIX) else 32
+    # the volume is the Verilator soak's (2**16 operands in CI, 10**6 an operation slow); here
+    # the edge cases, sweeps and cancellations, and a few random beats through the pipeline
+    random_beats = 32 if not fused or FpOp[op] in (FpOp.AXPY, FpOp.AXPY_BF16,
+                                                   FpOp.AXPY_MIX) else 8
     _, ra, rs, rb = soak_operands(seed=100 + OPS.index(op), beats=random_beats, lanes=LANES, op=op)
     parts.append((ra.ravel(), np.repeat(rs, LANES), rb.ravel()))
     a, s, b = (np.concatenate(v) for v in zip(*parts))
@@ -345,10 +346,11 @@ def _soak_on_verilator(fused, runs):
 
 @pytest.mark.parametrize("fused", [False, True], ids=["two_roundings", "fused"])
 def test_soak_verilator(fused):
-    """A mixed run of 2**16 operands, 4096 of every operation, and counting sweeps: every
-    bf16 value through both casts and as ``a`` of a bf16 sum, every high half of an fp32
-    through the cast to bf16, against numpy."""
-    runs = [(None, 1 << 14, 1, False)] + [(op, 1024, 2 + i, False) for i, op in enumerate(OPS)]
+    """A mixed run of 2**16 operands (at least 4,168 of every operation) and counting sweeps:
+    every bf16 value through both casts and as ``a`` of a bf16 sum, every high half of an
+    fp32 through the cast to bf16, against numpy. Each run is a simulator start of its own:
+    runs of one operation each (10**6 operands) are the ``slow`` test below."""
+    runs = [(None, 1 << 14, 1, False)]
     runs += [(op, 1 << 14, 20 + i, True) for i, op in
              enumerate(("CAST_BF16_F32", "CAST_F32_BF16", "ADD_BF16", "MULS_BF16"))]
     _soak_on_verilator(fused, runs)
