@@ -16,11 +16,9 @@ A number the run could not compute ("not run") enters none of them; the statisti
 over how many of the numbers they are.
 """
 
-import math
-
 from .heldout import spearman
 
-__all__ = ["statistics", "scatter", "BAND", "FLOOR"]
+__all__ = ["statistics", "headline", "scatter", "BAND", "FLOOR"]
 
 #: the scatter's band around y = x (a fraction of the paper's value)
 BAND = 0.15
@@ -93,8 +91,3 @@ def scatter(entries, stats, path, title):
     ax.set_ylabel("model, mean over seeds (bar: the number's tolerance; x: <= 0, at 1 %)")
     ax.legend(fontsize=7, ncol=2, loc="upper left")
     return save(fig, path, f"{title}: {headline(stats)}")
-
-
-def finite(value):
-    """``value`` if it is a finite number, else ``None`` (a JSON-safe statistic)."""
-    return value if value is not None and math.isfinite(value) else None
