@@ -26,11 +26,13 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Callable
 
+from .fig10 import DAF, SIZES
+
 __all__ = ["Number", "Check", "Item", "ITEMS", "NUMBERS", "judge_seed", "both",
            "spearman", "paper_senders", "table4_ratio", "best_c", "FIG10_SIZES", "FIG10_PANELS", "FIG14_GROUPS"]
 
 #: fig10's granularities as the experiment sweeps them (B): the grid the cut's range is over
-FIG10_SIZES = (16, 64, 256, 1024, 4096, 10240)
+FIG10_SIZES = SIZES
 #: fig10: ranks -> the latency axis of its panel (µs), UBEP Fig. 10 (preregistration §6, fig10)
 FIG10_PANELS = {16: (2.0, 4.0), 32: (4.0, 8.0), 64: (5.0, 15.0)}
 #: fig14: the group sizes C the paper sweeps (Fig. 14(a): C 1–16)
@@ -338,9 +340,6 @@ def _fig9_trend(rows):
 
 # --- fig10 ----------------------------------------------------------------------------------
 
-FIG10_DAF = ("tff", "dc", "sp")
-
-
 def _fig10_grid(rows):
     """``{(ranks, g): row}`` when it covers 16/32/64 ranks × every g, else ``None``."""
     grid = {(r["ranks"], r["bytes"]): r for r in rows if r.get("sw_ns") is not None}
@@ -349,11 +348,11 @@ def _fig10_grid(rows):
 
 
 def _cuts(row):
-    return [1 - row[f"{p}_ns"] / row["sw_ns"] for p in FIG10_DAF]
+    return [1 - row[f"{p}_ns"] / row["sw_ns"] for p in DAF]
 
 
 def _savings_us(row):
-    return [(row["sw_ns"] - row[f"{p}_ns"]) / 1000 for p in FIG10_DAF]
+    return [(row["sw_ns"] - row[f"{p}_ns"]) / 1000 for p in DAF]
 
 
 def _fig10_cut(reduce):
@@ -387,7 +386,7 @@ def _fig10_axes(rows):
     if grid is None:
         return None, "every latency inside its panel's axis: not run (16/32/64 ranks × g needed)"
     out = [(n, g) for (n, g), r in grid.items() if n in FIG10_PANELS
-           for p in ("sw", *FIG10_DAF)
+           for p in ("sw", *DAF)
            if not FIG10_PANELS[n][0] <= r[f"{p}_ns"] / 1000 <= FIG10_PANELS[n][1]]
     return not out, ("every latency inside its panel's axis (2-4 / 4-8 / 5-15 us): "
                      + ("yes" if not out else f"NO at {len(out)} latencies"))

@@ -9,9 +9,11 @@ numbers, tolerances and rules are the table :data:`.heldout.ITEMS`:
 * per seed, a **magnitude** verdict (every paper number of the item within its
   tolerance, and the item's further magnitude checks) and a **trend** verdict, each
   yes, no or "not run" (the rows do not hold the grid a rule needs);
-* the item **holds** when magnitude and trend hold on the same seed, on at least two
-  seeds (and a majority of those run); a trend that holds while the magnitude does not is
-  reported in its own column, **trend only**, and never counts;
+* the item **holds** when magnitude and trend hold on the same seed, on at least two of
+  the three seeds; it does not when that is out of reach even if every seed or point that
+  did not run held, and is "not run" in between (a quick run's one seed); a trend that
+  holds while the magnitude does not is reported in its own column, **trend only**, and
+  never counts;
 * over the 31 numbers of the nine items (:data:`.heldout.NUMBERS`), each the model's
   mean over seeds: MAPE, Pearson's r on log10 and Spearman's ρ (:mod:`.agreement`);
   the scatter of every number is this experiment's PNG;
@@ -35,10 +37,13 @@ from .agreement import headline, scatter, statistics
 from .heldout import ITEMS, NUMBERS, TABLE4_RATIO_TOL, both, judge_seed, table4_ratio
 from .rounds import rounds_line
 
-__all__ = ["Validation", "EXPERIMENT", "ITEMS", "GOAL_ITEMS", "GOAL_MAPE", "seed_rule"]
+__all__ = ["Validation", "EXPERIMENT", "ITEMS", "GOAL_ITEMS", "GOAL_MAPE", "SEEDS", "seed_rule",
+           "over_seeds"]
 
 #: the goal (preregistration §7): items that hold, of the nine, and the MAPE bound (%)
 GOAL_ITEMS, GOAL_MAPE = 7, 15.0
+#: the seeds an item is judged over (preregistration §5: 0, 1, 2); fewer run: the rest "not run"
+SEEDS = 3
 
 
 def _default_preset():
@@ -52,12 +57,16 @@ def seed_rule(count, seeds):
     return count >= 2 and 2 * count > seeds
 
 
-def _column(verdicts):
-    """An item's magnitude or trend column over its seeds' verdicts: yes / no / not run."""
+def over_seeds(verdicts):
+    """An item's verdict from its seeds' (True / False / None each): ``True`` when
+    :func:`seed_rule` holds, ``False`` when it could not hold even if every seed that did
+    not run (of :data:`SEEDS` at least) held, else ``None`` (not run)."""
+    n = max(SEEDS, len(verdicts))
     yes = sum(v is True for v in verdicts)
-    if seed_rule(yes, len(verdicts)):
+    could = yes + sum(v is None for v in verdicts) + n - len(verdicts)
+    if seed_rule(yes, n):
         return True
-    return None if 2 * sum(v is None for v in verdicts) > len(verdicts) else False
+    return None if seed_rule(could, n) else False
 
 
 def _shape(rows):
@@ -148,7 +157,7 @@ class Validation(Experiment):
         for name, spec in ITEMS.items():
             seeds = judged.get(name)
             if not seeds:
-                items[name] = {"ran": False, "holds": False, "magnitude": None, "trend": None,
+                items[name] = {"ran": False, "holds": None, "magnitude": None, "trend": None,
                                "trend_only": False, "seeds": 0, "holding": 0, "values": {},
                                "shape": None}
                 continue
@@ -156,14 +165,15 @@ class Validation(Experiment):
             for n in spec.numbers:
                 got = [j["values"][n.key] for j in seeds.values() if j["values"][n.key] is not None]
                 values[n.key] = fmean(got) if got else None
-            magnitude = _column([j["magnitude"] for j in seeds.values()])
-            trend = _column([j["trend"] for j in seeds.values()])
+            magnitude = over_seeds([j["magnitude"] for j in seeds.values()])
+            trend = over_seeds([j["trend"] for j in seeds.values()])
             holding = sum(j["holds"] for j in seeds.values())
             ran = _shape([r for r in rows if r["item"] == name])
             items[name] = {"ran": True, "values": values, "magnitude": magnitude, "trend": trend,
                            "trend_only": trend is True and magnitude is False,
                            "seeds": len(seeds), "holding": holding,
-                           "holds": seed_rule(holding, len(seeds)),
+                           "holds": over_seeds([both([j["magnitude"], j["trend"]])
+                                                for j in seeds.values()]),
                            "shape": ran, "round1_shape": ran == spec.shape}
         entries = [(item, n, items[item]["values"].get(n.key)) for item, n in NUMBERS]
         stats = statistics(entries)
@@ -173,9 +183,9 @@ class Validation(Experiment):
 
     @staticmethod
     def _goal(items, stats, table4, rows):
-        held = sum(i["holds"] for i in items.values())
-        unjudged = sum(not i["ran"] for i in items.values())
-        enough = True if held >= GOAL_ITEMS else (None if held + unjudged >= GOAL_ITEMS else False)
+        held = sum(i["holds"] is True for i in items.values())
+        open_ = sum(i["holds"] is None for i in items.values())
+        enough = True if held >= GOAL_ITEMS else (None if held + open_ >= GOAL_ITEMS else False)
         ratio_ok = both(table4_ratio([r for r in rows if r["item"] == "table4"
                                       and r["seed"] == seed])[0] for seed in table4) \
             if table4 else None
@@ -197,13 +207,12 @@ class Validation(Experiment):
         items, goal = s["items"], s["goal"]
         ran = [n for n, i in items.items() if i["ran"]]
         only = [n for n in ran if items[n]["trend_only"]]
-        unrun = [n for n in ran if not items[n]["holds"] and
-                 (items[n]["magnitude"] is None or items[n]["trend"] is None)]
+        unrun = [n for n in ran if items[n]["holds"] is None]
         small = [n for n in ran if not items[n]["round1_shape"]]
         line = (f"{goal['held']} of {len(ITEMS)} items hold on their own numbers (magnitude "
                 f"within each number's tolerance and trend, on >= 2 of 3 seeds)"
                 + (f"; trend only (not counted): {', '.join(only)}" if only else "")
-                + (f"; not run in part: {', '.join(unrun)}" if unrun else "")
+                + (f"; undecided (a seed or a point did not run): {', '.join(unrun)}" if unrun else "")
                 + (f"; not run: {', '.join(n for n in ITEMS if n not in ran)}"
                    if len(ran) < len(ITEMS) else "")
                 + (f"; below the Round 1 shape: {', '.join(small)}" if small else "")
@@ -233,7 +242,7 @@ class Validation(Experiment):
                         "trend": _word(i["trend"]) if i["ran"] else "—",
                         "seeds": f"{i['holding']}/{i['seeds']}" if i["ran"] else "—",
                         "trend only": "yes" if i["trend_only"] else "",
-                        "holds": ("yes" if i["holds"] else "no") if i["ran"] else "—",
+                        "holds": _word(i["holds"]) if i["ran"] else "—",
                         "shape": shape})
         return out, s
 
