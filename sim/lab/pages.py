@@ -24,7 +24,8 @@ page                table                                        JSON (in the da
 ==================  ===========================================  ==============================
 
 The per-item verdicts of the validation table are the current verdict code
-(:meth:`~epfabric.sim.lab.experiments.validation.Validation.outcomes`) applied to the
+(:meth:`~epfabric.sim.lab.experiments.validation.Validation.table`: magnitude, trend,
+"trend only", seeds holding, the statistics of the held-out numbers) applied to the
 recorded rows; the run's own verdict line is printed beside them. The experiments listed as
 not recorded yet are the registered ones (:data:`~epfabric.sim.lab.experiments.EXPERIMENTS`)
 without a JSON.
@@ -41,7 +42,7 @@ from tabulate import tabulate
 from ..flows.synth import fits_text, memory_lines
 from ..output import write_atomic
 from .experiments import EXPERIMENTS
-from .experiments.validation import ITEMS
+from .experiments.agreement import headline
 
 __all__ = ["Table", "Page", "PAGES", "load", "command_of", "provenance", "render",
            "render_all", "write_pages", "stale_pages"]
@@ -145,19 +146,7 @@ def _yes_no(holds):
 def validation_lines(doc):
     rows = doc.get("rows") or []
     good = [r for r in rows if not r.get("error")]
-    outcomes = EXPERIMENTS["validation"].outcomes(good) if good else {}
-    table = []
-    for item, (claim, tolerance) in ITEMS.items():
-        seeds = outcomes.get(item)
-        if not seeds:
-            table.append({"item": item, "paper": claim, "model": "not in this run",
-                          "tolerance": tolerance, "seeds": None, "holds": None})
-            continue
-        held = sum(h for _s, h, _w in seeds)
-        words = (seeds[0][2] if len(seeds) == 1 else
-                 "<br>".join(f"seed {s}: {w}" for s, _h, w in seeds))
-        table.append({"item": item, "paper": claim, "model": words, "tolerance": tolerance,
-                      "seeds": f"{held}/{len(seeds)}", "holds": 2 * held > len(seeds)})
+    table, summary = EXPERIMENTS["validation"].table(good)
     params = (doc.get("metadata") or {}).get("params") or {}
     quick = (doc.get("metadata") or {}).get("quick")
     lines = [f"Preset `{params.get('preset', '?')}`, backend `{params.get('backend', '?')}`, "
@@ -165,10 +154,12 @@ def validation_lines(doc):
              f"{len(rows)} rows."
              + (f" {len(doc['errors'])} points failed: {doc['errors'][0]['error']}"
                 if doc.get("errors") else ""), ""]
-    lines += _table(table, [("item", _key("item")), ("paper", _key("paper")),
-                            ("model", _key("model")), ("tolerance", _key("tolerance")),
-                            ("seeds holding", _key("seeds")),
-                            ("holds", lambda r: _yes_no(r["holds"]))])
+    lines += _table(table, [(column, _key(column)) for column in table[0]])
+    lines += ["", "Per seed:", ""] + [
+        f"* {item} seed {seed}: {words}" for item, seeds in
+        EXPERIMENTS["validation"].outcomes(good).items() for seed, _h, words in seeds]
+    lines += ["", f"Over the held-out numbers: {headline(summary['stats'])}.",
+              "", f"Rounds: {summary['rounds']}."]
     verdict = {True: "holds", False: "does not hold", None: "no verdict"}[doc.get("holds")]
     lines += ["", f"The run's own verdict: **{verdict}** — {doc.get('verdict')}."]
     return lines

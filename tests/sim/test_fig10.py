@@ -79,7 +79,7 @@ def test_bad_parameters_are_named(given, message):
 
 
 def test_unknown_rank_count_is_refused():
-    with pytest.raises(ValueError, match="ranks must be one of 4, 8, 16, 32, not 12"):
+    with pytest.raises(ValueError, match="ranks must be one of 4, 8, 16, 32, 64, not 12"):
         machine_config("cm384", 12, 4)
 
 

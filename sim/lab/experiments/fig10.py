@@ -26,13 +26,14 @@ from ....sw.kernels.daf import PROTOCOLS, machine_sizes
 from ....sw.machine import Machine
 from ...backends import SIMULATORS
 from ...backends.machine import backend as make_backend
-from . import Experiment, Param, register
+from . import Experiment, Param, int_list, register
 from .ubep_runs import cm384_presets
 
 __all__ = ["TOPOLOGIES", "SIZES", "QUICK_SIZES", "PAPER", "CUT_TOLERANCE", "GAIN_TOLERANCE_US", "measure_point", "Fig10", "EXPERIMENT"]
 
-#: ranks -> superpod shape (docs/spec/kernels.md §3; 4 ranks only for smoke tests)
-TOPOLOGIES = {4: (2, 2, 1), 8: (2, 4, 1), 16: (2, 8, 1), 32: (2, 8, 2)}
+#: ranks -> superpod shape (docs/spec/kernels.md §3; 4 ranks only for smoke tests; 64 as four
+#: boards of 16 dies behind tier-2, the validation's, docs/fidelity/preregistration.md §5)
+TOPOLOGIES = {4: (2, 2, 1), 8: (2, 4, 1), 16: (2, 8, 1), 32: (2, 8, 2), 64: (2, 8, 4)}
 SIZES = (16, 64, 256, 1024, 4096, 10240)
 QUICK_SIZES = (16, 1024, 10240)
 #: every machine is sized for this g, so one build serves every point of a rank count
@@ -100,12 +101,22 @@ class Fig10(Experiment):
         Param("backend", "verilator", "simulator", str, SIMULATORS),
         Param("aivs", 4, "AIVs per die (senders/receivers per rank)", int, minimum=1),
         Param("seed", 0, "message data seed", int, minimum=0),
+        Param("ranks", "", "rank counts, comma-separated (default 8,16,32, quick 8; given: "
+                           "quick keeps them and runs fewer g)", str),
         Param("opt", "-O0", "Verilator optimisation level (runs are short: the build dominates)",
               str, ("-O0", "-O1")),
     )
 
+    def resolve(self, **given):
+        p = super().resolve(**given)
+        if p["ranks"] and not set(int_list("ranks", p["ranks"])) <= set(TOPOLOGIES):
+            raise UserError(f"ranks must be among {', '.join(map(str, TOPOLOGIES))}, "
+                            f"not {p['ranks']!r}")
+        return p
+
     def points(self, params, quick=False):
         ranks = (8,) if quick else (8, 16, 32)
+        ranks = int_list("ranks", params["ranks"]) if params["ranks"] else ranks
         sizes = QUICK_SIZES if quick else SIZES
         return [{**params, "ranks": r, "bytes": g} for r in ranks for g in sizes]
 

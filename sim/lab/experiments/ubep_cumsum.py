@@ -19,6 +19,7 @@ E-dependence by putting several experts on a die); ``cap``
 
 from ....hw.validate import UserError
 from . import Experiment, Param, int_list, register
+from .table4 import TOPOLOGIES
 from .ubep_runs import common_params, grid, measure_dispatch
 
 __all__ = ["Fig14", "EXPERIMENT", "fit"]
@@ -39,6 +40,8 @@ class Fig14(Experiment):
     params = common_params(min_aivs=5) + (
         Param("experts_per_die", 16, "experts per die (E = this × ranks)", int, minimum=1),
         Param("groups", "1,2,3,4", "CalCumSum group sizes C to try", str),
+        Param("ranks", "", "rank counts, comma-separated (default 8,16, quick 8; given: "
+                           "quick keeps them and drops batch sizes and groups)", str),
     )
 
     def resolve(self, **given):
@@ -46,10 +49,14 @@ class Fig14(Experiment):
         groups = int_list("groups", p["groups"])
         if max(groups) >= p["aivs"]:
             raise UserError(f"groups must stay below aivs ({p['aivs']}), not {p['groups']!r}")
+        if p["ranks"] and not set(int_list("ranks", p["ranks"])) <= set(TOPOLOGIES):
+            raise UserError(f"ranks must be among {', '.join(map(str, TOPOLOGIES))}, "
+                            f"not {p['ranks']!r}")
         return p
 
     def points(self, params, quick=False):
         ranks, batches = ((8,), (8, 128)) if quick else ((8, 16), (8, 16, 32, 64, 128))
+        ranks = int_list("ranks", params["ranks"]) if params["ranks"] else ranks
         groups = int_list("groups", params["groups"])
         if quick:
             groups = sorted({groups[0], groups[-1], groups[len(groups) // 2]})
@@ -58,7 +65,8 @@ class Fig14(Experiment):
             e = params["experts_per_die"] * r
             for b in batches:
                 for c in groups:
-                    cells.append({"ranks": r, "experts": e, "batch": b, "topk": 8,
+                    cells.append({"ranks": r, "topology": TOPOLOGIES[r], "experts": e,
+                                  "batch": b, "topk": 8,
                                   "seed": params["seed"], "cumsum_aivs": c,
                                   "hidden_blocks": params["hidden_blocks"]})
         return grid(cells, preset=params["preset"], backend=params["backend"], aivs=params["aivs"])
