@@ -791,9 +791,13 @@ WIDE_SHAPE = {**SHAPE, "aivs": 4}
 
 
 def _wide_run(params, knobs=None):
-    result = run_kernel(K, backend(fast_simulator()), params={**WIDE, **params},
+    """On the shared 2-die x 4-AIV machine (:func:`utils.four_aiv_machine`: one native build
+    serves these runs and the UBEP experiments' tests)."""
+    params = {**WIDE, **params}
+    result = run_kernel(K, backend(machine_simulator()), params=params,
                         max_cycles=KERNEL_CASE_MAX_CYCLES * (1 + 20 * bool(knobs)),
-                        knobs=knobs, **WIDE_SHAPE)
+                        knobs=knobs, configs=[four_aiv_machine(K, K.resolve_params(params))],
+                        **WIDE_SHAPE)
     reports = result.reports
     assert result.correct, result.problems
     return result.runs[0], reports[0]
