@@ -41,6 +41,20 @@ builds the token's die mask from its routing, polls the reduced block in ``YOUT[
 another die holds one of its experts and ``YOWN[t]`` if its own does, adds them and writes
 ``YOUT[t]``. ``y`` equals UBEP's: ``Σ_i w·o`` mod 2^16 in any grouping.
 
+**bf16** (``dtype="bf16"``: bf16 ``OUT`` rows, the weights' fp32 upper halves in ``IMETA``, a
+machine with ``fp`` whose switches sum bf16 lanes, ``ep_dtype="bf16"``). Phase 1 weighs and
+sums a token's rows of the die in fp32 (``vfcastf``, ``vfmuls``, ``vfadd``, rows in order
+``e_l``) and rounds the pre-sum to bf16 once (``vfcastb``) before its ``stbr`` (or ``stb`` to
+``YOWN``): one block per token block, as with int16, so the traffic and ``YOUT``'s layout are
+int16's. The switches keep an fp32 partial sum per lane, add the pre-sums in the order they
+arrive and round to bf16 when a sum leaves a switch (:mod:`~epfabric.hw.lane_arith`). Phase 2
+adds the own part to the network's sum in fp32 and rounds once (the correctly rounded bf16
+sum of the two); a token with one part is copied. [choice] bf16 lanes, not fp32: an fp32
+pre-sum of a 512 B block needs two blocks (124 fp32 lanes past the header), doubling the
+combine's reduced traffic and ``YOUT``; the price is a rounding to bf16 per merge.
+Arrival order, not a canonical one: nothing is held back in a switch. So ``y`` is not a
+fixed order's bits; :mod:`.bf16` derives the error bound its checker uses.
+
 The reductions' layout rule (:class:`~epfabric.hw.inc_reduce.ReduceUnit`): a run's result
 blocks for one destination are ``YOUT``'s ``BS·B_tok`` consecutive blocks, so the machine's
 ``ep_window`` is at least that (:func:`ep_window`).
