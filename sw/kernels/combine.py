@@ -294,7 +294,7 @@ class Combine(Dispatch):
         return summary_lines(self.name, result,
                              lambda run: f" (after a dispatch of "
                                          f"{run.check['dispatch']['cycles']} cycles)"
-                                         + bound_note(run.check),
+                                         + _bound_note(run.check),
                              "flag wait + SyncAll")
 
 
@@ -315,7 +315,7 @@ def _judge_by_bound(ys, w, expert_ref, first_word, fixed):
             "y_fixed_max_error_ulps": v["fixed_max_error_ulps"]}, problems
 
 
-def bound_note(check):
+def _bound_note(check):
     """``"; y within its bound: ..."`` for a ``y`` judged by an error bound, else ``""``."""
     if check.get("y_rule") != "bound":
         return ""
