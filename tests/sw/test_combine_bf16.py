@@ -211,9 +211,9 @@ def test_bf16_combine_is_bit_exact(system):
 
 def test_the_in_network_bf16_combine_is_within_its_bound():
     """UBEP-INC with bf16 lanes in its switches: dispatch and combine correct, ``y`` within the
-    bound (judged, not compared bit for bit), its figures reported, and the run's errors
-    those of the fixed order (two dies, top-2: every merge has two addends, so no order
-    shows)."""
+    bound (judged, not compared bit for bit), its figures reported, the fixed order's error
+    beside it within half an ulp (one rounding). Two dies, top-2: a merge has two addends,
+    so no arrival order shows here; the bound's test above covers many."""
     m, report, inputs = _native_run("ubep-inc")
     verdict = K.check(m, report, inputs)
     assert verdict["correct"], verdict["problems"]
