@@ -179,9 +179,15 @@ def accumulate_lanes(m, acc, x, *, dtype, header_bits=0, name="acc", latency=0, 
         return Cat(*out)
     if m is None:
         raise UserError(f"dtype {dtype!r}: floating-point lanes add logic to a module; give m")
-    head, xs, tail = _split(widen_lanes(x, dtype=dtype, header_bits=header_bits), width, dtype,
-                            header_bits, 32)
-    _head, sums, _tail = _split(acc, width, dtype, header_bits, 32)
+    # both operands named once: a lane's slice of an unnamed wide expression (a Cat, a Mux)
+    # re-emits the whole expression, so slicing it per lane grows as lanes squared
+    wide_x = Signal(accumulator_width(width, dtype=dtype, header_bits=header_bits),
+                    name=f"{name}_x")
+    wide_acc = Signal(len(Cat(acc)), name=f"{name}_old")
+    m.d.comb += [wide_x.eq(widen_lanes(x, dtype=dtype, header_bits=header_bits)),
+                 wide_acc.eq(acc)]
+    head, xs, tail = _split(wide_x, width, dtype, header_bits, 32)
+    _head, sums, _tail = _split(wide_acc, width, dtype, header_bits, 32)
     return Cat(delay(m, head, latency, advance=advance, name=f"{name}_head"),
                *(add_f32(m, s, v, name=f"{name}{k}", latency=latency, advance=advance)
                  for k, (s, v) in enumerate(zip(sums, xs))),

@@ -131,8 +131,9 @@ def costs(run):
 
 
 def main():
-    """Print, for 16-bit integer and fp32 lanes, the hardware's figures and both orders' costs."""
-    for dtype in ("int16", "fp32"):
+    """Print, for 16-bit integer, fp32 and bf16 lanes, the hardware's figures and both orders'
+    costs."""
+    for dtype in ("int16", "fp32", "bf16"):
         run = trace(dtype=dtype)
         print(f"{dtype}: 4 dies, 24 groups, stalls 0.3: {len(run['arrivals'])} contributions, "
               f"sum latency {run['latency']}; hardware: last delivery at cycle {run['cycles']}, "

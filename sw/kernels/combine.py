@@ -18,6 +18,16 @@ The checker compares every rank's ``YOUT`` with
 :func:`~epfabric.sw.ubep.reference.combine_out` (UBEP: the payload words 4+,
 since words 0–3 of every block carry the TFF header in both directions) and
 checks the guard blocks after ``CWIN`` and ``YOUT``.
+
+With ``dtype="bf16"`` (:mod:`~epfabric.sw.ubep.bf16`) CANN's and UBEP's ``y`` is compared
+bit for bit with the fixed order's; UBEP-INC's is summed in the network in arrival order,
+so its ``y`` is judged by the error bound of that sum against the fp64 sum of the exact
+products (:func:`~epfabric.sw.ubep.bf16.inc_check`), and its check reports ``y_rule``
+``"bound"``, the largest error in bf16 ulps (``y_max_error_ulps``; the fixed order's,
+``y_fixed_max_error_ulps``, beside it) and the largest error over its bound
+(``y_max_error_over_bound``). Its dispatch carries the weights' fp32 upper halves (the bf16
+combine's ``WEIGHTS``) to ``IMETA``, and its machine's switches sum bf16 lanes
+(``ep_dtype="bf16"``).
 """
 
 import hashlib
@@ -26,7 +36,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...hw.validate import UserError
-from ..ubep import bf16, combine
+from ..ubep import bf16, combine, ubep_inc
 from ..ubep.layout import GUARD
 from ..ubep.reference import combine_out, dispatch_out, expert_outputs
 from ..param import Param
@@ -102,7 +112,8 @@ class Combine(Dispatch):
                          choices=(None, "no_flag_poll")) if p.name == "broken" else p
                    for p in Dispatch.params) + (
         Param("dtype", "int16", "element type: int16 (16-bit lanes mod 2^16) or bf16 (bf16 "
-              "rows, fp32 weights and sums in a fixed order, bf16 y; cores with fp)",
+              "rows, fp32 weights and sums, bf16 y; cores with fp; cann and ubep in a fixed "
+              "order, ubep-inc in the switches' arrival order, within an error bound)",
               choices=bf16.DTYPES),)
     needs_combine = True
     trace_phases = {**Dispatch.trace_phases, combine.EVENTS["c_init"]: "Combine init",
@@ -167,21 +178,26 @@ class Combine(Dispatch):
         if broken and resolved["system"] == "cann":
             raise UserError("broken variants of the combine are negative controls of "
                             "system='ubep' or 'ubep-inc'")
-        if dtype != "int16" and resolved["system"] in INC_SYSTEMS:
-            raise UserError(f"dtype={dtype!r} with system={resolved['system']!r}: the in-network "
-                            f"combine sums int16 lanes only so far")
         return {**resolved, "combine_broken": broken, "broken": None, "dtype": dtype}
 
     def configs(self, preset, topology=None, aivs=None, params=None):
         """The dispatch's machines (:meth:`Dispatch.configs`); with ``dtype="bf16"`` their cores
-        have the fp unit (the preset's shape) and room in the UBuf for fp32 sums."""
+        have the fp unit (the preset's shape) and room in the UBuf for fp32 sums, and a machine
+        whose switches reduce (``ep_window``) sums bf16 lanes there (``ep_dtype``)."""
         resolved = self.resolve_params(params)
         out = super().configs(preset, topology, aivs, params)
-        if resolved["dtype"] == "int16":
+        dtype = resolved["dtype"]
+        if dtype == "int16":
             return out
-        return [replace(c, fp=True, ubuf_rows=max(c.ubuf_rows, pow2_at_least(
-                    combine.ubuf_rows_needed(layout_of(c, resolved), resolved["dtype"]))))
-                for c in out]
+        new = []
+        for c in out:
+            lay = layout_of(c, resolved)
+            rows = [combine.ubuf_rows_needed(replace(lay, inc=False), dtype)]
+            if c.ep_window:
+                rows.append(ubep_inc.ubuf_rows_needed(replace(lay, inc=True), dtype))
+            new.append(replace(c, fp=True, ubuf_rows=max(c.ubuf_rows, pow2_at_least(max(rows))),
+                               **({"ep_dtype": dtype} if c.ep_window else {})))
+        return new
 
     def programs(self, config, params):
         return DISPATCH.programs(config, params)
@@ -192,9 +208,13 @@ class Combine(Dispatch):
         """Run the dispatch (under ``max_cycles``, default the dispatch's); load the combine."""
         cfg = machine.config
         w, _, epoch = DISPATCH.load(machine, params)
+        lay = layout_of(cfg, params)
+        if lay.inc and params.get("dtype") == "bf16":   # IMETA gets the bf16 combine's weights
+            for r in range(cfg.ranks):
+                _write_packed(machine, r, lay.WEIGHTS, bf16.weight_bits(w.topk_w[r]),
+                              cfg.words_per_block)
         report = machine.run(DISPATCH.default_max_cycles if max_cycles is None else max_cycles)
         verdict = DISPATCH.check(machine, report, (w, params, epoch))
-        lay = layout_of(cfg, params)
         cnt = [len(rows) for rows in dispatch_out(w)[0]]     # rows each rank should hold
         delivered = [read_out(machine, lay, d, cnt[d]) for d in range(cfg.ranks)]
         experts = bf16.expert_outputs if params.get("dtype") == "bf16" else expert_outputs
@@ -220,22 +240,29 @@ class Combine(Dispatch):
         lay = layout_of(cfg, params)
         wpb = cfg.words_per_block
         problems = [f"dispatch: {p}" for p in before["problems"]]
-        want = (bf16.combine_out if params.get("dtype") == "bf16" else combine_out)(w, expert_ref)
+        fp = params.get("dtype") == "bf16"
+        want = (bf16.combine_out if fp else combine_out)(w, expert_ref)
         lo = HEADER_WORDS if system != "cann" else 0
-        digests = []
+        bound = fp and system in INC_SYSTEMS       # summed in arrival order: judged by a bound
+        digests, ys = [], []
         for s in range(cfg.ranks):
             got = np.array(machine.read_mem(s, machine.address(0, lay.YOUT),
                                             w.batch * w.hidden_blocks * 128),
                            dtype=np.uint64).reshape(w.batch, w.hidden_blocks, 128)[:, :, :wpb]
             payload = got[:, :, HEADER_WORDS:]
             digests.append(hashlib.sha1(np.ascontiguousarray(payload)).hexdigest()[:16])
-            if not np.array_equal(got[:, :, lo:], want[s][:, :, lo:]):
+            ys.append(got)
+            if not bound and not np.array_equal(got[:, :, lo:], want[s][:, :, lo:]):
                 bad = int(np.flatnonzero((got[:, :, lo:] != want[s][:, :, lo:])
                                          .any(axis=(1, 2)))[0])
                 problems.append(f"rank {s}: YOUT token {bad} of {w.batch} differs from numpy")
             for guard in (lay.CWIN_GUARD, lay.YOUT_GUARD):
                 if machine.read_mem(s, machine.address(0, guard), wpb) != [GUARD] * wpb:
                     problems.append(f"rank {s}: guard block {guard} was overwritten")
+        figures = {} if not fp else {"y_rule": "exact"}
+        if bound:
+            figures, past = _judge_by_bound(ys, w, expert_ref, lo, want)
+            problems += past
         if report.trace_dropped:
             problems.append(f"the MARK trace dropped {report.trace_dropped} events")
         names = {v: k for k, v in combine.EVENTS.items()}
@@ -260,14 +287,42 @@ class Combine(Dispatch):
                 "bandwidth_gbps": (w.bytes_moved(hidden_bytes(params)) / latency_ns
                                    if latency_ns else None),
                 "phases": dict(sorted(phases.items())), "dispatch": before,
-                "y_payload_digest": digests,
+                "y_payload_digest": digests, **figures,
                 "cycle_ns": machine.preset.cycle_ns}
 
     def summary(self, result):
         return summary_lines(self.name, result,
                              lambda run: f" (after a dispatch of "
-                                         f"{run.check['dispatch']['cycles']} cycles)",
+                                         f"{run.check['dispatch']['cycles']} cycles)"
+                                         + _bound_note(run.check),
                              "flag wait + SyncAll")
+
+
+def _judge_by_bound(ys, w, expert_ref, first_word, fixed):
+    """``(figures, problems)`` of a ``y`` summed in arrival order (``ys[s]``: rank ``s``'s),
+    judged by :func:`~epfabric.sw.ubep.bf16.inc_check` from word ``first_word`` on; ``fixed``
+    is the fixed order's ``y``, measured beside it."""
+    v = bf16.inc_check(ys, w, expert_ref, first_word=first_word, fixed=fixed)
+    problems, seen = [], set()
+    for s, t in v["bad"]:
+        if s not in seen:
+            seen.add(s)
+            problems.append(f"rank {s}: YOUT token {t} of {w.batch} is past its error bound "
+                            f"(bf16.inc_bound)")
+    return {"y_rule": "bound", "y_max_error_ulps": v["max_error_ulps"],
+            "y_max_error_over_bound": v["max_error_over_bound"],
+            "y_same_sign_bound_ulps": v["same_sign_bound_ulps"],
+            "y_fixed_max_error_ulps": v["fixed_max_error_ulps"]}, problems
+
+
+def _bound_note(check):
+    """``"; y within its bound: ..."`` for a ``y`` judged by an error bound, else ``""``."""
+    if check.get("y_rule") != "bound":
+        return ""
+    return (f"; y {'within' if check['y_max_error_over_bound'] <= 1 else 'PAST'} its error "
+            f"bound: max {check['y_max_error_ulps']:.2f} ULPs of the fp64 sum (fixed order "
+            f"{check['y_fixed_max_error_ulps']:.2f}; bound {check['y_same_sign_bound_ulps']:.2f} "
+            f"where no terms cancel), {check['y_max_error_over_bound']:.2f} of the bound")
 
 
 KERNEL = register(Combine())

@@ -261,7 +261,8 @@ def combine_programs(config, params):
     if params["system"] in INC_SYSTEMS:
         return {(r, c): ubep_inc.combine_program(lay, rank=r, core=c, aivs=config.aivs_per_die,
                                                  experts=params["experts"],
-                                                 broken=params.get("combine_broken"))
+                                                 broken=params.get("combine_broken"),
+                                                 dtype=params.get("dtype", "int16"))
                 for r in range(config.ranks) for c in range(config.aivs_per_die)}
     syncall = params.get("syncall") or get_preset(config.preset).syncall
     return {(r, c): combine.combine_program(lay, rank=r, core=c, aivs=config.aivs_per_die,

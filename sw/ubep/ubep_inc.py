@@ -41,13 +41,28 @@ builds the token's die mask from its routing, polls the reduced block in ``YOUT[
 another die holds one of its experts and ``YOWN[t]`` if its own does, adds them and writes
 ``YOUT[t]``. ``y`` equals UBEP's: ``Σ_i w·o`` mod 2^16 in any grouping.
 
+**bf16** (``dtype="bf16"``: bf16 ``OUT`` rows, the weights' fp32 upper halves in ``IMETA``, a
+machine with ``fp`` whose switches sum bf16 lanes, ``ep_dtype="bf16"``). Phase 1 weighs and
+sums a token's rows of the die in fp32 (``vfcastf``, ``vfmuls``, ``vfadd``, rows in order
+``e_l``) and rounds the pre-sum to bf16 once (``vfcastb``) before its ``stbr`` (or ``stb`` to
+``YOWN``): one block per token block, as with int16, so the traffic and ``YOUT``'s layout are
+int16's. The switches keep an fp32 partial sum per lane, add the pre-sums in the order they
+arrive and round to bf16 when a sum leaves a switch (:mod:`~epfabric.hw.lane_arith`). Phase 2
+adds the own part to the network's sum in fp32 and rounds once (the correctly rounded bf16
+sum of the two); a token with one part is copied. [choice] bf16 lanes, not fp32: an fp32
+pre-sum of a 512 B block needs two blocks (124 fp32 lanes past the header), doubling the
+combine's reduced traffic and ``YOUT``; the price is a rounding to bf16 per merge.
+Arrival order, not a canonical one: nothing is held back in a switch. So ``y`` is not a
+fixed order's bits; :mod:`.bf16` derives the error bound its checker uses.
+
 The reductions' layout rule (:class:`~epfabric.hw.inc_reduce.ReduceUnit`): a run's result
 blocks for one destination are ``YOUT``'s ``BS·B_tok`` consecutive blocks, so the machine's
 ``ep_window`` is at least that (:func:`ep_window`).
 """
 
-from ...hw.validate import UserError
+from ...hw.validate import UserError, check_choice
 from ..assembler import Program
+from .bf16 import DTYPES
 from .cann import divmod_const, split
 from ..dataflag import TFF_TAG
 from .layout import COMBINE_EVENTS, ELEMS_PER_ROW as ELEMS
@@ -232,16 +247,21 @@ def reorder_pair(p, lay, rank, q):
 
 
 class _Rows:
-    """The combine's UBuf: routing, ``B_tok`` accumulator rows, a temporary row, a scratch row
-    (word 0 the TFF flag word, then each local expert's cursor and end)."""
+    """The combine's UBuf: routing, ``B_tok`` accumulators, a temporary, a scratch row (word 0
+    the TFF flag word, then each local expert's cursor and end). With ``dtype="bf16"`` the
+    accumulators and the temporary are fp32 vectors of 256 elements (two rows each) and a row
+    ``half`` holds a bf16 row: an ``OUT`` row, a pre-sum, a received sum."""
 
-    def __init__(self, lay):
+    def __init__(self, lay, dtype="int16"):
+        check_choice("dtype", dtype, DTYPES)
         self.route = 0
-        n = lay.route_blocks
-        self.accs = [(n + b) * 512 for b in range(lay.hidden_blocks)]
-        self.tmp = (n + lay.hidden_blocks) * 512
-        self.scratch = self.tmp + 512
-        self.rows = n + lay.hidden_blocks + 2 + (2 * lay.epr + 1) // 128
+        n, B = lay.route_blocks, lay.hidden_blocks
+        wide = 2 if dtype == "bf16" else 1
+        self.accs = [(n + wide * b) * 512 for b in range(B)]
+        self.tmp = (n + wide * B) * 512
+        self.half = self.tmp + wide * 512 if dtype == "bf16" else None
+        self.scratch = self.tmp + wide * 512 + (512 if dtype == "bf16" else 0)
+        self.rows = self.scratch // 512 + 1 + (2 * lay.epr + 1) // 128
 
     def cur(self, e_l):
         return self.scratch + 4 * (1 + 2 * e_l)
@@ -250,8 +270,8 @@ class _Rows:
         return self.scratch + 4 * (2 + 2 * e_l)
 
 
-def ubuf_rows_needed(lay):
-    return _Rows(lay).rows
+def ubuf_rows_needed(lay, dtype="int16"):
+    return _Rows(lay, dtype).rows
 
 
 def _header(p, row, flag, word1, mask, b, hi=None):
@@ -269,16 +289,15 @@ def _header(p, row, flag, word1, mask, b, hi=None):
         p.usw(0, row, 12)
 
 
-def combine_program(lay, *, rank, core, aivs, experts, broken=None):
+def combine_program(lay, *, rank, core, aivs, experts, broken=None, dtype="int16"):
     """The UBEP-INC combine of AIV ``core`` on ``rank`` (module docstring).
 
     ``broken="no_flag_poll"`` reads the reduced blocks without polling: the checker's
-    negative control.
+    negative control. ``dtype="bf16"`` (a machine with ``fp`` and bf16 in-network sums,
+    ``ep_dtype="bf16"``): the module docstring's bf16 combine.
     """
     check_layout(lay)
-    R, B, epr, k = lay.ranks, lay.hidden_blocks, lay.epr, lay.topk
-    wide = lay.wide_mask
-    rows = _Rows(lay)
+    rows = _Rows(lay, dtype)
     p = Program()
     for r in range(lay.route_blocks):
         p.li(12, rows.route + r * 512)
@@ -290,125 +309,171 @@ def combine_program(lay, *, rank, core, aivs, experts, broken=None):
     p.lw(13, 13, 0)
     p.or_(12, 12, 13)
     p.usw(12, 0, rows.scratch)                     # the TFF flag word of this epoch
-    for s in range(core, R, aivs):                 # ---- phase 1: pre-sum, per source ----
-        for e_l in range(epr):
-            q = e_l * R + s
-            ob, ow = lay.word_at(lay.OFFS, q)
-            p.li(14, lay.address(rank, ob, ow))
-            p.lw(5, 14, 0)
-            p.andi(5, 5, 0xFFFF)                   # the pair's first OUT row
-            kb, kw = lay.word_at(lay.COUNTS, q)
-            p.li(14, lay.address(rank, kb, kw))
-            p.lw(6, 14, 0)
-            p.add(6, 6, 5)
-            p.usw(5, 0, rows.cur(e_l))
-            p.usw(6, 0, rows.end(e_l))
-        p.li(1, 0)
-        p.li(2, lay.batch)
-        p.label(f"t{s}")
-        p.mv(3, 0)                                 # rows of token t summed so far
-        for e_l in range(epr):
-            tag = f"{s}_{e_l}"
-            p.ulw(5, 0, rows.cur(e_l))
-            p.ulw(6, 0, rows.end(e_l))
-            p.bgeu(5, 6, f"skip{tag}")
-            p.slli(7, 5, (4 * lay.imeta_words).bit_length() - 1)
-            p.li(8, lay.address(rank, lay.IMETA))
-            p.add(7, 7, 8)
-            p.lw(9, 7, 0)                          # t | w << 16
-            p.andi(8, 9, 0xFFFF)
-            p.bne(8, 1, f"skip{tag}")              # the pair's next row is a later token
-            p.srli(9, 9, 16)                       # its weight
-            p.lw(4, 7, 4)                          # the token's die mask
-            if wide:
-                p.lw(15, 7, 8)                     # its bits 32..63
-            p.li(8, B * 512)
-            p.mul(7, 5, 8)
-            p.li(8, lay.address(rank, lay.OUT))
-            p.add(7, 7, 8)
-            p.li(11, ELEMS)
-            p.bne(3, 0, f"add{tag}")
-            for b in range(B):
-                p.li(10, rows.accs[b])
-                p.ldb(10, 7, b * 512)
-                p.vmuls(10, 10, 11, 9)
-            p.j(f"took{tag}")
-            p.label(f"add{tag}")
-            for b in range(B):
-                p.li(10, rows.tmp)
-                p.ldb(10, 7, b * 512)
-                p.vmuls(10, 10, 11, 9)
-                p.li(8, rows.accs[b])
-                p.vadd(8, 8, 11, 10)
-            p.label(f"took{tag}")
-            p.addi(3, 3, 1)
-            p.addi(5, 5, 1)
-            p.usw(5, 0, rows.cur(e_l))
-            p.label(f"skip{tag}")
-        p.beq(3, 0, f"next{s}")
-        p.ulw(12, 0, rows.scratch)
-        p.li(13, s << 16)
-        p.or_(13, 13, 1)                           # header word 1: s << 16 | t
-        p.li(8, B * 512)
-        p.mul(14, 1, 8)
-        p.li(8, lay.address(rank, lay.YOWN) if s == rank else lay.address(s, lay.YOUT))
-        p.add(14, 14, 8)
-        if s != rank and wide:                     # the contributors: the mask without s
-            _without(p, s, lo=4, hi=15, out_lo=15, out_hi=5, tmp=6)
-        elif s != rank:
-            p.li(15, ~(1 << s) & 0xFFFFFFFF)
-            p.and_(15, 4, 15)                      # the contributors: the mask without s
-        for b in range(B):
-            p.li(10, rows.accs[b])
-            _header(p, 10, 12, 13, 4, b)
-            if s == rank:
-                p.stb(10, 14, b * 512)             # the own part: the root adds it
-            else:
-                if b:
-                    p.addi(14, 14, 512)
-                p.stbr(10, 14, 15, 5 if wide else 0)  # one contribution, summed in the network
-        p.label(f"next{s}")
-        p.addi(1, 1, 1)
-        p.bltu(1, 2, f"t{s}")
+    for s in range(core, lay.ranks, aivs):         # ---- phase 1: pre-sum, per source ----
+        _pre_sums(p, lay, rank, s, rows)
     p.mark(EVENTS["c_send"])
-    t0, t1 = split(lay.batch, aivs, core)          # ---- phase 2: the root's tokens ----
-    if t0 < t1:
-        p.ulw(12, 0, rows.scratch)
-        p.li(1, t0)
-        p.li(2, t1)
-        p.label("root")
-        p.bgeu(1, 2, "root_end")
-        p.li(13, k)
-        p.mul(3, 1, 13)                            # n = t·k
-        _mask_of(p, rows.route, 3, k, epr, experts, out=4, e=5, rank_reg=6, tmp=14,
-                 hi=7 if wide else None)
+    _root_sums(p, lay, rank, split(lay.batch, aivs, core), rows, experts,  # ---- phase 2 ----
+               broken)
+    p.fence()
+    p.mark(EVENTS["c_combine"])
+    p.halt()
+    return p
+
+
+def _pre_sums(p, lay, rank, s, rows):
+    """Phase 1 for source ``s``: merge its pairs ``(e_l, s)`` over its tokens, weigh and sum
+    each token's rows into one pre-sum and send it (module docstring)."""
+    R, B, epr = lay.ranks, lay.hidden_blocks, lay.epr
+    wide, fp = lay.wide_mask, rows.half is not None
+    for e_l in range(epr):
+        q = e_l * R + s
+        ob, ow = lay.word_at(lay.OFFS, q)
+        p.li(14, lay.address(rank, ob, ow))
+        p.lw(5, 14, 0)
+        p.andi(5, 5, 0xFFFF)                       # the pair's first OUT row
+        kb, kw = lay.word_at(lay.COUNTS, q)
+        p.li(14, lay.address(rank, kb, kw))
+        p.lw(6, 14, 0)
+        p.add(6, 6, 5)
+        p.usw(5, 0, rows.cur(e_l))
+        p.usw(6, 0, rows.end(e_l))
+    p.li(1, 0)
+    p.li(2, lay.batch)
+    p.label(f"t{s}")
+    p.mv(3, 0)                                     # rows of token t summed so far
+    for e_l in range(epr):
+        tag = f"{s}_{e_l}"
+        p.ulw(5, 0, rows.cur(e_l))
+        p.ulw(6, 0, rows.end(e_l))
+        p.bgeu(5, 6, f"skip{tag}")
+        p.slli(7, 5, (4 * lay.imeta_words).bit_length() - 1)
+        p.li(8, lay.address(rank, lay.IMETA))
+        p.add(7, 7, 8)
+        p.lw(9, 7, 0)                              # t | w << 16
+        p.andi(8, 9, 0xFFFF)
+        p.bne(8, 1, f"skip{tag}")                  # the pair's next row is a later token
+        p.srli(9, 9, 16)                           # its weight
+        if fp:
+            p.slli(9, 9, 16)                       # bf16: the upper half of its fp32 bits
+        p.lw(4, 7, 4)                              # the token's die mask
         if wide:
-            p.srli(6, 4 if rank < 32 else 7, rank % 32)
-            p.andi(6, 6, 1)                        # the own die: YOWN holds its part
-            _without(p, rank, lo=4, hi=7, out_lo=5, out_hi=7, tmp=14)
-            p.or_(5, 5, 7)                         # the other dies: a reduced block comes
-        else:
-            p.li(14, ~(1 << rank) & 0xFFFFFFFF)
-            p.and_(5, 4, 14)                       # the other dies: a reduced block comes
-            p.srli(6, 4, rank)
-            p.andi(6, 6, 1)                        # the own die: YOWN holds its part
+            p.lw(15, 7, 8)                         # its bits 32..63
         p.li(8, B * 512)
-        p.mul(7, 1, 8)
-        p.mul(9, 1, 8)
-        p.li(8, lay.address(rank, lay.YOUT))
-        p.add(7, 7, 8)                             # YOUT[t]
-        p.li(8, lay.address(rank, lay.YOWN))
-        p.add(9, 9, 8)                             # YOWN[t]
+        p.mul(7, 5, 8)
+        p.li(8, lay.address(rank, lay.OUT))
+        p.add(7, 7, 8)
         p.li(11, ELEMS)
-        p.li(13, rank << 16)
-        p.or_(13, 13, 1)
-        p.beq(5, 0, "own_only")
-        if broken != "no_flag_poll":
-            for b in range(B):
-                p.addi(15, 7, b * 512)
-                p.poll(10, 15, 12, "eq")           # the network's sum has arrived
-        p.beq(6, 0, "root_next")
+        p.bne(3, 0, f"add{tag}")
+        _weigh(p, rows, first=True)
+        p.j(f"took{tag}")
+        p.label(f"add{tag}")
+        _weigh(p, rows, first=False)
+        p.label(f"took{tag}")
+        p.addi(3, 3, 1)
+        p.addi(5, 5, 1)
+        p.usw(5, 0, rows.cur(e_l))
+        p.label(f"skip{tag}")
+    p.beq(3, 0, f"next{s}")
+    p.ulw(12, 0, rows.scratch)
+    p.li(13, s << 16)
+    p.or_(13, 13, 1)                               # header word 1: s << 16 | t
+    p.li(8, B * 512)
+    p.mul(14, 1, 8)
+    p.li(8, lay.address(rank, lay.YOWN) if s == rank else lay.address(s, lay.YOUT))
+    p.add(14, 14, 8)
+    if s != rank and wide:                         # the contributors: the mask without s
+        _without(p, s, lo=4, hi=15, out_lo=15, out_hi=5, tmp=6)
+    elif s != rank:
+        p.li(15, ~(1 << s) & 0xFFFFFFFF)
+        p.and_(15, 4, 15)                          # the contributors: the mask without s
+    for b in range(B):
+        p.li(10, rows.accs[b])
+        if fp:
+            p.mv(9, 10)
+            p.li(10, rows.half)
+            p.vfcastb(10, 9, 11)                   # the pre-sum rounded to bf16 once
+        _header(p, 10, 12, 13, 4, b)
+        if s == rank:
+            p.stb(10, 14, b * 512)                 # the own part: the root adds it
+        else:
+            if b:
+                p.addi(14, 14, 512)
+            p.stbr(10, 14, 15, 5 if wide else 0)   # one contribution, summed in the network
+    p.label(f"next{s}")
+    p.addi(1, 1, 1)
+    p.bltu(1, 2, f"t{s}")
+
+
+def _weigh(p, rows, first):
+    """Every block ``b`` of the ``OUT`` row at r7 times the weight r9, into accumulator ``b``
+    (``first``) or added to it; r11 holds the elements a row. bf16: the row widened to fp32
+    (``vfcastf``), ``vfmuls``, ``vfadd``. Clobbers r8, r10."""
+    for b, acc in enumerate(rows.accs):
+        if rows.half is None:
+            p.li(10, acc if first else rows.tmp)
+            p.ldb(10, 7, b * 512)
+            p.vmuls(10, 10, 11, 9)
+            if not first:
+                p.li(8, acc)
+                p.vadd(8, 8, 11, 10)
+            continue
+        p.li(10, rows.half)
+        p.ldb(10, 7, b * 512)
+        p.li(8, acc if first else rows.tmp)
+        p.vfcastf(8, 10, 11)
+        p.vfmuls(8, 8, 11, 9)                      # exact: 8-bit by 8-bit significands
+        if not first:
+            p.li(10, acc)
+            p.vfadd(10, 10, 11, 8)                 # the die's rows in order e_l, in fp32
+
+
+def _root_sums(p, lay, rank, tokens, rows, experts, broken):
+    """Phase 2 for tokens ``[t0, t1)`` of rank ``rank``: the network's sum in ``YOUT[t]``
+    and the own part in ``YOWN[t]`` added into ``YOUT[t]`` (module docstring)."""
+    t0, t1 = tokens
+    if t0 >= t1:
+        return
+    B, epr, k = lay.hidden_blocks, lay.epr, lay.topk
+    wide, fp = lay.wide_mask, rows.half is not None
+    p.ulw(12, 0, rows.scratch)
+    p.li(1, t0)
+    p.li(2, t1)
+    p.label("root")
+    p.bgeu(1, 2, "root_end")
+    p.li(13, k)
+    p.mul(3, 1, 13)                                # n = t·k
+    _mask_of(p, rows.route, 3, k, epr, experts, out=4, e=5, rank_reg=6, tmp=14,
+             hi=7 if wide else None)
+    if wide:
+        p.srli(6, 4 if rank < 32 else 7, rank % 32)
+        p.andi(6, 6, 1)                            # the own die: YOWN holds its part
+        _without(p, rank, lo=4, hi=7, out_lo=5, out_hi=7, tmp=14)
+        p.or_(5, 5, 7)                             # the other dies: a reduced block comes
+    else:
+        p.li(14, ~(1 << rank) & 0xFFFFFFFF)
+        p.and_(5, 4, 14)                           # the other dies: a reduced block comes
+        p.srli(6, 4, rank)
+        p.andi(6, 6, 1)                            # the own die: YOWN holds its part
+    p.li(8, B * 512)
+    p.mul(7, 1, 8)
+    p.mul(9, 1, 8)
+    p.li(8, lay.address(rank, lay.YOUT))
+    p.add(7, 7, 8)                                 # YOUT[t]
+    p.li(8, lay.address(rank, lay.YOWN))
+    p.add(9, 9, 8)                                 # YOWN[t]
+    p.li(11, ELEMS)
+    p.li(13, rank << 16)
+    p.or_(13, 13, 1)
+    p.beq(5, 0, "own_only")
+    if broken != "no_flag_poll":
         for b in range(B):
+            p.addi(15, 7, b * 512)
+            p.poll(10, 15, 12, "eq")               # the network's sum has arrived
+    p.beq(6, 0, "root_next")
+    for b in range(B):
+        if fp:
+            _add_own_fp(p, rows, b)
+        else:
             p.li(10, rows.accs[b])
             p.ldb(10, 7, b * 512)
             p.addi(15, 9, b * 512)
@@ -416,21 +481,35 @@ def combine_program(lay, *, rank, core, aivs, experts, broken=None):
             p.li(15, rows.tmp)
             p.ldb(15, 9, b * 512)
             p.vadd(10, 10, 11, 15)                 # + the own part
-            _header(p, 10, 12, 13, 4, b)
-            p.stb(10, 7, b * 512)
-        p.j("root_next")
-        p.label("own_only")
-        for b in range(B):
-            p.addi(15, 9, b * 512)
-            p.poll(8, 15, 12, "eq")
-            p.li(10, rows.accs[0])
-            p.ldb(10, 9, b * 512)
-            p.stb(10, 7, b * 512)
-        p.label("root_next")
-        p.addi(1, 1, 1)
-        p.j("root")
-        p.label("root_end")
-    p.fence()
-    p.mark(EVENTS["c_combine"])
-    p.halt()
-    return p
+        _header(p, 10, 12, 13, 4, b)
+        p.stb(10, 7, b * 512)
+    p.j("root_next")
+    p.label("own_only")
+    for b in range(B):
+        p.addi(15, 9, b * 512)
+        p.poll(8, 15, 12, "eq")
+        p.li(10, rows.accs[0])
+        p.ldb(10, 9, b * 512)
+        p.stb(10, 7, b * 512)
+    p.label("root_next")
+    p.addi(1, 1, 1)
+    p.j("root")
+    p.label("root_end")
+
+
+def _add_own_fp(p, rows, b):
+    """bf16, block ``b``: UBuf row ``half`` (r10) = bf16(network's sum + own part), both bf16
+    widened and added in fp32, rounded once (the correctly rounded bf16 sum of the two). In:
+    r7 ``YOUT[t]``, r9 ``YOWN[t]``, r11 the elements, r12 the flag word. Clobbers r8, r14,
+    r15."""
+    p.li(10, rows.half)
+    p.ldb(10, 7, b * 512)                          # the network's sum, bf16
+    p.li(14, rows.accs[0])
+    p.vfcastf(14, 10, 11)
+    p.addi(15, 9, b * 512)
+    p.poll(8, 15, 12, "eq")
+    p.ldb(10, 9, b * 512)                          # the own part, bf16
+    p.li(15, rows.tmp)
+    p.vfcastf(15, 10, 11)
+    p.vfadd(14, 14, 11, 15)
+    p.vfcastb(10, 14, 11)                          # y: rounded to bf16 once more

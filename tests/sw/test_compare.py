@@ -68,6 +68,11 @@ def test_a_system_sweep_says_whether_the_systems_outputs_are_the_same():
     assert not same_outputs(("seed", [0, 1]), same[:2])
     failed = combine(["a", "b"], ["c", "d"], ["rank 0: YOUT differs"])
     assert not same_outputs(sweep, same[:2] + [failed])
+    bounded = combine(["a", "b"], ["c", "x"])                 # bf16 ubep-inc: judged by a bound
+    bounded.runs[0].check["y_rule"] = "bound"
+    assert same_outputs(sweep, same[:2] + [bounded]) == [
+        "dispatch outputs: OUT payloads identical across cann, ubep, ubep-inc on all 2 ranks",
+        "combine outputs: y payloads identical across cann, ubep on all 2 ranks"]
 
 
 def test_phase_stack_maps_phase_ends_to_fig8s_stages():
