@@ -62,8 +62,9 @@ up, as on the real fabric.
 reduce, :mod:`~epfabric.sw.ubep.ubep_inc`); each call may override the buffer's. A buffer
 built with ``"ubep-inc"`` has those switches (``ep_window``) and runs all three systems; one
 built with another system runs CANN and UBEP and refuses ``"ubep-inc"``, naming the fix. A
-float call with ``"ubep-inc"`` hands ``dtype="bf16"`` to the combine kernel, which refuses
-it while the in-network combine sums int16 lanes only.
+float call with ``"ubep-inc"`` hands ``dtype="bf16"`` to the combine kernel: the switches sum
+bf16 partial sums in fp32 in arrival order, so ``y`` is judged by the kernel's error bound
+(:func:`~epfabric.sw.ubep.bf16.inc_bound`), not bit for bit.
 
 The buffer is one machine configuration (its layout and programs are sized for ``batch``,
 ``topk``, ``experts`` and ``hidden_blocks``): every call has exactly that shape, and every

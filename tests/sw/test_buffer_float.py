@@ -113,26 +113,34 @@ def test_bad_inputs_are_one_line_errors_before_any_run(buf, no_simulation, case)
     assert buf.epoch == 0
 
 
-def test_bf16_on_the_in_network_system_gets_the_kernels_answer(no_simulation):
-    """A float call with ``system="ubep-inc"`` hands ``dtype="bf16"`` to the combine kernel:
-    while the kernel refuses it, the buffer raises the kernel's one line before any run;
-    once it takes it, the buffer goes on to the run (here: the no-simulation guard)."""
+def test_bf16_on_the_in_network_system_goes_to_the_run(no_simulation):
+    """A float call with ``system="ubep-inc"`` is taken (the combine kernel sums bf16 in the
+    switches): the buffer checks it and goes on to the run (here: the no-simulation guard)."""
     inc = Buffer(backend("pysim"), system="ubep-inc", **SHAPE)
     assert inc.config.ep_window
-    try:
-        KERNELS["combine"].resolve_params({"batch": 4, "topk": 2, "experts": 4,
-                                           "system": "ubep-inc", "dtype": "bf16"})
-        refusal = None
-    except UserError as exc:
-        refusal = str(exc)
-    if refusal is None:
-        with pytest.raises(AssertionError, match="a simulation was started"):
-            inc.dispatch(*_inputs())
-        return
-    with pytest.raises(UserError) as err:
+    with pytest.raises(AssertionError, match="a simulation was started"):
         inc.dispatch(*_inputs())
-    assert str(err.value) == refusal and "\n" not in refusal
-    assert inc.epoch == 0
+
+
+@pytest.mark.slow           # a native build of its own (about 85 s cold); the kernel's in-network
+def test_an_in_network_bf16_round_is_within_the_kernels_bound():   # bf16 runs in CI
+    """Dispatch and combine of bf16 rows with float weights on ``system="ubep-inc"``: the
+    buffer's check (the kernel's: y within the in-network bound, sw/ubep/bf16.py) passes and
+    y is x's dtype, close to the plain numpy sum of the same rounded inputs."""
+    inc = Buffer(backend(machine_simulator()), system="ubep-inc", **SHAPE)
+    x, idx, wts = _inputs(3)
+    recv = inc.dispatch(x, idx, wts)
+    outs = [(r.astype(np.float32) * 0.5).astype(BF16) for r in recv.recv_x]
+    y, _ = inc.combine(outs, recv.handle)
+    assert all(np.asarray(v).dtype == BF16 for v in y)
+    for s in range(2):
+        want = np.zeros((4, x.shape[2]))
+        for t in range(4):
+            for i in range(2):
+                w = float(np.float32(wts[s, t, i]).astype(BF16))
+                want[t] += w * 0.5 * x[s, t].astype(np.float64)
+        got = np.asarray(y[s]).astype(np.float64)
+        assert np.allclose(got, want, rtol=2 ** -6, atol=2 ** -6 * np.abs(want).max())
 
 
 def test_hidden_sizes_the_blocks(no_simulation):
