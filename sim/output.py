@@ -72,10 +72,12 @@ def build_once(folder, make):
 def log_event(**fields):
     """``$EPFABRIC_BUILD_LOG``: append one JSON line per build made or simulation run (what,
     seconds, and the pytest test that asked for it): which tests pay for which builds and
-    runs in a cold run. Without the variable, nothing."""
+    runs in a cold run. Without the variable, nothing: a field given as a function (a
+    design's hash) is called only when the line is written."""
     log = os.environ.get("EPFABRIC_BUILD_LOG")
     if log:
-        line = {k: round(v, 2) if isinstance(v, float) else v for k, v in fields.items()}
+        line = {k: v() if callable(v) else v for k, v in fields.items()}
+        line = {k: round(v, 2) if isinstance(v, float) else v for k, v in line.items()}
         line["test"] = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
         with open(log, "a") as f:
             f.write(json.dumps(line) + "\n")

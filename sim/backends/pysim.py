@@ -115,7 +115,7 @@ def _simulator(spec, keep):
     t0 = time.monotonic()
     component = spec.build()
     sim = Simulator(component)
-    log_event(pysim_build=_design_id(spec), seconds=time.monotonic() - t0)
+    log_event(pysim_build=lambda: _design_id(spec), seconds=time.monotonic() - t0)
     sim.add_clock(CLOCK_PERIOD_NS * 1e-9)
     slot = {}
 
@@ -180,5 +180,6 @@ def run_pysim(spec, intent, args, waveform=None, keep=None):
         waveform.add_run(vcd, simulator="pysim", spec=spec, edges=vcd_edges(dump, waveform.watch))
     elif gtkw is not None:
         fit_gtkw(gtkw, read_dump(vcd))
-    log_event(pysim_run=_design_id(spec), cycles=out["cycles"], seconds=time.monotonic() - t0)
+    log_event(pysim_run=lambda: _design_id(spec), cycles=out["cycles"],
+              seconds=time.monotonic() - t0)
     return out["result"], out["cycles"]

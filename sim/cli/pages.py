@@ -4,13 +4,13 @@ Front end of :mod:`epfabric.sim.lab.pages`: every page of ``docs/results`` that 
 from data (what the model reproduces, how fast it runs, the hardware's checks) is written
 from the JSON files in ``--data``. ``--check`` writes nothing and exits 1 when a page
 differs from what the data gives. The provenance table's page
-(:mod:`epfabric.sw.provenance`) is written beside the results folder, ``fidelity/provenance.md``.
+(:mod:`epfabric.sim.lab.provenance_page`) is written beside the results folder, ``fidelity/provenance.md``.
 """
 
 from pathlib import Path
 
 from ...hw.validate import UserError
-from ...sw import provenance
+from ..lab import provenance_page
 from ..lab.pages import PAGES, stale_pages, write_pages
 from ..output import check_output_dir, write_atomic
 
@@ -34,13 +34,13 @@ def prepare(args):
     out = check_output_dir(args.output, "--output")
 
     def job():
-        page, text = out.parent / provenance.PAGE, provenance.render()
+        page, text = out.parent / provenance_page.PAGE, provenance_page.render()
         if args.check:
             stale = stale_pages(data, out)
             for name in stale:
                 print(f"{out / name}: differs from what {data} gives (run epfabric pages)")
             if not page.is_file() or page.read_text() != text:
-                print(f"{page}: differs from what {provenance.PATH.name} gives (run epfabric pages)")
+                print(f"{page}: differs from what sw/fits/provenance.toml gives (run epfabric pages)")
                 stale.append(page)
             return 1 if stale else 0
         page.parent.mkdir(parents=True, exist_ok=True)

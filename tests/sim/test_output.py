@@ -2,7 +2,7 @@
 
 import json
 
-from epfabric.sim.output import build_once
+from epfabric.sim.output import build_once, log_event
 
 
 def test_a_build_is_made_once_and_logged_with_its_test(tmp_path, monkeypatch):
@@ -22,3 +22,18 @@ def test_no_log_without_the_variable(tmp_path, monkeypatch):
     monkeypatch.delenv("EPFABRIC_BUILD_LOG", raising=False)
     build_once(tmp_path / "model-2", lambda folder: None)
     assert list(tmp_path.glob("*.jsonl")) == []
+
+
+def test_a_fields_function_is_called_only_when_the_line_is_written(tmp_path, monkeypatch):
+    calls = []
+
+    def design():
+        calls.append(1)
+        return "abc"
+    monkeypatch.delenv("EPFABRIC_BUILD_LOG", raising=False)
+    log_event(pysim_run=design, seconds=1.0)
+    assert calls == []
+    monkeypatch.setenv("EPFABRIC_BUILD_LOG", str(tmp_path / "log.jsonl"))
+    log_event(pysim_run=design, seconds=1.23456)
+    line = json.loads((tmp_path / "log.jsonl").read_text())
+    assert calls == [1] and line["pysim_run"] == "abc" and line["seconds"] == 1.23
