@@ -226,7 +226,8 @@ class ReduceUnit(wiring.Component):
         count_bits = len(flit.count)
         wbits = ceil_log2(self.window)
         dst_bits = len(flit.dst)
-        form = dict(dtype=self.dtype, header_bits=self.header_bits)
+        # the control part of a planar switch holds no data: no header, no lanes
+        form = dict(dtype=self.dtype, header_bits=0 if self.planes else self.header_bits)
         acc_bits = accumulator_width(data_bits, **form)
         entry_bits = count_bits + acc_bits
         m.submodules.slots = slots = Memory(shape=entry_bits, depth=(1 << dst_bits) << wbits,
