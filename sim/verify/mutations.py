@@ -112,8 +112,9 @@ MUTATIONS = [
         ],
         "timeout": 120,
     },
-    # Fixed priority in place of each round robin (tests/hw/test_fairness.py): the arbiter sees
-    # only the lowest requester asking (``asks & -asks``), so the lowest index always wins.
+    # Fixed priority in place of each round robin (tests/hw/test_fairness.py; the trace merge's
+    # in tests/hw/test_system.py): the arbiter sees only the lowest requester asking
+    # (``asks & -asks``), so the lowest index always wins.
     {
         "name": "inc_nic_memory_fixed_priority",
         "file": "hw/inc_nic_memory.py",
@@ -192,8 +193,7 @@ MUTATIONS = [
                "        m.d.comb += [trace_arb.requests.eq(asks & -asks),\n",
         "description": "the system's MARK trace merge takes the cores' marks by fixed priority "
                        "(core 0 first): a core marking back to back stalls the others' marks",
-        "tests": ["tests/hw/test_fairness.py::"
-                  "test_system_trace_merge_takes_every_cores_marks_in_turn"],
+        "tests": ["tests/hw/test_system.py::test_trace_merge_takes_every_cores_marks_in_turn"],
         "timeout": 120,
     },
     {
