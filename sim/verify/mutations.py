@@ -108,7 +108,92 @@ MUTATIONS = [
         "tests": [
             "tests/hw/test_inc_nic.py::"
             "test_tx_round_robin_when_ag_and_rs_become_eligible_together",
+            "tests/hw/test_fairness.py::test_inc_nic_tx_alternates_the_ag_and_rs_engines",
         ],
+        "timeout": 120,
+    },
+    # Fixed priority in place of each round robin (tests/hw/test_fairness.py; the trace merge's
+    # in tests/hw/test_system.py): the arbiter sees only the lowest requester asking
+    # (``asks & -asks``), so the lowest index always wins.
+    {
+        "name": "inc_nic_memory_fixed_priority",
+        "file": "hw/inc_nic_memory.py",
+        "old": "        m.d.comb += [mem_arb.requests.eq(Cat(s.valid for s in sources)),\n",
+        "new": "        asks = Cat(s.valid for s in sources)\n"
+               "        m.d.comb += [mem_arb.requests.eq(asks & -asks),\n",
+        "description": "the INC NIC's memory port serves its requesters by fixed priority (the "
+                       "writer, then the AG, RS and ring readers): a busy writer starves the reads",
+        "tests": ["tests/hw/test_fairness.py::"
+                  "test_inc_nic_memory_port_serves_the_writer_and_every_reader_in_turn"],
+        "timeout": 120,
+    },
+    {
+        "name": "router_tx_fixed_priority",
+        "file": "hw/router_tx.py",
+        "old": "        m.d.comb += [tx_arb.requests.eq(Cat(self.answers.valid, self.acks.valid,\n"
+               "                                            *(r.valid for r in self.requests))),\n",
+        "new": "        asks = Cat(self.answers.valid, self.acks.valid, "
+               "*(r.valid for r in self.requests))\n"
+               "        m.d.comb += [tx_arb.requests.eq(asks & -asks),\n",
+        "description": "the die router's tx serves by fixed priority (data answers, acks, then the "
+                       "cores by index): a busy RSP queue starves the cores' requests",
+        "tests": ["tests/hw/test_fairness.py::"
+                  "test_router_tx_serves_answers_acks_and_every_core_in_turn"],
+        "timeout": 120,
+    },
+    {
+        "name": "ub_port_fixed_priority",
+        "file": "hw/router_ub.py",
+        "old": "        m.d.comb += [arb.requests.eq(Cat(*(c.valid for c in self.cores), "
+               "self.rx.valid)),\n",
+        "new": "        asks = Cat(*(c.valid for c in self.cores), self.rx.valid)\n"
+               "        m.d.comb += [arb.requests.eq(asks & -asks),\n",
+        "description": "the die's UB port serves by fixed priority (core 0 first, rx last): a "
+                       "core storing in every cycle starves the other cores and remote writes",
+        "tests": ["tests/hw/test_fairness.py::test_ub_port_serves_every_core_and_rx_in_turn"],
+        "timeout": 120,
+    },
+    {
+        "name": "switch_output_fixed_priority",
+        "file": "hw/switch.py",
+        "old": "                arb.requests.eq(req),\n",
+        "new": "                arb.requests.eq(req & -req),\n",
+        "description": "every switch output serves its inputs by fixed priority (the lowest "
+                       "port first): a busy low port starves the others at a shared output",
+        "tests": ["tests/hw/test_fairness.py::test_switch_output_serves_every_input_in_turn"],
+        "timeout": 120,
+    },
+    {
+        "name": "inc_post_fixed_priority",
+        "file": "hw/die.py",
+        "old": "        m.d.comb += [post_arb.requests.eq(Cat(c.inc_post.valid for c in cores)),\n",
+        "new": "        asks = Cat(c.inc_post.valid for c in cores)\n"
+               "        m.d.comb += [post_arb.requests.eq(asks & -asks),\n",
+        "description": "the die's INC post port takes the cores' posts by fixed priority (core 0 "
+                       "first): a core posting back to back holds off the others' posts",
+        "tests": ["tests/hw/test_fairness.py::test_die_inc_posts_and_cube_rows_go_round_robin"],
+        "timeout": 120,
+    },
+    {
+        "name": "cube_unit_fixed_priority",
+        "file": "hw/die.py",
+        "old": "        m.d.comb += [cube_arb.requests.eq(Cat(c.cube_req for c in cores)),\n",
+        "new": "        asks = Cat(c.cube_req for c in cores)\n"
+               "        m.d.comb += [cube_arb.requests.eq(asks & -asks),\n",
+        "description": "the die's cube unit serves the cores' rows by fixed priority (core 0 "
+                       "first): with three cores computing rows, the third never gets the unit",
+        "tests": ["tests/hw/test_fairness.py::test_die_inc_posts_and_cube_rows_go_round_robin"],
+        "timeout": 120,
+    },
+    {
+        "name": "trace_merge_fixed_priority",
+        "file": "hw/system.py",
+        "old": "        m.d.comb += [trace_arb.requests.eq(Cat(t.valid for t, _e in traces)),\n",
+        "new": "        asks = Cat(t.valid for t, _e in traces)\n"
+               "        m.d.comb += [trace_arb.requests.eq(asks & -asks),\n",
+        "description": "the system's MARK trace merge takes the cores' marks by fixed priority "
+                       "(core 0 first): a core marking back to back stalls the others' marks",
+        "tests": ["tests/hw/test_system.py::test_trace_merge_takes_every_cores_marks_in_turn"],
         "timeout": 120,
     },
     {

@@ -200,6 +200,27 @@ def test_trace_drops_and_counts_when_full():
     assert [t for _c, t, _e in r["trace"]] == list(range(16))
 
 
+def test_trace_merge_takes_every_cores_marks_in_turn():
+    """The MARK trace merge (``trace_arb``) is round robin: both cores mark in every cycle (a
+    MARK stalls its core until the merge takes it). The merge is always ready and stamps the
+    cycle it takes an entry; with n = 2 requesters and a grant held H = 1 cycle, a core that
+    keeps asking is served within n H = 2 cycles (at most n - 1 others first: the pointer
+    moves past every grantee), so each core's consecutive marks are stamped at most 2 cycles
+    apart, and its first at most 1 cycle after the first of all. Fixed priority would take
+    all of core 0's marks first (tests/hw/test_fairness.py has the other arbiters)."""
+    p = Program()
+    for k in range(8):
+        p.mark(k)
+    p.halt()
+    r = run_sys(SMALL, {(0, 0): p, (1, 0): p})
+    assert len(r["trace"]) == 16 and r["trace_dropped"] == 0
+    start = min(t for _c, t, _e in r["trace"])
+    for core in (0, 1):
+        stamps = [start - 1] + [t for c, t, _e in r["trace"] if c == core]
+        assert len(stamps) == 9 and max(b - a for a, b in zip(stamps, stamps[1:])) <= 2, \
+            (core, r["trace"])
+
+
 def test_bad_topology_and_shape_name_the_parameter():
     timing = tiny_timing()
     with pytest.raises(ValueError, match="topology kind must be one of superpod, star, not 'ring'"):
