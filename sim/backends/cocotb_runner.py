@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..output import PROGRESS_AFTER_S, build_cache_dir, build_once, progress, waveform_dir
+from ..output import PROGRESS_AFTER_S, build_cache_dir, build_once, log_event, progress, waveform_dir
 from .verilog import TOPLEVEL, verilog_of
 from ..waves import Waveform, sanitize_vcd
 from .testbench import SimulationError, intent_ref
@@ -327,6 +327,7 @@ def run_cocotb(spec, intent, args, simulator, waveform=None, opt=None):
         follower = threading.Thread(target=_follow_progress, daemon=True,
                                     args=(Path(tdir) / "progress", simulator, stop))
         follower.start()
+        t0 = time.monotonic()
         try:
             if simulator == "icarus":
                 runner = _icarus_runner_class()()
@@ -345,6 +346,7 @@ def run_cocotb(spec, intent, args, simulator, waveform=None, opt=None):
             follower.join()
             os.environ.clear()
             os.environ.update(env_backup)
+            log_event(**{f"{simulator}_run": bdir.name}, seconds=time.monotonic() - t0)
         if not result_file.exists():
             log = (Path(tdir) / "sim.log").read_text()[-3000:] if (Path(tdir) / "sim.log").exists() else ""
             raise SimulationError(f"{simulator} run produced no result\n{log}")

@@ -33,6 +33,8 @@ of that result beat: the negative control.
 both as Amaranth logic and on numpy arrays.
 """
 
+import time
+
 import numpy as np
 from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
@@ -43,7 +45,7 @@ from ...hw.fp_unit import OP_FORMS, FpOp, FpUnit, check_unit_params
 from ...hw.validate import check_int
 from .fp_commands import operand_pools, reference
 
-__all__ = ["FpSoak", "lowbias32", "soak_operands", "expected_results", "expected_sums", "run_soak",
+__all__ = ["FpSoak", "lowbias32", "soak_operands", "expected_results", "expected_sums", "run_soak", "run_soaks",
            "MIX_OPS"]
 
 MASK32 = 0xFFFF_FFFF
@@ -265,3 +267,17 @@ async def run_soak(bench, *, beats, seed=1, op="ADD", mix=False, sweep=False, st
         bench.set("rd_addr", k)
         sums.append(int(await bench.get("rd_sum")))
     return {"sums": sums, "cycles": int(cycles)}
+
+
+async def run_soaks(bench, *, runs, timeout=None):
+    """Harness intent: ``runs`` (keyword dicts of :func:`run_soak`) one after the other in one
+    simulation -- a start resets the soak's counters, key and checksums, and a run ends with
+    every result taken, so the next starts from an empty unit. One simulator start instead of
+    one a run (a Verilator run's start costs seconds, its cycles milliseconds). Returns
+    :func:`run_soak`'s result of each run with its wall ``seconds``."""
+    out = []
+    for kw in runs:
+        t0 = time.monotonic()
+        result = await run_soak(bench, timeout=timeout, **kw)
+        out.append({**result, "seconds": time.monotonic() - t0})
+    return out

@@ -11,7 +11,6 @@ per operation in each rounding mode.
 """
 
 import itertools
-import time
 
 import numpy as np
 import pytest
@@ -23,7 +22,7 @@ from epfabric.hw.fp_unit import OP_FORMS, FpOp, FpUnit, lane_steps, register_poi
 from epfabric.sim.tb.fp_commands import (EDGE_BF16, EDGE_F32, beat, exact_fma32, fma32,
                                          operand_pools, reference, run_beats)
 from epfabric.sim.tb.fp_soak import (MIX_OPS, expected_results, expected_sums, run_soak,
-                                     soak_operands)
+                                     run_soaks, soak_operands)
 
 from utils import ComponentSpec, require_simulator, run
 
@@ -322,15 +321,18 @@ def test_soak_top_matches_its_numpy_mirror_pysim():
 
 
 def _soak_on_verilator(fused, runs):
-    """``runs``: ``[(op or None for mixed, beats, seed, sweep)]``; asserts every block
-    checksum and returns ``[(label, operands, seconds)]``."""
+    """``runs``: ``[(op or None for mixed, beats, seed, sweep)]``, one after the other in one
+    Verilator simulation (:func:`run_soaks`); asserts every block checksum and returns
+    ``[(label, operands, seconds)]``."""
     require_simulator("verilator")
+    kws = [{"op": op or "ADD", "mix": op is None, "sweep": sweep} for op, _b, _s, sweep in runs]
+    outs, _ = run(SOAK[fused], run_soaks,
+                  {"runs": [{"beats": beats, "seed": seed, "stall": 3000, "gap": 3000, **kw}
+                            for (_op, beats, seed, _sw), kw in zip(runs, kws)]},
+                  simulator="verilator")
+    assert len(outs) == len(runs)
     done = []
-    for op, beats, seed, sweep in runs:
-        kw = {"op": op or "ADD", "mix": op is None, "sweep": sweep}
-        t0 = time.monotonic()
-        out, _ = run(SOAK[fused], run_soak, {"beats": beats, "seed": seed, "stall": 3000,
-                                             "gap": 3000, **kw}, simulator="verilator")
+    for (op, beats, seed, sweep), kw, out in zip(runs, kws, outs):
         want = expected_sums(seed=seed, beats=beats, lanes=LANES, block_log2=8, fused=fused, **kw)
         wrong = [k for k, (g, w) in enumerate(zip(out["sums"], want)) if g != w]
         if wrong:
@@ -340,7 +342,7 @@ def _soak_on_verilator(fused, runs):
                         f"(of {len(want)}); rerun beats {first}..{first + 255} beat by beat "
                         f"(soak_operands) to see which; first expected words {y[first][:2]}")
         done.append((f"{op or 'mixed'}{' (sweep)' if sweep else ''}", beats * LANES,
-                     time.monotonic() - t0))
+                     out["seconds"]))
     return done
 
 
@@ -348,8 +350,8 @@ def _soak_on_verilator(fused, runs):
 def test_soak_verilator(fused):
     """A mixed run of 2**16 operands (at least 4,168 of every operation) and counting sweeps:
     every bf16 value through both casts and as ``a`` of a bf16 sum, every high half of an
-    fp32 through the cast to bf16, against numpy. Each run is a simulator start of its own:
-    runs of one operation each (10**6 operands) are the ``slow`` test below."""
+    fp32 through the cast to bf16, against numpy; the five runs in one simulator start. Runs
+    of one operation each (10**6 operands) are the ``slow`` test below."""
     runs = [(None, 1 << 14, 1, False)]
     runs += [(op, 1 << 14, 20 + i, True) for i, op in
              enumerate(("CAST_BF16_F32", "CAST_F32_BF16", "ADD_BF16", "MULS_BF16"))]
