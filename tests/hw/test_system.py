@@ -587,8 +587,10 @@ def test_sampler_same_on_every_simulator(hdl_simulator):
 
 # --- in-network expert parallelism (issue 31): stbm and stbr on IncSwitch fabrics -------------
 
-#: 4 dies on 2 boards (one NPU of 2 dies each): direct links, tier-1 and tier-2 switches
-EP = spec(("superpod", 2, 1, 2), aivs=1, hbm_blocks=16, ep_window=8)
+#: 4 dies on 2 boards (one NPU of 2 dies each): direct links, tier-1 and tier-2 switches;
+#: 64 instruction rows for test_in_network_switches_leave_other_traffic_as_it_was's programs
+#: (one design for every test of in-network EP)
+EP = spec(("superpod", 2, 1, 2), aivs=1, hbm_blocks=16, imem_depth=64, ep_window=8)
 EP_RANKS = 4
 
 
@@ -700,8 +702,9 @@ def test_in_network_switches_leave_other_traffic_as_it_was():
         progs[(r, 0)] = p
     reads = [[d, address(d, 4 + r, w)] for d in range(EP_RANKS) for r in range(EP_RANKS)
              for w in range(8)]
-    plain, ep = (spec(("superpod", 2, 1, 2), aivs=1, hbm_blocks=16, imem_depth=64, **extra)
-                 for extra in ({}, {"ep_window": 8}))
+    plain = spec(("superpod", 2, 1, 2), aivs=1, hbm_blocks=16, imem_depth=64)
+    ep = EP                                                 # the same machine with ep_window
+    assert {**plain.params, "ep_window": 8} == ep.params
     from amaranth.hdl import Fragment
     from epfabric.hw.inc_switch import IncSwitch
     from epfabric.hw.instances import Sharing
