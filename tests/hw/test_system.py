@@ -412,8 +412,9 @@ async def read_all_intent(bench, addrs):
 
 
 def test_host_reads_every_rank_at_once():
+    """On the 4 dies x 2 AIVs of test_remote_fetch_add_from_every_core_is_exact (one design)."""
     addrs = [0, 4, 8]                                   # block 0, words 0..2
-    got, _ = run(spec(("superpod", 2, 2, 1)), read_all_intent, {"addrs": addrs})
+    got, _ = run(spec(("superpod", 2, 2, 1), aivs=2), read_all_intent, {"addrs": addrs})
     assert got == {str(r): [0x100 * r + k for k in range(3)] for r in range(4)}
 
 
