@@ -433,8 +433,9 @@ async def read_all_intent(bench, addrs):
 
 
 def test_host_reads_every_rank_at_once():
+    """On the 4 dies x 2 AIVs of test_remote_fetch_add_from_every_core_is_exact (one design)."""
     addrs = [0, 4, 8]                                   # block 0, words 0..2
-    got, _ = run(spec(("superpod", 2, 2, 1)), read_all_intent, {"addrs": addrs})
+    got, _ = run(spec(("superpod", 2, 2, 1), aivs=2), read_all_intent, {"addrs": addrs})
     assert got == {str(r): [0x100 * r + k for k in range(3)] for r in range(4)}
 
 
@@ -608,8 +609,10 @@ def test_sampler_same_on_every_simulator(hdl_simulator):
 
 # --- in-network expert parallelism (issue 31): stbm and stbr on IncSwitch fabrics -------------
 
-#: 4 dies on 2 boards (one NPU of 2 dies each): direct links, tier-1 and tier-2 switches
-EP = spec(("superpod", 2, 1, 2), aivs=1, hbm_blocks=16, ep_window=8)
+#: 4 dies on 2 boards (one NPU of 2 dies each): direct links, tier-1 and tier-2 switches;
+#: 64 instruction rows for test_in_network_switches_leave_other_traffic_as_it_was's programs
+#: (one design for every test of in-network EP)
+EP = spec(("superpod", 2, 1, 2), aivs=1, hbm_blocks=16, imem_depth=64, ep_window=8)
 EP_RANKS = 4
 
 
@@ -721,8 +724,9 @@ def test_in_network_switches_leave_other_traffic_as_it_was():
         progs[(r, 0)] = p
     reads = [[d, address(d, 4 + r, w)] for d in range(EP_RANKS) for r in range(EP_RANKS)
              for w in range(8)]
-    plain, ep = (spec(("superpod", 2, 1, 2), aivs=1, hbm_blocks=16, imem_depth=64, **extra)
-                 for extra in ({}, {"ep_window": 8}))
+    plain = spec(("superpod", 2, 1, 2), aivs=1, hbm_blocks=16, imem_depth=64)
+    ep = EP                                                 # the same machine with ep_window
+    assert {**plain.params, "ep_window": 8} == ep.params
     from amaranth.hdl import Fragment
     from epfabric.hw.inc_switch import IncSwitch
     from epfabric.hw.instances import Sharing

@@ -229,33 +229,35 @@ def test_loading_through_the_backdoor_changes_nothing(seed, monkeypatch):
 
 @pytest.mark.parametrize("system", ["cann", "ubep"])
 def test_a_dispatch_and_combine_loaded_through_the_backdoor_are_the_same_run(system, monkeypatch):
-    """The flag tests' cm384 machine (instruction rows, HBM blocks, 4-block tokens): the
-    dispatch and the combine after it, loaded and read back through the backdoor and through
-    the port, give the same cycles, phases and bit-exact results."""
+    """A dispatch and the combine after it with 4-block tokens (instruction rows, HBM blocks)
+    on the shared 4-AIV machine, loaded and read back through the backdoor and through the
+    port, give the same cycles, phases and bit-exact results."""
     require_simulator("native")
-    (port, port_stats), (direct, direct_stats) = _cm384_combines(
+    (port, port_stats), (direct, direct_stats) = _combines(
         system, "EPFABRIC_NATIVE_BACKDOOR", ("0", "1"), monkeypatch)
     assert direct_stats["cycles"] < port_stats["cycles"]    # the backdoor did the loading
     for key in SAME_RUN:
         assert direct[key] == port[key], key
 
 
-#: what two runs of the cm384 dispatch + combine must share to be the same run
+#: what two runs of the dispatch + combine must share to be the same run
 SAME_RUN = ("cycles", "phases", "y_payload_digest", "dispatch")
 
 
-def _cm384_combines(system, variable, values, monkeypatch):
-    """``[(run, native stats)]``: the flag tests' cm384 dispatch + combine with ``variable``
-    set to each of ``values``; each run checked correct."""
+def _combines(system, variable, values, monkeypatch):
+    """``[(run, native stats)]``: a dispatch + combine of 4-block tokens on the shared
+    2-die x 4-AIV machine (:func:`utils.four_aiv_machine`: one native build serves it, the
+    UBEP experiments' runs and the dispatch and combine tests') with ``variable`` set to
+    each of ``values``; each run checked correct."""
     from epfabric.sim.backends import native
     from epfabric.sw.kernels import KERNELS
-    from utils import CM384_MAX_CYCLES, cm384_machine, run_on_machine
+    from utils import four_aiv_machine, run_on_machine
+    kernel = KERNELS["combine"]
     params = {"system": system, "batch": 4, "topk": 2, "experts": 4, "hidden_blocks": 4}
     out = []
     for value in values:
         monkeypatch.setenv(variable, value)
-        run = run_on_machine(KERNELS["combine"], "native", cm384_machine(), params,
-                             max_cycles=CM384_MAX_CYCLES)
+        run = run_on_machine(kernel, "native", four_aiv_machine(kernel, params), params)
         assert run["correct"], run["problems"]
         out.append((run, dict(native.LAST_STATS)))
     return out
@@ -263,13 +265,13 @@ def _cm384_combines(system, variable, values, monkeypatch):
 
 @pytest.mark.parametrize("system", ["cann", "ubep"])
 def test_skipping_idle_dies_changes_nothing(system, monkeypatch):
-    """A cm384 dispatch + combine (polls of flags, SyncAll, remote stores that reach a die
-    whose cores have halted) with and without skipping the edges of idle dies: the same
+    """A dispatch + combine on the shared 4-AIV machine (polls of flags, SyncAll, remote
+    stores that reach a die whose cores have halted) with and without skipping the edges of idle dies: the same
     cycles, phases, results; with skipping, die edges were skipped (``Die.idle`` is proved to
     mean it in tests/hw/test_die.py), without, none."""
     require_simulator("native")
-    (on, on_stats), (off, off_stats) = _cm384_combines(system, "EPFABRIC_NATIVE_SKIP",
-                                                       ("1", "0"), monkeypatch)
+    (on, on_stats), (off, off_stats) = _combines(system, "EPFABRIC_NATIVE_SKIP",
+                                                 ("1", "0"), monkeypatch)
     for key in SAME_RUN:
         assert on[key] == off[key], key
     assert on_stats["skipped_die_edges"] > 0 and off_stats["skipped_die_edges"] == 0
@@ -291,11 +293,10 @@ def test_evaluating_on_threads_changes_nothing(monkeypatch):
 
 
 def test_a_dispatch_and_combine_on_two_threads_are_the_same_run(monkeypatch):
-    """The cm384 flag-test machine (4-block tokens, UBEP): one thread and two give
-    the same cycles, phases and bit-exact results."""
+    """A UBEP dispatch + combine of 4-block tokens on the shared 4-AIV machine: one thread
+    and two give the same cycles, phases and bit-exact results."""
     require_simulator("native")
-    (one, _), (two, _) = _cm384_combines("ubep", "EPFABRIC_NATIVE_THREADS", ("1", "2"),
-                                         monkeypatch)
+    (one, _), (two, _) = _combines("ubep", "EPFABRIC_NATIVE_THREADS", ("1", "2"), monkeypatch)
     for key in SAME_RUN:
         assert one[key] == two[key], key
 
