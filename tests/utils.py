@@ -287,3 +287,21 @@ def heldout_rows(seeds=(0, 1, 2), **items):
     return [{"item": item, "seed": seed, **r} for seed in seeds for item in names
             if items.get(item, {}) is not None
             for r in heldout_item_rows(item, **items.get(item, {}))]
+
+
+# --- the small dispatch case's machine, for tests that need any 2-die x 2-AIV machine -----
+
+#: the small dispatch/combine case (tests/sw/test_dispatch.py, test_combine.py ``SMALL``)
+SMALL_DISPATCH = {"batch": 4, "topk": 2, "experts": 4}
+
+
+def small_dispatch_machine(simulator):
+    """A :class:`~epfabric.sw.machine.Machine` of :data:`SMALL_DISPATCH`'s configuration (tiny,
+    2 dies x 2 AIVs; the combine's is the same): on Verilator the dispatch and combine tests
+    build it anyway, so a test that needs some 2 x 2 machine on Verilator runs on that build
+    instead of building :data:`MACHINE` (which only Amaranth, Icarus and native runs share)."""
+    from epfabric.sim.backends.machine import backend
+    from epfabric.sw.kernels import KERNELS
+    from epfabric.sw.machine import Machine
+    config = KERNELS["dispatch"].configs("tiny", ("superpod", 2, 1, 1), 2, SMALL_DISPATCH)[0]
+    return Machine(backend=backend(simulator), config=config)

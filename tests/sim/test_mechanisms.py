@@ -1,6 +1,8 @@
 """The ``mechanisms`` micro-benchmarks (sim/lab/experiments/mechanisms.py): each timing
 mechanism alone, against its closed form."""
 
+import functools
+
 import pytest
 
 from epfabric.hw.validate import UserError
@@ -16,9 +18,17 @@ SEGMENTS = [seg for d in DESTINATIONS.values() for seg in ((d, 2, "stb"), (d, 4,
     + [(DESTINATIONS["two_hop"], 4, "sw")]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def streams():
     """``{window: [cycles of each segment]}`` on the tiny preset (pysim)."""
+    return _streams()
+
+
+@functools.lru_cache(maxsize=None)
+def _streams():
+    # called from a test, not a module fixture: a module fixture is set up before
+    # tests/conftest.py shares the test process's pysim simulators, so each of its runs
+    # would build the design again (one build serves both windows here)
     return {w: store_streams(preset="tiny", backend="pysim", segments=SEGMENTS, window=w)
             for w in (1, 2)}
 

@@ -1,6 +1,7 @@
 """The ``daf`` Data-as-Flag micro-benchmark (sw/kernels/daf.py) and its negative controls."""
 
 import copy
+import dataclasses
 import functools
 
 import numpy as np
@@ -25,12 +26,30 @@ MAX_CYCLES = 20_000
 TWO = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=1)
 
 
+def grid_machine(preset, topology, aivs, nbytes):
+    """The kernel's machine for ``nbytes`` on a shape, sized for every protocol
+    (:func:`daf.machine_sizes`, as for a whole grid): one build serves each protocol's runs."""
+    config = KERNEL.configs(preset, topology, aivs, {"bytes": nbytes})[0]
+    shape = MachineConfig(preset, topology=topology, aivs_per_die=aivs)
+    return dataclasses.replace(config, **daf.machine_sizes(shape, nbytes))
+
+
+#: SHAPE's machine for NBYTES, every protocol's runs on it
+SHAPE_MACHINE = grid_machine(SHAPE["preset"], SHAPE["topology"], SHAPE["aivs"], NBYTES)
+
+
+#: two dies of one cm384 NPU, one AIV each: 218 cycles apart, so a receiver polls before a
+#: block arrives and reads it right after its flag lands
+NPU = dict(preset="cm384", topology=("superpod", 2, 1, 1), aivs=1)
+#: NPU's machine for 16 B messages, every protocol's runs on it
+NPU_MACHINE = grid_machine(NPU["preset"], NPU["topology"], NPU["aivs"], 16)
+
+
 @functools.lru_cache(maxsize=None)
 def pysim_run(protocol, nbytes=NBYTES, seed=3):
     """``(machine, report, inputs)`` of one run on Amaranth's simulator, cached per process."""
     params = KERNEL.resolve_params({"protocol": protocol, "bytes": nbytes, "seed": seed})
-    config = KERNEL.configs(SHAPE["preset"], SHAPE["topology"], SHAPE["aivs"], params)[0]
-    m = Machine(backend=backend("pysim"), config=config)
+    m = Machine(backend=backend("pysim"), config=SHAPE_MACHINE)
     inputs = KERNEL.load(m, params)
     return m, m.run(MAX_CYCLES), inputs
 
@@ -85,8 +104,8 @@ def test_dc_checksum_is_the_sum_of_markers():
 @functools.lru_cache(maxsize=None)
 def cm384_latency(protocol, broken="none"):
     """Latency in cycles of 16 B per message between the two dies of one cm384 NPU (218 ns apart)."""
-    result = run_kernel("daf", backend("pysim"), preset="cm384", topology=("superpod", 2, 1, 1),
-                        aivs=1, params={"protocol": protocol, "bytes": 16, "broken": broken})
+    result = run_kernel("daf", backend("pysim"), **NPU, configs=[NPU_MACHINE],
+                        params={"protocol": protocol, "bytes": 16, "broken": broken})
     assert result.correct, result.problems
     return result.runs[0].check["latency_cycles"]
 
@@ -145,11 +164,6 @@ def test_no_payload_word_is_the_sentinel():
 # --- negative controls ---------------------------------------------------------------------------
 
 
-#: two dies of one cm384 NPU, one AIV each: 218 cycles apart, so a receiver polls before a
-#: block arrives and reads it right after its flag lands
-NPU = dict(preset="cm384", topology=("superpod", 2, 1, 1), aivs=1)
-
-
 def test_tff_tears_on_a_non_atomic_port():
     """The receiver reads a block right after its flag: with 64 B beats it reads a torn block."""
     result = run_kernel("daf", backend("pysim"), **NPU, max_cycles=MAX_CYCLES,
@@ -175,7 +189,8 @@ def test_tff_does_not_tear_on_the_atomic_port_with_the_same_modelled_bytes():
 
 def test_sentinel_payload_hangs_sp_and_the_watchdog_names_the_waiting_core():
     with pytest.raises(WatchdogTimeout) as info:
-        run_kernel("daf", backend("pysim"), **SHAPE, max_cycles=1_000,     # the run takes ~150
+        run_kernel("daf", backend("pysim"), **SHAPE, configs=[SHAPE_MACHINE],
+                   max_cycles=1_000,                                        # the run takes ~150
                    params={"protocol": "sp", "bytes": NBYTES, "broken": "sentinel"})
     lay = daf.layout(MachineConfig("tiny", topology=SHAPE["topology"]), "sp", NBYTES)
     # rank 0's message to rank 1 is received by rank 1's core (1 - 0 - 1) mod 2 = 0, block 0
@@ -187,7 +202,8 @@ def test_sentinel_payload_hangs_sp_and_the_watchdog_names_the_waiting_core():
 
 def test_sw_without_fence_stays_correct_on_this_fabric():
     """One (src, dst) pair's stores travel one path in order: the flag cannot overtake the data."""
-    result = run_kernel("daf", backend("pysim"), **SHAPE, max_cycles=MAX_CYCLES,
+    result = run_kernel("daf", backend("pysim"), **SHAPE, configs=[SHAPE_MACHINE],
+                        max_cycles=MAX_CYCLES,
                         params={"protocol": "sw", "bytes": NBYTES, "broken": "nofence"})
     assert result.correct, result.problems
     # and on cm384 latencies it saves the fence's wait for the ack

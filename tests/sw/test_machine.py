@@ -1,5 +1,6 @@
 """The driver (sw/machine.py, sw/config.py, sw/report.py): Machine, Report, watchdog diagnosis, trace export."""
 
+import functools
 import json
 
 import pytest
@@ -13,7 +14,7 @@ from epfabric.sw.isa import address
 from epfabric.sw import report as report_module
 from epfabric.sim.backends.machine import backend
 
-from utils import machine, store_program
+from utils import MACHINE, machine, store_program
 
 
 def test_run_writes_reads_and_reports():
@@ -169,7 +170,8 @@ def test_a_sampler_changes_no_cycle_and_leaves_other_machines_alone():
     assert "sample_depth" not in plain.to_dict()
     assert MachineConfig(sample_depth=8).to_dict()["sample_depth"] == 8
     be = backend("pysim")
-    runs = [run_kernel("alltoall", be, params={"seed": 1}, sampling=s)
+    shared = MachineConfig("tiny", **MACHINE)       # the alltoall's machine, larger program store
+    runs = [run_kernel("alltoall", be, params={"seed": 1}, sampling=s, configs=[shared])
             for s in (None, (64, 2))]
     (a, b), ([ra], [rb]) = runs, (runs[0].reports, runs[1].reports)
     assert a.correct and b.correct
@@ -318,14 +320,17 @@ def test_row_writes_load_what_word_writes_load(simulator, aivs):
     """IMEM_ROW and HBM_BLOCK writes (one host cycle per instruction index / block) give the
     machine the same programs and memory as one word per cycle: same cycles, marks and memory;
     and a row read-back takes a cycle per block. With 3 AIVs a die an 8-word row window holds
-    two dies' 6 cores (imem_row_window), so rank 2's core 0 is word 0 of window 1."""
-    from utils import require_simulator
+    two dies' 6 cores (imem_row_window), so rank 2's core 0 is word 0 of window 1. On
+    Verilator the 2 x 2 machine is the small dispatch case's (its build is shared)."""
+    from utils import require_simulator, small_dispatch_machine
     require_simulator(simulator)
     results = []
     cores = ((0, 0), (0, 1), (1, 1)) + (((2, 0),) if aivs == 3 else ())
     for rows in ROWS:
-        m = machine(simulator, topology=("superpod", 2, 1 if aivs == 2 else 2, 1),
-                    aivs_per_die=aivs)
+        m = (small_dispatch_machine(simulator) if simulator == "verilator" else
+             machine(simulator, topology=("superpod", 2, 1 if aivs == 2 else 2, 1),
+                     aivs_per_die=aivs))
+        assert (m.config.topology[2], m.config.aivs_per_die) == (1 if aivs == 2 else 2, aivs)
         m.row_writes = rows
         wpb = m.config.words_per_block
         block = [0x1000 + k for k in range(wpb)]
@@ -364,10 +369,14 @@ def test_row_writes_load_what_word_writes_load(simulator, aivs):
     assert sorted(t["event"] for t in marks) == [20, 21, 23] + ([24] if aivs == 3 else [])
 
 
-def _remote_loads(simulator):
+@functools.lru_cache(maxsize=None)
+def _remote_loads(simulator, dispatch_machine=False):
     """Both cores of rank 0 load from rank 1 at once -- ``lw``, ``ldb``, ``poll`` and
-    ``fadd`` -- and store what they got locally: ``(cycles, rank 0's copies, rank 1's words)``."""
-    m = machine(simulator, topology=("superpod", 2, 1, 1), aivs_per_die=2)
+    ``fadd`` -- and store what they got locally: ``(cycles, rank 0's copies, rank 1's words)``;
+    on the shared test machine, or on the small dispatch case's (``dispatch_machine``)."""
+    from utils import small_dispatch_machine
+    m = (small_dispatch_machine(simulator) if dispatch_machine else
+         machine(simulator, topology=("superpod", 2, 1, 1), aivs_per_die=2))
     wpb = m.config.words_per_block
     m.write_mem(1, address(0, 3, 0), [101 + k for k in range(wpb)])
     m.write_mem(1, address(0, 4, 0), [2000, 3000])
@@ -395,22 +404,20 @@ def _remote_loads(simulator):
             m.read_mem(1, address(0, 4, 0), 2))
 
 
-_REMOTE_LOADS = {}
-
-
 @pytest.mark.parametrize("simulator", ["pysim", "icarus", "verilator", "native"])
 def test_remote_loads_agree_on_every_simulator(simulator):
     """Remote lw/ldb/poll/fadd from two cores of rank 0 to rank 1 complete with the right values
     in pysim's cycles on every simulator. Regression: on Icarus a remote load never completed
-    (an ``always @*`` block of the router never ran at time 0, its output ``ub_wr`` stayed x)."""
+    (an ``always @*`` block of the router never ran at time 0, its output ``ub_wr`` stayed x).
+    Verilator runs on the small dispatch case's machine (its build is shared), compared with
+    Amaranth's run on that machine."""
     from utils import require_simulator
     require_simulator(simulator)
-    if "pysim" not in _REMOTE_LOADS:
-        _REMOTE_LOADS["pysim"] = _remote_loads("pysim")
-    got = _REMOTE_LOADS["pysim"] if simulator == "pysim" else _remote_loads(simulator)
+    on_dispatch_machine = simulator == "verilator"
+    got = _remote_loads(simulator, on_dispatch_machine)
     cycles, (words, block0, block1), fetched = got
     block = [101 + k for k in range(len(block0))]
     assert words[:8] == [102, 2000, 2005, 0, 103, 3000, 3006, 0]
     assert block0 == block1 == block
     assert fetched == [2005, 3006]
-    assert cycles == _REMOTE_LOADS["pysim"][0]
+    assert cycles == _remote_loads("pysim", on_dispatch_machine)[0]

@@ -7,6 +7,7 @@ from epfabric.sim.backends.machine import backend
 from epfabric.sw.kernels import KERNELS, run_kernel
 from epfabric.sw.machine import Machine
 from epfabric.sw.ubep.workload import Workload, read_routing
+from utils import fast_simulator
 
 K = KERNELS["dispatch"]
 SMALL = {"batch": 4, "topk": 2, "experts": 4}
@@ -25,9 +26,11 @@ def _npz(tmp_path, name="routing.npz", **arrays):
 
 @pytest.mark.parametrize("system", ["cann", "ubep"])
 def test_replayed_routing_is_delivered_bit_exact(tmp_path, system):
-    """The run takes the file's routing (batch, topk from its shape); counts = numpy's bincount."""
+    """The run takes the file's routing (batch, topk from its shape); counts = numpy's bincount.
+    (The machine is the small dispatch case's, test_programs_do_not_depend_on_the_routing_file:
+    its build in tests/sw/test_dispatch.py serves this run.)"""
     path = _npz(tmp_path, topk_idx=IDX, topk_weights=WTS)
-    result = run_kernel(K, backend("pysim"), **SHAPE,
+    result = run_kernel(K, backend(fast_simulator()), **SHAPE,
                         params={"experts": 4, "system": system, "routing": path})
     assert result.correct, result.problems
     assert (result.params["batch"], result.params["topk"]) == (4, 2)
