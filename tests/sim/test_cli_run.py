@@ -49,11 +49,13 @@ def test_syncall_json_and_trace(tmp_path, capsys):
 
 def test_moe_layer_sequence_options_json_and_slices(tmp_path):
     """--roles 1,1,1 and --counts 3,2 are one value each; JSON has the cut and the band times;
-    the Perfetto trace has AG, FFN and RS slices."""
+    the Perfetto trace has AG, FFN and RS slices. ``--sample-every 0`` (no counter sampler;
+    the sampler's tracks are test_both_systems_in_one_trace's): the machines are then
+    tests/sw/test_moe_layer.py's small case's."""
     out, trace = tmp_path / "out.json", tmp_path / "trace.json"
     assert main(["run", "moe-layer", "--preset", "tiny", "--ranks", "2", "--counts", "3,2",
                  "--experts", "4", "--topk", "2", "--roles", "1,1,1", "--bands", "2",
-                 "--json", str(out), "--trace", str(trace)]) == 0
+                 "--sample-every", "0", "--json", str(out), "--trace", str(trace)]) == 0
     result = json.loads(out.read_text())
     assert result["correct"] and result["params"]["roles"] == [1, 1, 1]
     assert result["params"]["counts"] == [3, 2]
@@ -602,11 +604,13 @@ def test_ctrl_c_in_a_sweep_keeps_the_runs_that_finished(tmp_path, monkeypatch, c
 def test_a_comparison_with_ubep_inc_runs_every_system_on_one_machine(tmp_path, capsys):
     """--system cann,ubep,ubep-inc: every run on the machine whose switches multicast and
     reduce (one build), and CANN's and UBEP's runs on it are their runs on their own machine
-    (ep_window 0), cycle for cycle."""
+    (ep_window 0), cycle for cycle. At the small dispatch/combine case (BS 4, top-2, 4
+    experts): both machines are the ones tests/sw/test_dispatch.py, test_combine.py and
+    test_buffer*.py build."""
     from epfabric.sim.backends.machine import backend
     from epfabric.sw.kernels import run_kernel
     out = tmp_path / "r.json"
-    shape = ["--batch", "2", "--topk", "1", "--experts", "2"]
+    shape = ["--batch", "4", "--topk", "2", "--experts", "4"]
     assert main(["run", "dispatch", *SMALL, *shape, "--backend", "pysim",
                  "--system", "cann,ubep,ubep-inc", "--json", str(out)]) == 0
     assert ("dispatch outputs: OUT payloads identical across cann, ubep, ubep-inc on all 2 "
@@ -616,15 +620,16 @@ def test_a_comparison_with_ubep_inc_runs_every_system_on_one_machine(tmp_path, c
     for system, shared in zip(("cann", "ubep"), runs):
         alone = run_kernel("dispatch", backend("pysim"), preset="tiny",
                            topology=("superpod", 2, 1, 1), aivs=2,
-                           params={"batch": 2, "topk": 1, "experts": 2, "system": system})
+                           params={"batch": 4, "topk": 2, "experts": 4, "system": system})
         assert alone.runs[0].config.ep_window == 0 and alone.correct
         assert ((alone.runs[0].cycles, alone.runs[0].check["phases"])
                 == (shared["cycles"], shared["phases"])), system
 
 
 def test_a_combine_sweep_compares_its_dispatchs_out_and_its_y(capsys):
-    """A combine's runs carry their dispatch's OUT digests too: both lines are printed."""
-    shape = ["--batch", "2", "--topk", "1", "--experts", "2"]
+    """A combine's runs carry their dispatch's OUT digests too: both lines are printed (on
+    the ``ubep-inc`` machine of the small case, test_combine.py's)."""
+    shape = ["--batch", "4", "--topk", "2", "--experts", "4"]
     assert main(["run", "combine", *SMALL, *shape, "--backend", "pysim",
                  "--system", "cann,ubep,ubep-inc"]) == 0
     lines = capsys.readouterr().out.splitlines()

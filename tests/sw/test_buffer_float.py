@@ -18,7 +18,8 @@ from epfabric.sw.ubep.reference import combine_out, dispatch_out
 from epfabric.sw.ubep.workload import Workload
 from utils import machine_simulator, require
 
-# test_buffer.py's shape; its bf16 machine is tests/sw/test_combine_bf16.py's native build
+# test_buffer.py's shape; a ubep-inc buffer's bf16 machine is tests/sw/test_combine_bf16.py's
+# native build (the float rounds below run on it)
 SHAPE = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=2, batch=4, topk=2, experts=4,
              max_cycles=5_000)
 BF16 = ml_dtypes.bfloat16
@@ -171,10 +172,12 @@ def test_float_rounds_on_the_bf16_machine():
     """fp32 x on CANN, then bf16 x on UBEP, on one buffer: the receive fields, bad expert
     outputs refused before the combine runs, and y bit for bit the documented order.
 
-    On the native backend when present: tests/sw/test_combine_bf16.py's build (the same
-    machine: Buffer builds the combine kernel's bf16 machine at this shape).
+    On the native backend when present: tests/sw/test_combine_bf16.py's build. The buffer is
+    built with ``system="ubep-inc"`` (its machine runs every system; each call names its
+    own): its float calls then run on the combine kernel's ``ubep-inc`` bf16 machine at this
+    shape, the machine test_combine_bf16 runs CANN, UBEP and UBEP-INC on.
     """
-    fp = Buffer(backend(machine_simulator()), system="ubep", **SHAPE)
+    fp = Buffer(backend(machine_simulator()), system="ubep-inc", **SHAPE)
     for seed, system, dtype in ((1, "cann", np.float32), (2, "ubep", BF16)):
         x, idx, wts = _inputs(seed, dtype)
         recv = fp.dispatch(x, idx, wts, system=system)
@@ -240,10 +243,10 @@ def test_tensors_in_tensors_out():
     require("PyTorch", None if importlib.util.find_spec("torch") else "not installed",
             optional=True)
     import torch
-    fp = Buffer(backend(machine_simulator()), system="ubep", **SHAPE)
+    fp = Buffer(backend(machine_simulator()), system="ubep-inc", **SHAPE)   # as above: one build
     x, idx, wts = _inputs(3)
     xt = torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16)
-    recv = fp.dispatch(xt, torch.from_numpy(idx), torch.from_numpy(wts))
+    recv = fp.dispatch(xt, torch.from_numpy(idx), torch.from_numpy(wts), system="ubep")
     assert all(r.dtype == torch.bfloat16 for r in recv.recv_x)
     outs = [torch.from_numpy(np.stack([_expert(d * 2 + i.max(), row) for row, i in
                                        zip(rows.float().numpy(), ids.numpy())]))
