@@ -15,7 +15,8 @@
   every test's pysim backends share one keep token (sim/backends/pysim.py ``_simulator``),
   so a later test's run on the same design resets the kept simulator instead of
   elaborating and compiling it again (that was 385 s of a cold run's 1,420 s of test
-  time, 213 s of it repeats); harness runs (``run(spec, intent)``) share it too. A test
+  time, 213 s of it repeats); harness runs (``run(spec, intent)``) share it too, from the
+  session's start, so module-scoped fixtures share as well. A test
   that takes ``monkeypatch`` may change what a design elaborates to: its backends and
   harness runs get simulators of their own (the library's behaviour), so it never runs on
   one built before its patch.
@@ -48,6 +49,7 @@ def pytest_configure(config):
     os.environ.setdefault("EPFABRIC_VERILATOR_OPT", "-O0")
     from epfabric.sim.backends import pysim
     pysim.SIMULATOR_CACHE = SHARED_SIMULATORS
+    _share_simulators(True)
 
 
 #: the keep token every test's pysim backend shares (see the module docstring)
@@ -56,22 +58,40 @@ SHARED_KEEP = "tests"
 SHARED_SIMULATORS = 8
 
 
-@pytest.fixture(autouse=True)
-def _shared_pysim_simulators(request):
+#: the library's keep tokens and pysim runner, put back while a test that patches runs
+_LIBRARY = {}
+
+
+def _share_simulators(on):
+    """Every pysim backend and harness run shares :data:`SHARED_KEEP` (``on``), or has a
+    simulator of its own (the library's behaviour)."""
     from epfabric.sim.backends import machine, pysim
-    if "monkeypatch" in request.fixturenames:     # backends of its own; the kept ones stay
-        yield                                       # (built unpatched, valid after the undo)
+    if not _LIBRARY:
+        _LIBRARY.update(tokens=machine._KEEP_TOKENS, run_pysim=pysim.run_pysim)
+    if not on:
+        machine._KEEP_TOKENS, pysim.run_pysim = _LIBRARY["tokens"], _LIBRARY["run_pysim"]
         return
-    tokens, run_pysim = machine._KEEP_TOKENS, pysim.run_pysim
+    run_pysim = _LIBRARY["run_pysim"]
 
     def shared(spec, intent, args, waveform=None, keep=None):      # harness runs too
         return run_pysim(spec, intent, args, waveform, keep=SHARED_KEEP if keep is None else keep)
 
     machine._KEEP_TOKENS, pysim.run_pysim = itertools.repeat(SHARED_KEEP), shared
+
+
+@pytest.fixture(autouse=True)
+def _own_simulators_when_patching(request):
+    """Sharing is on for the whole session (:func:`pytest_configure`), module-scoped fixtures
+    included; a test that takes ``monkeypatch`` gets backends and harness runs of its own
+    for its duration (the kept ones stay: built unpatched, valid after the undo)."""
+    if "monkeypatch" not in request.fixturenames:
+        yield
+        return
+    _share_simulators(False)
     try:
         yield
     finally:
-        machine._KEEP_TOKENS, pysim.run_pysim = tokens, run_pysim
+        _share_simulators(True)
 
 
 @pytest.fixture(params=[s for s in SIMULATORS if s != "native"])
