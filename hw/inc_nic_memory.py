@@ -103,7 +103,11 @@ class MemoryPort(wiring.Component):
         # requesters: 0 the writer, 1 + i reader i
         sources = [self.write, *self.reads]
         blocks = [self.write.payload.block, *(r.payload for r in self.reads)]
-        # round robin, the grant held while not ready (a request stays until accepted)
+        # round robin, the grant held while not ready (a request stays until accepted). Known
+        # hazard, not fixed (a fix changes cycles): the readers stop asking while a read is
+        # outstanding (read_busy), so if a write is served during every read the pointer
+        # returns to reader 0 (AllGather) each time and the others wait while it asks; seen
+        # driving this block alone, never in the NIC's pipeline tests (worst wait 6 cycles).
         mem_arb = m.submodules.mem_arb = RoundRobin(count=len(sources), hold=True)
         grant = mem_arb.grant
         m.d.comb += [mem_arb.requests.eq(Cat(s.valid for s in sources)),
