@@ -81,7 +81,7 @@ def kernel_cases(kernel, small, shape):
     import functools
 
     from epfabric.sim.backends.machine import backend
-    from epfabric.sw.kernels import MachineRun, RunResult, run_kernel
+    from epfabric.sw.kernels import RunResult, machine_run, run_kernel
     from epfabric.sw.machine import Machine
 
     @functools.lru_cache(maxsize=None)
@@ -97,11 +97,10 @@ def kernel_cases(kernel, small, shape):
     def outcome(simulator, system="cann"):
         if simulator == "pysim":
             m, report, inputs = pysim_run(system)
-            run = MachineRun(m.config, report.cycles, report.ns, kernel.check(m, report, inputs),
-                             report, kernel.inner_runs(inputs))
+            runs = [machine_run(kernel, m, report, inputs)]
             params = kernel.resolve_params({**small, "system": system})
-            return (RunResult(kernel.name, shape["preset"], "pysim", params, [run]),
-                    report.trace, report.counters)
+            return (RunResult(kernel.name, shape["preset"], "pysim", params, runs,
+                              kernel.combine_runs(runs)), report.trace, report.counters)
         result = run_kernel(kernel, backend(simulator),
                             params={**small, "system": system},
                             max_cycles=KERNEL_CASE_MAX_CYCLES, **shape)
@@ -291,7 +290,8 @@ def heldout_rows(seeds=(0, 1, 2), **items):
 
 # --- the small dispatch case's machine, for tests that need any 2-die x 2-AIV machine -----
 
-#: the small dispatch/combine case (tests/sw/test_dispatch.py, test_combine.py ``SMALL``)
+#: the small dispatch/combine case (``SMALL`` of tests/sw/test_dispatch.py, test_combine.py and
+#: test_workload.py)
 SMALL_DISPATCH = {"batch": 4, "topk": 2, "experts": 4}
 
 

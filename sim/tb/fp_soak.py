@@ -45,8 +45,8 @@ from ...hw.fp_unit import OP_FORMS, FpOp, FpUnit, check_unit_params
 from ...hw.validate import check_int
 from .fp_commands import operand_pools, reference
 
-__all__ = ["FpSoak", "lowbias32", "soak_operands", "expected_results", "expected_sums", "run_soak", "run_soaks",
-           "MIX_OPS"]
+__all__ = ["FpSoak", "lowbias32", "soak_operands", "expected_results", "expected_sums", "run_soak",
+           "run_soaks", "MIX_OPS"]
 
 MASK32 = 0xFFFF_FFFF
 GOLDEN = 0x9E37_79B9

@@ -44,7 +44,7 @@ from ..machine import Machine
 from ..presets import get_preset
 from .result import MachineRun, RunResult
 
-__all__ = ["Kernel", "KERNELS", "register", "run_kernel", "run_label", "pow2_at_least",
+__all__ = ["Kernel", "KERNELS", "register", "run_kernel", "machine_run", "run_label", "pow2_at_least",
            "MachineRun", "RunResult"]
 
 #: name → :class:`Kernel`, filled by :func:`register` (the kernel modules below register theirs).
@@ -240,14 +240,19 @@ def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params
             machine.set_knob(name, value)
         inputs = (kernel.load(machine, params, max_cycles=max_cycles) if kernel.load_runs
                   else kernel.load(machine, params))
-        report = machine.run(max_cycles)
-        check = kernel.check(machine, report, inputs)
-        if not isinstance(check, dict) or not {"correct", "problems"} <= set(check):
-            raise TypeError(f"kernel {kernel.name}: check must return a dict with 'correct' and "
-                            f"'problems', not {check!r}")
-        runs.append(MachineRun(config, report.cycles, report.ns, check, report,
-                               kernel.inner_runs(inputs)))
+        runs.append(machine_run(kernel, machine, machine.run(max_cycles), inputs))
     return RunResult(kernel.name, preset, backend.name, params, runs, kernel.combine_runs(runs))
+
+
+def machine_run(kernel, machine, report, inputs):
+    """The :class:`MachineRun` of ``kernel``'s run on ``machine``: its ``report`` judged by the
+    kernel's checker against ``inputs`` (what its ``load`` returned)."""
+    check = kernel.check(machine, report, inputs)
+    if not isinstance(check, dict) or not {"correct", "problems"} <= set(check):
+        raise TypeError(f"kernel {kernel.name}: check must return a dict with 'correct' and "
+                        f"'problems', not {check!r}")
+    return MachineRun(machine.config, report.cycles, report.ns, check, report,
+                      kernel.inner_runs(inputs))
 
 
 # The kernels of this package register themselves on import.

@@ -67,6 +67,27 @@ def test_the_recorder_records_instances_instead_of_building_them():
         recorder.instance(SharedModule("epf_die", has_reset=True), die, (), {})
 
 
+@pytest.mark.parametrize("dtype, planar", [("bf16", True), ("int16", False)])
+def test_a_float_in_network_switch_is_built_planar(dtype, planar):
+    """On the native backend an in-network switch of floating-point lanes is a planar part
+    (control + data planes: a plane module converted once, not 248 fp32 adders in one module);
+    an integer one of the same machine is one module, as before. Nothing is converted here."""
+    from amaranth.hdl import Fragment
+    from epfabric.hw.inc_switch import IncSwitch, PlanarIncSwitch
+    from epfabric.hw.instances import Sharing
+    from epfabric.sim.backends.native_build import Recorder
+    from epfabric.sw.kernels import KERNELS
+    combine = KERNELS["combine"]
+    params = combine.resolve_params({"batch": 4, "topk": 2, "experts": 4, "dtype": dtype,
+                                     "system": "ubep-inc"})
+    config = combine.configs("tiny", ("superpod", 2, 1, 1), 2, params)[0]
+    assert config.ep_dtype == dtype
+    top = machine_spec(config).build(shared=Sharing(has_reset=False, instancer=Recorder()))
+    Fragment.get(top, None)
+    switches = [part.cls for name, part in top.parts.items() if name.startswith("epf_switch")]
+    assert switches == [PlanarIncSwitch if planar else IncSwitch]
+
+
 def test_a_module_goes_to_its_build_once_it_is_converted(monkeypatch):
     """The die (the longest build) is handed to its build as soon as it and its core are
     converted, before the links and switches are; each module once, the core with the die."""

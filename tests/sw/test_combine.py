@@ -7,11 +7,11 @@ from epfabric.sw.kernels import KERNELS, run_kernel
 from epfabric.sw.kernels.dispatch import layout_of
 from epfabric.sw.ubep.reference import slot_index
 from epfabric.sw.ubep.combine import PHASES
-from utils import (CM384_MAX_CYCLES, KERNEL_CASE_MAX_CYCLES, cm384_machine, four_aiv_machine, kernel_cases,
+from utils import (SMALL_DISPATCH, CM384_MAX_CYCLES, KERNEL_CASE_MAX_CYCLES, cm384_machine, four_aiv_machine, kernel_cases,
                    machine_simulator, require_simulator, run_on_machine)
 
 K = KERNELS["combine"]
-SMALL = {"batch": 4, "topk": 2, "experts": 4}
+SMALL = SMALL_DISPATCH          # the small case (tests/utils.py), shared with other files
 SHAPE = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=2)
 
 

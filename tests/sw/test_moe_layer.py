@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 
 from epfabric.sim.backends.machine import backend
-from epfabric.sw.kernels import KERNELS, run_kernel
-from epfabric.sw.kernels.result import MachineRun, RunResult
+from epfabric.sw.kernels import KERNELS, RunResult, machine_run, run_kernel
 from epfabric.sw.machine import Machine, WatchdogTimeout
 from utils import require_simulator, simulators
 
@@ -42,11 +41,7 @@ def pysim_run(mode):
 def outcome(simulator, **extra):
     params = {**SMALL, **extra}
     if simulator == "pysim" and not extra:          # run_kernel's result of the runs above
-        runs = []
-        for mode in ("inc", "ring"):
-            m, report, inputs = pysim_run(mode)
-            runs.append(MachineRun(m.config, report.cycles, report.ns,
-                                   K.check(m, report, inputs), report, K.inner_runs(inputs)))
+        runs = [machine_run(K, *pysim_run(mode)) for mode in ("inc", "ring")]
         result = RunResult(K.name, "tiny", "pysim", K.resolve_params(params), runs,
                            K.combine_runs(runs))
     else:

@@ -7,10 +7,10 @@ from epfabric.sim.backends.machine import backend
 from epfabric.sw.kernels import KERNELS, run_kernel
 from epfabric.sw.machine import Machine
 from epfabric.sw.ubep.workload import Workload, read_routing
-from utils import fast_simulator
+from utils import SMALL_DISPATCH, fast_simulator
 
 K = KERNELS["dispatch"]
-SMALL = {"batch": 4, "topk": 2, "experts": 4}
+SMALL = SMALL_DISPATCH          # the small case (tests/utils.py), shared with other files
 SHAPE = dict(preset="tiny", topology=("superpod", 2, 1, 1), aivs=2)
 #: 2 ranks x 4 tokens x top-2, skewed: expert 0 takes 6 of the 16 slots, expert 2 only 2
 IDX = np.array([[[0, 1], [0, 3], [3, 0], [1, 3]],
