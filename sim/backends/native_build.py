@@ -35,7 +35,7 @@ from amaranth.hdl import Module, Signal
 
 from ...hw.instances import Instancer, instance_ports
 from ...hw.validate import UserError
-from ..output import PROGRESS_AFTER_S, progress, write_atomic
+from ..output import PROGRESS_AFTER_S, log_event, progress, write_atomic
 from .verilog import _add_zero_loops, _cache_path, _factory_source, _zero_by_loop, part_verilog
 
 __all__ = ["native_design", "Recorder", "GLUE", "glue_port", "decode_verilator_name"]
@@ -242,9 +242,11 @@ def _convert(spec, on_module=None):
     inner = {d for name in texts for d in _with_dependencies(name, texts, names=True)[1:]}
     assert not sent & inner, f"a module sent alone is instantiated by another: {sent & inner}"
     modules = {name: _with_dependencies(name, texts) for name in sorted(texts) if name not in inner}
+    t0 = time.monotonic()
     with _zero_by_loop():
         text, _names = rtlil.convert_fragment(fragment, ports, GLUE, emit_src=False, **kw)
     glue = _add_zero_loops(_glue_verilog(text))
+    log_event(verilog=GLUE, seconds=time.monotonic() - t0, bytes=len(glue))
     assert {module for module, _c in instances} <= set(modules), "an instance of an unconverted module"
     return {"glue": glue, "modules": modules, "instances": instances, "wires": wires,
             "aliases": aliases}

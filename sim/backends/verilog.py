@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..output import PROGRESS_AFTER_S, build_cache_dir, progress, write_atomic
+from ..output import PROGRESS_AFTER_S, build_cache_dir, log_event, progress, write_atomic
 
 __all__ = ["verilog_of", "has_reset", "source_hash", "TOPLEVEL"]
 
@@ -129,8 +129,10 @@ ZERO_LOOP_BITS = 1 << 20
 
 def _to_verilog(design, name, kw):
     from amaranth.back import verilog
+    t0 = time.monotonic()
     with _zero_by_loop():
         text = verilog.convert(design, name=name, emit_src=False, **kw)
+    log_event(verilog=name, seconds=time.monotonic() - t0, bytes=len(text))
     return _add_zero_loops(text)
 
 
