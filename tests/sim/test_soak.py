@@ -68,6 +68,7 @@ def test_the_shape_is_a_topology_like_every_other_command(monkeypatch):
     (["--json", "."], "--json '.' is a folder, not a file"),
     (["--topology", "superpod:2,x,1"], "--topology must be superpod:a,b,c (or a,b,c), not "),
     (["--inc", "--kernel", "alltoall"], "--inc and --kernel are two different soaks: give one"),
+    (["--adversarial"], "--adversarial is a pattern of the --inc soak: give --inc too"),
     (["--kernel", "combine", "--param", "system=mpi"], "system must be one of"),
     (["--kernel", "combine", "--param", "seed=3"], "--param seed=...: the soak draws every "),
     (["--kernel", "combine", "--preset", "nosuch"], "nosuch"),
@@ -146,3 +147,32 @@ def test_inc_soak_names_a_lost_delivery(monkeypatch):
     assert not row["ok"]
     assert any("check_multicast" in p for p in row["problems"])
     assert any("deliveries" in p and "expected" in p for p in row["problems"])
+
+
+@pytest.mark.slow
+def test_adversarial_inc_soak_finds_the_two_board_cyclic_wait():
+    """The plane ring of docs/concepts/inc-deadlock.md at 16 dies (tiny timing, window 64, 45 s
+    on Amaranth's simulator): the two tier-1 units wait on each other through tier-2 plane 0,
+    and the watchdog ends the run. A fabric that fixes the hazard fails this test: then
+    assert ``row["ok"]`` instead."""
+    from epfabric.sim.verify.soak import inc_soak
+    row = inc_soak(shape=(1, 8, 2), seed=1, multicasts=0, groups=64, offer=0.99, stall=0.0,
+                   backend="pysim", preset="tiny", adversarial=True)
+    assert row["window"] == 64 and row["groups"] == 128
+    assert row["stuck"] is not None and not row["ok"]
+    assert row["deliveries"] < row["expected"]
+    assert any(p.startswith("stuck: nothing delivered after cycle") for p in row["problems"])
+
+
+@pytest.mark.slow
+@pytest.mark.verilator
+def test_adversarial_inc_soak_64_dies_100k():
+    """The plane ring at 64 dies (``superpod:2,16,2``, tiny timing): 1,024 groups per
+    destination pair on plane 0, 10^5 flits with multicasts (not run by the helper that
+    wrote it; a hazard: expect ``stuck``, see docs/concepts/inc-deadlock.md)."""
+    require_simulator("verilator")
+    from epfabric.sim.verify.soak import inc_soak
+    row = inc_soak(shape=(2, 16, 2), seed=1, multicasts=45, groups=1024, offer=0.99, stall=0.3,
+                   backend="verilator", preset="tiny", adversarial=True)
+    assert row["contributions"] + row["multicasts"] >= 90_000
+    assert row["ok"] or row["stuck"] is not None, row["problems"]
