@@ -105,22 +105,25 @@ def reduction_queues(rng, ranks, groups, *, window, lanes, header_bits=0, p=0.6)
 
 
 def plane_ring_queues(rng, shape, groups, *, lanes, multicasts=0, serial=1, planes=1):
-    """The cyclic-wait pattern of two boards (docs/concepts/inc-deadlock.md): on each of the
-    first ``planes`` tier-2 planes ``k``, board 0 reduces into die ``k`` of board 1 and board 1 into die ``k`` of board 0,
-    ``groups`` groups (blocks ``0 .. groups - 1``) each: two contributors on the other board
-    (a pair, so its tier-1 switch releases one partial sum up plane ``k`` for every two
-    contributions) and one on the destination's board in another NPU (so that partial sum
-    waits in the destination's tier-1 unit). With ``multicasts``, die ``k`` of each board
-    also sends that many multicasts to the other board per group (they take plane ``k``
-    too). Each source sends in block order (shuffled, or spread over every plane, the
-    pattern drained in the measurements of that page). Returns the queues, ``{(dst, block): (mask, contributors,
-    header, sums)}`` and ``[(serial, mask)]`` of the multicasts."""
+    """The cyclic-wait pattern of two boards (docs/concepts/inc-deadlock.md).
+
+    On each of the first ``planes`` tier-2 planes ``k``, board 0 reduces into die ``k`` of
+    board 1 and board 1 into die ``k`` of board 0, ``groups`` groups each (blocks
+    ``0 .. groups - 1``): two contributors on the other board (a pair, so its tier-1 switch
+    sends one partial sum up plane ``k`` for every two contributions) and one on the
+    destination's board in another NPU (so that partial sum waits for the destination's
+    tier-1 unit). With ``multicasts``, the destination also sends that many multicasts to
+    the other board per group (on plane ``k`` too). Every source sends in block order.
+    Returns the queues, ``{(dst, block): (mask, contributors, header, sums)}`` and
+    ``[(serial, mask)]`` of the multicasts.
+    """
     dpn, npb, nb = shape
-    if nb != 2 or npb < 2 or dpn * npb < 4 or dpn * npb % 2:
-        raise ValueError(f"the plane ring needs two boards of at least two NPUs and an even number "
-                         f"(at least 4) of dies, "
-                         f"not {tuple(shape)}")
+    if nb != 2 or npb < 2 or dpn * npb % 2:
+        raise ValueError(f"the plane ring needs two boards of at least two NPUs and an even "
+                         f"number of dies a board, not {tuple(shape)}")
     dpb = dpn * npb
+    if not 1 <= planes <= dpb:
+        raise ValueError(f"planes must be in [1, {dpb}] (the tier-2 planes), not {planes!r}")
     ranks = 2 * dpb
     queues = [[] for _ in range(ranks)]
     want, sent = {}, []

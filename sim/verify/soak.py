@@ -172,7 +172,7 @@ def kernel_soak(kernel="alltoall", *, runs=100, seed=0, backend="verilator", pre
 
 
 def inc_soak(*, shape=INC_SHAPE, seed=1, multicasts=16, groups=None, offer=0.7, stall=0.3,
-             backend="verilator", preset="cm384", window=8, adversarial=False):
+             backend="verilator", preset="cm384", window=8, adversarial=False, planes=1):
     """A soak of a superpod with in-network switches, on ``preset``'s timing: every
     die offers
     ``multicasts`` flits (a quarter unicast, the rest multicast to random die sets) and its
@@ -188,7 +188,8 @@ def inc_soak(*, shape=INC_SHAPE, seed=1, multicasts=16, groups=None, offer=0.7, 
     (:func:`~epfabric.sim.tb.inc_traffic.plane_ring_queues`: on every tier-2 plane each
     board reduces pairs into a die of the other board, whose own board adds one
     contribution; ``groups`` per destination, default ``window``, and ``multicasts`` per
-    group from each destination to the other board, on the same plane), on a fabric whose
+    group from each destination to the other board, on the same plane; on the first
+    ``planes`` tier-2 planes, default 1: the worst), on a fabric whose
     ``window`` holds every group of a destination; a watchdog ends the run when nothing is
     delivered for a while (``stuck``: the cycle of the last delivery)."""
     import random
@@ -208,7 +209,7 @@ def inc_soak(*, shape=INC_SHAPE, seed=1, multicasts=16, groups=None, offer=0.7, 
         groups = window if groups is None else check_int("groups", groups, 1, 1 << 16)
         window = max(window, 1 << (groups - 1).bit_length())     # one slot per group
         queues, want, sent = plane_ring_queues(rng, shape, groups, lanes=lanes,
-                                               multicasts=multicasts)
+                                               multicasts=multicasts, planes=planes)
         groups = len(want)
     else:
         groups = (max(1, ranks * window // 4) if groups is None
