@@ -234,6 +234,11 @@ class ReduceUnit(wiring.Component):
         form = dict(dtype=self.dtype, header_bits=0 if self.planes else self.header_bits)
         acc_bits = accumulator_width(data_bits, **form)
         entry_bits = count_bits + acc_bits
+        # The slots: direct-mapped by (dst, key), never allocated, so a contribution never
+        # waits for a free one and open slots hold nothing up. The unit's one wait is its
+        # release register (``advance`` below), whose release leaves by routes[dst]: on a
+        # tier-1 switch up or down, which lets two boards' units wait on each other
+        # (module docstring, docs/concepts/inc-deadlock.md).
         m.submodules.slots = slots = Memory(shape=entry_bits, depth=(1 << dst_bits) << wbits,
                                             init=[])
         rd = slots.read_port(domain="comb")

@@ -244,7 +244,8 @@ def inc_soak(*, shape=INC_SHAPE, seed=1, multicasts=16, groups=None, offer=0.7, 
             else:
                 check(*args)
         except AssertionError as e:
-            problems.append(f"{check.__name__}: {e}".splitlines()[0])
+            first = f"{check.__name__}: {e}".splitlines()[0]
+            problems.append(first if len(first) <= 200 else first[:197] + "...")
     delivered = sum(map(len, got))
     if delivered != expect:
         problems.append(f"{delivered} deliveries, {expect} expected")
