@@ -165,9 +165,10 @@ async def traffic_intent(bench, rounds, cycles, ranks, ins="i_stream", outs="o_s
     cycles after its last expected delivery (so a late duplicate is still seen), and
     ``cycles`` is only its limit. ``stuck`` (cycles, with ``expect``): the watchdog -- a round
     that delivers nothing for that long while deliveries are missing ends there, and
-    ``stuck`` in the result names the cycle of its last delivery (``None``: it finished)."""
+    ``stuck`` in the result names the cycle of its last delivery (``None``: it finished) and
+    ``held`` the inputs whose flit the fabric had not taken when the round ended."""
     rng = random.Random(seed)
-    out, left, stalled = [], [], []
+    out, left, stalled, held = [], [], [], []
     for rnd, queues in enumerate(rounds):
         queues = [list(q) for q in queues]
         got = [[] for _ in range(ranks)]
@@ -207,10 +208,11 @@ async def traffic_intent(bench, rounds, cycles, ranks, ins="i_stream", outs="o_s
         out.append(got)
         left.append(sum(map(len, queues)) + sum(o is not None for o in offered))
         stalled.append(hung)
+        held.append([s for s in range(ranks) if offered[s] is not None])
     values = {}
     for name in counters:
         values[name] = await bench.get(name)
-    return {"got": out, "counters": values, "left": left, "stuck": stalled}
+    return {"got": out, "counters": values, "left": left, "stuck": stalled, "held": held}
 
 
 def deliveries(queues):

@@ -253,8 +253,14 @@ def inc_soak(*, shape=INC_SHAPE, seed=1, multicasts=16, groups=None, offer=0.7, 
         problems.append(f"{res['left'][0]} flits never accepted by the fabric")
     stuck = res.get("stuck", [None])[0]
     if stuck is not None:
-        problems.append(f"stuck: nothing delivered after cycle {stuck} "
-                        f"({watchdog['stuck']} cycles of watchdog)")
+        # the watchdog's diagnosis: the sources the fabric stopped taking from, the dies
+        # still owed a result
+        delivered = {(f["dst"], f["block"]) for g in got for f in g if f["red"]}
+        owed = sorted({d for d, b in want if (d, b) not in delivered})
+        problems.append(f"stuck: nothing delivered after cycle {stuck} ({watchdog['stuck']} "
+                        f"cycles of watchdog); sources held off: "
+                        f"{', '.join(map(str, res['held'][0])) or 'none'}; dies owed a "
+                        f"result: {', '.join(map(str, owed)) or 'none'}")
     t2 = res["counters"][f"link_blocks.{SUPERPOD_HOPS.index('t2_up')}"]
     return {"backend": backend, "ranks": ranks, "seed": seed, "multicasts": len(sent),
             "adversarial": bool(adversarial), "window": window, "stuck": stuck,
