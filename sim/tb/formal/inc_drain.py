@@ -26,7 +26,7 @@ assumption that every output drains. That assumption is what fails in a two-tier
 superpod: a tier-1 switch's unit holds releases going *up* (to other boards) and
 releases going *down* in one register and one FIFO, so its input from the tier-2
 layer can wait on its uplink, and two boards' tier-1 units can wait on each other
-through one tier-2 plane. The soak (``epfabric soak --inc --adversarial ring``)
+through one tier-2 plane. The adversarial soak (``epfabric soak --inc --adversarial``)
 reproduces that cycle; this harness shows the unit adds no wait of its own.
 """
 
