@@ -195,9 +195,8 @@ def inc_soak(*, shape=INC_SHAPE, seed=1, multicasts=16, groups=None, offer=0.7, 
     import random
 
     from ...hw.topology import SUPERPOD_HOPS
-    from ..tb.inc_traffic import (check_multicast, check_reductions, deliveries,
-                                  multicast_queues, plane_ring_queues, reduction_queues,
-                                  traffic_intent)
+    from ..tb.inc_traffic import (deliveries, multicast_queues, plane_ring_queues,
+                                  reduction_queues, traffic_intent)
 
     check_int("seed", seed, 0, 2**32 - 1)
     check_int("multicasts", multicasts, 0)
@@ -234,8 +233,24 @@ def inc_soak(*, shape=INC_SHAPE, seed=1, multicasts=16, groups=None, offer=0.7, 
                        "counters": [f"link_blocks.{k}" for k in range(len(SUPERPOD_HOPS))],
                        **watchdog},
                       simulator=backend)
-    problems = []
+    delivered = sum(map(len, res["got"][0]))
+    problems = _inc_problems(res, sent, want, lanes=lanes, expect=expect, **watchdog)
+    stuck = res.get("stuck", [None])[0]
+    t2 = res["counters"][f"link_blocks.{SUPERPOD_HOPS.index('t2_up')}"]
+    return {"backend": backend, "ranks": ranks, "seed": seed, "multicasts": len(sent),
+            "adversarial": bool(adversarial), "window": window, "stuck": stuck,
+            "groups": groups, "contributions": sum(w[1] for w in want.values()),
+            "deliveries": delivered, "expected": expect, "cycles": cycles, "t2_blocks": t2,
+            "problems": problems, "ok": not problems,
+            "wall_s": round(time.monotonic() - t0, 2)}
+
+
+def _inc_problems(res, sent, want, *, lanes, expect, stuck=None):
+    """What :func:`inc_soak`'s run ``res`` got wrong, one line each (empty: it passed); with
+    the watchdog's ``stuck`` cycles, its diagnosis of a run that stopped delivering."""
+    from ..tb.inc_traffic import check_multicast, check_reductions
     got = res["got"][0]
+    problems = []
     for check, args in ((check_multicast, (got, sent)),
                         (check_reductions, (got, want))):
         try:
@@ -251,23 +266,16 @@ def inc_soak(*, shape=INC_SHAPE, seed=1, multicasts=16, groups=None, offer=0.7, 
         problems.append(f"{delivered} deliveries, {expect} expected")
     if res["left"][0]:
         problems.append(f"{res['left'][0]} flits never accepted by the fabric")
-    stuck = res.get("stuck", [None])[0]
-    if stuck is not None:
-        # the watchdog's diagnosis: the sources the fabric stopped taking from, the dies
-        # still owed a result
-        delivered = {(f["dst"], f["block"]) for g in got for f in g if f["red"]}
-        owed = sorted({d for d, b in want if (d, b) not in delivered})
-        problems.append(f"stuck: nothing delivered after cycle {stuck} ({watchdog['stuck']} "
-                        f"cycles of watchdog); sources held off: "
+    last = res.get("stuck", [None])[0]
+    if last is not None:
+        # the sources the fabric stopped taking from, the dies still owed a result
+        results = {(f["dst"], f["block"]) for g in got for f in g if f["red"]}
+        owed = sorted({d for d, b in want if (d, b) not in results})
+        problems.append(f"stuck: nothing delivered after cycle {last} ({stuck} cycles of "
+                        f"watchdog); sources held off: "
                         f"{', '.join(map(str, res['held'][0])) or 'none'}; dies owed a "
                         f"result: {', '.join(map(str, owed)) or 'none'}")
-    t2 = res["counters"][f"link_blocks.{SUPERPOD_HOPS.index('t2_up')}"]
-    return {"backend": backend, "ranks": ranks, "seed": seed, "multicasts": len(sent),
-            "adversarial": bool(adversarial), "window": window, "stuck": stuck,
-            "groups": groups, "contributions": sum(w[1] for w in want.values()),
-            "deliveries": delivered, "expected": expect, "cycles": cycles, "t2_blocks": t2,
-            "problems": problems, "ok": not problems,
-            "wall_s": round(time.monotonic() - t0, 2)}
+    return problems
 
 
 def _merge(rng, first, second):
