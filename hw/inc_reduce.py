@@ -46,16 +46,20 @@ docs/spec/kernels.md §1.7) are not summed: the released block carries the
 header of the last contribution, which a kernel makes equal in every contribution
 (the epoch flag, the token). So the receiver polls one flag, as for any block.
 
-Deadlock freedom. The unit never waits for a slot: every contribution is absorbed
-in the cycle it is offered unless the one-flit output register is full and not
-draining (or, with floating-point lanes, a sum for its slot is still in the adder's
-pipeline: a wait of at most ``latency`` cycles that depends on nothing else). Its
-releases go to the switch as an input and leave by ``routes[dst]``, towards a die, which always sinks block stores (hw/router.py's argument), and on
-a tree with up/down routes every queue between drains. So every queue drains
-whether or not any group completes; a contribution is never stuck behind a
-release it is needed for; every group completes. Tests put random back-pressure on
-every output (tests/hw/test_inc_switch.py) and the formal harness
-(``inc_switch.reduce``) checks a release carries exactly the sum of its group.
+Slots and waits (docs/concepts/inc-deadlock.md). A slot is never allocated: a
+contribution never waits for a free one, so open slots block nothing. The unit waits only
+for its output: every contribution is absorbed in the cycle it is offered unless the
+one-flit release register is full and not draining (or, with floating-point lanes, a sum
+for its slot is still in the adder's pipeline: a wait of at most ``latency`` cycles that
+depends on nothing else). Its releases go to the switch as an input and leave by
+``routes[dst]``. So if that output drains, every contribution is absorbed within a bound
+(formal harness ``inc_drain.absorb``). It need not drain: on a tier-1 switch one register
+holds releases going up (to another board) and down (to this board), so a partial sum
+that came down from tier-2 can wait behind a release going up, and two boards' tier-1
+units can wait on each other through one tier-2 plane -- a reachable deadlock
+(``epfabric soak --inc --adversarial``). Die and tier-2 units only release down. The
+tests put random back-pressure on every output (tests/hw/test_inc_switch.py) and the
+formal harness ``inc_switch.reduce`` checks a release carries exactly the sum of its group.
 
 One contribution a cycle: the slot is read combinationally and written at the
 clock edge, so a contribution to the same slot in the next cycle sees the sum.
@@ -64,7 +68,7 @@ register stages, :func:`~epfabric.hw.lane_arith.add_latency`): the slot is read 
 offer, the sum and the decisions (count, release) travel down the pipeline, and the slot
 is written -- and a release loaded into the output register -- at its end. A contribution
 whose slot has a sum in the pipeline waits for it (``hazard``: at most ``latency`` cycles,
-whatever the other inputs do, so the deadlock argument above stands); the whole pipeline
+whatever the other inputs do, so it adds no wait to those above); the whole pipeline
 stalls while the output register is full and not draining. Integer sums keep the one-cycle
 path, cycle for cycle. The counters count at the offer.
 
@@ -230,6 +234,11 @@ class ReduceUnit(wiring.Component):
         form = dict(dtype=self.dtype, header_bits=0 if self.planes else self.header_bits)
         acc_bits = accumulator_width(data_bits, **form)
         entry_bits = count_bits + acc_bits
+        # The slots: direct-mapped by (dst, key), never allocated, so a contribution never
+        # waits for a free one and open slots hold nothing up. The unit's one wait is its
+        # release register (``advance`` below), whose release leaves by routes[dst]: on a
+        # tier-1 switch up or down, which lets two boards' units wait on each other
+        # (module docstring, docs/concepts/inc-deadlock.md).
         m.submodules.slots = slots = Memory(shape=entry_bits, depth=(1 << dst_bits) << wbits,
                                             init=[])
         rd = slots.read_port(domain="comb")

@@ -16,11 +16,13 @@ to a ``ReduceUnit``; outside it has the ports of a ``Switch`` of ``ports`` ports
 (the same signature, plus the unit's counters), so a fabric builder swaps one
 for the other (:func:`~epfabric.hw.topology.superpod` ``inc=True``).
 
-Why nothing deadlocks: the switch's routes are up/down on a tree, so its channel
-dependencies are acyclic; a multicast copy follows the unicast route of each of
-its destinations (its input waits only for outputs a unicast flit to one of them
-could wait for), so the union adds no cycle; the unit is a buffer on the way to
-``routes[dst]`` that never waits for anything but its own output (hw/inc_reduce.py).
+What can deadlock (docs/concepts/inc-deadlock.md): the switch's routes are up/down on a
+tree, so its channel dependencies are acyclic, and a multicast copy follows the unicast
+route of each of its destinations (or, from a tier-1 switch, one plane up before down), so
+multicast adds no cycle. The unit is a buffer on the way to ``routes[dst]`` that waits for
+nothing but its own output (hw/inc_reduce.py) -- but on a tier-1 switch that output carries
+releases up and down, so a partial sum that came down waits behind one going up: two
+boards' tier-1 units can wait on each other through one tier-2 plane.
 """
 
 from amaranth.hdl import Module

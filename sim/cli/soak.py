@@ -51,12 +51,17 @@ def add_arguments(parser):
                         help="--kernel: a fixed kernel parameter (repeatable), e.g. "
                              "system=ubep-inc (its soak draws shapes with tier-2 links)")
     parser.add_argument("--preset", default="tiny",
-                        help="--kernel: the machine preset (default tiny; cm384 for the "
-                             "superpod's latencies)")
+                        help="--kernel, --inc --adversarial: the machine preset (default tiny; "
+                             "cm384 for the superpod's latencies)")
     parser.add_argument("--inc", action="store_true",
                         help="soak a cm384 superpod with in-network switches (default "
                              "superpod:2,2,2) under multicast, unicast and reduction traffic "
                              "with receiver stalls, every delivery checked in Python")
+    parser.add_argument("--adversarial", action="store_true",
+                        help="--inc: the cyclic-wait pattern of two boards through one tier-2 "
+                             "plane (docs/concepts/inc-deadlock.md) instead of random traffic; "
+                             "--blocks is the groups per destination, a watchdog reports a "
+                             "fabric that stops delivering")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
 
 
@@ -79,6 +84,8 @@ def prepare(args):
     check_output(args.json, "--json")
     for seed in args.seed or ():
         check_int("--seed", seed, 0, 2**32 - 1)
+    if args.adversarial and not args.inc:
+        raise UserError("--adversarial is a pattern of the --inc soak: give --inc too")
     if args.inc:
         if args.kernel is not None:
             raise UserError("--inc and --kernel are two different soaks: give one")
@@ -126,13 +133,17 @@ def _inc_job(args, shape):
         for seed in args.seed or [1]:
             progress(f"inc soak seed {seed}: superpod:{','.join(map(str, shape))} "
                      f"({args.backend})")
-            row = inc_soak(shape=shape, seed=seed, multicasts=per_die, offer=args.offer,
-                           stall=args.stall, backend=args.backend)
+            row = inc_soak(shape=shape, seed=seed, offer=args.offer, stall=args.stall,
+                           backend=args.backend, preset=args.preset if args.adversarial
+                           else "cm384", **({"adversarial": True, "groups": per_die,
+                                             "multicasts": 0} if args.adversarial
+                                            else {"multicasts": per_die}))
             rows.append(row)
             print(f"inc seed {seed}: {row['deliveries']} / {row['expected']} deliveries "
                   f"({row['multicasts']} multicasts and unicasts, {row['groups']} groups of "
                   f"{row['contributions']} contributions) in {row['cycles']} cycles, tier-2 "
                   f"blocks {row['t2_blocks']}; wall {row['wall_s']:.1f} s "
+                  f"{'(adversarial, window ' + str(row['window']) + ') ' if row['adversarial'] else ''}"
                   f"{'ok' if row['ok'] else 'FAILED: ' + '; '.join(row['problems'])}",
                   flush=True)
         if args.json:

@@ -20,6 +20,7 @@ from ...hw.topology import superpod
 from ...sw.presets import get_preset
 
 __all__ = ["inc_fabric", "flit", "pack", "unpack", "multicast_queues", "reduction_queues",
+           "plane_ring_queues",
            "traffic_intent", "deliveries", "check_multicast", "check_reductions", "LANE"]
 
 LANE = 16
@@ -103,8 +104,58 @@ def reduction_queues(rng, ranks, groups, *, window, lanes, header_bits=0, p=0.6)
     return queues, want
 
 
+def plane_ring_queues(rng, shape, groups, *, lanes, multicasts=0, serial=1, planes=1):
+    """The cyclic-wait pattern of two boards (docs/concepts/inc-deadlock.md).
+
+    On each of the first ``planes`` tier-2 planes ``k``, board 0 reduces into die ``k`` of
+    board 1 and board 1 into die ``k`` of board 0, ``groups`` groups each (blocks
+    ``0 .. groups - 1``): two contributors on the other board (a pair, so its tier-1 switch
+    sends one partial sum up plane ``k`` for every two contributions) and one on the
+    destination's board in another NPU (so that partial sum waits for the destination's
+    tier-1 unit). With ``multicasts``, the destination also sends that many multicasts to
+    the other board per group (on plane ``k`` too). Every source sends in block order.
+    Returns the queues, ``{(dst, block): (mask, contributors, header, sums)}`` and
+    ``[(serial, mask)]`` of the multicasts.
+    """
+    dpn, npb, nb = shape
+    if nb != 2 or npb < 2 or dpn * npb % 2:
+        raise ValueError(f"the plane ring needs two boards of at least two NPUs and an even "
+                         f"number of dies a board, not {tuple(shape)}")
+    dpb = dpn * npb
+    if not 1 <= planes <= dpb:
+        raise ValueError(f"planes must be in [1, {dpb}] (the tier-2 planes), not {planes!r}")
+    ranks = 2 * dpb
+    queues = [[] for _ in range(ranks)]
+    want, sent = {}, []
+    for b in range(groups):
+        pair = 2 * (b % (dpb // 2))
+        for k in range(planes):
+            for home, other in ((0, dpb), (dpb, 0)):
+                dst = home + k
+                local = home + (k + dpn) % dpb
+                mask = (1 << local) | (3 << (other + (pair + 2 * k) % dpb))
+                contributors = [r for r in range(ranks) if mask >> r & 1]
+                sums = [0] * lanes
+                for r in contributors:
+                    vals = [rng.randrange(1 << 16) for _ in range(lanes)]
+                    sums = [(a + v) & 0xFFFF for a, v in zip(sums, vals)]
+                    queues[r].append(flit(src=r, dst=dst, red=1, mask=mask, count=1, block=b,
+                                          data=pack(0, vals, 0)))
+                want[(dst, b)] = (mask, len(contributors), 0, sums)
+                queues[dst] += [flit(src=dst, mcast=1, mask=((1 << dpb) - 1) << other)
+                                for _ in range(multicasts)]
+    for q in queues:
+        for f in q:                     # serials in queue order: a source's copies stay in order
+            if f["mcast"]:
+                f["data"] = serial
+                sent.append((serial, f["mask"]))
+                serial += 1
+    return queues, want, sent
+
+
 async def traffic_intent(bench, rounds, cycles, ranks, ins="i_stream", outs="o_stream",
-                         counters=(), seed=0, stall_p=0.3, offer_p=0.8, expect=None, drain=64):
+                         counters=(), seed=0, stall_p=0.3, offer_p=0.8, expect=None, drain=64,
+                         stuck=None):
     """Round after round (``cycles`` each): input ``s`` offers the flits of ``round[s]`` in
     order with random gaps, every output stalls at random. Returns every flit each output
     delivered per round (with its cycle), the flits left unsent per round and ``counters``
@@ -112,16 +163,22 @@ async def traffic_intent(bench, rounds, cycles, ranks, ins="i_stream", outs="o_s
 
     ``expect`` (deliveries per round, e.g. :func:`deliveries`): a round ends ``drain``
     cycles after its last expected delivery (so a late duplicate is still seen), and
-    ``cycles`` is only its limit."""
+    ``cycles`` is only its limit. ``stuck`` (cycles, with ``expect``): the watchdog -- a round
+    that delivers nothing for that long while deliveries are missing ends there, and
+    ``stuck`` in the result names the cycle of its last delivery (``None``: it finished) and
+    ``held`` the inputs whose flit the fabric had not taken when the round ended."""
     rng = random.Random(seed)
-    out, left = [], []
+    out, left, stalled, held = [], [], [], []
     for rnd, queues in enumerate(rounds):
         queues = [list(q) for q in queues]
         got = [[] for _ in range(ranks)]
         offered = [None] * ranks
-        until = cycles
+        until, last, hung = cycles, 0, None
         for cycle in range(cycles):
             if cycle >= until:
+                break
+            if stuck is not None and until == cycles and cycle - last > stuck:
+                hung = bench.cycle - cycle + last        # nothing for ``stuck`` cycles
                 break
             for s in range(ranks):
                 if offered[s] is None and queues[s] and rng.random() < offer_p:
@@ -140,6 +197,7 @@ async def traffic_intent(bench, rounds, cycles, ranks, ins="i_stream", outs="o_s
                                    "red": int(f.red), "mask": int(f.mask), "count": int(f.count),
                                    "block": int(f.addr.block), "data": int(f.data),
                                    "cycle": bench.cycle})
+                    last = cycle
             await bench.tick()
             for s in taken:
                 offered[s] = None
@@ -149,10 +207,12 @@ async def traffic_intent(bench, rounds, cycles, ranks, ins="i_stream", outs="o_s
             bench.set(f"{ins}.{s}.valid", 0)
         out.append(got)
         left.append(sum(map(len, queues)) + sum(o is not None for o in offered))
+        stalled.append(hung)
+        held.append([s for s in range(ranks) if offered[s] is not None])
     values = {}
     for name in counters:
         values[name] = await bench.get(name)
-    return {"got": out, "counters": values, "left": left}
+    return {"got": out, "counters": values, "left": left, "stuck": stalled, "held": held}
 
 
 def deliveries(queues):

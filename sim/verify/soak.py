@@ -172,7 +172,7 @@ def kernel_soak(kernel="alltoall", *, runs=100, seed=0, backend="verilator", pre
 
 
 def inc_soak(*, shape=INC_SHAPE, seed=1, multicasts=16, groups=None, offer=0.7, stall=0.3,
-             backend="verilator", preset="cm384", window=8):
+             backend="verilator", preset="cm384", window=8, adversarial=False, planes=1):
     """A soak of a superpod with in-network switches, on ``preset``'s timing: every
     die offers
     ``multicasts`` flits (a quarter unicast, the rest multicast to random die sets) and its
@@ -182,44 +182,75 @@ def inc_soak(*, shape=INC_SHAPE, seed=1, multicasts=16, groups=None, offer=0.7, 
     exactly once and in order, each group arrives once with its exact sum. The row has the
     deliveries, the cycles, the tier-2 blocks and ``problems`` (empty when it passed); a
     fabric that stops delivering ends at the cycle limit, and ``problems`` names the first
-    die whose deliveries are wrong and how many deliveries are missing."""
+    die whose deliveries are wrong and how many deliveries are missing.
+
+    ``adversarial``: the cyclic-wait pattern of docs/concepts/inc-deadlock.md instead
+    (:func:`~epfabric.sim.tb.inc_traffic.plane_ring_queues`: on every tier-2 plane each
+    board reduces pairs into a die of the other board, whose own board adds one
+    contribution; ``groups`` per destination, default ``window``, and ``multicasts`` per
+    group from each destination to the other board, on the same plane; on the first
+    ``planes`` tier-2 planes, default 1: the worst), on a fabric whose
+    ``window`` holds every group of a destination; a watchdog ends the run when nothing is
+    delivered for a while (``stuck``: the cycle of the last delivery)."""
     import random
 
     from ...hw.topology import SUPERPOD_HOPS
-    from ..tb.inc_traffic import (check_multicast, check_reductions, deliveries,
-                                  multicast_queues, reduction_queues, traffic_intent)
+    from ..tb.inc_traffic import (deliveries, multicast_queues, plane_ring_queues,
+                                  reduction_queues, traffic_intent)
 
     check_int("seed", seed, 0, 2**32 - 1)
     check_int("multicasts", multicasts, 0)
     check_rates(offer, stall)
     ranks = superpod_ranks(*shape)
-    groups = max(1, ranks * window // 4) if groups is None else check_int("groups", groups, 0,
-                                                                          ranks * window)
     rng = random.Random(seed)
     lanes = 4
-    mq, sent = multicast_queues(rng, ranks, multicasts)
-    rq, want = reduction_queues(rng, ranks, groups, window=window, lanes=lanes)
-    queues = []
-    for a, b in zip(mq, rq):           # a random merge: each kind keeps its own order
-        a, b, q = list(a), list(b), []
-        while a or b:
-            q.append((a if a and (not b or rng.random() < len(a) / (len(a) + len(b))) else b)
-                     .pop(0))
-        queues.append(q)
+    if adversarial:
+        groups = window if groups is None else check_int("groups", groups, 1, 1 << 16)
+        window = max(window, 1 << (groups - 1).bit_length())     # one slot per group
+        queues, want, sent = plane_ring_queues(rng, shape, groups, lanes=lanes,
+                                               multicasts=multicasts, planes=planes)
+        groups = len(want)
+    else:
+        groups = (max(1, ranks * window // 4) if groups is None
+                  else check_int("groups", groups, 0, ranks * window))
+        mq, sent = multicast_queues(rng, ranks, multicasts)
+        rq, want = reduction_queues(rng, ranks, groups, window=window, lanes=lanes)
+        queues = _merge(rng, mq, rq)
     expect = deliveries(queues)
     spec = ComponentSpec("epfabric.sim.tb.inc_traffic:inc_fabric",
                          {"preset": preset, "shape": list(shape), "window": window,
                           "data_bits": 16 * lanes})
     limit = 200 * (expect + sum(map(len, queues))) + 20_000
+    # the watchdog: four times a block's longest path without a delivery (adversarial only,
+    # so the random soak keeps its cycles)
+    hops = get_preset(preset).fabric_timing("superpod").hops
+    watchdog = {"stuck": 4 * sum(hops.values()) + 1000} if adversarial else {}
     t0 = time.monotonic()
     res, cycles = run(spec, traffic_intent,
                       {"rounds": [queues], "cycles": limit, "ranks": ranks, "ins": "tx",
                        "outs": "rx", "seed": seed, "stall_p": stall, "offer_p": offer,
                        "expect": [expect],
-                       "counters": [f"link_blocks.{k}" for k in range(len(SUPERPOD_HOPS))]},
+                       "counters": [f"link_blocks.{k}" for k in range(len(SUPERPOD_HOPS))],
+                       **watchdog},
                       simulator=backend)
-    problems = []
+    delivered = sum(map(len, res["got"][0]))
+    problems = _inc_problems(res, sent, want, lanes=lanes, expect=expect, **watchdog)
+    stuck = res.get("stuck", [None])[0]
+    t2 = res["counters"][f"link_blocks.{SUPERPOD_HOPS.index('t2_up')}"]
+    return {"backend": backend, "ranks": ranks, "seed": seed, "multicasts": len(sent),
+            "adversarial": bool(adversarial), "window": window, "stuck": stuck,
+            "groups": groups, "contributions": sum(w[1] for w in want.values()),
+            "deliveries": delivered, "expected": expect, "cycles": cycles, "t2_blocks": t2,
+            "problems": problems, "ok": not problems,
+            "wall_s": round(time.monotonic() - t0, 2)}
+
+
+def _inc_problems(res, sent, want, *, lanes, expect, stuck=None):
+    """What :func:`inc_soak`'s run ``res`` got wrong, one line each (empty: it passed); with
+    the watchdog's ``stuck`` cycles, its diagnosis of a run that stopped delivering."""
+    from ..tb.inc_traffic import check_multicast, check_reductions
     got = res["got"][0]
+    problems = []
     for check, args in ((check_multicast, (got, sent)),
                         (check_reductions, (got, want))):
         try:
@@ -228,15 +259,32 @@ def inc_soak(*, shape=INC_SHAPE, seed=1, multicasts=16, groups=None, offer=0.7, 
             else:
                 check(*args)
         except AssertionError as e:
-            problems.append(f"{check.__name__}: {e}".splitlines()[0])
+            first = f"{check.__name__}: {e}".splitlines()[0]
+            problems.append(first if len(first) <= 200 else first[:197] + "...")
     delivered = sum(map(len, got))
     if delivered != expect:
         problems.append(f"{delivered} deliveries, {expect} expected")
     if res["left"][0]:
         problems.append(f"{res['left'][0]} flits never accepted by the fabric")
-    t2 = res["counters"][f"link_blocks.{SUPERPOD_HOPS.index('t2_up')}"]
-    return {"backend": backend, "ranks": ranks, "seed": seed, "multicasts": ranks * multicasts,
-            "groups": groups, "contributions": sum(w[1] for w in want.values()),
-            "deliveries": delivered, "expected": expect, "cycles": cycles, "t2_blocks": t2,
-            "problems": problems, "ok": not problems,
-            "wall_s": round(time.monotonic() - t0, 2)}
+    last = res.get("stuck", [None])[0]
+    if last is not None:
+        # the sources the fabric stopped taking from, the dies still owed a result
+        results = {(f["dst"], f["block"]) for g in got for f in g if f["red"]}
+        owed = sorted({d for d, b in want if (d, b) not in results})
+        problems.append(f"stuck: nothing delivered after cycle {last} ({stuck} cycles of "
+                        f"watchdog); sources held off: "
+                        f"{', '.join(map(str, res['held'][0])) or 'none'}; dies owed a "
+                        f"result: {', '.join(map(str, owed)) or 'none'}")
+    return problems
+
+
+def _merge(rng, first, second):
+    """Per source, a random merge of two queues that keeps each one's order."""
+    queues = []
+    for a, b in zip(first, second):
+        a, b, q = list(a), list(b), []
+        while a or b:
+            q.append((a if a and (not b or rng.random() < len(a) / (len(a) + len(b))) else b)
+                     .pop(0))
+        queues.append(q)
+    return queues

@@ -68,6 +68,7 @@ def test_the_shape_is_a_topology_like_every_other_command(monkeypatch):
     (["--json", "."], "--json '.' is a folder, not a file"),
     (["--topology", "superpod:2,x,1"], "--topology must be superpod:a,b,c (or a,b,c), not "),
     (["--inc", "--kernel", "alltoall"], "--inc and --kernel are two different soaks: give one"),
+    (["--adversarial"], "--adversarial is a pattern of the --inc soak: give --inc too"),
     (["--kernel", "combine", "--param", "system=mpi"], "system must be one of"),
     (["--kernel", "combine", "--param", "seed=3"], "--param seed=...: the soak draws every "),
     (["--kernel", "combine", "--preset", "nosuch"], "nosuch"),
@@ -146,3 +147,66 @@ def test_inc_soak_names_a_lost_delivery(monkeypatch):
     assert not row["ok"]
     assert any("check_multicast" in p for p in row["problems"])
     assert any("deliveries" in p and "expected" in p for p in row["problems"])
+
+
+@pytest.mark.slow
+def test_adversarial_inc_soak_finds_the_two_board_cyclic_wait():
+    """The plane ring of docs/concepts/inc-deadlock.md at 16 dies (tiny timing, window 64, 45 s
+    on Amaranth's simulator): the two tier-1 units wait on each other through tier-2 plane 0,
+    and the watchdog ends the run. A fabric that fixes the hazard fails this test: then
+    assert ``row["ok"]`` instead."""
+    from epfabric.sim.verify.soak import inc_soak
+    row = inc_soak(shape=(1, 8, 2), seed=1, multicasts=0, groups=64, offer=0.99, stall=0.0,
+                   backend="pysim", preset="tiny", adversarial=True)
+    assert row["window"] == 64 and row["groups"] == 128
+    assert row["stuck"] is not None and not row["ok"]
+    assert row["deliveries"] < row["expected"]
+    stuck = next(p for p in row["problems"] if p.startswith("stuck: nothing delivered after"))
+    assert "dies owed a result: 0, 8" in stuck          # plane 0's two destinations
+
+
+@pytest.mark.slow
+@pytest.mark.verilator
+def test_adversarial_inc_soak_64_dies_100k():
+    """The plane ring at 64 dies (``superpod:2,16,2``, tiny timing) on all 32 tier-2 planes:
+    512 groups per destination, 98,304 contributions (not run by the helper that wrote it;
+    spread over every plane the 16-die ring drained, on one plane it is stuck: see
+    docs/concepts/inc-deadlock.md)."""
+    require_simulator("verilator")
+    from epfabric.sim.verify.soak import inc_soak
+    row = inc_soak(shape=(2, 16, 2), seed=1, multicasts=0, groups=512, offer=0.99, stall=0.3,
+                   backend="verilator", preset="tiny", adversarial=True, planes=32)
+    assert row["ranks"] == 64 and row["contributions"] == 98_304
+    assert row["ok"], row["problems"]
+
+
+def test_the_plane_ring_pattern():
+    """Every group of ``plane_ring_queues`` has a pair on the other board and one contributor
+    of the destination's board in another NPU, all on plane 0; multicasts keep serial order."""
+    import random
+    from epfabric.sim.tb.inc_traffic import plane_ring_queues
+    shape = (2, 4, 2)                                  # 8 dies a board, NPUs of 2
+    queues, want, sent = plane_ring_queues(random.Random(1), shape, 3, lanes=2, multicasts=2)
+    assert sorted(want) == [(d, b) for d in (0, 8) for b in range(3)]
+    for (dst, _b), (mask, n, _h, _sums) in want.items():
+        dies = [r for r in range(16) if mask >> r & 1]
+        home = [r for r in dies if r // 8 == dst // 8]
+        assert n == 3 and len(home) == 1 and home[0] // 2 != dst // 2
+    assert sum(map(len, queues)) == 6 * 3 + 2 * 3 * 2 and len(sent) == 12
+    for q in queues:
+        serials = [f["data"] for f in q if f["mcast"]]
+        assert serials == sorted(serials)
+    with pytest.raises(ValueError, match="two boards"):
+        plane_ring_queues(random.Random(1), (2, 2, 1), 1, lanes=2)
+
+
+@pytest.mark.slow
+def test_adversarial_inc_soak_checks_its_pattern():
+    """The plane ring on the 8-die ``--inc`` shape with a few groups and multicasts on plane 0
+    drains and passes every check (the 16-die case that does not: the slow test above)."""
+    from epfabric.sim.verify.soak import inc_soak
+    row = inc_soak(shape=(2, 2, 2), seed=2, multicasts=1, groups=2, backend="pysim",
+                   preset="tiny", adversarial=True)
+    assert row["ok"] and row["stuck"] is None, row["problems"]
+    assert row["groups"] == 4 and row["contributions"] == 12 and row["multicasts"] == 4
+    assert row["deliveries"] == row["expected"] == 4 + 4 * 4

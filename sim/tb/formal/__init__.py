@@ -20,7 +20,8 @@ from amaranth.hdl import ClockDomain, Const, Elaboratable, Fragment, Module
 __all__ = ["FormalProperty", "Harness", "Elaborated", "FragmentSignals", "all_equal", "MODULES"]
 
 #: harness modules of this package, in the order ``epfabric prove --all`` runs them
-MODULES = ("ub_port", "switch", "link", "inc_engine", "router", "decoder", "inc_switch")
+MODULES = ("ub_port", "switch", "link", "inc_engine", "router", "decoder", "inc_switch",
+           "inc_drain")
 
 
 @dataclass(frozen=True)
