@@ -18,8 +18,8 @@ from .isa import Cond, Opcode
 from .switch import popcount
 from .validate import check_bool, check_int, check_multiple, check_pow2
 
-__all__ = ["MAX_WINDOW", "READ_EXTRA_BITS", "POLL_EXTRA_BITS", "ACK_COUNT_BITS", "MemOp", "ep_mask_bits",
-           "mem_req_layout", "mem_rsp_layout", "LoadStoreUnit"]
+__all__ = ["MAX_WINDOW", "READ_EXTRA_BITS", "POLL_EXTRA_BITS", "ACK_COUNT_BITS", "MemOp",
+           "ep_mask_bits", "mem_req_layout", "mem_rsp_layout", "LoadStoreUnit"]
 
 #: Largest store window (``max_outstanding``) of a core.
 MAX_WINDOW = 4095
@@ -95,12 +95,12 @@ class LoadStoreUnit(wiring.Component):
         after a ``DataCacheCleanAndInvalid``
         (https://www.hiascend.com/document/detail/en/CANNCommunityEdition/900/API/ascendcopapi/atlasascendc_api_07_00026.html,
         https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/83RC1alpha002/opdevg/Ascendcopdevg/atlas_ascendc_10_00030.html).
-        A fetch-add is a scalar GM access too: Ascend C's ``AtomicAdd`` on a
-        GM address returns the word's old value to the Scalar unit and runs
-        on PIPE_S, bypassing the DataCache
-        (https://www.hiascend.com/document/detail/zh/canncommercial/latest/API/ascendcopapi/atlasascendc_api_07_00259.html,
-        ``asc_atomic_add``: "流水类型 PIPE_S", "Scalar原子操作会绕过DCache"),
-        not a ``DataCopy``.
+        A fetch-add is a scalar GM access too, not a ``DataCopy``: Ascend C's
+        ``AtomicAdd`` on a GM address returns the word's old value, "原子操作涉及
+        标量计算", and needs a synchronisation with the MTE2/MTE3 copies that
+        touch the same GM
+        (https://www.hiascend.com/document/detail/zh/canncommercial/latest/API/ascendcopapi/atlasascendc_api_07_00259.html;
+        documented for Atlas 350, the kernels' ``fadd`` stands for it).
       - ``read_extra``: the start of a **copy** from global memory into the
         Unified Buffer (``ldb``: an MTE2 ``DataCopy``, which bypasses the
         DataCache, "没有Cache一致性问题",
