@@ -18,8 +18,8 @@ from amaranth.utils import bits_for
 from .aiv_fetch import FetchUnit, imem_write_signature
 from .aiv_fp import FpSequencer, check_fp_params, fp_vector_cycles
 from .aiv_inc import INC_POSTS, INC_WAIT_ADDR, IncUnit, inc_post_layout
-from .aiv_lsu import (ACK_COUNT_BITS, MAX_WINDOW, READ_EXTRA_BITS, LoadStoreUnit, MemOp,
-                      ep_mask_bits, mem_req_layout, mem_rsp_layout)
+from .aiv_lsu import (ACK_COUNT_BITS, MAX_WINDOW, POLL_EXTRA_BITS, READ_EXTRA_BITS,
+                      LoadStoreUnit, MemOp, ep_mask_bits, mem_req_layout, mem_rsp_layout)
 from .aiv_scalar import ScalarUnit
 from .aiv_units import MAX_UBUF_ROWS
 from .aiv_vector import MAX_LANES, VECTOR_EXTRA_BITS, VectorSequencer, check_lanes, vector_max_len
@@ -28,7 +28,7 @@ from .validate import UserError, check_bool, check_int, check_multiple, check_po
 from .vector_unit import VectorUnit
 
 __all__ = ["MAX_UBUF_ROWS", "MAX_LANES", "MemOp", "ep_mask_bits", "mem_req_layout", "mem_rsp_layout", "trace_layout", "AIVCore", "MAX_WINDOW",
-           "VECTOR_EXTRA_BITS", "READ_EXTRA_BITS", "ACK_COUNT_BITS", "INC_POSTS", "inc_post_layout", "INC_WAIT_ADDR", "BAR_WAIT_ADDR"]
+           "VECTOR_EXTRA_BITS", "READ_EXTRA_BITS", "POLL_EXTRA_BITS", "ACK_COUNT_BITS", "INC_POSTS", "inc_post_layout", "INC_WAIT_ADDR", "BAR_WAIT_ADDR"]
 
 #: ``wait_addr`` of a core waiting at its die's barrier (``bar``): not a memory address
 #: any kernel uses (rank 255, block 0x7fff, word 0x40 and up are beyond a 512 B block)
@@ -88,11 +88,13 @@ class AIVCore(wiring.Component):
                                                ready or ``max_outstanding`` stores
                                                are unacknowledged; an ``stb`` also
                                                while ``store_window`` are)
-    ``lw``, ``ldb``, ``fadd``                  1 + *R* + *L*; *R* = ``read_extra``
+    ``lw``, ``fadd`` (scalar reads)            1 + *P* + *L*; *P* = ``poll_extra``
+                                               (0 unconnected)
+    ``ldb`` (a copy's start)                   1 + *R* + *L*; *R* = ``read_extra``
                                                (0 unconnected)
     ``ldbc``                                   1 + *L* (a copy's next block: its
                                                start was paid)
-    ``poll``                                   (1 + *R* + *L*) per read; reads
+    ``poll``                                   (1 + *P* + *L*) per read; reads
                                                repeat back to back until the
                                                condition holds
     ``fence``                                  1 once no store is outstanding
@@ -222,10 +224,16 @@ class AIVCore(wiring.Component):
         draining the pipe after it, :class:`~epfabric.hw.aiv_vector.VectorSequencer`).
         Unconnected, 0.
     read_extra : In(READ_EXTRA_BITS)
-        Cycles every read (``lw``, ``ldb``, ``fadd``, each read of a ``poll``)
-        waits before its request is offered on ``mem_req`` (the die's runtime
-        knob: an Ascend copy's start, :class:`~epfabric.hw.aiv_lsu.LoadStoreUnit`);
-        ``ldbc`` and stores do not pay it. Unconnected, 0.
+        Cycles a copy's first read (``ldb``) waits before its request is offered
+        on ``mem_req`` (the die's runtime knob: an Ascend MTE2 copy's start,
+        :class:`~epfabric.hw.aiv_lsu.LoadStoreUnit`); ``ldbc``, scalar reads and
+        stores do not pay it. Unconnected, 0.
+    poll_extra : In(POLL_EXTRA_BITS)
+        Cycles a scalar read of global memory (``lw``, ``fadd``, each read of a
+        ``poll``) waits before its request is offered (the die's runtime knob:
+        Ascend's Scalar unit reading GM past its DataCache,
+        :class:`~epfabric.hw.aiv_lsu.LoadStoreUnit`); copies and stores do not
+        pay it. Unconnected, 0.
     rank : In(8)
         This core's rank (die), read by ``csrr rank``.
     mem_req : Out(stream.Signature(mem_req_layout(data_bytes)))
@@ -307,6 +315,7 @@ class AIVCore(wiring.Component):
             "store_window": In(range(max_outstanding + 1), init=max_outstanding),
             "vector_extra": In(VECTOR_EXTRA_BITS),
             "read_extra": In(READ_EXTRA_BITS),
+            "poll_extra": In(POLL_EXTRA_BITS),
             "rank": In(RANK_BITS),
             "mem_req": Out(stream.Signature(mem_req_layout(
                 data_bytes, mask=ep and ep_mask_bits(self.ep_dies)))),
@@ -391,7 +400,7 @@ class AIVCore(wiring.Component):
         wiring.connect(m, lsu.mem_req, wiring.flipped(self.mem_req))
         wiring.connect(m, wiring.flipped(self.mem_rsp), lsu.mem_rsp)
         m.d.comb += [lsu.store_window.eq(self.store_window), lsu.read_extra.eq(self.read_extra),
-                     self.outstanding.eq(lsu.outstanding)]
+                     lsu.poll_extra.eq(self.poll_extra), self.outstanding.eq(lsu.outstanding)]
         m.submodules.vector = vector = VectorSequencer(lanes=self.lanes, width=self.width,
                                                        **ubuf_shape)
         m.d.comb += vector.vector_extra.eq(self.vector_extra)

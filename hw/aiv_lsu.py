@@ -18,13 +18,16 @@ from .isa import Cond, Opcode
 from .switch import popcount
 from .validate import check_bool, check_int, check_multiple, check_pow2
 
-__all__ = ["MAX_WINDOW", "READ_EXTRA_BITS", "ACK_COUNT_BITS", "MemOp", "ep_mask_bits",
-           "mem_req_layout", "mem_rsp_layout", "LoadStoreUnit"]
+__all__ = ["MAX_WINDOW", "READ_EXTRA_BITS", "POLL_EXTRA_BITS", "ACK_COUNT_BITS", "MemOp",
+           "ep_mask_bits", "mem_req_layout", "mem_rsp_layout", "LoadStoreUnit"]
 
 #: Largest store window (``max_outstanding``) of a core.
 MAX_WINDOW = 4095
-#: Bits of the ``read_extra`` input (cycles a read request waits before it is issued)
+#: Bits of the ``read_extra`` input (cycles a copy's first read waits before it is issued)
 READ_EXTRA_BITS = 12
+#: Bits of the ``poll_extra`` input (cycles a scalar read of global memory waits before it is
+#: issued): the same width as ``read_extra``
+POLL_EXTRA_BITS = READ_EXTRA_BITS
 #: Bits of an ack answer's count (``data[0:ACK_COUNT_BITS]``: stores acknowledged at once).
 ACK_COUNT_BITS = 16
 
@@ -78,17 +81,34 @@ class LoadStoreUnit(wiring.Component):
     is the core's ``MEM``: a read waits there for its answer.
 
     * **Reads** (``lw``, ``ldb``, ``ldbc``, ``fadd``, each read of a
-      ``poll``) first wait ``read_extra`` cycles in ``RUN``, then offer their
-      request until ``mem_req`` takes it and enter the wait state; the answer
-      writes ``R[rd]`` (a block: UBuf row ``R[ru]``) and the core moves on. A
+      ``poll``) first wait in ``RUN`` — a scalar read ``poll_extra`` cycles, a
+      copy's first block ``read_extra`` — then offer their request until
+      ``mem_req`` takes it and enter the wait state; the answer writes
+      ``R[rd]`` (a block: UBuf row ``R[ru]``) and the core moves on. A
       ``poll`` whose word fails its condition goes back to ``RUN`` and reads
-      again (waiting ``read_extra`` again). ``read_extra`` is what an Ascend
-      AIV pays to start a copy from global memory into its Unified Buffer (an
-      MTE2 ``DataCopy`` and its ``SetFlag``/``WaitFlag`` pair, as CANN's open
-      dispatch kernel reads its flags and counts) beyond the memory's own
-      access time. Stores are posted and do not pay it, and neither does
-      ``ldbc``: the next block of a copy already started (one ``DataCopy``
-      moves a whole 7 KiB token, its start paid once).
+      again (waiting ``poll_extra`` again). Both are what an Ascend AIV pays
+      beyond the memory's own access time, for two different paths:
+
+      - ``poll_extra``: a **scalar read** of global memory (``lw``, ``fadd``,
+        each read of a ``poll``). Ascend's Scalar unit reads GM through its
+        core's DataCache, and a word another core may have written is read
+        after a ``DataCacheCleanAndInvalid``
+        (https://www.hiascend.com/document/detail/en/CANNCommunityEdition/900/API/ascendcopapi/atlasascendc_api_07_00026.html,
+        https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/83RC1alpha002/opdevg/Ascendcopdevg/atlas_ascendc_10_00030.html).
+        A fetch-add is a scalar GM access too, not a ``DataCopy``: Ascend C's
+        ``AtomicAdd`` on a GM address returns the word's old value, "原子操作涉及
+        标量计算", and needs a synchronisation with the MTE2/MTE3 copies that
+        touch the same GM
+        (https://www.hiascend.com/document/detail/zh/canncommercial/latest/API/ascendcopapi/atlasascendc_api_07_00259.html;
+        documented for Atlas 350, the kernels' ``fadd`` stands for it).
+      - ``read_extra``: the start of a **copy** from global memory into the
+        Unified Buffer (``ldb``: an MTE2 ``DataCopy``, which bypasses the
+        DataCache, "没有Cache一致性问题",
+        https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/80RC3alpha003/apiref/opdevgapi/atlasascendc_api_07_0170.html).
+        ``ldbc`` does not pay it: the next block of a copy already started
+        (one ``DataCopy`` moves a whole 7 KiB token, its start paid once).
+
+      Stores are posted and pay neither.
     * **Stores** are posted: ``sw``/``stb`` stall while ``mem_req`` is not
       ready or ``max_outstanding`` stores are unacknowledged; an ``stb`` also
       while ``store_window`` are. The window is the sender's staging buffers,
@@ -138,7 +158,10 @@ class LoadStoreUnit(wiring.Component):
     store_window : In(range(max_outstanding + 1), init=max_outstanding)
         Block stores issue only while fewer stores than this are unacknowledged.
     read_extra : In(READ_EXTRA_BITS)
-        Cycles every read waits before its request is offered.
+        Cycles a copy's first read (``ldb``) waits before its request is offered.
+    poll_extra : In(POLL_EXTRA_BITS)
+        Cycles a scalar read of global memory (``lw``, ``fadd``, each read of a
+        ``poll``) waits before its request is offered.
     outstanding : Out(bits_for(max_outstanding))
         Posted stores not yet acknowledged.
     waiting, wait_addr : Out(1), Out(32)
@@ -170,6 +193,7 @@ class LoadStoreUnit(wiring.Component):
             "mem_rsp": In(stream.Signature(mem_rsp_layout(data_bytes))),
             "store_window": In(range(max_outstanding + 1), init=max_outstanding),
             "read_extra": In(READ_EXTRA_BITS),
+            "poll_extra": In(POLL_EXTRA_BITS),
             "outstanding": Out(bits_for(max_outstanding)),
             "waiting": Out(1),
             "wait_addr": Out(32),
@@ -211,7 +235,10 @@ class LoadStoreUnit(wiring.Component):
         w_cond = Signal(Cond)
         w_val = Signal(32)
         w_addr = Signal(32)
-        r_wait = Signal(READ_EXTRA_BITS, name="r_wait")   # read_extra cycles this read waited
+        r_wait = Signal(READ_EXTRA_BITS, name="r_wait")   # cycles this read waited (its knob's)
+        # a scalar read of global memory (lw, fadd, each read of a poll) waits poll_extra; a
+        # copy's first block (ldb) read_extra (the class docstring)
+        scalar_read = (insn.op == Opcode.LW) | (insn.op == Opcode.FADD) | (insn.op == Opcode.POLL)
 
         # --- RUN: issue ---------------------------------------------------------------------
         with m.If(ctl.run):
@@ -252,10 +279,11 @@ class LoadStoreUnit(wiring.Component):
                                      store_count.eq(Mux(store_taken & is_m, n_acks, 0)),
                                      ctl.hold.eq(~store_taken)]
                 with m.Case(Opcode.LW, Opcode.LDB, Opcode.LDBC, Opcode.FADD, Opcode.POLL):
-                    # the read_extra knob: offered once it waited that many cycles (and kept
-                    # valid until taken); a poll's every read waits again; an ldbc continues a
-                    # copy whose start was paid, so it does not wait
-                    issue = (r_wait >= self.read_extra) | (insn.op == Opcode.LDBC)
+                    # offered once it waited its knob's cycles (and kept valid until taken);
+                    # a poll's every read waits again; an ldbc continues a copy whose start
+                    # was paid, so it does not wait
+                    extra = Mux(scalar_read, self.poll_extra, self.read_extra)
+                    issue = (r_wait >= extra) | (insn.op == Opcode.LDBC)
                     with m.If(~issue):
                         m.d.sync += r_wait.eq(r_wait + 1)
                     m.d.comb += [self.mem_req.valid.eq(issue), req.addr.eq(eff), ctl.hold.eq(1)]

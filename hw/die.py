@@ -62,7 +62,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
-from .aiv_core import MAX_WINDOW, READ_EXTRA_BITS, VECTOR_EXTRA_BITS, AIVCore, trace_layout
+from .aiv_core import (MAX_WINDOW, POLL_EXTRA_BITS, READ_EXTRA_BITS, VECTOR_EXTRA_BITS, AIVCore,
+                       trace_layout)
 from .arbiter import RoundRobin
 from .host import HostSignature, HostTarget
 from .inc_engine import inc_flit_layout
@@ -98,13 +99,18 @@ __all__ = ["FlitKind", "flit_layout", "Die", "KNOBS", "SYNCALL_BITS", "INJECT_DE
 #: beat (0..2**12 - 1, reset 0): a vector op's issue and pipe-drain cost apart from its width
 #: (:class:`~epfabric.hw.aiv_core.AIVCore` ``vector_extra``).
 #:
-#: ``read_extra``: cycles every read of the die's cores (``lw``, ``ldb``, ``fadd``, each read
-#: of a ``poll``; not ``ldbc``, a started copy's next block) waits before its request is
-#: offered (0..2**12 - 1, reset 0): an AIV's copy start from global memory beyond the
-#: memory's access time
+#: ``read_extra``: cycles a copy's first read of the die's cores (``ldb``; not ``ldbc``, a
+#: started copy's next block) waits before its request is offered (0..2**12 - 1, reset 0):
+#: an AIV's MTE2 copy start from global memory beyond the memory's access time
 #: (:class:`~epfabric.hw.aiv_core.AIVCore` ``read_extra``).
+#:
+#: ``poll_extra``: cycles a scalar read of global memory of the die's cores (``lw``,
+#: ``fadd``, each read of a ``poll``) waits before its request is offered (0..2**12 - 1,
+#: reset 0): the Scalar unit's read of GM past its DataCache, beyond the memory's access
+#: time (:class:`~epfabric.hw.aiv_lsu.LoadStoreUnit` says which reads are which, citing
+#: Ascend's documentation).
 KNOBS = {"store_window": 0, "syncall_cycles": 1, "inject_rate": 2, "vector_extra": 3,
-         "read_extra": 4}
+         "read_extra": 4, "poll_extra": 5}
 
 #: Bits of the ``syncall_cycles`` knob (and of the barrier's wait counter)
 SYNCALL_BITS = 24
@@ -121,7 +127,8 @@ def check_knob(name, value, max_outstanding):
               "syncall_cycles": (0, (1 << SYNCALL_BITS) - 1),
               "inject_rate": (0, (1 << INJECT_BITS) - 1),
               "vector_extra": (0, (1 << VECTOR_EXTRA_BITS) - 1),
-              "read_extra": (0, (1 << READ_EXTRA_BITS) - 1)}[name]
+              "read_extra": (0, (1 << READ_EXTRA_BITS) - 1),
+              "poll_extra": (0, (1 << POLL_EXTRA_BITS) - 1)}[name]
     return check_int(name, value, lo, hi)
 
 
@@ -425,9 +432,12 @@ class Die(wiring.Component):
         read_extra = Signal(READ_EXTRA_BITS, name="knob_read_extra")
         with m.If(ctrl & (self.host.addr == KNOBS["read_extra"])):
             m.d.sync += read_extra.eq(self.host.wdata)
+        poll_extra = Signal(POLL_EXTRA_BITS, name="knob_poll_extra")
+        with m.If(ctrl & (self.host.addr == KNOBS["poll_extra"])):
+            m.d.sync += poll_extra.eq(self.host.wdata)
         for core in cores:
             m.d.comb += [core.store_window.eq(store_window), core.vector_extra.eq(vector_extra),
-                         core.read_extra.eq(read_extra)]
+                         core.read_extra.eq(read_extra), core.poll_extra.eq(poll_extra)]
         syncall_cycles = Signal(SYNCALL_BITS, name="knob_syncall_cycles")
         with m.If(ctrl & (self.host.addr == KNOBS["syncall_cycles"])):
             m.d.sync += syncall_cycles.eq(self.host.wdata)

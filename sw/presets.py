@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 from fractions import Fraction
 
-from ..hw.aiv_core import MAX_LANES, READ_EXTRA_BITS, VECTOR_EXTRA_BITS
+from ..hw.aiv_core import MAX_LANES, POLL_EXTRA_BITS, READ_EXTRA_BITS, VECTOR_EXTRA_BITS
 from ..hw.die import INJECT_BITS, INJECT_DEN, SYNCALL_BITS
 from ..hw.link import LINK_MIN_LATENCY
 from ..hw.switch import SWITCH_LATENCY
@@ -140,9 +140,15 @@ class Preset:
         "pipe after it (the die's runtime knob vector_extra)", default=0.0, type=float, unit="ns",
         minimum=0)
     read_start_ns: float = param(
-        "ns every read an AIV issues (a load, a block copy in, a fetch-add, each read of a poll) "
-        "waits before its request: the copy engine's start beyond the memory's access time (the "
-        "die's runtime knob read_extra)", default=0.0, type=float, unit="ns", minimum=0)
+        "ns a copy from global memory into the UBuf waits before its first block's request (ldb;"
+        " ldbc continues a started copy): the MTE2 copy engine's start beyond the memory's access "
+        "time (the die's runtime knob read_extra); also a scalar read's unless poll_ns is given",
+        default=0.0, type=float, unit="ns", minimum=0)
+    poll_ns: float | None = param(
+        "ns a scalar read of global memory waits before its request (a load, a fetch-add, each "
+        "read of a poll: Ascend's Scalar unit reading GM past its DataCache) beyond the memory's "
+        "access time (the die's runtime knob poll_extra); None: the same as read_start_ns",
+        default=None, type=float, unit="ns", minimum=0)
     vector_lanes: int = param(
         "16-bit elements an AIV's vector unit takes a beat (a cycle) in the MoE kernels' machines "
         "(a power of two); 128 is Ascend's vector unit, 256 B a repeat (Ascend C's vector API: one"
@@ -213,8 +219,10 @@ class Preset:
         check_pow2("vector_lanes", self.vector_lanes, 2, MAX_LANES)
         # delays that become a cycle-count knob of that many bits
         for name, bits in (("syncall_ns", SYNCALL_BITS), ("vector_op_ns", VECTOR_EXTRA_BITS),
-                           ("read_start_ns", READ_EXTRA_BITS)):
+                           ("read_start_ns", READ_EXTRA_BITS), ("poll_ns", POLL_EXTRA_BITS)):
             value = getattr(self, name)
+            if value is None and name == "poll_ns":     # the same as read_start_ns
+                continue
             check_number(name, value, positive=False)
             if not 0 <= self.cycles(value) < 1 << bits:
                 raise UserError(f"{name} must be in [0, {(1 << bits) - 1} cycles], not {value!r}")
@@ -257,7 +265,15 @@ class Preset:
             out["vector_extra"] = self.cycles(self.vector_op_ns)
         if self.read_start_ns:
             out["read_extra"] = self.cycles(self.read_start_ns)
+        if self.poll_start_ns():
+            out["poll_extra"] = self.cycles(self.poll_start_ns())
         return out
+
+    def poll_start_ns(self):
+        """ns a scalar read of global memory waits (the ``poll_extra`` knob): ``poll_ns``, or
+        ``read_start_ns`` when the preset does not name its own (every preset before the two
+        were apart charged both with ``read_start_ns``)."""
+        return self.read_start_ns if self.poll_ns is None else self.poll_ns
 
     def inject_rate(self):
         """The ``inject_rate`` knob of ``die_injection_gbytes_s``: bytes per cycle times

@@ -58,7 +58,8 @@ def add_arguments(parser):
     parser.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                         help="a die's runtime knob over the preset's (AIV kernels): "
                              "store_window=BLOCKS, syncall_cycles=CYCLES (with --syncall hard), "
-                             "inject_rate=BYTES_PER_CYCLE*1024, vector_extra=CYCLES, read_extra=CYCLES; "
+                             "inject_rate=BYTES_PER_CYCLE*1024, vector_extra=CYCLES, read_extra=CYCLES "
+                             "(a copy's start), poll_extra=CYCLES (a scalar read of global memory); "
                              "e.g. --knob syncall_cycles=5000")
     add_kernel_options(parser)
     parser.add_argument("--max-cycles", type=int, default=None,

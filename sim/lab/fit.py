@@ -12,12 +12,21 @@ parameters (:data:`PARAMS`) are four preset fields, each a die's runtime knob (h
   bandwidth: the surrogate is linear in its reciprocal, as in the window's);
 * ``read_start_ns`` (``read_extra``): what a read of an AIV (a load, a copy's first block, a
   fetch-add, each read of a poll) waits before its request — a copy engine's start;
+  the scalar reads (a load, a fetch-add, a poll's read) pay it through their own knob
+  ``poll_extra``, which follows ``read_start_ns`` while the training preset leaves
+  ``poll_ns`` unset (``cm384-ascend`` does);
 * ``syncall_ns`` (``syncall_cycles``): what the die's hardware SyncAll costs after
   the last arrival.
 
 ``vector_op_ns`` (``vector_extra``) is not fitted: the first fit (16 lanes, block reads)
 left it at its bound, 0, its 16 ns design step moving no target by more than 0.2 µs
 (sw/fits/cm384.json of a0f64b0), so F1-F5 cannot pin it; it stays 0 and a knob for what-ifs.
+
+``poll_ns`` (``poll_extra``, a scalar read of global memory apart from a copy's start:
+the preregistration's M1) is not fitted here either: it is held at "the same as
+``read_start_ns``" (unset), so every design and check point charges the scalar reads the
+read start, as every fit before the two knobs were apart did, and a written fit leaves it
+unset. Fitting it apart is the preregistered refit's (docs/fidelity/preregistration.md).
 
 The targets are F1–F5 of :mod:`epfabric.sim.lab.experiments.training` and only
 those. The fit is one Gauss-Newton step on simulations:
@@ -122,7 +131,8 @@ ORDER = tuple(TARGETS)           # F1..F5
 def knobs_of(preset, values):
     """``{knob: value}`` of fitted ``values`` (``{field: value}``), through the preset's
     conversion (:meth:`~epfabric.sw.presets.Preset.knobs`); the SyncAll knob is always
-    written (0 when ``syncall_ns`` is 0)."""
+    written (0 when ``syncall_ns`` is 0). ``poll_extra`` is the preset's ``poll_ns``, or the
+    fitted ``read_start_ns`` while the preset leaves it unset (held, not fitted)."""
     values = {**values, "send_window_bytes": math.ceil(values["send_window_bytes"])}
     pr = get_preset(preset).replace(syncall="hard", **values)
     knobs = pr.knobs()
@@ -283,12 +293,15 @@ KEYS = ("F1", "F2", "F3", "F5")
 
 def held_values(preset, knobs, fitted):
     """``{field: value}`` that ``knobs`` hold: whole blocks, whole cycles, the injection
-    knob's 1/1024 bytes a cycle (what is run, checked and written)."""
+    knob's 1/1024 bytes a cycle (what is run, checked and written). ``poll_ns`` only when the
+    preset names it; unset, it stays unset (the same as ``read_start_ns``)."""
     pr = get_preset(preset)
     held = dict(fitted)
     held["send_window_bytes"] = knobs["store_window"] * pr.block_bytes
     held["syncall_ns"] = pr.ns(knobs["syncall_cycles"])
     held["read_start_ns"] = pr.ns(knobs.get("read_extra", 0))
+    if pr.poll_ns is not None:      # a preset naming its scalar reads' cost holds that
+        held["poll_ns"] = pr.ns(knobs.get("poll_extra", 0))
     held["die_injection_gbytes_s"] = knobs["inject_rate"] / INJECT_DEN / pr.cycle_ns
     return held
 

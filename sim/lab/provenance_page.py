@@ -53,6 +53,10 @@ def source_text(row):
         los, his = row["bound_sources"]
         text += (f". **Prior** {row['prior']:g} ({row['prior_source']}); **bounds** "
                  f"[{lo:g} ({los}), {hi:g} ({his})]")
+    elif "bounds" in row:           # bounds declared before the value is fitted
+        lo, hi = row["bounds"]
+        los, his = row["bound_sources"]
+        text += f". **Bounds** [{lo:g} ({los}), {hi:g} ({his})]"
     if row.get("mentions"):
         text += ". Names, not as its source: " + "; ".join(
             f"{k} ({v})" for k, v in row["mentions"].items())

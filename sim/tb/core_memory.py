@@ -52,7 +52,7 @@ async def _load(bench, words):
 
 async def run_program(bench, words, memory, *, latency=MEM_LATENCY, events=(), max_cycles=5000,
                       rank=0, trace_stall_every=0, inc_counters=(), cube_cycles=4, vector_extra=0,
-                      read_extra=0):
+                      read_extra=0, poll_extra=0):
     """Run one program to HALT; return a result dict (see :func:`run_programs`)."""
     core = bench.component
     nwords = core.data_bytes // 4
@@ -62,11 +62,12 @@ async def run_program(bench, words, memory, *, latency=MEM_LATENCY, events=(), m
     bench.set("rank", rank)
     bench.set("mem_req.ready", 1)
     # what a die drives: the whole store window, a barrier of one core (bar costs 1), and its
-    # vector_extra knob
+    # vector_extra, read_extra and poll_extra knobs
     bench.set("store_window", core.max_outstanding)
     bench.set("bar_go", 1)
     bench.set("vector_extra", vector_extra)
     bench.set("read_extra", read_extra)
+    bench.set("poll_extra", poll_extra)
     bench.set("start", 1)
     await bench.tick()
     bench.set("start", 0)

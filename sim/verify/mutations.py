@@ -631,10 +631,10 @@ MUTATIONS = [
     {
         "name": "read_extra_ignored",
         "file": "hw/aiv_lsu.py",
-        "old": "                    issue = (r_wait >= self.read_extra) | (insn.op == Opcode.LDBC)\n",
+        "old": "                    issue = (r_wait >= extra) | (insn.op == Opcode.LDBC)\n",
         "new": "                    issue = Const(1)\n",
-        "description": "a read is offered at once, whatever the read_extra knob (a copy "
-                       "engine's start cost lost)",
+        "description": "a read is offered at once, whatever the read_extra and poll_extra knobs "
+                       "(a copy engine's start and a scalar read's cost lost)",
         "tests": ["tests/sim/test_mechanisms.py::test_every_read_pays_the_read_extra_knob",
                   "tests/hw/test_aiv_core.py::test_cycle_costs"],
         "timeout": 120,
@@ -642,8 +642,8 @@ MUTATIONS = [
     {
         "name": "ldbc_pays_the_read_start",
         "file": "hw/aiv_lsu.py",
-        "old": "                    issue = (r_wait >= self.read_extra) | (insn.op == Opcode.LDBC)\n",
-        "new": "                    issue = r_wait >= self.read_extra\n",
+        "old": "                    issue = (r_wait >= extra) | (insn.op == Opcode.LDBC)\n",
+        "new": "                    issue = r_wait >= extra\n",
         "description": "every block of a copy waits read_extra, as if each 512 B were a copy of "
                        "its own (the copy engine's one start per copy lost)",
         "tests": ["tests/sim/test_mechanisms.py::test_every_read_pays_the_read_extra_knob"],
@@ -685,9 +685,30 @@ MUTATIONS = [
         "file": "hw/aiv_lsu.py",
         "old": "                                     r_wait.eq(0),\n",
         "new": "",
-        "description": "a poll's reads after its first do not wait read_extra again (the "
+        "description": "a poll's reads after its first do not wait poll_extra again (the "
                        "wait counter is never cleared)",
-        "tests": ["tests/hw/test_aiv_core.py::test_every_read_of_a_poll_pays_read_extra"],
+        "tests": ["tests/hw/test_aiv_core.py::test_every_read_of_a_poll_pays_poll_extra"],
+        "timeout": 120,
+    },
+    {
+        "name": "polls_pay_the_read_start",
+        "file": "hw/aiv_lsu.py",
+        "old": "                    extra = Mux(scalar_read, self.poll_extra, self.read_extra)\n",
+        "new": "                    extra = self.read_extra\n",
+        "description": "a scalar read of global memory (lw, fadd, each read of a poll) waits "
+                       "the copy start read_extra instead of poll_extra (the two knobs one "
+                       "again)",
+        "tests": ["tests/hw/test_aiv_core.py::test_a_poll_pays_poll_extra_and_a_copy_read_extra"],
+        "timeout": 120,
+    },
+    {
+        "name": "copies_pay_the_poll_cost",
+        "file": "hw/aiv_lsu.py",
+        "old": "                    extra = Mux(scalar_read, self.poll_extra, self.read_extra)\n",
+        "new": "                    extra = self.poll_extra\n",
+        "description": "a copy's start (ldb) waits poll_extra, a scalar read's cost, instead of "
+                       "read_extra",
+        "tests": ["tests/hw/test_aiv_core.py::test_a_poll_pays_poll_extra_and_a_copy_read_extra"],
         "timeout": 120,
     },
     {

@@ -254,6 +254,8 @@ POLL_SRC = f"""
     halt
 """
 POLL_EVENTS = [[20, OUT, 3], [40, OUT, 9]]
+#: polls (or block copies), poll_extra and read_extra of the split-knob cost probes
+SPLIT_N, SPLIT_P, SPLIT_R = 4, 5, 11
 
 MARK_SRC = """
     mark 1
@@ -298,10 +300,18 @@ _add("cost_vsum_extra", assemble("li r2, 9\nvsum r1, r0, r2\nhalt"), {}, [], vec
 _add("cost_vsum2_extra", assemble("li r2, 33\nvsum r1, r0, r2\nvsum r3, r0, r2\nhalt"), {}, [],
      vector_extra=7)
 _add("cost_fadd", assemble("fadd r1, r0, r0\nhalt"), {}, [])
-# the read_extra knob: every read waits that many cycles before its request; stores do not
+# the knobs: a scalar read (lw, fadd, each read of a poll) waits poll_extra cycles before its
+# request, a copy's start (ldb) read_extra; stores neither
 _add("cost_reads_extra", assemble("lw r1, r0, 0x100\nfadd r1, r0, r0\nldb r0, r0, 0\n"
-                                  "sw r0, r0, 0x100\nfence\nhalt"), {}, [], read_extra=6)
-_add("poll_extra", assemble(POLL_SRC), {OUT + 4: 9}, [], events=POLL_EVENTS, read_extra=5)
+                                  "sw r0, r0, 0x100\nfence\nhalt"), {}, [], read_extra=6,
+     poll_extra=4)
+_add("poll_extra", assemble(POLL_SRC), {OUT + 4: 9}, [], events=POLL_EVENTS, poll_extra=5,
+     read_extra=11)
+# N satisfied polls, and N copies of a block, at poll_extra != read_extra
+_add("cost_polls_split", assemble("poll r1, r0, r0, ge\n" * SPLIT_N + "halt"), {}, [],
+     poll_extra=SPLIT_P, read_extra=SPLIT_R)
+_add("cost_copies_split", assemble("ldb r0, r0, 0\n" * SPLIT_N + "halt"), {}, [],
+     poll_extra=SPLIT_P, read_extra=SPLIT_R)
 # a copy's next blocks (ldbc) do not wait: its start was paid by the ldb
 _add("cost_copy_extra", assemble("ldb r0, r0, 0\nldbc r0, r0, 512\nldbc r0, r0, 1024\nhalt"),
      {}, [], read_extra=6)
@@ -742,8 +752,9 @@ def test_cycle_costs(pysim_results):
     assert r["cost_sw_fence"]["cycles"] == 1 + (L + 1) + 1
     assert r["cost_vsum"]["cycles"] == 1 + AIVCore.vector_cycles(9, PARAMS["lanes"]) + 1
     assert r["cost_bar"]["cycles"] == 1 + 1
-    # read_extra = 6: lw, fadd and ldb each 1 + 6 + L; the posted sw and its fence as before
-    assert r["cost_reads_extra"]["cycles"] == 3 * (1 + 6 + L) + 1 + (L + 1) + 1
+    # poll_extra = 4: lw and fadd each 1 + 4 + L; read_extra = 6: ldb 1 + 6 + L; the posted sw
+    # and its fence as before
+    assert r["cost_reads_extra"]["cycles"] == 2 * (1 + 4 + L) + (1 + 6 + L) + 1 + (L + 1) + 1
     assert r["cost_copy_extra"]["cycles"] == (1 + 6 + L) + 2 * (1 + L) + 1
     # the vector_extra knob: every vector instruction waits that many cycles before its beats
     assert r["cost_vsum_extra"]["cycles"] == r["cost_vsum"]["cycles"] + 5 \
@@ -779,9 +790,20 @@ def test_poll_waits_for_the_memory_change(pysim_results):
     assert res["cycles"] == reads[-1] + (L + 1) + 1 + 1
 
 
-def test_every_read_of_a_poll_pays_read_extra(pysim_results):
-    """At ``read_extra = 5`` a poll's reads are ``L + 1 + 5`` cycles apart, the first one 5
-    cycles after the poll began, and the result is the same."""
+def test_a_poll_pays_poll_extra_and_a_copy_read_extra(pysim_results):
+    """A scalar read of global memory and a copy's start are two knobs: N satisfied polls cost
+    ``N (1 + P + L)`` at ``poll_extra = P`` whatever ``read_extra`` is, and N copies of a block
+    (``ldb``) ``N (1 + R + L)`` at ``read_extra = R`` whatever ``poll_extra`` is (each program
+    ends with its 1-cycle ``halt``)."""
+    assert SPLIT_P != SPLIT_R
+    assert pysim_results["cost_polls_split"]["cycles"] == SPLIT_N * (1 + SPLIT_P + L) + 1
+    assert pysim_results["cost_copies_split"]["cycles"] == SPLIT_N * (1 + SPLIT_R + L) + 1
+
+
+def test_every_read_of_a_poll_pays_poll_extra(pysim_results):
+    """At ``poll_extra = 5`` (and ``read_extra = 11``, which a poll does not pay) a poll's
+    reads are ``L + 1 + 5`` cycles apart, the first one 5 cycles after the poll began, and the
+    result is the same."""
     res, plain = pysim_results["poll_extra"], pysim_results["poll"]
     reads = [c for c, op, addr in res["requests"] if op == "READ_WORD" and addr == OUT]
     first = [c for c, op, addr in plain["requests"] if op == "READ_WORD" and addr == OUT][0]

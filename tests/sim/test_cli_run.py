@@ -132,10 +132,10 @@ def test_param_json_and_vcd(tmp_path):
      "--vcd 'x.vcd': the native backend writes no waveforms"),
     (["run", "dispatch", "--knob", "syncall_cycles"],
      "--knob must be NAME=INTEGER (a knob of store_window, syncall_cycles, inject_rate, "
-     "vector_extra, read_extra), not 'syncall_cycles'"),
+     "vector_extra, read_extra, poll_extra), not 'syncall_cycles'"),
     (["run", "dispatch", "--knob", "window=3"],
      "knob must be one of store_window, syncall_cycles, inject_rate, vector_extra, read_extra, "
-     "not 'window'"),
+     "poll_extra, not 'window'"),
     (["run", "dispatch", "--knob", "store_window=513"], "store_window must be in [1, 512], not 513"),
     (["run", "agrs", "--knob", "store_window=2"],
      "--knob: kernel agrs does not run on the AIV machine"),

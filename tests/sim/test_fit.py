@@ -112,7 +112,22 @@ def test_knobs_of_go_through_the_preset():
     knobs = fit.knobs_of("cm384", {"send_window_bytes": 14336, "die_injection_gbytes_s": 196.0,
                                    "read_start_ns": 99.6, "syncall_ns": 0.0})
     assert knobs == {"store_window": 28, "inject_rate": 196 * 1024, "read_extra": 100,
-                     "syncall_cycles": 0}
+                     "poll_extra": 100, "syncall_cycles": 0}
+
+
+def test_the_scalar_reads_cost_is_held_at_the_read_start():
+    """``poll_ns`` is not fitted: unset in the training preset, its knob follows the fitted
+    read start and the held values leave it unset; a preset that names it keeps its own."""
+    values = {"send_window_bytes": 14336, "die_injection_gbytes_s": 196.0,
+              "read_start_ns": 99.6, "syncall_ns": 0.0}
+    assert "poll_ns" not in fit.held_values("cm384-ascend", fit.knobs_of("cm384-ascend", values),
+                                            values)
+    assert "poll_ns" not in {p.field for p in fit.PARAMS}
+    from epfabric.sw import presets
+    own = presets.PRESETS["cm384"].replace(name="cm384-own-poll", poll_ns=40.0)
+    knobs = fit.knobs_of(own, values)
+    assert (knobs["read_extra"], knobs["poll_extra"]) == (100, 40)
+    assert fit.held_values(own, knobs, values)["poll_ns"] == 40.0
 
 
 def test_a_written_fit_is_a_preset(tmp_path, monkeypatch):
@@ -135,7 +150,8 @@ def test_a_written_fit_is_a_preset(tmp_path, monkeypatch):
     assert (p.vector_lanes, p.copies, p.cumsum_scan) == (128, "mte", "split")  # the structure
     assert doc["provenance"]["trained_on"] == "cm384-ascend"
     assert p.knobs() == {"store_window": 18, "syncall_cycles": 5000, "inject_rate": 153600,
-                         "read_extra": 120}
+                         "read_extra": 120, "poll_extra": 120}
+    assert "poll_ns" not in doc["fields"] and p.poll_ns is None
     assert "pinned" in p.description
 
 

@@ -9,7 +9,8 @@ from epfabric.hw.validate import UserError
 from epfabric.sim.lab.experiments import EXPERIMENTS
 from epfabric.sim.lab.experiments.mechanisms import (DESTINATIONS, VECTOR_LANES, VECTOR_REPEAT,
                                                       READ_REPEAT, barrier_release,
-                                                      inject_streams, read_runs,
+                                                      inject_streams, local_latency,
+                                                      poll_expected, read_runs,
                                                       store_streams, vector_runs, window_expected)
 from epfabric.sw.presets import get_preset
 
@@ -54,19 +55,32 @@ def test_word_stores_do_not_see_the_window(streams):
     assert streams[1][-1] < streams[1][-2]           # 4 words two hops away < 4 blocks at W = 1
 
 
+@functools.lru_cache(maxsize=None)
+def _reads(extra, poll_extra):
+    return read_runs(preset="tiny", backend="pysim", extra=extra, poll_extra=poll_extra)
+
+
 @pytest.mark.parametrize("extra", [3, 40])
 def test_every_read_pays_the_read_extra_knob(extra):
-    """A local load and a satisfied poll each cost ``1 + R + L``: at ``read_extra = R`` the
-    benchmark's :data:`READ_REPEAT` loads (and polls) take ``READ_REPEAT x R`` cycles more than
-    at 0, and a load costs what a poll's read costs; a copy of as many blocks (``ldb``, then
-    ``ldbc``) pays it once."""
-    base = read_runs(preset="tiny", backend="pysim", extra=None)
-    got = read_runs(preset="tiny", backend="pysim", extra=extra)
-    assert base[0] == base[1] and got[0] == got[1]
-    assert got[0] - base[0] == READ_REPEAT * extra
-    assert base[0] % READ_REPEAT == 0 and base[0] // READ_REPEAT >= 2   # 1 + L, L >= 1
-    # a copy of READ_REPEAT blocks (ldb, then ldbc) pays the start once: R more, not 8 R
+    """A copy of :data:`READ_REPEAT` blocks (``ldb``, then ``ldbc``) pays ``read_extra`` once:
+    ``R`` cycles more at ``read_extra = R`` than at 0, not ``8 R``; the loads and polls, scalar
+    reads of global memory, do not pay it (``1 + L`` each, a load as much as a poll's read)."""
+    base = _reads(None, None)
+    got = _reads(extra, None)
+    assert base[0] == base[1] == got[0] == got[1] == READ_REPEAT * (1 + local_latency())
     assert got[2] - base[2] == extra
+
+
+@pytest.mark.parametrize("poll_extra, extra", [(3, None), (40, 7)])
+def test_every_scalar_read_pays_the_poll_extra_knob(poll_extra, extra):
+    """The mechanisms row "N polls cost N (1 + P + L)": at ``poll_extra = P`` the
+    :data:`READ_REPEAT` satisfied polls take exactly their closed form, the loads as long,
+    whatever ``read_extra`` is; the copy pays ``read_extra`` once and not ``P``."""
+    base = _reads(None, None)
+    got = _reads(extra, poll_extra)
+    assert got[1] == poll_expected(poll_extra) == READ_REPEAT * (1 + poll_extra + local_latency())
+    assert got[0] == got[1]
+    assert got[2] - base[2] == (extra or 0)
 
 
 def test_the_knob_is_checked_and_goes_to_every_die():
@@ -79,7 +93,8 @@ def test_the_knob_is_checked_and_goes_to_every_die():
     with pytest.raises(UserError, match="store_window must be in"):
         m.set_knob("store_window", 0)
     with pytest.raises(UserError, match="knob must be one of store_window, syncall_cycles, "
-                                        "inject_rate, vector_extra, read_extra, not 'window'"):
+                                        "inject_rate, vector_extra, read_extra, poll_extra, "
+                                        "not 'window'"):
         m.set_knob("window", 2)
     with pytest.raises(UserError, match="syncall_cycles must be in"):
         m.set_knob("syncall_cycles", 1 << 24)
@@ -87,6 +102,8 @@ def test_the_knob_is_checked_and_goes_to_every_die():
         m.set_knob("vector_extra", 1 << 12)
     with pytest.raises(UserError, match="read_extra must be in"):
         m.set_knob("read_extra", 1 << 12)
+    with pytest.raises(UserError, match="poll_extra must be in"):
+        m.set_knob("poll_extra", 1 << 12)
     m.set_knob("store_window", 3)
     ctrl = [w for w in m.session(100)["writes"] if w[0] == 3]
     assert ctrl == [[3, 0, 0, 0, 3]]                    # one CTRL write; the system broadcasts it
@@ -219,8 +236,35 @@ def test_a_presets_vector_op_cost_becomes_the_knob():
 
 
 def test_a_presets_read_start_becomes_the_knob():
-    assert get_preset("cm384").replace(read_start_ns=240.4).knobs() == {"read_extra": 240}
+    """``read_start_ns`` is the copy start's knob, and the scalar reads' too while the preset
+    names no ``poll_ns`` (every preset before the two were apart)."""
+    assert get_preset("cm384").replace(read_start_ns=240.4).knobs() == {"read_extra": 240,
+                                                                       "poll_extra": 240}
     with pytest.raises(UserError, match="read_start_ns must be in"):
         get_preset("cm384").replace(read_start_ns=5000.0)
     with pytest.raises(UserError, match="read_start_ns must be in"):
         get_preset("cm384").replace(read_start_ns=-1.0)
+
+
+def test_a_presets_poll_cost_becomes_its_own_knob():
+    """``poll_ns`` sets ``poll_extra`` apart from ``read_extra``; unset, it is
+    ``read_start_ns``: the presets that do not name it write the knobs they wrote before
+    the two were apart (none for cm384, cm384-ascend and tiny; cm384-fit its fitted read start
+    on both)."""
+    cm384 = get_preset("cm384")
+    assert cm384.poll_ns is None and cm384.knobs() == {}
+    assert cm384.replace(read_start_ns=240.0, poll_ns=90.4).knobs() == {"read_extra": 240,
+                                                                       "poll_extra": 90}
+    assert cm384.replace(poll_ns=90.0).knobs() == {"poll_extra": 90}
+    assert cm384.replace(read_start_ns=240.0, poll_ns=0.0).knobs() == {"read_extra": 240}
+    for name in ("cm384", "cm384-ascend", "tiny", "incmoe-testbed"):
+        assert get_preset(name).knobs() == {}, name
+    fit = get_preset("cm384-fit")
+    assert fit.poll_ns is None
+    knobs = fit.knobs()
+    assert knobs.pop("poll_extra") == knobs["read_extra"] == round(fit.read_start_ns)
+    assert set(knobs) == {"store_window", "syncall_cycles", "inject_rate", "read_extra"}
+    with pytest.raises(UserError, match="poll_ns must be in"):
+        cm384.replace(poll_ns=5000.0)
+    with pytest.raises(UserError, match="poll_ns must be in"):
+        cm384.replace(poll_ns=-1.0)

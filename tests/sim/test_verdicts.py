@@ -194,14 +194,16 @@ def quaternary_rows(steps=5, match=True):
                                  "count_cycles": 17} for t in range(3)])
 
 
-def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983, vec=None, reads=(40, 80),
-               copies=(25, 30)):
+def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983, vec=None, reads=(24, 24),
+               copies=(25, 30), polls=None, poll_copies=(25, 25)):
     """Two-hop store-window rows (cm384, 32 blocks) for W = 1 and 2, at the closed form
     unless ``stb`` gives the model's cycles; ``sw`` the word streams' cycles; hardware
     SyncAll rows at syncall_cycles 0 and 100 releasing after ``bar`` cycles; a vector row at
     vector_extra 20 (4 vsum of L = 1, 17) taking ``vec`` cycles (default: its closed form);
     read rows at read_extra 0 and 5 whose 8 loads (and 8 polls) take ``reads`` cycles and
-    whose copy of 8 blocks takes ``copies``."""
+    whose copy of 8 blocks takes ``copies``; poll rows at poll_extra 0 and 5 whose 8 polls (and
+    8 loads) take ``polls`` cycles (default: the closed form 8 (1 + P + L)) and whose copy
+    takes ``poll_copies``."""
     rows = [{"preset": "cm384", "backend": "verilator", "mechanism": "syncall", "aivs": 48,
              "kind": "hard", "syncall_cycles": w, "release_cycles": b, "expected_cycles": w + 1}
             for w, b in zip((0, 100), bar)]
@@ -217,6 +219,12 @@ def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983, vec=None, read
         rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "read",
                      "read_extra": x, "load_cycles": c, "poll_cycles": c, "read_ns": c / 8,
                      "copy_cycles": k})
+    from epfabric.sim.lab.experiments.mechanisms import poll_expected
+    expected = [poll_expected(x) for x in (0, 5)]
+    for x, c, e, k in zip((0, 5), polls or expected, expected, poll_copies):
+        rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "poll",
+                     "poll_extra": x, "load_cycles": c, "poll_cycles": c, "read_ns": c / 8,
+                     "copy_cycles": k, "expected_cycles": e})
     from epfabric.sim.lab.experiments.mechanisms import window_expected
     for k, w in enumerate((1, 2)):
         expected = window_expected(2500, w, 32)
@@ -339,9 +347,12 @@ CASES = {
         "a hardware SyncAll released a cycle late": mechanisms(bar=(101, 102)),
         "the die sent at twice its injection limit": mechanisms(inject=492),
         "vector ops without their issue cost": mechanisms(vec=[17, 21]),
-        "reads without their start cost": mechanisms(reads=(40, 40)),
-        "a read start paid twice": mechanisms(reads=(40, 120)),
-        "every block of a copy pays the start": mechanisms(copies=(25, 65))}),
+        "copies without their start cost": mechanisms(copies=(25, 25)),
+        "loads and polls paying the copy start": mechanisms(reads=(24, 64)),
+        "every block of a copy pays the start": mechanisms(copies=(25, 65)),
+        "polls without their cost": mechanisms(polls=(24, 24)),
+        "a poll's cost paid twice": mechanisms(polls=(24, 104)),
+        "a copy paying the polls' cost": mechanisms(poll_copies=(25, 30))}),
     "training": (True, [training(), training(f1=94.0, f5=36.0)], {
         "the uncalibrated S1: CANN 45 us": training(f1=45.0, s=3375),
         "SyncAll 5 %": training(s=2575),

@@ -831,21 +831,23 @@ def test_mte_copies_and_the_split_scan_deliver_what_the_defaults_do(variant):
     """Bit-exact, and the same OUT and counts as the default programs, with and without a
     read start (the knob moves only time; a flag found missing in a copy is polled)."""
     default, _ = _wide_run({k: v for k, v in variant.items() if k not in ("copies", "cumsum_scan")})
-    for knobs in (None, {"read_extra": 45}):
+    for knobs in (None, {"read_extra": 45, "poll_extra": 45}):
         run, _ = _wide_run(variant, knobs)
         assert run.check["out_payload_digest"] == default.check["out_payload_digest"]
         assert run.check["recv_count"] == default.check["recv_count"]
 
 
 def test_an_mte_copy_pays_its_start_once():
-    """With a read start of 200 cycles, 'block' reads pay it for every status word its Flag
+    """With a read start of 200 cycles (a copy's start and a scalar read's, both knobs),
+    'block' reads pay it for every status word its Flag
     Verification, CalCumSum and reordering read; 'mte' copies the slice once and the blocks
     before it once: CANN's run grows less (measured at 0d1ee8f+: 3,196 against 4,589 cycles;
     both also pay it in each SyncAll's polls and each token copy)."""
     grow = {}
     for copies in ("block", "mte"):
         base, _ = _wide_run({"system": "cann", "copies": copies})
-        slow, _ = _wide_run({"system": "cann", "copies": copies}, {"read_extra": 200})
+        slow, _ = _wide_run({"system": "cann", "copies": copies},
+                            {"read_extra": 200, "poll_extra": 200})
         grow[copies] = slow.cycles - base.cycles
     assert 0 < grow["mte"] < grow["block"] - 5 * 200
 
@@ -853,11 +855,12 @@ def test_an_mte_copy_pays_its_start_once():
 def test_the_split_scan_shortens_the_c_aivs_chain_when_reads_cost():
     """Three C-AIVs: 'redundant' makes the last poll every count before its experts' (all 8 of
     the die's entries); 'split' gives each a chunk and passes one offset along. With a read
-    start of 300 cycles the last C-AIV's CalCumSum ends earlier with 'split'."""
+    start of 300 cycles (copies and scalar reads) the last C-AIV's CalCumSum ends earlier with
+    'split'."""
     ends = {}
     for scan in ("redundant", "split"):
         run, _ = _wide_run({"system": "ubep", "cumsum_scan": scan, "cumsum_aivs": 3},
-                           {"read_extra": 300})
+                           {"read_extra": 300, "poll_extra": 300})
         ends[scan] = max(t["cumsum"] for key, t in run.check["phases"].items() if "cumsum" in t)
     assert ends["split"] < ends["redundant"]
 

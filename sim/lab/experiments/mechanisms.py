@@ -37,28 +37,33 @@ costs ``max(1, ceil(L / lanes)) + 3 + X`` cycles at ``vector_extra = X``
 (:meth:`~epfabric.hw.aiv_core.AIVCore.vector_cycles`), so a row's cycles are ``1 +``
 :data:`VECTOR_REPEAT` ``x`` that (the ``1``: the first MARK), exact.
 
-**Read start** (knob ``read_extra``; the preset's ``read_start_ns``): one AIV runs
-:data:`READ_REPEAT` loads (``lw``) of a word of its own die's memory, then as many polls of
-it whose condition already holds (one read each), each group between two MARKs. Every read
-costs ``1 + R + L`` cycles at ``read_extra = R`` (``L`` the die's local access time, which
-the ``R = 0`` row measures), so a row at ``R`` takes ``READ_REPEAT x R`` cycles more than the
-row at 0, exactly; the row's ``read_ns`` is what one local read (a poll) costs. Then one copy
-of :data:`READ_REPEAT` blocks, an ``ldb`` and ``ldbc`` for the rest (the copy engine: a copy
-pays its start once), takes exactly ``R`` cycles more than at 0.
+**Scalar read and copy start** (knobs ``poll_extra`` and ``read_extra``; the preset's
+``poll_ns`` and ``read_start_ns``): one AIV runs :data:`READ_REPEAT` loads (``lw``) of a word
+of its own die's memory, then as many polls of it whose condition already holds (one read
+each), then one copy of :data:`READ_REPEAT` blocks (an ``ldb``, then ``ldbc`` for the rest),
+each group between two MARKs. A scalar read of global memory (a load, a poll's read) costs
+``1 + P + L`` cycles at ``poll_extra = P`` (``L`` the die's local access time, the system's
+``hbm_latency``, :func:`local_latency`), so a ``poll`` row's ``N`` polls cost
+``N (1 + P + L)``, exactly (:func:`poll_expected`), its loads as much, and its copy what the
+copy costs at ``P = 0``. A copy pays its start once (the copy engine), so a ``read`` row at
+``read_extra = R`` takes exactly ``R`` cycles more for its copy than the row at 0, and its
+loads and polls do not change. The rows' ``read_ns`` is what one local scalar read (a poll)
+costs.
 """
 
+import inspect
 import math
 
 from tabulate import tabulate
 
-from ....hw.aiv_core import READ_EXTRA_BITS, VECTOR_EXTRA_BITS
+from ....hw.aiv_core import POLL_EXTRA_BITS, READ_EXTRA_BITS, VECTOR_EXTRA_BITS
 from ....hw.die import INJECT_DEN
 from ....hw.validate import UserError
 from ...backends import SIMULATORS
 from . import Experiment, Param, int_list, register
 
 __all__ = ["store_streams", "barrier_release", "inject_streams", "vector_runs", "read_runs",
-           "window_expected",
+           "window_expected", "local_latency", "poll_expected",
            "Mechanisms", "EXPERIMENT"]
 
 #: MARK event before the first stream (stream ``k`` ends with ``MARK0 + 1 + k``)
@@ -158,12 +163,12 @@ def vector_runs(*, preset, backend, lengths, extra=None):
 READ_REPEAT = 8
 
 
-def read_runs(*, preset, backend, extra=None):
+def read_runs(*, preset, backend, extra=None, poll_extra=None):
     """``[cycles of the loads, cycles of the polls, cycles of the copy]`` of one AIV's
     :data:`READ_REPEAT` local loads, :data:`READ_REPEAT` satisfied polls and one copy of
     :data:`READ_REPEAT` blocks (an ``ldb``, then ``ldbc``: the copy's start is paid once;
-    module docstring), with the dies' ``read_extra`` knob at ``extra`` (``None``: its reset
-    value, 0)."""
+    module docstring), with the dies' ``read_extra`` knob at ``extra`` and ``poll_extra`` at
+    ``poll_extra`` (``None``: the preset's value, or the knob's reset, 0)."""
     from ....sw.assembler import Program
     from ....sw.isa import address
     from ....sw.machine import Machine
@@ -189,7 +194,10 @@ def read_runs(*, preset, backend, extra=None):
     m.read_back([(0, 1)])
     if extra is not None:
         m.set_knob("read_extra", extra)
-    report = m.run(max_cycles=10_000 + 3 * READ_REPEAT * (extra or 0))
+    if poll_extra is not None:
+        m.set_knob("poll_extra", poll_extra)
+    report = m.run(max_cycles=10_000 + 3 * READ_REPEAT * (m.knobs.get("read_extra", 0)
+                                                         + m.knobs.get("poll_extra", 0)))
     marks = {e["event"]: e["cycle"] for e in report.marks()}
     # each group less its closing MARK's cycle
     return [marks[MARK0 + 1 + g] - marks[MARK0 + g] - 1 for g in range(3)]
@@ -296,24 +304,49 @@ def window_expected(latency, window, blocks):
     return ISSUE + ISSUE * (last - 1) + windows * rtt + 1
 
 
+def local_latency():
+    """``L``: cycles from a local read's request to its answer, the system's ``hbm_latency``
+    (:class:`~epfabric.hw.system.System`; no preset or machine of the experiments sets it)."""
+    from ....hw.system import System
+    return inspect.signature(System).parameters["hbm_latency"].default
+
+
+def poll_expected(poll_extra, latency=None):
+    """Cycles of :data:`READ_REPEAT` satisfied local polls at ``poll_extra = P``:
+    ``N (1 + P + L)`` (one read each; ``L`` :func:`local_latency` unless given)."""
+    latency = local_latency() if latency is None else latency
+    return READ_REPEAT * (1 + poll_extra + latency)
+
+
 def read_check(rows):
-    """``(holds, words)`` of the read rows: each row's loads and polls take
-    :data:`READ_REPEAT` ``x (R - R0)`` cycles more than the first row's (``R0``) and the
-    loads as long as the polls (one read each), exactly."""
+    """``(holds, words)`` of the read rows (``read_extra`` set, ``poll_extra`` not): each
+    row's copy takes ``R - R0`` cycles more than the first row's (``R0``: a copy pays its start
+    once), its loads and polls as many cycles as the first row's (a scalar read does not pay
+    a copy's start), and its loads as long as its polls (one read each), exactly."""
     if not rows:
         return True, ""
     base = rows[0]
-    ok = [r["load_cycles"] - base["load_cycles"] == READ_REPEAT * (r["read_extra"]
-                                                                   - base["read_extra"])
-          and r["poll_cycles"] - base["poll_cycles"] == READ_REPEAT * (r["read_extra"]
-                                                                       - base["read_extra"])
-          and r["load_cycles"] == r["poll_cycles"]
+    ok = [r["load_cycles"] == base["load_cycles"] == r["poll_cycles"] == base["poll_cycles"]
           and r.get("copy_cycles", 0) - base.get("copy_cycles", 0) == (r["read_extra"]
                                                                    - base["read_extra"])
           for r in rows]
     per = ", ".join(f"{r['read_ns']:g} ns at read_extra {r['read_extra']}" for r in rows)
-    return all(ok), (f"{sum(ok)}/{len(rows)} read runs at {READ_REPEAT} x read_extra more "
-                     f"(tolerance: none; a local read {per})")
+    return all(ok), (f"{sum(ok)}/{len(rows)} copy runs at read_extra more once a copy, their "
+                     f"loads and polls unchanged (tolerance: none; a local read {per})")
+
+
+def poll_check(rows):
+    """``(holds, words)`` of the poll rows (``poll_extra = P`` set, ``read_extra`` not): each
+    row's :data:`READ_REPEAT` polls take their closed form ``N (1 + P + L)``
+    (:func:`poll_expected`), its loads as long, and every row's copy as many cycles (a copy
+    does not pay a scalar read's cost), exactly."""
+    if not rows:
+        return True, ""
+    ok = [r["poll_cycles"] == r["expected_cycles"] == r["load_cycles"]
+          and r["copy_cycles"] == rows[0]["copy_cycles"] for r in rows]
+    per = ", ".join(f"{r['poll_cycles']} at poll_extra {r['poll_extra']}" for r in rows)
+    return all(ok), (f"{sum(ok)}/{len(rows)} poll runs at N (1 + P + L), N = {READ_REPEAT} "
+                     f"(tolerance: none; {per}), their copies unchanged")
 
 
 class Mechanisms(Experiment):
@@ -339,6 +372,8 @@ class Mechanisms(Experiment):
         Param("vector_extra", "0,20", "vector_extra values (cycles), comma-separated", str),
         Param("read_extra", "0,5,200", "read_extra values (cycles), comma-separated; the "
               "first is the base the others are measured against", str),
+        Param("poll_extra", "0,5,200", "poll_extra values (cycles), comma-separated; each "
+              "measured against its closed form N (1 + P + L)", str),
     )
 
     def resolve(self, **given):
@@ -353,6 +388,7 @@ class Mechanisms(Experiment):
         int_list("vector_lengths", p["vector_lengths"], hi=4096)
         int_list("vector_extra", p["vector_extra"], lo=0, hi=(1 << VECTOR_EXTRA_BITS) - 1)
         int_list("read_extra", p["read_extra"], lo=0, hi=(1 << READ_EXTRA_BITS) - 1)
+        int_list("poll_extra", p["poll_extra"], lo=0, hi=(1 << POLL_EXTRA_BITS) - 1)
         try:
             limits = [float(g) for g in p["inject"].split(",")]
         except ValueError:
@@ -384,7 +420,9 @@ class Mechanisms(Experiment):
                     "vector_extra": x}
                    for x in int_list("vector_extra", params["vector_extra"], lo=0)]
                 + [{**base, "mechanism": "read", "read_extra": x}
-                   for x in int_list("read_extra", params["read_extra"], lo=0)])
+                   for x in int_list("read_extra", params["read_extra"], lo=0)]
+                + [{**base, "mechanism": "poll", "poll_extra": x}
+                   for x in int_list("poll_extra", params["poll_extra"], lo=0)])
 
     def measure(self, point):
         from ....sw.presets import get_preset
@@ -404,11 +442,15 @@ class Mechanisms(Experiment):
                     "expected_cycles": [1 + VECTOR_REPEAT * AIVCore.vector_cycles(n, VECTOR_LANES, x)
                                         for n in lengths]}
         preset = get_preset(point["preset"])
-        if point["mechanism"] == "read":
+        if point["mechanism"] in ("read", "poll"):
             loads, polls, copy = read_runs(preset=preset.name, backend=point["backend"],
-                                           extra=point["read_extra"])
-            return {**point, "load_cycles": loads, "poll_cycles": polls, "copy_cycles": copy,
-                    "read_ns": preset.ns(polls / READ_REPEAT)}
+                                           extra=point.get("read_extra", 0),
+                                           poll_extra=point.get("poll_extra", 0))
+            out = {**point, "load_cycles": loads, "poll_cycles": polls, "copy_cycles": copy,
+                   "read_ns": preset.ns(polls / READ_REPEAT)}
+            if point["mechanism"] == "poll":
+                out["expected_cycles"] = poll_expected(point["poll_extra"])
+            return out
         if point["mechanism"] == "inject":
             g = point["inject_gbytes_s"]
             rate = None if g is None else preset.replace(die_injection_gbytes_s=g).inject_rate()
@@ -435,7 +477,9 @@ class Mechanisms(Experiment):
         the window (the knob limits block stores only), every hardware SyncAll releases
         exactly ``syncall_cycles + 1`` cycles after its last arrival, and each injection
         limit's extra blocks take their bytes over the rate (2 % + 4 cycles: the credit's
-        burst and rounding)."""
+        burst and rounding), every vector run and every poll run is at its closed form, and a
+        copy pays ``read_extra`` once while scalar reads do not (:func:`read_check`,
+        :func:`poll_check`; no tolerance)."""
         streams = [r for r in rows if r.get("mechanism") == "store_window"]
         bars = [r for r in rows if r.get("mechanism") == "syncall" and r["kind"] == "hard"]
         closed = [r for r in streams if r["expected_cycles"] is not None]
@@ -455,8 +499,10 @@ class Mechanisms(Experiment):
         vec_ok = all(r["cycles"] == r["expected_cycles"] for r in vec)
         reads = [r for r in rows if r.get("mechanism") == "read"]
         reads_ok, read_words = read_check(reads)
+        polls = [r for r in rows if r.get("mechanism") == "poll"]
+        polls_ok, poll_words = poll_check(polls)
         return (not bad and words and bool(closed) and bars_ok and not off and vec_ok
-                and reads_ok,
+                and reads_ok and polls_ok,
                 f"{len(closed) - len(bad)}/{len(closed)} block streams at the window's closed "
                 f"form (tolerance: none; {'inside' if not bad else 'OUTSIDE'}); word "
                 f"stores {'do not depend' if words else 'DEPEND'} on the window; "
@@ -468,7 +514,8 @@ class Mechanisms(Experiment):
                 + (f"; {sum(r['cycles'] == r['expected_cycles'] for r in vec)}/{len(vec)} vector "
                    f"runs at ceil(L/lanes) + 3 + vector_extra a vsum (tolerance: none)"
                    if vec else "")
-                + (f"; {read_words}" if reads else ""))
+                + (f"; {read_words}" if reads else "")
+                + (f"; {poll_words}" if polls else ""))
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots
@@ -532,6 +579,11 @@ class Mechanisms(Experiment):
                             f"then {READ_REPEAT} poll, then a {READ_REPEAT}-block copy",
                             f"{r['load_cycles']},{r['poll_cycles']},{r.get('copy_cycles')}",
                             "", f"{r['read_ns']:g} ns a read"))
+            elif r["mechanism"] == "poll":
+                out.append((r["mechanism"], f"poll_extra {r['poll_extra']}, {READ_REPEAT} poll "
+                            f"(N (1 + P + L)); {READ_REPEAT} lw, a {READ_REPEAT}-block copy",
+                            str(r["poll_cycles"]), str(r["expected_cycles"]),
+                            f"lw {r['load_cycles']}, copy {r['copy_cycles']}"))
             elif r["mechanism"] == "inject":
                 exp = r["expected_cycles"]
                 out.append((r["mechanism"], f"{r['inject_gbytes_s'] or 'no'} limit, "
