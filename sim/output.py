@@ -79,6 +79,8 @@ def log_event(**fields):
         line = {k: v() if callable(v) else v for k, v in fields.items()}
         line = {k: round(v, 2) if isinstance(v, float) else v for k, v in line.items()}
         line["test"] = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            line["worker"] = os.environ["PYTEST_XDIST_WORKER"]
         with open(log, "a") as f:
             f.write(json.dumps(line) + "\n")
 
