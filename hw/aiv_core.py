@@ -23,6 +23,7 @@ from .aiv_lsu import (ACK_COUNT_BITS, MAX_WINDOW, POLL_EXTRA_BITS, READ_EXTRA_BI
 from .aiv_scalar import ScalarUnit
 from .aiv_units import MAX_UBUF_ROWS
 from .aiv_vector import MAX_LANES, VECTOR_EXTRA_BITS, VectorSequencer, check_lanes, vector_max_len
+from .signature import check_other_params
 from .isa import INC_COUNTERS, RANK_BITS, Opcode, insn_layout
 from .validate import UserError, check_bool, check_int, check_multiple, check_pow2
 from .vector_unit import VectorUnit
@@ -309,7 +310,24 @@ class AIVCore(wiring.Component):
         self.data_bytes, self.lanes, self.width = data_bytes, lanes, width
         self.max_outstanding = max_outstanding
         self.max_len = vector_max_len(ubuf_rows, width)
-        super().__init__({
+        super().__init__(self.signature_for(
+            core_id=core_id, imem_depth=imem_depth, data_bytes=data_bytes,
+            max_outstanding=max_outstanding, inc=inc, ep=ep, ep_dies=self.ep_dies))
+        self.state = Signal(_State, name="state")
+        self.insn = Signal(insn_layout(), name="insn")   # the instruction at pc, for waveforms
+
+    @classmethod
+    def signature_for(cls, *, core_id=0, imem_depth=256, data_bytes=64, max_outstanding=15,
+                      inc=False, ep=False, ep_dies=32, **others):
+        """The signature of a core of these parameters (the constructor's), without building
+        it: what a die that instantiates a shared core module wires, so the core is built only
+        when its Verilog is converted. The parameters that shape no port are the
+        constructor's to check."""
+        check_other_params(cls, others)
+        check_pow2("imem_depth", imem_depth, 2, 65536)
+        check_int("max_outstanding", max_outstanding, 1, MAX_WINDOW)
+        check_int("ep_dies", ep_dies, 1, 64)
+        return wiring.Signature({
             "imem_w": In(imem_write_signature(imem_depth)),
             "start": In(1),
             "store_window": In(range(max_outstanding + 1), init=max_outstanding),
@@ -318,7 +336,7 @@ class AIVCore(wiring.Component):
             "poll_extra": In(POLL_EXTRA_BITS),
             "rank": In(RANK_BITS),
             "mem_req": Out(stream.Signature(mem_req_layout(
-                data_bytes, mask=ep and ep_mask_bits(self.ep_dies)))),
+                data_bytes, mask=ep and ep_mask_bits(ep_dies)))),
             "mem_rsp": In(stream.Signature(mem_rsp_layout(data_bytes))),
             "trace": Out(stream.Signature(trace_layout)),
             "halted": Out(1),
@@ -336,8 +354,6 @@ class AIVCore(wiring.Component):
                 "inc_counts": In(32).array(len(INC_COUNTERS)),
                 "cube_req": Out(1), "cube_done": In(1)} if inc else {}),
         })
-        self.state = Signal(_State, name="state")
-        self.insn = Signal(insn_layout(), name="insn")   # the instruction at pc, for waveforms
 
     @staticmethod
     def vector_cycles(length, lanes, extra=0):

@@ -305,7 +305,8 @@ class System(wiring.Component):
             # Verilog with one shared die module: each rank is an instance of it, wired
             # through an interface object with the die's signature; the die and core
             # modules are built only when converted (their Verilog may be cached).
-            core = Part(AIVCore, core_id=None, **Die.core_params_of(die_params))
+            core_params = dict(core_id=None, **Die.core_params_of(die_params))
+            core = Part(AIVCore, signature=AIVCore.signature_for(**core_params), **core_params)
             die = Part(Die, signature=Die.signature_for(rank=None, **die_params), rank=None,
                        core_module=shared.module(CORE_MODULE, core, inner=True), **die_params)
             self.die_module = shared.module(DIE_MODULE, die)
