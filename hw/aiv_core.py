@@ -23,7 +23,7 @@ from .aiv_lsu import (ACK_COUNT_BITS, MAX_WINDOW, POLL_EXTRA_BITS, READ_EXTRA_BI
 from .aiv_scalar import ScalarUnit
 from .aiv_units import MAX_UBUF_ROWS
 from .aiv_vector import MAX_LANES, VECTOR_EXTRA_BITS, VectorSequencer, check_lanes, vector_max_len
-from .signature import check_other_params
+from .signature import ParamSignature, check_other_params
 from .isa import INC_COUNTERS, RANK_BITS, Opcode, insn_layout
 from .validate import UserError, check_bool, check_int, check_multiple, check_pow2
 from .vector_unit import VectorUnit
@@ -321,13 +321,16 @@ class AIVCore(wiring.Component):
                       inc=False, ep=False, ep_dies=32, **others):
         """The signature of a core of these parameters (the constructor's), without building
         it: what a die that instantiates a shared core module wires, so the core is built only
-        when its Verilog is converted. The parameters that shape no port are the
-        constructor's to check."""
+        when its Verilog is converted, and what a testbench of the core's Verilog drives. A
+        :class:`~epfabric.hw.signature.ParamSignature` with ``data_bytes``,
+        ``max_outstanding``, ``imem_depth``, ``inc`` and ``ep`` (what the core testbenches
+        read). The
+        parameters that shape no port are the constructor's to check."""
         check_other_params(cls, others)
         check_pow2("imem_depth", imem_depth, 2, 65536)
         check_int("max_outstanding", max_outstanding, 1, MAX_WINDOW)
         check_int("ep_dies", ep_dies, 1, 64)
-        return wiring.Signature({
+        return ParamSignature({
             "imem_w": In(imem_write_signature(imem_depth)),
             "start": In(1),
             "store_window": In(range(max_outstanding + 1), init=max_outstanding),
@@ -353,7 +356,8 @@ class AIVCore(wiring.Component):
             **({"inc_post": Out(stream.Signature(inc_post_layout)),
                 "inc_counts": In(32).array(len(INC_COUNTERS)),
                 "cube_req": Out(1), "cube_done": In(1)} if inc else {}),
-        })
+        }, data_bytes=data_bytes, max_outstanding=max_outstanding, imem_depth=imem_depth,
+           inc=inc, ep=ep)
 
     @staticmethod
     def vector_cycles(length, lanes, extra=0):
