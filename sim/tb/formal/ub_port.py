@@ -249,8 +249,15 @@ PROPERTIES = {
         params={"patience": 3},
         gtkw=("req_pending", "req_age", "req_op", "resp_waited", "mem.o_resp__valid",
               "mem.o_resp__ready")),
+    "ub_port.response_tight": FormalProperty(
+        UBResponse, mode="bmc", depth=7, expect="fail", slow=True,
+        doc="ub_port.response claimed one cycle tighter (4): the solver finds the fetch-add "
+            "answered at 5 (the claim alone, no invariants)",
+        params={"patience": 3, "bound": 4, "invariants": False},
+        gtkw=("req_pending", "req_age", "req_op", "resp_waited", "mem.o_resp__valid",
+              "mem.o_resp__ready")),
     "ub_port.response_unfair": FormalProperty(
-        UBResponse, mode="bmc", depth=8, expect="fail",
+        UBResponse, mode="bmc", depth=8, expect="fail", slow=True,
         doc="ub_port.response without the fairness assumption: the solver finds a consumer "
             "that starves an answer past 5 cycles",
         params={"patience": None, "bound": 5, "invariants": False},
