@@ -162,7 +162,9 @@ class LinkLatency(Harness):
 class LinkResponse(Harness):
     """Harness: any traffic, a fair receiver; one tracked flit must leave within ``bound`` cycles.
 
-    Why *N* = *D* x *M* - 1 (*D*: ring depth, *M*: patience, when *D* > *L*):
+    Why *N* = *D* x *M* - 1 (*D*: ring depth, *M*: patience, *L*: latency;
+    with *D* > *L*, as the default depth has; in general max(*D* x *M* - 1,
+    *L* + *M* - 1), the second for a flit alone in the link):
     a flit accepted at cycle *t* finds at most *D* - 1 flits ahead of it
     (``i_stream.ready`` needs a free slot); the ring pops in order, one flit
     per ready cycle whose head is released, and every flit is released *L*
@@ -189,7 +191,7 @@ class LinkResponse(Harness):
         *M*: the receiver is ready at least once in every ``patience`` cycles;
         ``None``: no fairness (the negative control).
     bound : int or None
-        *N* (default *D* x *M* - 1).
+        *N* (default max(*D* x *M* - 1, *L* + *M* - 1)).
     invariants : bool
         Also assert the invariants that make the claim inductive.
     """
@@ -199,7 +201,8 @@ class LinkResponse(Harness):
         self.link = Link(payload=flit_layout(ranks=2, data_bits=2), latency=latency,
                          burst=burst)
         self.patience, self.invariants = patience, invariants
-        self.bound = bound if bound is not None else self.link.depth * (patience or 1) - 1
+        depth, m_ = self.link.depth, patience or 1
+        self.bound = bound if bound is not None else max(depth * m_ - 1, latency + m_ - 1)
 
     def check(self, m):
         link = self.link

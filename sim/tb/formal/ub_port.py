@@ -242,7 +242,7 @@ PROPERTIES = {
               "mem.commit_beat", "obs0_w0", "obs0_w3", "obs0_w4", "obs0_w7", "obs0_torn",
               "obs1_w0", "obs1_w3", "obs1_w4", "obs1_w7", "obs1_torn")),
     "ub_port.response": FormalProperty(
-        UBResponse, mode="prove", depth=6, cover_depth=8, expect="pass",
+        UBResponse, mode="prove", depth=6, cover_depth=8, expect="pass", slow=True,
         doc="UB port + HBM (read latency 2), any requests, answers taken at least once every 3 "
             "cycles: every accepted request's answer is handed over within 5 cycles "
             "(L + 1 for a fetch-add's answer, then at most M - 1 refusals)",
