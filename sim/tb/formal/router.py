@@ -81,6 +81,7 @@ from ....hw.router_answers import AckCoalescer
 from ....hw.router_flit import answer_layout
 from ....hw.ub_port import UBOp
 from . import Elaborated, FormalProperty, FragmentSignals, Harness
+from .fairness import fair_ready, response_age
 
 __all__ = ["AckAccounting", "RestartLoser", "AnswerAccounting", "OverAdmitter", "StallDropper",
            "PROPERTIES"]
@@ -122,13 +123,28 @@ class AckAccounting(Harness):
         Check the broken :class:`RestartLoser` instead.
     invariants : bool
         Also assert the invariants that make the property inductive.
+    patience : int or None
+        Also claim the bounded response (:meth:`response`): ``ack`` is taken
+        at least once in every ``patience`` cycles, and every store is
+        acknowledged within ``bound`` cycles. ``None``: no such claim, any
+        back-pressure.
+    bound : int or None
+        The response claimed (default (``ranks`` - 1) x ``aivs`` x ``patience``).
+    unfair : bool
+        With ``patience``: drop the fairness assumption (the negative control).
+    claim_only : bool
+        With ``patience``: assert the bounded response only, not the
+        accounting (``router.acks`` proves it; a deep BMC of it is slow).
     """
 
     def __init__(self, *, ranks=3, aivs=2, max_outstanding=3, rank=0, lose_restart=False,
-                 invariants=True):
+                 invariants=True, patience=None, bound=None, unfair=False, claim_only=False):
         super().__init__()
         self.ranks, self.aivs, self.max_outstanding = ranks, aivs, max_outstanding
         self.rank = rank
+        self.patience, self.unfair, self.claim_only = patience, unfair, claim_only
+        self.bound = bound if bound is not None or patience is None else \
+            (ranks - 1) * aivs * patience
         self.coalescer = AckCoalescer(ranks=ranks, aivs=aivs, max_outstanding=max_outstanding)
         self.lose_restart, self.invariants = lose_restart, invariants
 
@@ -148,8 +164,12 @@ class AckAccounting(Harness):
         store, ack = dut.store, dut.ack
         m.d.comb += [store.valid.eq(AnySeq(1)),
                      store.payload.src.eq(AnySeq(len(store.payload.src))),
-                     store.payload.core.eq(AnySeq(core_bits)),
-                     ack.ready.eq(AnySeq(1))]
+                     store.payload.core.eq(AnySeq(core_bits))]
+        if self.patience is None:
+            m.d.comb += ack.ready.eq(AnySeq(1))
+        else:
+            waited = fair_ready(m, ack.ready, patience=None if self.unfair else self.patience,
+                                name="ack")
         # remote stores come from the cores of the other ranks (UBArbiter:
         # store.valid = remote & store & ~tag_noack)
         used = [(i >> core_bits) < self.ranks and (i >> core_bits) != self.rank
@@ -169,13 +189,17 @@ class AckAccounting(Harness):
             with m.If(st):
                 # the cores' store window: no more than `window` stores un-acked
                 m.d.comb += Assume(out[i] < window)
-            with m.If(ak):
+            with m.If(ak & (not self.claim_only)):
                 m.d.comb += [Assert(ack.payload.count >= 1, f"entry {i}: empty ack"),
                              Assert(ack.payload.count <= out[i],
                                     f"entry {i}: more stores acked than were committed")]
             m.d.sync += out[i].eq(out[i] + st - Mux(ak, ack.payload.count, 0))
         # non-vacuity: an ack of 2 stores at once
         m.d.comb += Cover(sent & (ack.payload.count == 2))
+        if self.patience is not None:
+            pending, age, tracked = self.response(m, store, st_idx, sent, ack_idx)
+        if self.claim_only:
+            return
 
         # read ports of the harness's own on the elaborated table and FIFO
         owed = []
@@ -220,6 +244,64 @@ class AckAccounting(Harness):
         # other ranks' cores are fewer than the table's entries, it never
         # fills, so a re-push in the cycle of a pop always has room.
         m.d.comb += Assert(level == sum(q for q in queued), "inv: FIFO holds only owed entries")
+        if self.patience is not None:
+            self.response_invariants(m, pending, age, tracked, out, live, slots, consume, waited)
+
+    def response(self, m, store, st_idx, sent, ack_idx):
+        """The bounded response: a store chosen by the solver is acknowledged within ``bound``.
+
+        Why (*E* = (``ranks`` - 1) x ``aivs``, the remote cores; *M* =
+        ``patience``): a store of entry *e* committed in cycle *t* is
+        acknowledged by the first ack of *e* after *t* (an ack sent in cycle
+        *t* carries the count from before it). From *t* + 1 on, *e* is queued
+        (owed, so in the FIFO, once), at most *E* - 1 entries ahead of it; each
+        cycle in which ``ack`` is taken pops the head. The worst: *e*'s own
+        previous ack leaves in cycle *t* (the store re-queues *e* behind the
+        *E* - 1 others), then ``ack`` is taken only every *M*-th cycle: *e*'s
+        ack is the *E*-th, *E* x *M* cycles after *t*.
+        """
+        tracked = Signal(len(st_idx), name="tracked_entry")
+        pick = Signal(name="pick")
+        done = Signal(name="tracked_acked")
+        pending, age = response_age(m, start=store.valid & pick, done=done, bound=self.bound,
+                                    name="store")
+        m.d.comb += [pick.eq(AnySeq(1) & ~pending), done.eq(pending & sent & (ack_idx == tracked))]
+        with m.If(store.valid & pick):
+            m.d.sync += tracked.eq(st_idx)
+        m.d.comb += [Assert(~pending | (age <= self.bound), "a store not acknowledged in time"),
+                     Cover(done & (age == self.bound))]
+        return pending, age, tracked
+
+    def response_invariants(self, m, pending, age, tracked, out, live, slots, consume, waited):
+        """The tracked entry's budget: ``age`` + (*M* - 1 - ``waited``) + *M* x its place <= ``bound``.
+
+        While the tracked store is un-acknowledged its entry is owed (so
+        queued, once: :meth:`check`'s invariants) at place *q* from the
+        FIFO's head; it is acked in the (*q* + 1)-th cycle that takes ``ack``
+        from now, the first at most *M* - 1 - ``waited`` cycles away and each
+        next within *M*. A taken ack lowers *q* (``waited`` restarts at 0: *M*
+        - 1 < *M* - ``waited``); a refusal raises ``waited``; an entry queued
+        later goes behind. On the store's cycle (*t*), the entry's place at
+        *t* + 1 is at most *E* - 1, and *E* - 1 only if an ack left at *t*
+        (the entry was the head, acked and re-queued): then ``waited`` = 0
+        and the budget is exactly *E* x *M*.
+        """
+        M, N = self.patience, self.bound
+        depth = len(slots)
+        off = _offset(depth)
+        owed = Signal(len(out[0]), name="tracked_out")
+        for i, o in enumerate(out):
+            with m.If(tracked == i):
+                m.d.comb += owed.eq(o)
+        place = Signal(range(depth), name="tracked_place")
+        for j in range(depth):
+            with m.If(live[j] & (slots[j] == tracked)):
+                m.d.comb += place.eq(off(j, consume))
+        with m.If(pending):
+            m.d.comb += [Assert(age >= 1, "inv: age of a tracked store"),
+                         Assert(owed != 0, "inv: the tracked store is owed"),
+                         Assert(age + M - 1 - waited + place * M <= N,
+                                "inv: the tracked entry's budget")]
 
 
 def _offset(depth):
@@ -511,6 +593,29 @@ PROPERTIES = {
         params={},
         gtkw=("out0", "out1", "out2", "out3", "dut.ack__valid", "dut.ack__ready",
               "dut.ack__payload")),
+    "router.ack_response": FormalProperty(
+        AckAccounting, mode="prove", depth=4, cover_depth=17, expect="pass", slow=True,
+        doc="router's store-ack coalescer, 3 ranks x 2 cores (4 remote), ack taken at least "
+            "once every 2 cycles: every remote store is acknowledged within 8 cycles (E x M: "
+            "its entry re-queued behind the 3 others)",
+        params={"patience": 2},
+        gtkw=("pick", "tracked_entry", "store_pending", "store_age", "tracked_place",
+              "ack_waited", "dut.ack__valid", "dut.ack__ready")),
+    "router.ack_response_tight": FormalProperty(
+        AckAccounting, mode="bmc", depth=17, expect="fail", slow=True,
+        doc="router.ack_response claimed one cycle tighter (7): the solver finds the store "
+            "acknowledged at 8 (the claim alone, no invariants)",
+        params={"patience": 2, "bound": 7, "invariants": False, "claim_only": True},
+        gtkw=("pick", "tracked_entry", "store_pending", "store_age", "ack_waited",
+              "dut.ack__valid", "dut.ack__ready")),
+    "router.ack_response_unfair": FormalProperty(
+        AckAccounting, mode="bmc", depth=12, expect="fail", slow=True,
+        doc="router.ack_response without the fairness assumption: the solver finds an ack "
+            "consumer that keeps a store unacknowledged past 8 cycles",
+        params={"patience": 2, "bound": 8, "unfair": True, "invariants": False,
+                "claim_only": True},
+        gtkw=("pick", "tracked_entry", "store_pending", "store_age", "dut.ack__valid",
+              "dut.ack__ready")),
     "router.answers": FormalProperty(
         AnswerAccounting, mode="prove", depth=4, cover_depth=10, expect="pass",
         doc="whole die router, 2 ranks x 1 core, RSP queue of 2, read latency 2, any core "
