@@ -79,12 +79,13 @@ from ....hw.aiv_core import MemOp
 from ....hw.router import DieRouter, FlitKind
 from ....hw.router_answers import AckCoalescer
 from ....hw.router_flit import answer_layout
+from ....hw.router_tx import TxMux
 from ....hw.ub_port import UBOp
 from . import Elaborated, FormalProperty, FragmentSignals, Harness
 from .fairness import fair_ready, response_age
 
 __all__ = ["AckAccounting", "RestartLoser", "AnswerAccounting", "OverAdmitter", "StallDropper",
-           "PROPERTIES"]
+           "TxResponse", "PROPERTIES"]
 
 
 class RestartLoser(wiring.Component):
@@ -584,6 +585,74 @@ class AnswerAccounting(Harness):
             m.d.comb += Assert(~shown, "inv: UB answer shown with nothing outstanding")
 
 
+class TxResponse(Harness):
+    """Harness: the router's ``tx`` (:class:`~epfabric.hw.router_tx.TxMux`) under a fair fabric.
+
+    Its sources -- the RSP queue's head (data answers), the store acks, each
+    core's remote requests -- offer flits at any time and, as streams must,
+    keep a flit offered until ``tx`` takes it (``Assume``); ``tx`` is ready
+    at least once every *M* cycles. Claim: every offered flit is taken at
+    most *N* = *S* x *M* - 1 cycles after it was first offered (*S* = 2 +
+    ``aivs`` sources).
+
+    Why: ``tx`` is a round robin over the *S* sources, its pointer moving
+    past each grant when ``tx`` takes it. A waiting source *s* is granted
+    once the pointer reaches it, and each taken flit moves the pointer past
+    the grantee, which lies between the pointer and *s*: at most *S* - 1
+    flits go first, one per ready cycle of ``tx``. The budget
+    ``waited``-adjusted: *M* - 1 - ``waited`` to the next ready cycle, plus
+    *M* per source ahead, (*s* - pointer) mod *S*.
+
+    Parameters
+    ----------
+    aivs : int
+        Cores per die (*S* = 2 + ``aivs``).
+    patience : int or None
+        *M*; ``None`` drops the fairness (the negative control).
+    bound : int or None
+        *N* (default *S* x *M* - 1).
+    invariants : bool
+        Also assert the budget per source.
+    """
+
+    def __init__(self, *, aivs=2, patience=2, bound=None, invariants=True):
+        super().__init__()
+        self.count = 2 + aivs
+        self.patience, self.invariants = patience, invariants
+        self.bound = bound if bound is not None else self.count * (patience or 1) - 1
+        self.mux = TxMux(ranks=2, aivs=aivs, hbm_blocks=2, data_bytes=32, max_outstanding=3)
+
+    def check(self, m):
+        mux, n, N = self.mux, self.count, self.bound
+        m.submodules.tx_mux = blk = Elaborated(mux)
+        m.d.comb += mux.rank.eq(0)
+        waited = fair_ready(m, mux.tx.ready, patience=self.patience, name="tx")
+        ptr = blk.sub("tx_arb")["ptr"]
+        sources = [("answers", mux.answers), ("acks", mux.acks),
+                   *((f"core{i}", r) for i, r in enumerate(mux.requests))]
+        for s, (name, src) in enumerate(sources):
+            age = Signal(range(N + 2), name=f"{name}_age")   # cycles offered and not taken
+            taken = src.valid & src.ready
+            m.d.comb += [src.valid.eq(AnySeq(1)),
+                         src.payload.eq(AnySeq(len(src.payload.as_value()))),
+                         # the stream contract: an offered flit stays offered until taken
+                         Assume((age == 0) | src.valid)]
+            with m.If(src.valid & ~taken & (age != N + 1)):
+                m.d.sync += age.eq(age + 1)
+            with m.Elif(taken):
+                m.d.sync += age.eq(0)
+            m.d.comb += [Assert(age <= N, f"{name}: a flit not taken in time"),
+                         Cover(taken & (age == N))]
+            if self.invariants:
+                ahead = Mux(ptr <= s, s - ptr, s + n - ptr)     # sources the pointer reaches first
+                with m.If(src.valid):
+                    m.d.comb += Assert(age + self.patience - 1 - waited + ahead * self.patience
+                                       <= N, f"inv: {name}'s budget")
+        if self.invariants:
+            # the pointer is a grant index + 1, wrapped
+            m.d.comb += Assert(ptr < n, "inv: tx pointer")
+
+
 PROPERTIES = {
     "router.acks": FormalProperty(
         AckAccounting, mode="prove", depth=4, cover_depth=8, expect="pass",
@@ -616,6 +685,28 @@ PROPERTIES = {
                 "claim_only": True},
         gtkw=("pick", "tracked_entry", "store_pending", "store_age", "dut.ack__valid",
               "dut.ack__ready")),
+    "router.tx_response": FormalProperty(
+        TxResponse, mode="prove", depth=2, cover_depth=10, expect="pass", slow=True,
+        doc="router's tx (round robin over data answers, store acks and 2 cores' requests), tx "
+            "ready at least once every 2 cycles: every offered flit is taken within 7 cycles "
+            "(S x M - 1: the other 3 sources first, one per ready cycle)",
+        params={"aivs": 2, "patience": 2},
+        gtkw=("answers_age", "acks_age", "core0_age", "core1_age", "tx_waited",
+              "tx_mux.tx__valid", "tx_mux.tx__ready")),
+    "router.tx_response_tight": FormalProperty(
+        TxResponse, mode="bmc", depth=10, expect="fail", slow=True,
+        doc="router.tx_response claimed one cycle tighter (6): the solver finds the flit taken "
+            "at 7 (the claim alone, no invariants)",
+        params={"aivs": 2, "patience": 2, "bound": 6, "invariants": False},
+        gtkw=("answers_age", "acks_age", "core0_age", "core1_age", "tx_waited",
+              "tx_mux.tx__valid", "tx_mux.tx__ready")),
+    "router.tx_response_unfair": FormalProperty(
+        TxResponse, mode="bmc", depth=10, expect="fail", slow=True,
+        doc="router.tx_response without the fairness assumption: the solver finds a fabric that "
+            "keeps a flit waiting past 7 cycles",
+        params={"aivs": 2, "patience": None, "bound": 7, "invariants": False},
+        gtkw=("answers_age", "acks_age", "core0_age", "core1_age", "tx_mux.tx__valid",
+              "tx_mux.tx__ready")),
     "router.answers": FormalProperty(
         AnswerAccounting, mode="prove", depth=4, cover_depth=10, expect="pass",
         doc="whole die router, 2 ranks x 1 core, RSP queue of 2, read latency 2, any core "
