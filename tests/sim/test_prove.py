@@ -98,6 +98,42 @@ def test_router_answers_claim_catches_broken_routers(broken, tmp_path):
     assert o.result == "counterexample" and not o.ok
 
 
+#: the bounded-response ("nothing starves") properties and their bound N (argued in each
+#: harness's docstring): each proved by k-induction under a fairness assumption, with a
+#: `_tight` (N - 1) and an `_unfair` (the fairness assumption dropped) variant that must each
+#: give a counterexample (the answer path of the whole router has no `_tight`: a 14-cycle BMC
+#: of the router is too slow to keep)
+RESPONSE = {"ub_port.response": 5, "link.response": 9, "switch.fair_response": 9,
+            "router.ack_response": 8, "router.tx_response": 7, "router.answer_response": 11,
+            "inc_engine.ag_response": 5}
+
+
+@pytest.mark.parametrize("name", sorted(RESPONSE))
+def test_bounded_response_has_its_negative_controls(name):
+    claim, bound = PROPS[name], RESPONSE[name]
+    assert claim.mode == "prove" and claim.expect == "pass"
+    assert f"within {bound} cycles" in claim.doc
+    assert claim.params.get("bound", bound) == bound
+    controls = {"_unfair": {"bound": bound}}
+    if name != "router.answer_response":
+        controls["_tight"] = {"bound": bound - 1}
+    for suffix, change in controls.items():
+        other = PROPS[name + suffix]
+        assert other.expect == "fail" and other.harness is claim.harness
+        # the control checks the claim alone (no invariants), with one change
+        assert other.params.get("invariants") is False
+        assert all(other.params[k] == v for k, v in change.items())
+        unfair = other.params.get("patience", 1) is None or other.params.get("unfair", False)
+        assert unfair == (suffix == "_unfair")
+
+
+def test_fair_ready_rejects_a_bad_patience():
+    from amaranth.hdl import Module, Signal
+    from epfabric.sim.tb.formal.fairness import fair_ready
+    with pytest.raises(ValueError, match="patience must be a positive integer or None, not 0"):
+        fair_ready(Module(), Signal(), patience=0, name="x")
+
+
 def test_every_block_has_a_negative_control():
     blocks = {n.split(".")[0] for n, p in PROPS.items() if p.expect == "pass"}
     assert blocks <= {n.split(".")[0] for n in BROKEN}

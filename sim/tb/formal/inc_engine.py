@@ -1,4 +1,4 @@
-"""Formal harness of the INC engine: a reduced chunk is the sum of its contributions, delivered once.
+"""Formal harness of the INC engine: a reduced chunk is the sum of its contributions, delivered once; AG copies leave in time.
 
 :class:`IncReduce` offers the :class:`~epfabric.hw.inc_engine.IncEngine`
 arbitrary flits (AG, RS and BARRIER messages of any root, chunk and epoch,

@@ -1,4 +1,4 @@
-"""Formal harness of a link: the credit limiter's rate bound and the exact latency (docs/spec/design.md time model).
+"""Formal harness of a link: the credit limiter's rate bound, the exact latency (docs/spec/design.md time model) and the bounded response.
 
 :class:`LinkRate` offers flits to a :class:`~epfabric.hw.link.Link` in
 arbitrary cycles, with arbitrary back-pressure on its output, and measures
@@ -168,16 +168,19 @@ class LinkResponse(Harness):
     a flit accepted at cycle *t* finds at most *D* - 1 flits ahead of it
     (``i_stream.ready`` needs a free slot); the ring pops in order, one flit
     per ready cycle whose head is released, and every flit is released *L*
-    cycles after its acceptance whatever the receiver does. If every flit
-    ahead is old (released), the receiver's worst is to have been ready at
-    *t* - 1 (the pop that made room) and then ready only every *M*-th
-    cycle: the *D* - 1 flits ahead leave at *t* + 1 + 2k (for *M* = 2) ...,
-    the tracked one with the *D*-th ready cycle, *D* x *M* - 1 cycles after
-    *t*. Young flits ahead (not yet released, ready cycles wasted on them)
-    cannot do worse: *k* flits accepted after the head arrived in distinct
-    cycles, so an unreleased head has at most *L* - 1 flits behind it and
-    the wait is at most *L* x *M* <= *D* x *M* - 1. The rate limiter only
-    gates acceptance, so a limited link obeys the same bound.
+    cycles after its acceptance whatever the receiver does. With every flit
+    ahead released, the worst is *D* - 1 of them and ready cycles *M* apart
+    from the first one after *t*: the tracked flit leaves with the *D*-th,
+    at most *D* x *M* - 1 cycles after *t* (the ready cycle that made room at
+    *t* - 1 leaves the next one at most *M* away; a ready cycle at *t* would
+    pop one of the *D* - 1). A ready cycle wasted on an unreleased head
+    cannot make it worse: the flits behind that head arrived after it, one
+    per cycle at most, so at most *L* - 1 do, and the wait is then at most
+    *L* x *M* <= *D* x *M* - 1. Tight (the cover and ``link.response_tight``):
+    a ring refilled as fast as it drains, then ready every *M*-th cycle. The
+    rate limiter only gates acceptance (it spaces the flits ahead out), so
+    the argument holds for a limited link whose depth exceeds its latency;
+    the proof here is of an unlimited one.
 
     The induction invariant (:meth:`response_invariants`) is this argument
     per flit ahead of the tracked one.

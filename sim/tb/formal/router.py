@@ -67,6 +67,21 @@ router whose admission rule forgets the UB answer entering the queue in the
 same cycle (the queue overflows, an answer is lost); ``drop_on_stall=True``
 puts :class:`StallDropper` after ``tx``, a broken drain that pops a data
 answer while ``tx`` is back-pressured.
+
+Bounded response (nothing starves), each under a consumer that is ready at
+least once every *M* cycles (:func:`~epfabric.sim.tb.formal.fairness.fair_ready`)
+and proved by k-induction with a budget invariant; each has a ``_tight``
+(one cycle less must fail) and an ``_unfair`` (no fairness must fail) control:
+
+* ``router.ack_response`` -- every remote store is acknowledged within
+  *E* x *M* cycles (*E*: the remote cores; :meth:`AckAccounting.response`);
+* ``router.tx_response`` -- every flit the RSP queue, the acks or a core
+  offers ``tx`` is taken within *S* x *M* - 1 cycles (*S* sources;
+  :class:`TxResponse`);
+* ``router.answer_response`` -- in the whole router, every data answer
+  admitted to the RSP queue leaves on ``tx`` within ``rsp_depth`` x *S* x *M*
+  - 1 cycles (:meth:`AnswerAccounting.response_invariants`); an upper bound,
+  not shown tight, and with an ``_unfair`` control only.
 """
 
 from amaranth.asserts import AnyConst, AnySeq
@@ -383,17 +398,30 @@ class AnswerAccounting(Harness):
         Put the broken :class:`StallDropper` after ``tx``.
     invariants : bool
         Also assert the invariants that make the property inductive.
+    patience : int or None
+        Also claim the bounded response (:meth:`response_invariants`): ``tx``
+        is ready at least once every ``patience`` cycles and the followed
+        answer leaves within ``bound`` cycles of its admission. ``None``: no
+        such claim, any back-pressure.
+    bound : int or None
+        The response claimed (default ``rsp_depth`` x *S* x ``patience`` - 1,
+        *S* = 2 + ``aivs`` sources of ``tx``).
+    unfair : bool
+        With ``patience``: drop the fairness assumption (the negative control).
     """
 
     def __init__(self, *, ranks=2, aivs=1, hbm_blocks=2, data_bytes=32, hbm_latency=2,
                  rsp_depth=2, max_outstanding=1, ignore_entering=False, drop_on_stall=False,
-                 invariants=True):
+                 invariants=True, patience=None, bound=None, unfair=False):
         super().__init__()
         cls = OverAdmitter if ignore_entering else DieRouter
         self.router = cls(ranks=ranks, aivs=aivs, hbm_blocks=hbm_blocks, data_bytes=data_bytes,
                           hbm_latency=hbm_latency, rsp_depth=rsp_depth,
                           max_outstanding=max_outstanding)
         self.drop_on_stall, self.invariants = drop_on_stall, invariants
+        self.patience, self.unfair = patience, unfair
+        self.bound = bound if bound is not None or patience is None else \
+            rsp_depth * (2 + aivs) * patience - 1
 
     def check(self, m):
         r = self.router
@@ -415,7 +443,12 @@ class AnswerAccounting(Harness):
         for i in range(n):
             m.d.comb += [free(r.mem_req[i].valid), free(r.mem_req[i].payload.as_value()),
                          r.mem_rsp[i].ready.eq(1)]
-        m.d.comb += [free(r.rx.valid), free(r.rx.payload.as_value()), free(tx.ready)]
+        m.d.comb += [free(r.rx.valid), free(r.rx.payload.as_value())]
+        if self.patience is None:
+            m.d.comb += free(tx.ready)
+        else:
+            tx_waited = fair_ready(m, tx.ready, patience=None if self.unfair else self.patience,
+                                   name="tx")
         for name in ("we", "addr", "wdata", "re", "wblock", "wrow"):
             m.d.comb += free(getattr(r.host, name))
         rx = r.rx.payload
@@ -502,6 +535,8 @@ class AnswerAccounting(Harness):
         trk = Signal(name="trk")                        # following one admitted answer ...
         pos = Signal(range(depth + 1), name="pos")      # ... with pos answers ahead of it
         rec = Signal(ans, name="rec")                   # ... which was this
+        follow = Signal(name="follow")
+        m.d.comb += follow.eq(~trk & adm & AnySeq(1))
         with m.If(trk):
             with m.If(dep):
                 with m.If(pos == 0):
@@ -510,8 +545,13 @@ class AnswerAccounting(Harness):
                     m.d.sync += trk.eq(0)
                 with m.Else():
                     m.d.sync += pos.eq(pos - 1)
-        with m.Elif(adm & AnySeq(1)):
+        with m.Elif(follow):
             m.d.sync += [trk.eq(1), rec.eq(entry), pos.eq(cnt - dep)]
+        if self.patience is not None:
+            _, age = response_age(m, start=follow, done=trk & dep & (pos == 0), bound=self.bound,
+                                  name="answer")
+            # (not shown tight: a cover of the bound needs a longer run than is kept)
+            m.d.comb += Assert(~trk | (age <= self.bound), "an answer not sent in time")
         # non-vacuity: the queue full, and a followed answer leaving behind another one
         waited = Signal(name="waited")
         with m.If(trk & (pos != 0)):
@@ -583,6 +623,38 @@ class AnswerAccounting(Harness):
             m.d.comb += Assert(u_op.as_value() != 3, "inv: UB request of no operation")
         with m.If(~busy):
             m.d.comb += Assert(~shown, "inv: UB answer shown with nothing outstanding")
+        if self.patience is not None:
+            self.response_invariants(m, blk, trk, pos, age, tx_waited)
+
+    def response_invariants(self, m, blk, trk, pos, age, waited):
+        """The followed answer's budget: ``age`` + (*M* - 1 - ``waited``) + *d* x *M* + ``pos`` x *S* x *M* <= ``bound``.
+
+        Why ``bound`` = ``rsp_depth`` x *S* x *M* - 1 (*S* = 2 + ``aivs``
+        sources of ``tx``'s round robin, *M* = ``patience``): an admitted
+        answer is in the RSP queue at once, ``pos`` answers ahead of it, and
+        the queue's head is offered to ``tx`` while the queue is not empty.
+        ``tx`` takes one flit per ready cycle (the next at most *M* - 1 -
+        ``waited`` away, then every *M*), the round robin's grant going to
+        the first source at or after its pointer: *d* = (0 - pointer) mod *S*
+        other sources can go before the queue's head, and after the head
+        leaves the pointer is past the queue, so each next answer waits for
+        at most *S* grants. A grant to another source lowers *d*; a grant to
+        the queue lowers ``pos`` (*d* becomes *S* - 1: *S* x *M* - 1 <
+        *S* x *M* + *M* - 1 - ``waited``); a refusal raises ``waited``. At
+        admission (cycle *t*), ``pos`` <= ``rsp_depth`` - 1; it is that only
+        when no answer left at *t*, so a ready cycle at *t* granted another
+        source (then *d* <= *S* - 2) or there was none (``waited`` >= 1):
+        either way at most ``rsp_depth`` x *S* x *M* - 1.
+        """
+        M, N = self.patience, self.bound
+        S = 2 + self.router.aivs
+        ptr = blk.sub("tx_mux").sub("tx_arb")["ptr"]
+        ahead = Mux(ptr == 0, 0, S - ptr)
+        m.d.comb += Assert(ptr < S, "inv: tx pointer")
+        with m.If(trk):
+            m.d.comb += [Assert(age >= 1, "inv: age of the followed answer"),
+                         Assert(age + M - 1 - waited + ahead * M + pos * S * M <= N,
+                                "inv: the followed answer's budget")]
 
 
 class TxResponse(Harness):
@@ -685,6 +757,21 @@ PROPERTIES = {
                 "claim_only": True},
         gtkw=("pick", "tracked_entry", "store_pending", "store_age", "dut.ack__valid",
               "dut.ack__ready")),
+    "router.answer_response": FormalProperty(
+        AnswerAccounting, mode="prove", depth=4, cover_depth=14, expect="pass", slow=True,
+        doc="whole die router, 2 ranks x 1 core, RSP queue of 2, tx ready at least once every 2 "
+            "cycles: every data answer admitted leaves on tx within 11 cycles (rsp_depth x S x M "
+            "- 1: one answer ahead, each waiting for the 3 sources of tx's round robin)",
+        params={"patience": 2},
+        gtkw=("cnt", "trk", "pos", "answer_age", "tx_waited", "admit", "depart",
+              "dut.tx__valid", "dut.tx__ready")),
+    "router.answer_response_unfair": FormalProperty(
+        AnswerAccounting, mode="bmc", depth=14, expect="fail", slow=True,
+        doc="router.answer_response without the fairness assumption: the solver finds a fabric "
+            "that keeps an admitted answer past 11 cycles",
+        params={"patience": 2, "bound": 11, "unfair": True, "invariants": False},
+        gtkw=("cnt", "trk", "pos", "answer_age", "admit", "depart", "dut.tx__valid",
+              "dut.tx__ready")),
     "router.tx_response": FormalProperty(
         TxResponse, mode="prove", depth=2, cover_depth=10, expect="pass", slow=True,
         doc="router's tx (round robin over data answers, store acks and 2 cores' requests), tx "

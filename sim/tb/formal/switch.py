@@ -1,4 +1,4 @@
-"""Formal harness of the crossbar switch: no loss, no duplication, per-(input, output) order.
+"""Formal harness of the crossbar switch: no loss, no duplication, per-(input, output) order, bounded response.
 
 :class:`SwitchScoreboard` drives every input of a :class:`~epfabric.hw.switch.Switch`
 with arbitrary flits (any cycle, any destination) and every output with

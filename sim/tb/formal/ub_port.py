@@ -1,4 +1,4 @@
-"""Formal harness of the UB port + HBM slice: a 512 B block is never torn (UBEP §3.4).
+"""Formal harness of the UB port + HBM slice: a 512 B block is never torn (UBEP §3.4); every request is answered in time.
 
 :class:`UBAtomicity` drives a :class:`~epfabric.hw.ub_port.UBMemory` with an
 arbitrary stream of ``BLOCK_WRITE`` requests (any cycle, any block, any
