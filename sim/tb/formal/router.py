@@ -768,7 +768,7 @@ PROPERTIES = {
     "router.answer_response_unfair": FormalProperty(
         AnswerAccounting, mode="bmc", depth=14, expect="fail", slow=True,
         doc="router.answer_response without the fairness assumption: the solver finds a fabric "
-            "that keeps an admitted answer past 11 cycles",
+            "that keeps an admitted answer past 11 cycles (a BMC of the whole router: minutes)",
         params={"patience": 2, "bound": 11, "unfair": True, "invariants": False},
         gtkw=("cnt", "trk", "pos", "answer_age", "admit", "depart", "dut.tx__valid",
               "dut.tx__ready")),
