@@ -333,9 +333,9 @@ class SwitchScoreboard(Harness):
         the pointer now favours *s* or *H* has left; otherwise *o'* was full
         and not ready, so ``waited[o']`` >= 1. Either way the budget at *t* + 1
         is at most (*M* - 2) + *M* + 3 *M*: *A* leaves by *t* + 5 *M* - 1. That is
-        ``bound`` = 5 *M* - 1 = (ports x depth + 1) *M* - 1: *A* and *H* each
-        lose one load of *o* to the other input, and *A* leaves with the fifth
-        ready cycle of its output; with *M* = 1 it is ``switch.response``'s 4.
+        ``bound`` = 5 *M* - 1: *A* and *H* each lose one load of *o* to the
+        other input, and *A* leaves with the fifth ready cycle of its output
+        (tight: the cover reaches it); with *M* = 1 it is ``switch.response``'s 4.
         The harness's ``age`` counts from the cycle after the acceptance, so
         the cycles since acceptance are ``age + 1``.
         """

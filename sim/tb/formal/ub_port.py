@@ -25,6 +25,8 @@ every accepted request's answer (its op and block) is handed over at most
 *N* = *L* + *M* cycles after its acceptance (*L*: the HBM read latency).
 
 * ``ub_port.response`` -- *L* = 2, *M* = 3, *N* = 5, proved by k-induction.
+* ``ub_port.response_tight`` -- the same claim with *N* = 4: the solver must
+  find the fetch-add answered at 5 (the bound is exact).
 * ``ub_port.response_unfair`` -- the same claim without the fairness
   assumption: the solver must find a consumer that starves an answer.
 """
