@@ -127,11 +127,13 @@ def test_bounded_response_has_its_negative_controls(name):
         assert unfair == (suffix == "_unfair")
 
 
-def test_fair_ready_rejects_a_bad_patience():
-    from amaranth.hdl import Module, Signal
+@pytest.mark.parametrize("patience", [0, 1.5])
+def test_fair_ready_rejects_a_bad_patience(patience):
+    from amaranth.hdl import Signal
     from epfabric.sim.tb.formal.fairness import fair_ready
-    with pytest.raises(ValueError, match="patience must be a positive integer or None, not 0"):
-        fair_ready(Module(), Signal(), patience=0, name="x")
+    with pytest.raises(ValueError, match=f"patience must be a positive integer or None, "
+                                         f"not {patience}"):
+        fair_ready(None, Signal(), patience=patience, name="x")
 
 
 def test_every_block_has_a_negative_control():
@@ -161,7 +163,7 @@ def test_cli_json_and_exit_status(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("EPFABRIC_FORMAL_DIR", str(tmp_path / "b"))
     monkeypatch.setenv("EPFABRIC_WAVEFORM_DIR", str(tmp_path / "w"))
     out = tmp_path / "out.json"
-    assert main(["prove", "ub_port", "--json", str(out)]) == 0
+    assert main(["prove", "ub_port.atomic", "ub_port.torn_read", "--json", str(out)]) == 0
     rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
     assert rows["ub_port.atomic"]["result"] == "proved"
     assert rows["ub_port.torn_read"]["result"] == "counterexample"
@@ -171,6 +173,13 @@ def test_cli_json_and_exit_status(tmp_path, monkeypatch, capsys):
     # too shallow to reach the torn read: the expected counterexample is missing -> 1
     assert main(["prove", "ub_port.torn_read", "--depth", "1"]) == 1
     assert "NOT AS EXPECTED" in capsys.readouterr().out
+
+
+def test_cli_selects_a_block_by_its_prefix():
+    from epfabric.sim.cli.prove import select
+    assert select(PROPS, ["ub_port"]) == [n for n in PROPS if n.startswith("ub_port.")]
+    assert select(PROPS, ["ub_port.response"]) == ["ub_port.response"]
+    assert "ub_port.response" not in select(PROPS, [], quick=True)
 
 
 def test_cli_bad_input(capsys):

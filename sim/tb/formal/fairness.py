@@ -26,11 +26,11 @@ def fair_ready(m, ready, *, patience, name):
     1`` is then an invariant (asserted, so induction never starts above it).
     With ``patience=None`` ``ready`` is free and ``waited`` is a constant 0.
     """
+    if patience is not None and (not isinstance(patience, int) or patience < 1):
+        raise ValueError(f"patience must be a positive integer or None, not {patience!r}")
     m.d.comb += ready.eq(AnySeq(1))
     if patience is None:
         return Signal(1, name=f"{name}_waited")
-    if not isinstance(patience, int) or patience < 1:
-        raise ValueError(f"patience must be a positive integer or None, not {patience!r}")
     waited = Signal(range(patience), name=f"{name}_waited")
     m.d.comb += [Assume(ready | (waited != patience - 1)),
                  Assert(waited <= patience - 1, f"inv: {name} waited beyond its patience")]
