@@ -99,6 +99,44 @@ def test_router_answers_claim_catches_broken_routers(broken, tmp_path):
     assert o.result == "counterexample" and not o.ok
 
 
+#: the bounded-response ("nothing starves") properties and their bound N (argued in each
+#: harness's docstring): each proved by k-induction under a fairness assumption, with a
+#: `_tight` (N - 1) and an `_unfair` (the fairness assumption dropped) variant that must each
+#: give a counterexample (the answer path of the whole router has no `_tight`, and its
+#: `_unfair` keeps the invariants: a BMC of the router deep enough for the claim is too slow)
+RESPONSE = {"ub_port.response": 5, "link.response": 9, "switch.fair_response": 9,
+            "router.ack_response": 8, "router.tx_response": 7, "router.answer_response": 11,
+            "inc_engine.ag_response": 5}
+
+
+@pytest.mark.parametrize("name", sorted(RESPONSE))
+def test_bounded_response_has_its_negative_controls(name):
+    claim, bound = PROPS[name], RESPONSE[name]
+    assert claim.mode == "prove" and claim.expect == "pass"
+    assert f"within {bound} cycles" in claim.doc
+    assert claim.params.get("bound", bound) == bound
+    controls = {"_unfair": {"bound": bound}}
+    if name != "router.answer_response":
+        controls["_tight"] = {"bound": bound - 1}
+    for suffix, change in controls.items():
+        other = PROPS[name + suffix]
+        assert other.expect == "fail" and other.harness is claim.harness
+        # the control checks the claim alone (no invariants), with one change
+        assert other.params.get("invariants", True) is (name == "router.answer_response")
+        assert all(other.params.get(k, v) == v for k, v in change.items())
+        unfair = other.params.get("patience", 1) is None or other.params.get("unfair", False)
+        assert unfair == (suffix == "_unfair")
+
+
+@pytest.mark.parametrize("patience", [0, 1.5])
+def test_fair_ready_rejects_a_bad_patience(patience):
+    from amaranth.hdl import Signal
+    from epfabric.sim.tb.formal.fairness import fair_ready
+    with pytest.raises(ValueError, match=f"patience must be a positive integer or None, "
+                                         f"not {patience}"):
+        fair_ready(None, Signal(), patience=patience, name="x")
+
+
 def test_every_block_has_a_negative_control():
     blocks = {n.split(".")[0] for n, p in PROPS.items() if p.expect == "pass"}
     assert blocks <= {n.split(".")[0] for n in BROKEN}
@@ -126,7 +164,7 @@ def test_cli_json_and_exit_status(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("EPFABRIC_FORMAL_DIR", str(tmp_path / "b"))
     monkeypatch.setenv("EPFABRIC_WAVEFORM_DIR", str(tmp_path / "w"))
     out = tmp_path / "out.json"
-    assert main(["prove", "ub_port", "--json", str(out)]) == 0
+    assert main(["prove", "ub_port.atomic", "ub_port.torn_read", "--json", str(out)]) == 0
     rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
     assert rows["ub_port.atomic"]["result"] == "proved"
     assert rows["ub_port.torn_read"]["result"] == "counterexample"
@@ -136,6 +174,13 @@ def test_cli_json_and_exit_status(tmp_path, monkeypatch, capsys):
     # too shallow to reach the torn read: the expected counterexample is missing -> 1
     assert main(["prove", "ub_port.torn_read", "--depth", "1"]) == 1
     assert "NOT AS EXPECTED" in capsys.readouterr().out
+
+
+def test_cli_selects_a_block_by_its_prefix():
+    from epfabric.sim.cli.prove import select
+    assert select(PROPS, ["ub_port"]) == [n for n in PROPS if n.startswith("ub_port.")]
+    assert select(PROPS, ["ub_port.response"]) == ["ub_port.response"]
+    assert "ub_port.response" not in select(PROPS, [], quick=True)
 
 
 def test_cli_bad_input(capsys):

@@ -1,4 +1,4 @@
-"""Formal harness of the INC engine: a reduced chunk is the sum of its contributions, delivered once.
+"""Formal harness of the INC engine: a reduced chunk is the sum of its contributions, delivered once; AG copies leave in time.
 
 :class:`IncReduce` offers the :class:`~epfabric.hw.inc_engine.IncEngine`
 arbitrary flits (AG, RS and BARRIER messages of any root, chunk and epoch,
@@ -29,12 +29,18 @@ the output register with the right sum until it is taken, and never both
 waits and was delivered; only AG/BARRIER flits are multicast.
 ``inc_engine.reduce3_deep`` keeps the old BMC run without the invariants.
 
+:class:`IncMulticastResponse` is the engine's bounded response: any
+traffic, an output taken at least once every *M* cycles; every copy of an
+accepted AG flit leaves within *N* = ``ranks`` x *M* - 1 cycles of its
+acceptance (``inc_engine.ag_response``, k-induction; ``_tight`` claims one
+cycle less and ``_unfair`` drops the fairness: both must fail).
+
 ``duplicate=True`` puts :class:`Stutter` behind the engine — a broken engine
 that sends each reduced chunk twice (the negative control).
 """
 
 from amaranth.asserts import AnyConst, AnySeq
-from amaranth.hdl import Assert, Assume, Cat, Const, Cover, Module, Signal
+from amaranth.hdl import Assert, Assume, Cat, Const, Cover, Module, Mux, Signal
 from amaranth.lib import data
 from amaranth.utils import ceil_log2
 from amaranth.lib import stream, wiring
@@ -42,8 +48,9 @@ from amaranth.lib.wiring import In, Out
 
 from ....hw.inc_engine import EPOCH_BITS, IncEngine, IncOp, _State
 from . import Elaborated, FormalProperty, Harness
+from .fairness import fair_ready, response_age
 
-__all__ = ["IncReduce", "Stutter", "PROPERTIES"]
+__all__ = ["IncReduce", "Stutter", "IncMulticastResponse", "PROPERTIES"]
 
 
 class Stutter(wiring.Component):
@@ -255,6 +262,115 @@ class IncReduce(Harness):
                          for k in range(lanes)]
 
 
+class IncMulticastResponse(Harness):
+    """Harness: any INC traffic, a fair output; every copy of a tracked AG flit leaves in time.
+
+    Why *N* = *n* x *M* - 1 (*n* = ``ranks``, *M* = ``patience`` >= 2): the
+    engine takes an AG flit in its idle state and then loads its *n* - 1
+    copies into the output register, one whenever the register is free
+    (empty, or being taken), taking nothing else meanwhile. So the last copy
+    leaves with the *n*-th cycle that takes the output, counting the one
+    that empties a register still full from before. If the register is full
+    the cycle after the acceptance, the output was not ready in the
+    acceptance cycle (an AG acceptance loads nothing), so its next ready
+    cycle is at most *M* - 2 away, and each next one within *M*:
+    1 + (*M* - 2) + (*n* - 1) x *M*. Tight: a full register and a refusal in
+    the acceptance cycle, then a ready cycle every *M*-th.
+
+    Parameters
+    ----------
+    ranks, patience
+        *n* and *M*; ``patience=None`` drops the fairness (negative control).
+    bound : int or None
+        *N* (default *n* x *M* - 1).
+    invariants : bool
+        Also assert :meth:`response_invariants`.
+    """
+
+    def __init__(self, *, ranks=3, patience=2, bound=None, invariants=True):
+        super().__init__()
+        self.ranks, self.patience, self.invariants = ranks, patience, invariants
+        self.bound = bound if bound is not None else ranks * (patience or 1) - 1
+        self.engine = IncEngine(ranks=ranks, tmax=2, lanes=1, slots=2)
+
+    def check(self, m):
+        n = self.ranks
+        eng = self.engine
+        m.submodules.dut = blk = Elaborated(eng)
+        inp, out = eng.i_stream, eng.o_stream
+        head = inp.payload
+        pick = Signal(name="pick")
+        m.d.comb += [inp.valid.eq(AnySeq(1)),
+                     inp.payload.eq(AnySeq(len(Cat(inp.payload)))),
+                     Assume(head.op.as_value() <= IncOp.BARRIER.value),
+                     Assume(head.src < n), Assume(head.root < n), Assume(head.dst == n),
+                     Assume(head.chunk < 2)]
+        # the tracked AG flit is the one AG flit whose lane 0 is 1
+        with m.If(head.op == IncOp.AG):
+            m.d.comb += Assume((head.data[0] == 1) == pick)
+        waited = fair_ready(m, out.ready, patience=self.patience, name="out")
+        got = Signal(range(n), name="copies_out")      # copies of the tracked flit taken
+        mine = out.valid & out.ready & self.is_copy(out.payload)
+        done = Signal(name="all_copies_out")
+        m.d.comb += done.eq(mine & (got == n - 2))
+        pending, age = response_age(m, start=inp.valid & inp.ready & pick, done=done,
+                                    bound=self.bound, name="ag")
+        m.d.comb += pick.eq(AnySeq(1) & ~pending & (head.op == IncOp.AG))
+        with m.If(done):
+            m.d.sync += got.eq(0)
+        with m.Elif(mine):
+            m.d.sync += got.eq(got + 1)
+        with m.If(mine):
+            m.d.comb += Assert(pending, "a copy of a flit not taken")
+        m.d.comb += [Assert(~pending | (age <= self.bound), "a copy not out in time"),
+                     Cover(done & (age == self.bound))]
+        if self.invariants:
+            self.response_invariants(m, blk, pending, age, got, waited)
+
+    @staticmethod
+    def is_copy(p):
+        """``p`` is a copy of the tracked AG flit."""
+        return (p.op == IncOp.AG) & (p.data[0] == 1)
+
+    def response_invariants(self, m, blk, pending, age, got, waited):
+        """The tracked flit's copies, where they are, and its budget.
+
+        While the tracked flit is multicast (state ``MCAST`` with it in
+        ``mc``), ``mc_left`` copies are still to load and the budget is
+        (*M* - 1 - ``waited`` if the register is full, else 0) + ``mc_left`` x
+        *M*: a load needs a free register, which a full one becomes in its
+        next ready cycle (*M* - 1 - ``waited`` away) and a just-loaded one
+        within *M*; the last copy leaves within *M* of its load. After the
+        last load, the budget is the register's: *M* - 1 - ``waited``. Each
+        step lowers it by one at least (a ready cycle both empties and
+        reloads the register: ``waited`` restarts at 0, *M* - 1 < *M* -
+        ``waited``). And copies are neither lost nor made: taken + in the
+        register + to load = *n* - 1.
+        """
+        n, M, N = self.ranks, self.patience, self.bound
+        layout = self.engine.layout
+        state, mc_left = blk["state"], blk["mc_left"]
+        mc, o_valid, o_data = layout(blk["mc"]), blk["o_valid"], layout(blk["o_data"])
+        in_mc = Signal(name="tracked_in_mc")
+        in_reg = Signal(name="tracked_in_reg")
+        m.d.comb += [in_mc.eq((state == _State.MCAST) & self.is_copy(mc)),
+                     in_reg.eq(o_valid & self.is_copy(o_data))]
+        full = Mux(o_valid, M - 1 - waited, 0)
+        with m.If(~pending):
+            m.d.comb += [Assert(~in_mc & ~in_reg, "inv: a copy of an untracked flit"),
+                         Assert(got == 0, "inv: copies counted with nothing tracked")]
+        with m.If(pending):
+            m.d.comb += [Assert(age >= 1, "inv: age of the tracked flit"),
+                         Assert(got + in_reg + Mux(in_mc, mc_left, 0) == n - 1,
+                                "inv: copies taken + in the register + to load")]
+            with m.If(in_mc):
+                m.d.comb += [Assert((mc_left >= 1) & (mc_left <= n - 1), "inv: copies to load"),
+                             Assert(age + full + mc_left * M <= N, "inv: budget while multicast")]
+            with m.Else():
+                m.d.comb += [Assert(in_reg, "inv: the last copy waits in the register"),
+                             Assert(age + M - 1 - waited <= N, "inv: budget of the last copy")]
+
+
 PROPERTIES = {
     "inc_engine.reduce3": FormalProperty(
         IncReduce, mode="prove", depth=4, cover_depth=7, expect="pass", solver="boolector",
@@ -273,4 +389,28 @@ PROPERTIES = {
         doc="inc_engine.reduce3 to 10 cycles (BMC without the induction invariants: the "
             "property alone, as before the proof)",
         params={"ranks": 3, "lanes": 1, "slots": 2, "invariants": False}),
+    "inc_engine.ag_response": FormalProperty(
+        IncMulticastResponse, mode="prove", depth=4, cover_depth=8, expect="pass",
+        slow=True, solver="boolector",
+        doc="INC engine, 3 ranks, any traffic, output taken at least once every 2 cycles: "
+            "both copies of an AG flit leave within 5 cycles of its acceptance (n x M - 1)",
+        params={"ranks": 3, "patience": 2},
+        gtkw=("pick", "ag_pending", "ag_age", "copies_out", "out_waited",
+              "dut.o_stream__valid", "dut.o_stream__ready")),
+    "inc_engine.ag_response_tight": FormalProperty(
+        IncMulticastResponse, mode="bmc", depth=8, expect="fail", slow=True,
+        solver="boolector",
+        doc="inc_engine.ag_response claimed one cycle tighter (4): the solver finds the copy "
+            "that leaves at 5 (the claim alone, no invariants)",
+        params={"ranks": 3, "patience": 2, "bound": 4, "invariants": False},
+        gtkw=("pick", "ag_pending", "ag_age", "copies_out", "out_waited",
+              "dut.o_stream__valid", "dut.o_stream__ready")),
+    "inc_engine.ag_response_unfair": FormalProperty(
+        IncMulticastResponse, mode="bmc", depth=8, expect="fail", slow=True,
+        solver="boolector",
+        doc="inc_engine.ag_response without the fairness assumption: the solver finds an "
+            "output that keeps a copy past 5 cycles",
+        params={"ranks": 3, "patience": None, "bound": 5, "invariants": False},
+        gtkw=("pick", "ag_pending", "ag_age", "copies_out", "dut.o_stream__valid",
+              "dut.o_stream__ready")),
 }

@@ -1,4 +1,4 @@
-"""Formal harness of a link: the credit limiter's rate bound and the exact latency (docs/spec/design.md time model).
+"""Formal harness of a link: the credit limiter's rate bound, the exact latency (docs/spec/design.md time model) and the bounded response.
 
 :class:`LinkRate` offers flits to a :class:`~epfabric.hw.link.Link` in
 arbitrary cycles, with arbitrary back-pressure on its output, and measures
@@ -39,8 +39,9 @@ from amaranth.hdl import Assert, Cover, Mux, Signal, signed
 
 from ....hw.link import Link, flit_layout
 from . import Elaborated, FormalProperty, Harness
+from .fairness import fair_ready, response_age
 
-__all__ = ["LinkRate", "LinkLatency", "PROPERTIES"]
+__all__ = ["LinkRate", "LinkLatency", "LinkResponse", "ring_invariants", "PROPERTIES"]
 
 
 class LinkRate(Harness):
@@ -154,88 +155,200 @@ class LinkLatency(Harness):
         self.invariants(m, blk, sent & ~seen, age)
 
     def invariants(self, m, blk, inside, age_t):
-        """What makes the latency inductive: the ring's pointers, counts and waits as reset made them.
+        """What makes the latency inductive (:func:`ring_invariants`, output always ready)."""
+        ring_invariants(m, self.link, blk, inside, age_t, always_ready=True)
 
-        Without these, k-induction starts from a ring whose pointers disagree
-        with ``level``/``released``, or whose ``wait`` fields, ``held`` and
-        ``since`` schedule an entry's release at a time no arrival gives.
-        The harness keeps a shadow age per ring slot (cycles since the flit
-        in it was accepted: 1 on the cycle after, saturating at the latency)
-        and ties the link's state to it. ``inside``: the tracked flit is in
-        the link; ``age_t`` its age.
-        """
+
+class LinkResponse(Harness):
+    """Harness: any traffic, a fair receiver; one tracked flit must leave within ``bound`` cycles.
+
+    Why *N* = *D* x *M* - 1 (*D*: ring depth, *M*: patience, *L*: latency;
+    with *D* > *L*, as the default depth has; in general max(*D* x *M* - 1,
+    *L* + *M* - 1), the second for a flit alone in the link):
+    a flit accepted at cycle *t* finds at most *D* - 1 flits ahead of it
+    (``i_stream.ready`` needs a free slot); the ring pops in order, one flit
+    per ready cycle whose head is released, and every flit is released *L*
+    cycles after its acceptance whatever the receiver does. With every flit
+    ahead released, the worst is *D* - 1 of them and ready cycles *M* apart
+    from the first one after *t*: the tracked flit leaves with the *D*-th,
+    at most *D* x *M* - 1 cycles after *t* (the ready cycle that made room at
+    *t* - 1 leaves the next one at most *M* away; a ready cycle at *t* would
+    pop one of the *D* - 1). A ready cycle wasted on an unreleased head
+    cannot make it worse: the flits behind that head arrived after it, one
+    per cycle at most, so at most *L* - 1 do, and the wait is then at most
+    *L* x *M* <= *D* x *M* - 1. Tight (the cover and ``link.response_tight``):
+    a ring refilled as fast as it drains, then ready every *M*-th cycle. The
+    rate limiter only gates acceptance (it spaces the flits ahead out), so
+    the argument holds for a limited link whose depth exceeds its latency;
+    the proof here is of an unlimited one.
+
+    The induction invariant (:meth:`response_invariants`) is this argument
+    per flit ahead of the tracked one.
+
+    Parameters
+    ----------
+    latency, burst
+        Of the link under test (no rate limit: ``rate_num = 0``; its depth
+        *D* is the default ``latency + burst + 1``).
+    patience : int or None
+        *M*: the receiver is ready at least once in every ``patience`` cycles;
+        ``None``: no fairness (the negative control).
+    bound : int or None
+        *N* (default max(*D* x *M* - 1, *L* + *M* - 1)).
+    invariants : bool
+        Also assert the invariants that make the claim inductive.
+    """
+
+    def __init__(self, *, latency=3, burst=1, patience=2, bound=None, invariants=True):
+        super().__init__()
+        self.link = Link(payload=flit_layout(ranks=2, data_bits=2), latency=latency,
+                         burst=burst)
+        self.patience, self.invariants = patience, invariants
+        depth, m_ = self.link.depth, patience or 1
+        self.bound = bound if bound is not None else max(depth * m_ - 1, latency + m_ - 1)
+
+    def check(self, m):
         link = self.link
+        m.submodules.link = blk = Elaborated(link)
+        inp, out = link.i_stream, link.o_stream
+        waited = fair_ready(m, out.ready, patience=self.patience, name="out")
+        pick = Signal(name="pick")
+        accept = inp.valid & inp.ready
+        m.d.comb += [inp.valid.eq(AnySeq(1)), inp.payload.dst.eq(AnySeq(1)),
+                     inp.payload.src.eq(AnySeq(1)), inp.payload.data.eq(Mux(pick, 1, 0))]
+        tagged_out = out.valid & out.ready & (out.payload.data == 1)
+        pending, age = response_age(m, start=accept & pick, done=tagged_out, bound=self.bound,
+                                    name="t")
+        m.d.comb += pick.eq(AnySeq(1) & ~pending)
+        with m.If(tagged_out):
+            m.d.comb += Assert(pending, "tracked flit out of nowhere")
+        m.d.comb += [Assert(~pending | (age <= self.bound), "tracked flit not out in time"),
+                     Cover(tagged_out & (age == self.bound))]
+        if self.invariants:
+            self.response_invariants(m, blk, pending, age, waited)
+
+    def response_invariants(self, m, blk, pending, age, waited):
+        """The bound, per flit ahead of the tracked one (with :func:`ring_invariants`).
+
+        For the tracked flit *T* (age *a*, position *q* from the head) and each
+        flit *i* at or ahead of it (position *p*, released in *d* =
+        *L* - its age cycles, 0 if released): *T* leaves within *d* + (*q* -
+        *p* + 1) x *M* - 1 cycles, less ``waited`` when *d* = 0 (the next
+        ready cycle is at most *M* - 1 - ``waited`` away): once *i* is
+        released, each ready cycle pops one of the *q* - *p* + 1 flits from
+        *i* to *T*. So *a* + that <= *N* for every such *i*. One step keeps
+        it: a pop shifts every position and uses a ready cycle (the
+        ``waited`` discount makes up for the term of the popped head); a
+        not-ready cycle grows ``waited``; a ready cycle wasted on an
+        unreleased head lowers every *d*. On *T*'s acceptance it follows from
+        the ring's ages (:func:`ring_invariants`: unreleased flits have
+        distinct ages below *L*) and *D* - 1 flits at most ahead.
+        """
+        link, M, N = self.link, self.patience, self.bound
         lat, depth = link.latency, link.depth
-        width = len(link.i_stream.payload.as_value())
-        produce, head, due_ptr = blk["produce"], blk["head"], blk["due_ptr"]
-        level, released, since, held = blk["level"], blk["released"], blk["since"], blk["held"]
-        ring = [blk[f"ring{j}"] for j in range(depth)]
-        accept = link.i_stream.valid & link.i_stream.ready
+        ages, live, tagged = ring_invariants(m, link, blk, pending, age, always_ready=False)
+        head = blk["head"]
 
-        def off(j, base):                  # (j - base) mod depth
-            return Mux(base <= j, j - base, j + depth - base)
+        def off(j):                        # position from the head
+            return Mux(head <= j, j - head, j + depth - head)
 
-        # Pointers and counts: level entries from head to produce, the first
-        # `released` of them released (due_ptr follows them). Each of the
-        # three pointers moves by one (mod depth) exactly when its count says
-        # so, from all-zero at reset.
-        m.d.comb += [Assert(level <= depth, "inv: level"),
-                     Assert(released <= level, "inv: released <= level"),
-                     Assert(produce < depth, "inv: produce"), Assert(head < depth, "inv: head"),
-                     Assert(due_ptr < depth, "inv: due_ptr"),
-                     Assert(off(produce, head) == Mux(level == depth, 0, level),
-                            "inv: produce = head + level"),
-                     Assert(off(due_ptr, head) == Mux(released == depth, 0, released),
-                            "inv: due_ptr = head + released"),
-                     # output always ready: a released entry leaves in the cycle
-                     # after its release, so at most one is ever waiting
-                     Assert(released <= 1, "inv: at most one released entry")]
+        for t in range(depth):
+            for i in range(depth):
+                d = lat - ages[i]
+                left = d + (off(t) - off(i) + 1) * M - 1 - Mux(d == 0, waited, 0)
+                with m.If(live[t] & tagged[t] & live[i] & (off(i) <= off(t))):
+                    m.d.comb += Assert(age + left <= N, f"inv: slot {t} behind slot {i}")
 
-        ages = [Signal(range(lat + 1), name=f"slot{j}_age") for j in range(depth)]
-        for j, a in enumerate(ages):
-            with m.If(accept & (produce == j)):
-                m.d.sync += a.eq(1)
-            with m.Elif(a != lat):
-                m.d.sync += a.eq(a + 1)
-        live = [off(j, head) < level for j in range(depth)]
-        unrel = [off(j, due_ptr) < level - released for j in range(depth)]
-        wait = [r[width:] for r in ring]
-        tagged = [link.payload(r[:width]).data == 1 for r in ring]     # the tag
-        for j in range(depth):
-            nxt = (j + 1) % depth
-            with m.If(unrel[j]):
-                # an entry is released lat - 1 cycles after its arrival (when
-                # its age is lat - 1), so an unreleased one is younger than
-                # that; its wait is min(gap, lat - 1) - 1 <= lat - 2
-                m.d.comb += [Assert((ages[j] >= 1) & (ages[j] <= lat - 1), "inv: unreleased age"),
-                             Assert(wait[j] <= lat - 2, "inv: wait")]
-                # the first unreleased entry is due when held reaches its wait:
-                # the cycles left, wait - held, are lat - 1 - age
-                with m.If(due_ptr == j):
-                    m.d.comb += Assert(held + lat - 1 == wait[j] + ages[j], "inv: held")
-                # the next one arrived `gap` cycles later (gap <= lat - 2 as
-                # both are unreleased) and waits gap - 1 after this one's release
-                with m.If(off(j, due_ptr) + 1 < level - released):
-                    m.d.comb += Assert(wait[nxt] + 1 == ages[j] - ages[nxt], "inv: gap")
-            with m.Elif(live[j]):
-                # released one cycle after it was due at age lat - 1
-                m.d.comb += Assert(ages[j] == lat, "inv: released age")
-            # since = cycles since the last arrival (saturating at lat - 1):
-            # the age of the newest entry
-            with m.If((level != 0) & (produce == nxt)):
-                m.d.comb += Assert(since == Mux(ages[j] >= lat - 1, lat - 1, ages[j]), "inv: since")
-            # the tracked flit is the only tagged flit in the ring, and its
-            # age is the harness's (both count from its acceptance)
-            with m.If(live[j] & tagged[j]):
-                m.d.comb += Assert(inside & (ages[j] == age_t), "inv: tagged entry")
-        m.d.comb += Assert(sum(live[j] & tagged[j] for j in range(depth)) == inside,
-                           "inv: the tracked flit is in the ring once")
-        # nothing left (or nothing ever came): the last arrival is lat - 1 or
-        # more cycles ago, and held was cleared by the last release
-        with m.If(level == 0):
-            m.d.comb += Assert(since == lat - 1, "inv: since of an empty link")
-        with m.If(level == released):
-            m.d.comb += Assert(held == 0, "inv: held of a link with nothing unreleased")
+
+def ring_invariants(m, link, blk, inside, age_t, *, always_ready):
+    """What makes a link's timing inductive: the ring's pointers, counts and waits as reset made them.
+
+    Without these, k-induction starts from a ring whose pointers disagree
+    with ``level``/``released``, or whose ``wait`` fields, ``held`` and
+    ``since`` schedule an entry's release at a time no arrival gives.
+    The harness keeps a shadow age per ring slot (cycles since the flit
+    in it was accepted: 1 on the cycle after, saturating at the latency)
+    and ties the link's state to it. ``inside``: the tracked flit (the one
+    whose ``data`` is 1) is in the link; ``age_t`` its age (not
+    saturating). ``always_ready``: the output never back-pressures, so at
+    most one released entry waits. Returns ``(ages, live, tagged)`` per
+    ring slot: the shadow ages, which slots hold a flit, which the tracked one.
+    """
+    lat, depth = link.latency, link.depth
+    width = len(link.i_stream.payload.as_value())
+    produce, head, due_ptr = blk["produce"], blk["head"], blk["due_ptr"]
+    level, released, since, held = blk["level"], blk["released"], blk["since"], blk["held"]
+    ring = [blk[f"ring{j}"] for j in range(depth)]
+    accept = link.i_stream.valid & link.i_stream.ready
+
+    def off(j, base):                  # (j - base) mod depth
+        return Mux(base <= j, j - base, j + depth - base)
+
+    # Pointers and counts: level entries from head to produce, the first
+    # `released` of them released (due_ptr follows them). Each of the
+    # three pointers moves by one (mod depth) exactly when its count says
+    # so, from all-zero at reset.
+    m.d.comb += [Assert(level <= depth, "inv: level"),
+                 Assert(released <= level, "inv: released <= level"),
+                 Assert(produce < depth, "inv: produce"), Assert(head < depth, "inv: head"),
+                 Assert(due_ptr < depth, "inv: due_ptr"),
+                 Assert(off(produce, head) == Mux(level == depth, 0, level),
+                        "inv: produce = head + level"),
+                 Assert(off(due_ptr, head) == Mux(released == depth, 0, released),
+                        "inv: due_ptr = head + released")]
+    if always_ready:
+        # a released entry leaves in the cycle after its release, so at
+        # most one is ever waiting
+        m.d.comb += Assert(released <= 1, "inv: at most one released entry")
+
+    ages = [Signal(range(lat + 1), name=f"slot{j}_age") for j in range(depth)]
+    for j, a in enumerate(ages):
+        with m.If(accept & (produce == j)):
+            m.d.sync += a.eq(1)
+        with m.Elif(a != lat):
+            m.d.sync += a.eq(a + 1)
+    live = [off(j, head) < level for j in range(depth)]
+    unrel = [off(j, due_ptr) < level - released for j in range(depth)]
+    wait = [r[width:] for r in ring]
+    tagged = [link.payload(r[:width]).data == 1 for r in ring]     # the tag
+    for j in range(depth):
+        nxt = (j + 1) % depth
+        with m.If(unrel[j]):
+            # an entry is released lat - 1 cycles after its arrival (when
+            # its age is lat - 1), so an unreleased one is younger than
+            # that; its wait is min(gap, lat - 1) - 1 <= lat - 2
+            m.d.comb += [Assert((ages[j] >= 1) & (ages[j] <= lat - 1), "inv: unreleased age"),
+                         Assert(wait[j] <= lat - 2, "inv: wait")]
+            # the first unreleased entry is due when held reaches its wait:
+            # the cycles left, wait - held, are lat - 1 - age
+            with m.If(due_ptr == j):
+                m.d.comb += Assert(held + lat - 1 == wait[j] + ages[j], "inv: held")
+            # the next one arrived `gap` cycles later (gap <= lat - 2 as
+            # both are unreleased) and waits gap - 1 after this one's release
+            with m.If(off(j, due_ptr) + 1 < level - released):
+                m.d.comb += Assert(wait[nxt] + 1 == ages[j] - ages[nxt], "inv: gap")
+        with m.Elif(live[j]):
+            # released one cycle after it was due at age lat - 1
+            m.d.comb += Assert(ages[j] == lat, "inv: released age")
+        # since = cycles since the last arrival (saturating at lat - 1):
+        # the age of the newest entry
+        with m.If((level != 0) & (produce == nxt)):
+            m.d.comb += Assert(since == Mux(ages[j] >= lat - 1, lat - 1, ages[j]), "inv: since")
+        # the tracked flit is the only tagged flit in the ring, and its
+        # age is the harness's (both count from its acceptance; the shadow
+        # age saturates at the latency)
+        with m.If(live[j] & tagged[j]):
+            m.d.comb += Assert(inside & (ages[j] == Mux(age_t >= lat, lat, age_t)),
+                               "inv: tagged entry")
+    m.d.comb += Assert(sum(live[j] & tagged[j] for j in range(depth)) == inside,
+                       "inv: the tracked flit is in the ring once")
+    # nothing left (or nothing ever came): the last arrival is lat - 1 or
+    # more cycles ago, and held was cleared by the last release
+    with m.If(level == 0):
+        m.d.comb += Assert(since == lat - 1, "inv: since of an empty link")
+    with m.If(level == released):
+        m.d.comb += Assert(held == 0, "inv: held of a link with nothing unreleased")
+    return ages, live, tagged
 
 
 PROPERTIES = {
@@ -252,4 +365,25 @@ PROPERTIES = {
             "it was accepted",
         params={},
         gtkw=("pick", "sent_t", "age_t", "seen_t", "link.o_stream__valid")),
+    "link.response": FormalProperty(
+        LinkResponse, mode="prove", depth=4, cover_depth=16, expect="pass",
+        doc="latency-3 link of 5 slots, any traffic, receiver ready at least once every 2 "
+            "cycles: every flit leaves within 9 cycles of its acceptance (D x M - 1: 4 flits "
+            "ahead and itself, one per ready cycle)",
+        params={"patience": 2},
+        gtkw=("pick", "t_pending", "t_age", "out_waited", "link.o_stream__valid",
+              "link.o_stream__ready")),
+    "link.response_tight": FormalProperty(
+        LinkResponse, mode="bmc", depth=16, expect="fail", slow=True,
+        doc="link.response claimed one cycle tighter (8): the solver finds the flit that takes 9 "
+            "(the claim alone, no invariants)",
+        params={"patience": 2, "bound": 8, "invariants": False},
+        gtkw=("pick", "t_pending", "t_age", "out_waited", "link.level",
+              "link.o_stream__valid", "link.o_stream__ready")),
+    "link.response_unfair": FormalProperty(
+        LinkResponse, mode="bmc", depth=12, expect="fail", slow=True,
+        doc="link.response without the fairness assumption: the solver finds a receiver that "
+            "keeps a flit in the link past 9 cycles",
+        params={"patience": None, "bound": 9, "invariants": False},
+        gtkw=("pick", "t_pending", "t_age", "link.o_stream__valid", "link.o_stream__ready")),
 }

@@ -67,6 +67,23 @@ router whose admission rule forgets the UB answer entering the queue in the
 same cycle (the queue overflows, an answer is lost); ``drop_on_stall=True``
 puts :class:`StallDropper` after ``tx``, a broken drain that pops a data
 answer while ``tx`` is back-pressured.
+
+Bounded response (nothing starves), each under a consumer that is ready at
+least once every *M* cycles (:func:`~epfabric.sim.tb.formal.fairness.fair_ready`)
+and proved by k-induction with a budget invariant; each has a ``_tight``
+(one cycle less must fail) and an ``_unfair`` (no fairness must fail) control:
+
+* ``router.ack_response`` -- every remote store is acknowledged within
+  *E* x *M* cycles (*E*: the remote cores; :meth:`AckAccounting.response`);
+* ``router.tx_response`` -- every flit the RSP queue, the acks or a core
+  offers ``tx`` is taken within *S* x *M* - 1 cycles (*S* sources;
+  :class:`TxResponse`);
+* ``router.answer_response`` -- in the whole router, every data answer
+  admitted to the RSP queue leaves on ``tx`` within ``rsp_depth`` x *S* x *M*
+  - 1 cycles (:meth:`AnswerAccounting.response_invariants`); an upper bound,
+  not shown tight; its ``_unfair`` control keeps the invariants and finds
+  the budget broken (a BMC of the whole router deep enough to break the
+  claim itself does not finish in the default timeout).
 """
 
 from amaranth.asserts import AnyConst, AnySeq
@@ -79,11 +96,13 @@ from ....hw.aiv_core import MemOp
 from ....hw.router import DieRouter, FlitKind
 from ....hw.router_answers import AckCoalescer
 from ....hw.router_flit import answer_layout
+from ....hw.router_tx import TxMux
 from ....hw.ub_port import UBOp
 from . import Elaborated, FormalProperty, FragmentSignals, Harness
+from .fairness import fair_ready, response_age
 
 __all__ = ["AckAccounting", "RestartLoser", "AnswerAccounting", "OverAdmitter", "StallDropper",
-           "PROPERTIES"]
+           "TxResponse", "PROPERTIES"]
 
 
 class RestartLoser(wiring.Component):
@@ -122,13 +141,28 @@ class AckAccounting(Harness):
         Check the broken :class:`RestartLoser` instead.
     invariants : bool
         Also assert the invariants that make the property inductive.
+    patience : int or None
+        Also claim the bounded response (:meth:`response`): ``ack`` is taken
+        at least once in every ``patience`` cycles, and every store is
+        acknowledged within ``bound`` cycles. ``None``: no such claim, any
+        back-pressure.
+    bound : int or None
+        The response claimed (default (``ranks`` - 1) x ``aivs`` x ``patience``).
+    unfair : bool
+        With ``patience``: drop the fairness assumption (the negative control).
+    claim_only : bool
+        With ``patience``: assert the bounded response only, not the
+        accounting (``router.acks`` proves it; a deep BMC of it is slow).
     """
 
     def __init__(self, *, ranks=3, aivs=2, max_outstanding=3, rank=0, lose_restart=False,
-                 invariants=True):
+                 invariants=True, patience=None, bound=None, unfair=False, claim_only=False):
         super().__init__()
         self.ranks, self.aivs, self.max_outstanding = ranks, aivs, max_outstanding
         self.rank = rank
+        self.patience, self.unfair, self.claim_only = patience, unfair, claim_only
+        self.bound = bound if bound is not None or patience is None else \
+            (ranks - 1) * aivs * patience
         self.coalescer = AckCoalescer(ranks=ranks, aivs=aivs, max_outstanding=max_outstanding)
         self.lose_restart, self.invariants = lose_restart, invariants
 
@@ -148,8 +182,12 @@ class AckAccounting(Harness):
         store, ack = dut.store, dut.ack
         m.d.comb += [store.valid.eq(AnySeq(1)),
                      store.payload.src.eq(AnySeq(len(store.payload.src))),
-                     store.payload.core.eq(AnySeq(core_bits)),
-                     ack.ready.eq(AnySeq(1))]
+                     store.payload.core.eq(AnySeq(core_bits))]
+        if self.patience is None:
+            m.d.comb += ack.ready.eq(AnySeq(1))
+        else:
+            waited = fair_ready(m, ack.ready, patience=None if self.unfair else self.patience,
+                                name="ack")
         # remote stores come from the cores of the other ranks (UBArbiter:
         # store.valid = remote & store & ~tag_noack)
         used = [(i >> core_bits) < self.ranks and (i >> core_bits) != self.rank
@@ -169,13 +207,17 @@ class AckAccounting(Harness):
             with m.If(st):
                 # the cores' store window: no more than `window` stores un-acked
                 m.d.comb += Assume(out[i] < window)
-            with m.If(ak):
+            with m.If(ak & (not self.claim_only)):
                 m.d.comb += [Assert(ack.payload.count >= 1, f"entry {i}: empty ack"),
                              Assert(ack.payload.count <= out[i],
                                     f"entry {i}: more stores acked than were committed")]
             m.d.sync += out[i].eq(out[i] + st - Mux(ak, ack.payload.count, 0))
         # non-vacuity: an ack of 2 stores at once
         m.d.comb += Cover(sent & (ack.payload.count == 2))
+        if self.patience is not None:
+            pending, age, tracked = self.response(m, store, st_idx, sent, ack_idx)
+        if self.claim_only:
+            return
 
         # read ports of the harness's own on the elaborated table and FIFO
         owed = []
@@ -220,6 +262,64 @@ class AckAccounting(Harness):
         # other ranks' cores are fewer than the table's entries, it never
         # fills, so a re-push in the cycle of a pop always has room.
         m.d.comb += Assert(level == sum(q for q in queued), "inv: FIFO holds only owed entries")
+        if self.patience is not None:
+            self.response_invariants(m, pending, age, tracked, out, live, slots, consume, waited)
+
+    def response(self, m, store, st_idx, sent, ack_idx):
+        """The bounded response: a store chosen by the solver is acknowledged within ``bound``.
+
+        Why (*E* = (``ranks`` - 1) x ``aivs``, the remote cores; *M* =
+        ``patience``): a store of entry *e* committed in cycle *t* is
+        acknowledged by the first ack of *e* after *t* (an ack sent in cycle
+        *t* carries the count from before it). From *t* + 1 on, *e* is queued
+        (owed, so in the FIFO, once), at most *E* - 1 entries ahead of it; each
+        cycle in which ``ack`` is taken pops the head. The worst: *e*'s own
+        previous ack leaves in cycle *t* (the store re-queues *e* behind the
+        *E* - 1 others), then ``ack`` is taken only every *M*-th cycle: *e*'s
+        ack is the *E*-th, *E* x *M* cycles after *t*.
+        """
+        tracked = Signal(len(st_idx), name="tracked_entry")
+        pick = Signal(name="pick")
+        done = Signal(name="tracked_acked")
+        pending, age = response_age(m, start=store.valid & pick, done=done, bound=self.bound,
+                                    name="store")
+        m.d.comb += [pick.eq(AnySeq(1) & ~pending), done.eq(pending & sent & (ack_idx == tracked))]
+        with m.If(store.valid & pick):
+            m.d.sync += tracked.eq(st_idx)
+        m.d.comb += [Assert(~pending | (age <= self.bound), "a store not acknowledged in time"),
+                     Cover(done & (age == self.bound))]
+        return pending, age, tracked
+
+    def response_invariants(self, m, pending, age, tracked, out, live, slots, consume, waited):
+        """The tracked entry's budget: ``age`` + (*M* - 1 - ``waited``) + *M* x its place <= ``bound``.
+
+        While the tracked store is un-acknowledged its entry is owed (so
+        queued, once: :meth:`check`'s invariants) at place *q* from the
+        FIFO's head; it is acked in the (*q* + 1)-th cycle that takes ``ack``
+        from now, the first at most *M* - 1 - ``waited`` cycles away and each
+        next within *M*. A taken ack lowers *q* (``waited`` restarts at 0: *M*
+        - 1 < *M* - ``waited``); a refusal raises ``waited``; an entry queued
+        later goes behind. On the store's cycle (*t*), the entry's place at
+        *t* + 1 is at most *E* - 1, and *E* - 1 only if an ack left at *t*
+        (the entry was the head, acked and re-queued): then ``waited`` = 0
+        and the budget is exactly *E* x *M*.
+        """
+        M, N = self.patience, self.bound
+        depth = len(slots)
+        off = _offset(depth)
+        owed = Signal(len(out[0]), name="tracked_out")
+        for i, o in enumerate(out):
+            with m.If(tracked == i):
+                m.d.comb += owed.eq(o)
+        place = Signal(range(depth), name="tracked_place")
+        for j in range(depth):
+            with m.If(live[j] & (slots[j] == tracked)):
+                m.d.comb += place.eq(off(j, consume))
+        with m.If(pending):
+            m.d.comb += [Assert(age >= 1, "inv: age of a tracked store"),
+                         Assert(owed != 0, "inv: the tracked store is owed"),
+                         Assert(age + M - 1 - waited + place * M <= N,
+                                "inv: the tracked entry's budget")]
 
 
 def _offset(depth):
@@ -300,17 +400,30 @@ class AnswerAccounting(Harness):
         Put the broken :class:`StallDropper` after ``tx``.
     invariants : bool
         Also assert the invariants that make the property inductive.
+    patience : int or None
+        Also claim the bounded response (:meth:`response_invariants`): ``tx``
+        is ready at least once every ``patience`` cycles and the followed
+        answer leaves within ``bound`` cycles of its admission. ``None``: no
+        such claim, any back-pressure.
+    bound : int or None
+        The response claimed (default ``rsp_depth`` x *S* x ``patience`` - 1,
+        *S* = 2 + ``aivs`` sources of ``tx``).
+    unfair : bool
+        With ``patience``: drop the fairness assumption (the negative control).
     """
 
     def __init__(self, *, ranks=2, aivs=1, hbm_blocks=2, data_bytes=32, hbm_latency=2,
                  rsp_depth=2, max_outstanding=1, ignore_entering=False, drop_on_stall=False,
-                 invariants=True):
+                 invariants=True, patience=None, bound=None, unfair=False):
         super().__init__()
         cls = OverAdmitter if ignore_entering else DieRouter
         self.router = cls(ranks=ranks, aivs=aivs, hbm_blocks=hbm_blocks, data_bytes=data_bytes,
                           hbm_latency=hbm_latency, rsp_depth=rsp_depth,
                           max_outstanding=max_outstanding)
         self.drop_on_stall, self.invariants = drop_on_stall, invariants
+        self.patience, self.unfair = patience, unfair
+        self.bound = bound if bound is not None or patience is None else \
+            rsp_depth * (2 + aivs) * patience - 1
 
     def check(self, m):
         r = self.router
@@ -332,7 +445,12 @@ class AnswerAccounting(Harness):
         for i in range(n):
             m.d.comb += [free(r.mem_req[i].valid), free(r.mem_req[i].payload.as_value()),
                          r.mem_rsp[i].ready.eq(1)]
-        m.d.comb += [free(r.rx.valid), free(r.rx.payload.as_value()), free(tx.ready)]
+        m.d.comb += [free(r.rx.valid), free(r.rx.payload.as_value())]
+        if self.patience is None:
+            m.d.comb += free(tx.ready)
+        else:
+            tx_waited = fair_ready(m, tx.ready, patience=None if self.unfair else self.patience,
+                                   name="tx")
         for name in ("we", "addr", "wdata", "re", "wblock", "wrow"):
             m.d.comb += free(getattr(r.host, name))
         rx = r.rx.payload
@@ -419,6 +537,8 @@ class AnswerAccounting(Harness):
         trk = Signal(name="trk")                        # following one admitted answer ...
         pos = Signal(range(depth + 1), name="pos")      # ... with pos answers ahead of it
         rec = Signal(ans, name="rec")                   # ... which was this
+        follow = Signal(name="follow")
+        m.d.comb += follow.eq(~trk & adm & AnySeq(1))
         with m.If(trk):
             with m.If(dep):
                 with m.If(pos == 0):
@@ -427,8 +547,13 @@ class AnswerAccounting(Harness):
                     m.d.sync += trk.eq(0)
                 with m.Else():
                     m.d.sync += pos.eq(pos - 1)
-        with m.Elif(adm & AnySeq(1)):
+        with m.Elif(follow):
             m.d.sync += [trk.eq(1), rec.eq(entry), pos.eq(cnt - dep)]
+        if self.patience is not None:
+            _, age = response_age(m, start=follow, done=trk & dep & (pos == 0), bound=self.bound,
+                                  name="answer")
+            # (not shown tight: a cover of the bound needs a longer run than is kept)
+            m.d.comb += Assert(~trk | (age <= self.bound), "an answer not sent in time")
         # non-vacuity: the queue full, and a followed answer leaving behind another one
         waited = Signal(name="waited")
         with m.If(trk & (pos != 0)):
@@ -500,6 +625,106 @@ class AnswerAccounting(Harness):
             m.d.comb += Assert(u_op.as_value() != 3, "inv: UB request of no operation")
         with m.If(~busy):
             m.d.comb += Assert(~shown, "inv: UB answer shown with nothing outstanding")
+        if self.patience is not None:
+            self.response_invariants(m, blk, trk, pos, age, tx_waited)
+
+    def response_invariants(self, m, blk, trk, pos, age, waited):
+        """The followed answer's budget: ``age`` + (*M* - 1 - ``waited``) + *d* x *M* + ``pos`` x *S* x *M* <= ``bound``.
+
+        Why ``bound`` = ``rsp_depth`` x *S* x *M* - 1 (*S* = 2 + ``aivs``
+        sources of ``tx``'s round robin, *M* = ``patience``): an admitted
+        answer is in the RSP queue at once, ``pos`` answers ahead of it, and
+        the queue's head is offered to ``tx`` while the queue is not empty.
+        ``tx`` takes one flit per ready cycle (the next at most *M* - 1 -
+        ``waited`` away, then every *M*), the round robin's grant going to
+        the first source at or after its pointer: *d* = (0 - pointer) mod *S*
+        other sources can go before the queue's head, and after the head
+        leaves the pointer is past the queue, so each next answer waits for
+        at most *S* grants. A grant to another source lowers *d*; a grant to
+        the queue lowers ``pos`` (*d* becomes *S* - 1: *S* x *M* - 1 <
+        *S* x *M* + *M* - 1 - ``waited``); a refusal raises ``waited``. At
+        admission (cycle *t*), ``pos`` <= ``rsp_depth`` - 1; it is that only
+        when no answer left at *t*, so a ready cycle at *t* granted another
+        source (then *d* <= *S* - 2) or there was none (``waited`` >= 1):
+        either way at most ``rsp_depth`` x *S* x *M* - 1.
+        """
+        M, N = self.patience, self.bound
+        S = 2 + self.router.aivs
+        ptr = blk.sub("tx_mux").sub("tx_arb")["ptr"]
+        ahead = Mux(ptr == 0, 0, S - ptr)
+        m.d.comb += Assert(ptr < S, "inv: tx pointer")
+        with m.If(trk):
+            m.d.comb += [Assert(age >= 1, "inv: age of the followed answer"),
+                         Assert(age + M - 1 - waited + ahead * M + pos * S * M <= N,
+                                "inv: the followed answer's budget")]
+
+
+class TxResponse(Harness):
+    """Harness: the router's ``tx`` (:class:`~epfabric.hw.router_tx.TxMux`) under a fair fabric.
+
+    Its sources -- the RSP queue's head (data answers), the store acks, each
+    core's remote requests -- offer flits at any time and, as streams must,
+    keep a flit offered until ``tx`` takes it (``Assume``); ``tx`` is ready
+    at least once every *M* cycles. Claim: every offered flit is taken at
+    most *N* = *S* x *M* - 1 cycles after it was first offered (*S* = 2 +
+    ``aivs`` sources).
+
+    Why: ``tx`` is a round robin over the *S* sources, its pointer moving
+    past each grant when ``tx`` takes it. A waiting source *s* is granted
+    once the pointer reaches it, and each taken flit moves the pointer past
+    the grantee, which lies between the pointer and *s*: at most *S* - 1
+    flits go first, one per ready cycle of ``tx``. The budget
+    ``waited``-adjusted: *M* - 1 - ``waited`` to the next ready cycle, plus
+    *M* per source ahead, (*s* - pointer) mod *S*.
+
+    Parameters
+    ----------
+    aivs : int
+        Cores per die (*S* = 2 + ``aivs``).
+    patience : int or None
+        *M*; ``None`` drops the fairness (the negative control).
+    bound : int or None
+        *N* (default *S* x *M* - 1).
+    invariants : bool
+        Also assert the budget per source.
+    """
+
+    def __init__(self, *, aivs=2, patience=2, bound=None, invariants=True):
+        super().__init__()
+        self.count = 2 + aivs
+        self.patience, self.invariants = patience, invariants
+        self.bound = bound if bound is not None else self.count * (patience or 1) - 1
+        self.mux = TxMux(ranks=2, aivs=aivs, hbm_blocks=2, data_bytes=32, max_outstanding=3)
+
+    def check(self, m):
+        mux, n, N = self.mux, self.count, self.bound
+        m.submodules.tx_mux = blk = Elaborated(mux)
+        m.d.comb += mux.rank.eq(0)
+        waited = fair_ready(m, mux.tx.ready, patience=self.patience, name="tx")
+        ptr = blk.sub("tx_arb")["ptr"]
+        sources = [("answers", mux.answers), ("acks", mux.acks),
+                   *((f"core{i}", r) for i, r in enumerate(mux.requests))]
+        for s, (name, src) in enumerate(sources):
+            age = Signal(range(N + 2), name=f"{name}_age")   # cycles offered and not taken
+            taken = src.valid & src.ready
+            m.d.comb += [src.valid.eq(AnySeq(1)),
+                         src.payload.eq(AnySeq(len(src.payload.as_value()))),
+                         # the stream contract: an offered flit stays offered until taken
+                         Assume((age == 0) | src.valid)]
+            with m.If(src.valid & ~taken & (age != N + 1)):
+                m.d.sync += age.eq(age + 1)
+            with m.Elif(taken):
+                m.d.sync += age.eq(0)
+            m.d.comb += [Assert(age <= N, f"{name}: a flit not taken in time"),
+                         Cover(taken & (age == N))]
+            if self.invariants:
+                ahead = Mux(ptr <= s, s - ptr, s + n - ptr)     # sources the pointer reaches first
+                with m.If(src.valid):
+                    m.d.comb += Assert(age + self.patience - 1 - waited + ahead * self.patience
+                                       <= N, f"inv: {name}'s budget")
+        if self.invariants:
+            # the pointer is a grant index + 1, wrapped
+            m.d.comb += Assert(ptr < n, "inv: tx pointer")
 
 
 PROPERTIES = {
@@ -511,6 +736,68 @@ PROPERTIES = {
         params={},
         gtkw=("out0", "out1", "out2", "out3", "dut.ack__valid", "dut.ack__ready",
               "dut.ack__payload")),
+    "router.ack_response": FormalProperty(
+        AckAccounting, mode="prove", depth=4, cover_depth=17, expect="pass", slow=True,
+        doc="router's store-ack coalescer, 3 ranks x 2 cores (4 remote), ack taken at least "
+            "once every 2 cycles: every remote store is acknowledged within 8 cycles (E x M: "
+            "its entry re-queued behind the 3 others)",
+        params={"patience": 2},
+        gtkw=("pick", "tracked_entry", "store_pending", "store_age", "tracked_place",
+              "ack_waited", "dut.ack__valid", "dut.ack__ready")),
+    "router.ack_response_tight": FormalProperty(
+        AckAccounting, mode="bmc", depth=17, expect="fail", slow=True,
+        doc="router.ack_response claimed one cycle tighter (7): the solver finds the store "
+            "acknowledged at 8 (the claim alone, no invariants)",
+        params={"patience": 2, "bound": 7, "invariants": False, "claim_only": True},
+        gtkw=("pick", "tracked_entry", "store_pending", "store_age", "ack_waited",
+              "dut.ack__valid", "dut.ack__ready")),
+    "router.ack_response_unfair": FormalProperty(
+        AckAccounting, mode="bmc", depth=12, expect="fail", slow=True,
+        doc="router.ack_response without the fairness assumption: the solver finds an ack "
+            "consumer that keeps a store unacknowledged past 8 cycles",
+        params={"patience": 2, "bound": 8, "unfair": True, "invariants": False,
+                "claim_only": True},
+        gtkw=("pick", "tracked_entry", "store_pending", "store_age", "dut.ack__valid",
+              "dut.ack__ready")),
+    "router.answer_response": FormalProperty(
+        AnswerAccounting, mode="prove", depth=4, cover_depth=14, expect="pass", slow=True,
+        doc="whole die router, 2 ranks x 1 core, RSP queue of 2, tx ready at least once every 2 "
+            "cycles: every data answer admitted leaves on tx within 11 cycles (rsp_depth x S x M "
+            "- 1: one answer ahead, each waiting for the 3 sources of tx's round robin)",
+        params={"patience": 2},
+        gtkw=("cnt", "trk", "pos", "answer_age", "tx_waited", "admit", "depart",
+              "dut.tx__valid", "dut.tx__ready")),
+    "router.answer_response_unfair": FormalProperty(
+        AnswerAccounting, mode="bmc", depth=6, expect="fail", slow=True,
+        doc="router.answer_response's argument without the fairness assumption: the solver "
+            "finds a reachable state whose budget (age + the cycles an answer can still need) "
+            "exceeds 11 (the claim-level control, a 14-cycle BMC of the router, does not finish "
+            "in 600 s)",
+        params={"patience": 2, "unfair": True},
+        gtkw=("cnt", "trk", "pos", "answer_age", "admit", "depart", "dut.tx__valid",
+              "dut.tx__ready")),
+    "router.tx_response": FormalProperty(
+        TxResponse, mode="prove", depth=2, cover_depth=10, expect="pass", slow=True,
+        doc="router's tx (round robin over data answers, store acks and 2 cores' requests), tx "
+            "ready at least once every 2 cycles: every offered flit is taken within 7 cycles "
+            "(S x M - 1: the other 3 sources first, one per ready cycle)",
+        params={"aivs": 2, "patience": 2},
+        gtkw=("answers_age", "acks_age", "core0_age", "core1_age", "tx_waited",
+              "tx_mux.tx__valid", "tx_mux.tx__ready")),
+    "router.tx_response_tight": FormalProperty(
+        TxResponse, mode="bmc", depth=10, expect="fail", slow=True,
+        doc="router.tx_response claimed one cycle tighter (6): the solver finds the flit taken "
+            "at 7 (the claim alone, no invariants)",
+        params={"aivs": 2, "patience": 2, "bound": 6, "invariants": False},
+        gtkw=("answers_age", "acks_age", "core0_age", "core1_age", "tx_waited",
+              "tx_mux.tx__valid", "tx_mux.tx__ready")),
+    "router.tx_response_unfair": FormalProperty(
+        TxResponse, mode="bmc", depth=10, expect="fail", slow=True,
+        doc="router.tx_response without the fairness assumption: the solver finds a fabric that "
+            "keeps a flit waiting past 7 cycles",
+        params={"aivs": 2, "patience": None, "bound": 7, "invariants": False},
+        gtkw=("answers_age", "acks_age", "core0_age", "core1_age", "tx_mux.tx__valid",
+              "tx_mux.tx__ready")),
     "router.answers": FormalProperty(
         AnswerAccounting, mode="prove", depth=4, cover_depth=10, expect="pass",
         doc="whole die router, 2 ranks x 1 core, RSP queue of 2, read latency 2, any core "

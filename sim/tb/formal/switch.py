@@ -1,4 +1,4 @@
-"""Formal harness of the crossbar switch: no loss, no duplication, per-(input, output) order.
+"""Formal harness of the crossbar switch: no loss, no duplication, per-(input, output) order, bounded response.
 
 :class:`SwitchScoreboard` drives every input of a :class:`~epfabric.hw.switch.Switch`
 with arbitrary flits (any cycle, any destination) and every output with
@@ -42,6 +42,7 @@ from amaranth.lib.wiring import In, Out
 from ....hw.link import flit_layout
 from ....hw.switch import Switch
 from . import Elaborated, FormalProperty, Harness
+from .fairness import fair_ready
 
 __all__ = ["SwitchScoreboard", "CollisionDropper", "PROPERTIES"]
 
@@ -80,9 +81,16 @@ class SwitchScoreboard(Harness):
     ports, depth
         Of the switch under test.
     fair : bool
-        Outputs always ready; check the bounded response of a tracked flit.
+        Check the bounded response of a tracked flit: outputs always ready, or
+        ready at least once every ``patience`` cycles.
     bound : int
         Cycles within which a tracked flit must leave (``fair`` only).
+    patience : int or None
+        With ``fair``: each output is ready at least once in every ``patience``
+        cycles (:func:`~epfabric.sim.tb.formal.fairness.fair_ready`; the
+        invariants are :meth:`fair_response_invariants`). ``None``: always ready.
+    unfair : bool
+        With ``patience``: drop the fairness assumption (the negative control).
     drop_on_collision : bool
         Check the broken :class:`CollisionDropper` instead.
     invariants : bool
@@ -91,10 +99,11 @@ class SwitchScoreboard(Harness):
     """
 
     def __init__(self, *, ports=2, depth=2, fair=False, bound=8, drop_on_collision=False,
-                 invariants=True):
+                 invariants=True, patience=None, unfair=False):
         super().__init__()
         self.ports, self.depth = ports, depth
         self.fair, self.bound = fair, bound
+        self.patience, self.unfair = patience, unfair
         layout = flit_layout(ranks=ports, data_bits=2)      # the tag
         self.switch = Switch(ports=ports, depth=depth, payload=layout, counter_width=1)
         self.invariants = invariants
@@ -137,9 +146,14 @@ class SwitchScoreboard(Harness):
                 with m.If(tag == 2):
                     m.d.sync += sent_b.eq(1)
 
+        waited = []
         for o in range(n):
             out = dut.o_stream[o]
-            m.d.comb += out.ready.eq(1 if self.fair else AnySeq(1))
+            if self.fair and self.patience is not None:
+                waited.append(fair_ready(m, out.ready, name=f"out{o}",
+                                         patience=None if self.unfair else self.patience))
+            else:
+                m.d.comb += out.ready.eq(1 if self.fair else AnySeq(1))
             tag = out.payload.data[:2]
             with m.If(out.valid & out.ready):
                 m.d.comb += Assert(out.payload.dst == o, f"output {o}: flit for another port")
@@ -156,7 +170,10 @@ class SwitchScoreboard(Harness):
         m.d.comb += Assert(~got_b | sent_b)
         if self.invariants:
             pos_a, a_out = self.order_invariants(m, src_sel, dst_sel, sent_a, sent_b, got_a, got_b)
-            if self.fair:
+            if self.fair and self.patience is not None:
+                self.fair_response_invariants(m, src_sel, dst_sel, sent_a, age, pos_a, a_out,
+                                              waited)
+            elif self.fair:
                 self.response_invariants(m, src_sel, sent_a, got_a, age, pos_a, a_out)
         if self.fair:
             with m.If(sent_a & ~got_a):
@@ -164,6 +181,9 @@ class SwitchScoreboard(Harness):
             m.d.comb += Assert(age <= self.bound, "flit A not delivered in time")
         # non-vacuity: both tagged flits can make it through
         m.d.comb += Cover(got_b)
+        if self.fair and self.patience is not None:
+            # the bound is met exactly
+            m.d.comb += Cover(got_a & (age == self.bound))
 
     def order_invariants(self, m, src_sel, dst_sel, sent_a, sent_b, got_a, got_b):
         """Invariants of every reachable state that make no-loss/no-duplication/order inductive.
@@ -284,6 +304,61 @@ class SwitchScoreboard(Harness):
                 m.d.comb += [Assert(pop, "inv: head ahead of A not popped"),
                              Assert(age <= bound - 4, "inv: age of A second in its FIFO")]
 
+    def fair_response_invariants(self, m, src_sel, dst_sel, sent_a, age, pos_a, a_out, waited):
+        """The bounded response under fair outputs, as a budget per place of *A* (2 ports, FIFOs of 2).
+
+        *M* = ``patience``; ``waited[o]``: output *o*'s not-ready cycles in a
+        row before this one. From any state, how many more cycles *A* can
+        need is bounded by a budget *R*; the invariant is (cycles since *A*
+        was accepted) + *R* <= ``bound``, and one step lowers *R* by at least
+        one (checked by the solver; the cases below say why):
+
+        * ``load(o, s)``, the cycles until output *o* loads the head of
+          input *s* that asks for it: *M* - 1 - ``waited[o]`` while *o*'s
+          register is full (it loads in its next ready cycle; 0 when empty),
+          plus *M* if *o*'s round-robin pointer favours the other input (it
+          may win that load; the pointer then favours *s*, so *s* wins the
+          next). A not-ready cycle raises ``waited``; a lost load leaves a
+          full register (``waited`` 0 if it was a ready cycle) and a pointer
+          on *s*: *M* - 1 < the *M* + *M* - 1 - ``waited`` it had.
+        * *A* in output register *o*: it leaves in *o*'s next ready cycle,
+          *R* = *M* - 1 - ``waited[o]``.
+        * *A* head of its FIFO, asking for *o*: *R* = load(*o*, *s*) + *M*.
+        * *A* second, behind head *H* that asks for *o'*: *R* = load(*o'*, *s*) +
+          3 *M*: *H* leaves; *A* is head the cycle after, where its budget is
+          at most (*M* - 1) + *M* + *M*.
+
+        On acceptance (cycle *t*), *A* is head or second behind *H*, which
+        asked for *o'* at *t* already: if *o'* loaded at *t* (ready or empty)
+        the pointer now favours *s* or *H* has left; otherwise *o'* was full
+        and not ready, so ``waited[o']`` >= 1. Either way the budget at *t* + 1
+        is at most (*M* - 2) + *M* + 3 *M*: *A* leaves by *t* + 5 *M* - 1. That is
+        ``bound`` = 5 *M* - 1: *A* and *H* each lose one load of *o* to the
+        other input, and *A* leaves with the fifth ready cycle of its output
+        (tight: the cover reaches it); with *M* = 1 it is ``switch.response``'s 4.
+        The harness's ``age`` counts from the cycle after the acceptance, so
+        the cycles since acceptance are ``age + 1``.
+        """
+        assert self.ports == 2 and self.depth == 2, "fair response invariants: 2 ports, depth 2"
+        blk, M, N = self.blk, self.patience, self.bound
+        m.d.comb += Assert(sent_a | (age == 0), "inv: age of A before it is sent")
+
+        def load(o, s):
+            valid, ptr = blk[f"ovalid{o}"], blk.sub(f"arb{o}")["ptr"]
+            return Mux(valid, M - 1 - waited[o], 0) + Mux(ptr == 1 - s, M, 0)
+
+        since = age + 1
+        for o in range(2):
+            with m.If(a_out & (dst_sel == o)):
+                m.d.comb += Assert(since + M - 1 - waited[o] <= N, f"inv: A in output {o}")
+            for s in range(2):
+                with m.If(sent_a & (pos_a == 1) & (src_sel == s) & (dst_sel == o)):
+                    m.d.comb += Assert(since + load(o, s) + M <= N,
+                                       f"inv: A head of input {s} for output {o}")
+                with m.If(sent_a & (pos_a == 2) & (src_sel == s) & blk[f"want{s}"][o]):
+                    m.d.comb += Assert(since + load(o, s) + 3 * M <= N,
+                                       f"inv: A behind a head of input {s} for output {o}")
+
 
 PROPERTIES = {
     "switch.order": FormalProperty(
@@ -308,4 +383,28 @@ PROPERTIES = {
         doc="3-port switch, any traffic and back-pressure: no loss, duplication, misrouting "
             "or reordering",
         params={"ports": 3, "depth": 2}),
+    "switch.fair_response": FormalProperty(
+        SwitchScoreboard, mode="prove", depth=6, cover_depth=16, expect="pass",
+        doc="2-port switch, FIFOs of 2, any traffic, each output ready at least once every 2 "
+            "cycles: a flit leaves within 9 cycles of its acceptance (5 M - 1: it and the flit "
+            "ahead each lose one load to the other input, then it leaves with the fifth ready "
+            "cycle of its output)",
+        params={"ports": 2, "depth": 2, "fair": True, "patience": 2, "bound": 9},
+        gtkw=("flow_src", "flow_dst", "sent_a", "got_a", "age_a", "out0_waited",
+              "out1_waited")),
+    "switch.fair_response_tight": FormalProperty(
+        SwitchScoreboard, mode="bmc", depth=16, expect="fail", slow=True,
+        doc="switch.fair_response claimed one cycle tighter (8): the solver finds the flit that "
+            "takes 9 (the claim alone, no invariants)",
+        params={"ports": 2, "depth": 2, "fair": True, "patience": 2, "bound": 8,
+                "invariants": False},
+        gtkw=("flow_src", "flow_dst", "sent_a", "got_a", "age_a", "out0_waited",
+              "out1_waited")),
+    "switch.fair_response_unfair": FormalProperty(
+        SwitchScoreboard, mode="bmc", depth=12, expect="fail", slow=True,
+        doc="switch.fair_response without the fairness assumption: the solver finds an output "
+            "that keeps a flit past 9 cycles",
+        params={"ports": 2, "depth": 2, "fair": True, "patience": 2, "bound": 9,
+                "unfair": True, "invariants": False},
+        gtkw=("flow_src", "flow_dst", "sent_a", "got_a", "age_a")),
 }
