@@ -168,6 +168,11 @@ def accumulate_lanes(m, acc, x, *, dtype, header_bits=0, name="acc", latency=0, 
             raise UserError(f"dtype {dtype!r}: integer lanes add in the cycle, not after "
                             f"latency={latency}")
         a, b = Cat(acc), x
+        if m is not None:
+            # both operands named once (as below): a lane's slice of an unnamed wide operand
+            # (the reduction unit's Mux of a fresh slot and the stored sum) re-emits all of it
+            # per lane -- a 512 B block converted 248 copies of a 4096-bit Mux per operand
+            a, b = _named(m, a, f"{name}_old"), _named(m, b, f"{name}_x")
         out = [b[:header_bits]]
         for k in range(lanes):
             lo = header_bits + k * bits
@@ -192,6 +197,13 @@ def accumulate_lanes(m, acc, x, *, dtype, header_bits=0, name="acc", latency=0, 
                *(add_f32(m, s, v, name=f"{name}{k}", latency=latency, advance=advance)
                  for k, (s, v) in enumerate(zip(sums, xs))),
                delay(m, tail, latency, advance=advance, name=f"{name}_tail"))
+
+
+def _named(m, value, name):
+    """``value`` as a signal of its width, driven in ``m``'s comb domain."""
+    sig = Signal(len(value), name=name)
+    m.d.comb += sig.eq(value)
+    return sig
 
 
 def add_lanes(a, b, *, dtype, header_bits=0, m=None, name="add"):
