@@ -53,13 +53,17 @@ one-flit release register is full and not draining (or, with floating-point lane
 for its slot is still in the adder's pipeline: a wait of at most ``latency`` cycles that
 depends on nothing else). Its releases go to the switch as an input and leave by
 ``routes[dst]``. So if that output drains, every contribution is absorbed within a bound
-(formal harness ``inc_drain.absorb``). It need not drain: on a tier-1 switch one register
-holds releases going up (to another board) and down (to this board), so a partial sum
-that came down from tier-2 can wait behind a release going up, and two boards' tier-1
-units can wait on each other through one tier-2 plane -- a reachable deadlock
-(``epfabric soak --inc --adversarial``). Die and tier-2 units only release down. The
-tests put random back-pressure on every output (tests/hw/test_inc_switch.py) and the
-formal harness ``inc_switch.reduce`` checks a release carries exactly the sum of its group.
+(formal harness ``inc_drain.absorb``). What keeps the outputs draining is where units sum:
+only where their releases go *down*, towards ``dst`` -- a die's unit for its own die, a
+tier-2 unit, and a tier-1 unit only for groups of its own board
+(:func:`~epfabric.hw.topology.superpod` restricts the tier-1 tables). A tier-1 unit that
+also summed groups leaving its board held releases going up and down in one register, so a
+partial sum that came down from tier-2 waited behind one going up, and two boards' units
+waited on each other through one tier-2 plane: a deadlock simulation reached. With the
+restriction the fabric's wait-for graph has no cycle (:mod:`~epfabric.hw.inc_waits`,
+checked on every superpod shape). The tests put random back-pressure on every output
+(tests/hw/test_inc_switch.py) and the formal harness ``inc_switch.reduce`` checks a release
+carries exactly the sum of its group.
 
 One contribution a cycle: the slot is read combinationally and written at the
 clock edge, so a contribution to the same slot in the next cycle sees the sum.

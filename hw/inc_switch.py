@@ -16,13 +16,14 @@ to a ``ReduceUnit``; outside it has the ports of a ``Switch`` of ``ports`` ports
 (the same signature, plus the unit's counters), so a fabric builder swaps one
 for the other (:func:`~epfabric.hw.topology.superpod` ``inc=True``).
 
-What can deadlock (docs/concepts/inc-deadlock.md): the switch's routes are up/down on a
-tree, so its channel dependencies are acyclic, and a multicast copy follows the unicast
+Why it cannot deadlock (docs/concepts/inc-deadlock.md): the switch's routes are up/down on
+a tree, so its channel dependencies are acyclic, and a multicast copy follows the unicast
 route of each of its destinations (or, from a tier-1 switch, one plane up before down), so
 multicast adds no cycle. The unit is a buffer on the way to ``routes[dst]`` that waits for
-nothing but its own output (hw/inc_reduce.py) -- but on a tier-1 switch that output carries
-releases up and down, so a partial sum that came down waits behind one going up: two
-boards' tier-1 units can wait on each other through one tier-2 plane.
+nothing but its own output (hw/inc_reduce.py), and a fabric gives it only groups whose
+releases go down (a tier-1 switch sums no group leaving its board): so it is one more
+buffer on the way down, and the dependencies stay acyclic (:mod:`~epfabric.hw.inc_waits`
+checks the whole graph).
 """
 
 from amaranth.hdl import Module

@@ -27,10 +27,9 @@ __all__ = ["wait_graph", "find_cycle"]
 
 
 def wait_graph(routing):
-    """``{node: set of nodes it may wait for}`` of a fabric's ``routing`` (the ``routing``
-    attribute of an in-network :func:`~epfabric.hw.topology.superpod` or
-    :func:`~epfabric.hw.topology.star`: ``ranks``, ``routes``, ``ends``, ``tables``,
-    ``mcast_uplinks``)."""
+    """``{node: set of nodes it may wait for}`` of a fabric's ``routing`` (a fabric's
+    ``routing`` attribute, or :func:`~epfabric.hw.topology.superpod` with ``routing_only``:
+    ``ranks``, ``routes``, ``ends``, ``tables``, ``mcast_uplinks``)."""
     ranks, routes, ends = routing["ranks"], routing["routes"], routing["ends"]
     tables, uplinks = routing["tables"], routing.get("mcast_uplinks", {})
     by_src = {src: i for i, (src, _dst) in enumerate(ends)}

@@ -165,6 +165,9 @@ class Fabric(wiring.Component):
     kinds : tuple
         The link kinds counted per kind (``link_blocks``, ``link_small``): :func:`superpod`
         gives :data:`SUPERPOD_HOPS`; empty (the default, and :func:`star`): no such counters.
+    routing : dict or None
+        The builder's routes, link ends and reduction tables (:mod:`~epfabric.hw.inc_waits`
+        checks its wait-for graph); kept as the ``routing`` attribute.
 
     Attributes
     ----------
@@ -193,8 +196,10 @@ class Fabric(wiring.Component):
     """
 
     def __init__(self, *, ranks, payload, switches, links, wires=(), attach=0, classes=None,
-                 counter_width=32, instances=None, parts=None, link_kinds=None, kinds=()):
+                 counter_width=32, instances=None, parts=None, link_kinds=None, kinds=(),
+                 routing=None):
         self.ranks = ranks
+        self.routing = routing
         self.payload = check_payload(payload)
         self.switches = dict(switches)
         self.links = list(links)
@@ -312,8 +317,9 @@ class _Children:
     in-network one a :class:`~epfabric.hw.inc_switch.PlanarIncSwitch`).
     """
 
-    def __init__(self, shared, inc=None):
+    def __init__(self, shared, inc=None, plan=False):
         self.shared = shared
+        self.plan = plan                     # record the fabric's paths, build no component
         self.inc = inc                       # IncSwitch parameters, or None: plain switches
         self._pending = []                   # (name, parameters) of the switches to build
         self._ends = []                      # (src, dst) of every link, in order
@@ -321,15 +327,19 @@ class _Children:
         self.instances, self.parts = {}, {}
         self.link_kinds = []                 # the kind of each link (None: not counted)
         self._switch_kinds, self._link_kinds = {}, []
+        self._sums = {}                      # switch name: which destinations it sums, or None
 
     def switch(self, name, *, ports, routes, payload, depth, counter_width, small_taps=False,
-               mcast_uplinks=None):
+               mcast_uplinks=None, sums=None):
         """Record a switch; it is built by :meth:`fabric_args`, once every link is known (an
         in-network switch's tables come from the paths through the whole fabric).
-        ``mcast_uplinks`` only matters to an in-network switch."""
+        ``mcast_uplinks`` and ``sums`` only matter to an in-network switch: ``sums[d]`` false
+        means the switch sums no group of destination ``d`` (its table entry is 0, so those
+        contributions pass it unsummed); ``None``: it sums wherever paths meet."""
         self._pending.append((name, dict(ports=ports, routes=tuple(routes), payload=payload,
                                          depth=depth, counter_width=counter_width,
                                          small_taps=small_taps, mcast_uplinks=mcast_uplinks)))
+        self._sums[name] = None if sums is None else tuple(bool(x) for x in sums)
 
     def _build_switch(self, name, *, ports, routes, payload, depth, counter_width, small_taps,
                       mcast_uplinks=None, subtree=None):
@@ -379,6 +389,8 @@ class _Children:
         n = len(self.links)
         self._ends.append((src, dst))
         self.link_kinds.append(kind)
+        if self.plan:
+            return
         if self.shared is None:
             self.links.append((Link(**params), src, dst))
             return
@@ -394,15 +406,27 @@ class _Children:
         self.links.append((port, src, dst))
         self.instances[n] = (module, {})
 
+    def routing(self, ranks):
+        """What :mod:`~epfabric.hw.inc_waits` builds the fabric's wait-for graph from: the
+        switches' routes, the links' ends, the reduction tables (``{}`` without ``inc``) and the
+        tier-1 multicast uplinks -- the tables every switch is built with."""
+        inc = self.inc is not None
+        routes = {name: p["routes"] for name, p in self._pending}
+        tables = subtrees(ranks, routes, self._ends) if inc else {}
+        for name, sums in self._sums.items():
+            if inc and sums is not None:
+                tables[name] = [m if sums[d] else 0 for d, m in enumerate(tables[name])]
+        return {"ranks": ranks, "routes": routes, "ends": list(self._ends), "tables": tables,
+                "mcast_uplinks": {name: p["mcast_uplinks"] for name, p in self._pending
+                                  if inc and p["mcast_uplinks"] is not None}}
+
     def fabric_args(self, ranks):
-        if self.inc is not None:
-            tables = subtrees(ranks, {name: p["routes"] for name, p in self._pending}, self._ends)
+        routing = self.routing(ranks)
         for name, params in self._pending:
-            self._build_switch(name, **params,
-                               subtree=None if self.inc is None else tables[name])
+            self._build_switch(name, **params, subtree=routing["tables"].get(name))
         self._pending = []
         return dict(switches=self.switches, links=self.links, instances=self.instances,
-                    parts=self.parts, link_kinds=self.link_kinds)
+                    parts=self.parts, link_kinds=self.link_kinds, routing=routing)
 
 
 def subtrees(ranks, routes, links):
@@ -518,7 +542,8 @@ def superpod_distance(dies_per_npu, npus_per_board):
 
 
 def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
-             data_bytes=None, switch_depth=4, counter_width=32, shared=None, inc=None):
+             data_bytes=None, switch_depth=4, counter_width=32, shared=None, inc=None,
+             routing_only=False):
     """A two-tier superpod fabric (UBEP §2.3 Insight 3, Table 2).
 
     Rank ``r`` is die ``r % dies_per_npu`` of NPU ``(r // dies_per_npu) %
@@ -549,10 +574,17 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
         tier-1's, each tier-2's -- is an :class:`~epfabric.hw.inc_switch.IncSwitch` with
         these parameters (``window``, ``header_bits``, ``dtype``, ``key_field``; ``{}``
         for the defaults) and its reduction tables from the fabric's own paths
-        (:func:`subtrees`); a tier-1 switch sends a multicast's copies for other boards up
-        one tier-2 plane, the source's (``mcast_uplinks``). The payload needs :func:`~epfabric.hw.inc_switch.inc_fields`
+        (:func:`subtrees`), except that a tier-1 switch sums only groups whose destination
+        is on its board (its releases go down; contributions to other boards go up unsummed
+        and their tier-2 plane sums them: what keeps the fabric free of deadlock,
+        docs/concepts/inc-deadlock.md); a tier-1 switch sends a multicast's copies for other
+        boards up one tier-2 plane, the source's (``mcast_uplinks``). The payload needs :func:`~epfabric.hw.inc_switch.inc_fields`
         and the key; with ``payload=None`` it is :func:`~epfabric.hw.inc_switch.inc_payload`.
         ``None`` (default): plain switches, the fabric as without it.
+    routing_only : bool
+        Build no component and return only the fabric's routing (its ``routing``
+        attribute: routes, link ends, reduction tables), which
+        :mod:`~epfabric.hw.inc_waits` checks for a cyclic wait.
 
     Returns
     -------
@@ -579,7 +611,7 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
                               max(1, (inc.get("window", 16) - 1).bit_length()))
     payload = _payload(payload, ranks, data_bytes)
 
-    children = _Children(shared, inc=None if inc is None else dict(inc))
+    children = _Children(shared, inc=None if inc is None else dict(inc), plan=routing_only)
 
     def link(latency, src, dst, kind=None):
         children.link(timing.link_params(payload, latency), src, dst, kind)
@@ -618,9 +650,15 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
     if has_t1:
         for b in range(nb):
             routes = [d % dpb if board_of(d) == b else dpb + d % dpb for d in range(ranks)]
+            # a tier-1 unit sums only the groups of its own board's dies, whose releases go
+            # down: a unit that also released up would hold partial sums that came down
+            # behind releases going up, and two boards' units could wait on each other
+            # through one tier-2 plane (docs/concepts/inc-deadlock.md). Contributions to
+            # other boards go up unsummed; the tier-2 plane sums them.
             children.switch(f"t1_{b}", ports=dpb * (2 if nb > 1 else 1), routes=routes,
                             payload=payload, depth=switch_depth, counter_width=counter_width,
-                            small_taps=taps, mcast_uplinks=(dpb, dpb) if nb > 1 else None)
+                            small_taps=taps, mcast_uplinks=(dpb, dpb) if nb > 1 else None,
+                            sums=[board_of(d) == b for d in range(ranks)])
     if nb > 1:
         for k in range(dpb):
             children.switch(f"t2_{k}", ports=nb, routes=[board_of(d) for d in range(ranks)],
@@ -630,6 +668,8 @@ def superpod(timing, dies_per_npu, npus_per_board, boards, *, payload=None,
                 link(hops["t2_up"], (f"t1_{b}", dpb + k), (f"t2_{k}", b), "t2_up")
                 link(hops["t2_down"], (f"t2_{k}", b), (f"t1_{b}", dpb + k), "t2_down")
 
+    if routing_only:
+        return children.routing(ranks)
     classes = superpod_distance(dpn, npb)
     fabric = Fabric(ranks=ranks, payload=payload, classes=classes, counter_width=counter_width,
                     kinds=SUPERPOD_HOPS, **children.fabric_args(ranks))

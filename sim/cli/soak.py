@@ -58,8 +58,9 @@ def add_arguments(parser):
                              "superpod:2,2,2) under multicast, unicast and reduction traffic "
                              "with receiver stalls, every delivery checked in Python")
     parser.add_argument("--adversarial", action="store_true",
-                        help="--inc: the cyclic-wait pattern of two boards through one tier-2 "
-                             "plane (docs/concepts/inc-deadlock.md) instead of random traffic; "
+                        help="--inc: the two-board pattern that deadlocked tier-1 units summing "
+                             "groups leaving their board (docs/concepts/inc-deadlock.md) "
+                             "instead of random traffic; "
                              "--blocks is the groups per destination, a watchdog reports a "
                              "fabric that stops delivering")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")

@@ -105,14 +105,15 @@ def reduction_queues(rng, ranks, groups, *, window, lanes, header_bits=0, p=0.6)
 
 
 def plane_ring_queues(rng, shape, groups, *, lanes, multicasts=0, serial=1, planes=1):
-    """The cyclic-wait pattern of two boards (docs/concepts/inc-deadlock.md).
+    """The two-board pattern that deadlocked tier-1 units summing groups that leave their
+    board (docs/concepts/inc-deadlock.md).
 
     On each of the first ``planes`` tier-2 planes ``k``, board 0 reduces into die ``k`` of
     board 1 and board 1 into die ``k`` of board 0, ``groups`` groups each (blocks
-    ``0 .. groups - 1``): two contributors on the other board (a pair, so its tier-1 switch
-    sends one partial sum up plane ``k`` for every two contributions) and one on the
-    destination's board in another NPU (so that partial sum waits for the destination's
-    tier-1 unit). With ``multicasts``, the destination also sends that many multicasts to
+    ``0 .. groups - 1``): two contributors on the other board (a pair, whose contributions go
+    up plane ``k``; a tier-1 unit that summed them sent one partial sum for every two) and one
+    on the destination's board in another NPU (so what comes down waits for the
+    destination's tier-1 unit). With ``multicasts``, the destination also sends that many multicasts to
     the other board per group (on plane ``k`` too). Every source sends in block order.
     Returns the queues, ``{(dst, block): (mask, contributors, header, sums)}`` and
     ``[(serial, mask)]`` of the multicasts.

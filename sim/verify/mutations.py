@@ -921,6 +921,18 @@ MUTATIONS = [
         "timeout": 300,
     },
     {
+        "name": "tier1_sums_groups_leaving_the_board",
+        "file": "hw/topology.py",
+        "old": "                            sums=[board_of(d) == b for d in range(ranks)])\n",
+        "new": "                            sums=None)\n",
+        "description": "a tier-1 in-network switch also sums groups whose destination is on "
+                       "another board: its unit releases up and down, and two boards can wait "
+                       "on each other through a tier-2 plane (docs/concepts/inc-deadlock.md)",
+        "tests": ["tests/hw/test_inc_waits.py::test_the_in_network_superpod_has_no_cyclic_wait",
+                  "tests/hw/test_topology.py::test_inc_superpod_multicast_and_reductions_under_stalls"],
+        "timeout": 300,
+    },
+    {
         "name": "link_counter_misses_a_link",
         "file": "hw/topology.py",
         "old": "                if self.link_kinds[n] != kind:\n",

@@ -184,7 +184,8 @@ def inc_soak(*, shape=INC_SHAPE, seed=1, multicasts=16, groups=None, offer=0.7, 
     fabric that stops delivering ends at the cycle limit, and ``problems`` names the first
     die whose deliveries are wrong and how many deliveries are missing.
 
-    ``adversarial``: the cyclic-wait pattern of docs/concepts/inc-deadlock.md instead
+    ``adversarial``: the pattern of docs/concepts/inc-deadlock.md (it deadlocked tier-1
+    units that summed groups leaving their board) instead
     (:func:`~epfabric.sim.tb.inc_traffic.plane_ring_queues`: on every tier-2 plane each
     board reduces pairs into a die of the other board, whose own board adds one
     contribution; ``groups`` per destination, default ``window``, and ``multicasts`` per

@@ -32,8 +32,10 @@ stores where (read from the programs, :mod:`.cann`, :mod:`.ubep`, :mod:`.combine
   plane, ``Switch`` ``mcast_uplinks``) for all other boards, one down to each of those boards,
   one down to each destination die. Each slot's ``t`` and weight travel as two word stores
   (small flits), so there are no metadata blocks. Combine: one pre-summed contribution per
-  (token block, other die holding one of its experts), reduced where paths meet (the remote
-  board's tier-1 uplink, the tier-2 port, the root's tier-1 die port).
+  (token block, other die holding one of its experts), reduced where paths meet on the way
+  down (the tier-2 plane, the root's tier-1 die port): a tier-1 switch does not sum
+  contributions leaving its board (the deadlock argument, docs/concepts/inc-deadlock.md), so
+  every contributing die of another board puts one block on ``t2_up``.
 
 Small flits are not predicted: acks are coalesced per (source, core), so their number
 depends on timing.
@@ -50,7 +52,7 @@ kind         cann, ubep       ubep-inc dispatch               ubep-inc combine
 ===========  ===============  ==============================  ===========================
 ``direct``   ``k(n−1)/R``     ``(n−1)(1−q(1))``               ``(n−1)(1−q(1))``
 ``up``       ``k(R−n)/R``     ``1−q(R−n)``                    ``(R−n)(1−q(1))``
-``t2_up``    ``k(R−D)/R``     ``1−q(R−D)``                    ``(B−1)(1−q(D))``
+``t2_up``    ``k(R−D)/R``     ``1−q(R−D)``                    ``(R−D)(1−q(1))``
 ``t2_down``  ``k(R−D)/R``     ``(B−1)(1−q(D))``               ``1−q(R−D)``
 ``down``     ``k(R−n)/R``     ``(R−n)(1−q(1))``               ``1−q(R−n)``
 ===========  ===============  ==============================  ===========================
@@ -143,7 +145,9 @@ def link_blocks_per_token(workload, shape, system, kernel="dispatch"):
         return {"direct": direct, "up": far_dies.any(axis=2).astype(np.int64),
                 "t2_up": remote.any(axis=2).astype(np.int64),
                 "t2_down": remote.sum(axis=2), "down": far_dies.sum(axis=2)}
-    return {"direct": direct, "up": far_dies.sum(axis=2), "t2_up": remote.sum(axis=2),
+    other_board = r[None, :] // D != np.arange(R)[:, None] // D     # [s, r]
+    return {"direct": direct, "up": far_dies.sum(axis=2),
+            "t2_up": (hit & other_board[:, None, :]).sum(axis=2),
             "t2_down": remote.any(axis=2).astype(np.int64),
             "down": far_dies.any(axis=2).astype(np.int64)}
 
@@ -192,7 +196,7 @@ def per_token_expectation(shape, system, kernel="dispatch", *, experts, topk):
                 "t2_up": 1 - q(R - D), "t2_down": (nb - 1) * (1 - q(D)),
                 "down": (R - n) * (1 - q(1))}
     return {"direct": (n - 1) * (1 - q(1)), "up": (R - n) * (1 - q(1)),
-            "t2_up": (nb - 1) * (1 - q(D)), "t2_down": 1 - q(R - D), "down": 1 - q(R - n)}
+            "t2_up": (R - D) * (1 - q(1)), "t2_down": 1 - q(R - D), "down": 1 - q(R - n)}
 
 
 def expected_link_blocks(shape, system, kernel="dispatch", *, experts, topk, batch,

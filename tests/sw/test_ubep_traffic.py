@@ -65,10 +65,10 @@ def loop_reference(w, shape, system, kernel):
                 boards = {d // D for d in far} - {s // D}
                 links += [("up",)] * bool(far) + [("t2_up",)] * bool(boards)
                 links += [("t2_down",)] * len(boards) + [("down",)] * len(far)
-            else:                               # contributions reduced where paths meet
+            else:           # contributions reduced where paths meet on the way down
                 links += [("up",)] * len(far)
-                boards = {d // D for d in far} - {s // D}
-                links += [("t2_up",)] * len(boards) + [("t2_down",)] * bool(boards)
+                other = [d for d in far if d // D != s // D]   # tier-1 does not sum them
+                links += [("t2_up",)] * len(other) + [("t2_down",)] * bool(other)
                 links += [("down",)] * bool(far)
             for path in links:
                 for kind in path:

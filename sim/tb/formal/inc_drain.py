@@ -1,7 +1,7 @@
 """Formal harness of the reduction unit's one wait: it absorbs whenever its switch's outputs drain.
 
-The deadlock argument of the in-network fabric (hw/inc_reduce.py, "Deadlock freedom")
-rests on one lemma about a single :class:`~epfabric.hw.inc_switch.IncSwitch`: the
+The deadlock argument of the in-network fabric (hw/inc_reduce.py, "Slots and waits";
+hw/inc_waits.py) rests on one lemma about a single :class:`~epfabric.hw.inc_switch.IncSwitch`: the
 reduction unit waits for nothing but its own output -- its one-flit release register,
 which empties into the switch's input FIFO of the reduction port, which empties into
 the output ``routes[dst]`` of each release. So if every output of the switch drains,
@@ -17,17 +17,19 @@ hold (they are direct-mapped: a contribution never waits for a free slot).
   unbounded proof.
 * ``inc_drain.absorb_unfair`` -- negative control, ``expect="fail"``: the same claim with
   outputs that may stall for ever. The solver finds the unit blocked behind a release
-  whose output never drains -- the local step of the cyclic wait in a two-tier fabric
-  (docs/concepts/inc-deadlock.md): there, a tier-1 unit's release to another board waits
-  on the tier-2 path, which waits on the other board's tier-1 unit.
+  whose output never drains -- the local step of the cyclic wait a two-tier fabric had
+  while its tier-1 units also summed groups leaving the board (docs/concepts/inc-deadlock.md):
+  a tier-1 unit's release to another board waited on the tier-2 path, which waited on the
+  other board's tier-1 unit.
 
 What the check covers and what it does not: it is the lemma for one switch, under the
-assumption that every output drains. That assumption is what fails in a two-tier
-superpod: a tier-1 switch's unit holds releases going *up* (to other boards) and
-releases going *down* in one register and one FIFO, so its input from the tier-2
-layer can wait on its uplink, and two boards' tier-1 units can wait on each other
-through one tier-2 plane. The adversarial soak (``epfabric soak --inc --adversarial``)
-reproduces that cycle; this harness shows the unit adds no wait of its own.
+assumption that every output drains. The fabric supplies that assumption by giving units
+only groups whose releases go down (a tier-1 switch sums no group leaving its board), so
+the wait-for graph of channels and units has no cycle (hw/inc_waits.py, checked on every
+superpod shape). Without that restriction the assumption failed: a tier-1 unit held
+releases going up and down in one register, and two boards' units waited on each other
+through one tier-2 plane (the adversarial soak, ``epfabric soak --inc --adversarial``,
+reached it).
 """
 
 from amaranth.asserts import AnySeq
