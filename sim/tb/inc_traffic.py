@@ -26,14 +26,17 @@ __all__ = ["inc_fabric", "flit", "pack", "unpack", "multicast_queues", "reductio
 LANE = 16
 
 
-def inc_fabric(*, preset="tiny", shape=(2, 2, 2), window=8, data_bits=64, header_bits=0):
+def inc_fabric(*, preset="tiny", shape=(2, 2, 2), window=8, data_bits=64, header_bits=0,
+               shared=None):
     """A superpod with in-network switches (a ComponentSpec target): the preset's timing,
-    :func:`~epfabric.hw.inc_switch.inc_payload` flits of ``data_bits``."""
+    :func:`~epfabric.hw.inc_switch.inc_payload` flits of ``data_bits``. ``shared``: as for
+    :func:`~epfabric.hw.topology.superpod` (the Verilog simulators convert each kind of switch
+    and link once: a flat 64-die fabric exhausts Yosys's WebAssembly memory)."""
     p = get_preset(preset)
     ranks = shape[0] * shape[1] * shape[2]
     payload = inc_payload(ranks, data_bits, max(1, (window - 1).bit_length()))
     return superpod(p.fabric_timing("superpod"), *shape, payload=payload,
-                    inc={"window": window, "header_bits": header_bits})
+                    inc={"window": window, "header_bits": header_bits}, shared=shared)
 
 
 def flit(*, src, dst=0, mcast=0, red=0, mask=0, count=0, block=0, data=0):
@@ -108,8 +111,8 @@ def plane_ring_queues(rng, shape, groups, *, lanes, multicasts=0, serial=1, plan
     """The two-board pattern that deadlocked tier-1 units summing groups that leave their
     board (docs/concepts/inc-deadlock.md).
 
-    On each of the first ``planes`` tier-2 planes ``k``, board 0 reduces into die ``k`` of
-    board 1 and board 1 into die ``k`` of board 0, ``groups`` groups each (blocks
+    Boards go in pairs (0 and 1, 2 and 3, ...). On each of the first ``planes`` tier-2
+    planes ``k``, each board of a pair reduces into die ``k`` of the other, ``groups`` groups each (blocks
     ``0 .. groups - 1``): two contributors on the other board (a pair, whose contributions go
     up plane ``k``; a tier-1 unit that summed them sent one partial sum for every two) and one
     on the destination's board in another NPU (so what comes down waits for the
@@ -119,19 +122,20 @@ def plane_ring_queues(rng, shape, groups, *, lanes, multicasts=0, serial=1, plan
     ``[(serial, mask)]`` of the multicasts.
     """
     dpn, npb, nb = shape
-    if nb != 2 or npb < 2 or dpn * npb % 2:
-        raise ValueError(f"the plane ring needs two boards of at least two NPUs and an even "
-                         f"number of dies a board, not {tuple(shape)}")
+    if nb < 2 or nb % 2 or npb < 2 or dpn * npb % 2:
+        raise ValueError(f"the plane ring needs boards in pairs (two boards, four, ...) of at "
+                         f"least two NPUs and an even number of dies a board, not {tuple(shape)}")
     dpb = dpn * npb
     if not 1 <= planes <= dpb:
         raise ValueError(f"planes must be in [1, {dpb}] (the tier-2 planes), not {planes!r}")
-    ranks = 2 * dpb
+    ranks = nb * dpb
     queues = [[] for _ in range(ranks)]
     want, sent = {}, []
+    boards = [(p * dpb, (p + 1) * dpb) for p in range(0, nb, 2)]
     for b in range(groups):
         pair = 2 * (b % (dpb // 2))
         for k in range(planes):
-            for home, other in ((0, dpb), (dpb, 0)):
+            for home, other in (ends for a, c in boards for ends in ((a, c), (c, a))):
                 dst = home + k
                 local = home + (k + dpn) % dpb
                 mask = (1 << local) | (3 << (other + (pair + 2 * k) % dpb))

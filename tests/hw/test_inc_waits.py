@@ -11,10 +11,10 @@ from utils import tiny_timing
 
 TIMING = tiny_timing()
 
-#: every shape class: one board (no tier-2), two boards, three boards, NPUs of 1 and 2 dies, and
-#: the 64-die soak shape
+#: every shape class: one board (no tier-2), two, three and four boards, NPUs of 1 and 2 dies,
+#: and 64 dies on two boards and on four (the adversarial soak's shape)
 SHAPES = [(2, 2, 1), (1, 2, 2), (1, 4, 2), (2, 2, 2), (1, 8, 2), (2, 2, 3), (1, 2, 4),
-          (2, 16, 2)]
+          (2, 16, 2), (2, 8, 4)]
 
 
 def routing(shape):
