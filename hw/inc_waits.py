@@ -15,7 +15,7 @@ also summed groups leaving the board had one, and simulation reached it
 The graph is built from what the hardware is built from -- each switch's ``routes``, the
 links' ends, each switch's reduction table (:func:`~epfabric.hw.topology.subtrees`, as
 restricted by the builder) and the tier-1 multicast uplinks -- so a change of any of them
-is checked (tests/hw/test_inc_waits.py, on every superpod shape up to 64 dies).
+is checked (tests/hw/test_inc_waits.py, on nine superpod shapes up to 64 dies).
 
 Nodes: ``("link", i)`` for link ``i`` (its buffers: the link's registers and the input FIFO
 of the switch it enters) and ``("unit", name)`` for the reduction unit of switch ``name``.
@@ -70,8 +70,8 @@ def wait_graph(routing):
                 path = walk(s, d, multicast)
                 for (a, name), (b, _next) in zip(path, path[1:]):
                     graph[("link", a)].add(("link", b))
-                    if not multicast and bin(tables.get(name, [0] * ranks)[d]).count("1") >= 2 \
-                            and tables[name][d] >> s & 1:
+                    entry = tables[name][d] if name in tables else 0
+                    if not multicast and entry.bit_count() >= 2 and entry >> s & 1:
                         # s's contribution to a group of d may enter the unit here, whose
                         # release for d leaves by link b
                         graph[("link", a)].add(("unit", name))
@@ -81,25 +81,24 @@ def wait_graph(routing):
 
 def find_cycle(graph):
     """A cycle of ``graph`` as a list of nodes (the first repeated at the end), or ``None``."""
-    state, stack = {}, []
+    done, on_path = set(), set()
     for root in sorted(graph):
-        if root in state:
+        if root in done:
             continue
-        state[root] = 1
-        stack = [(root, iter(sorted(graph[root])))]
-        trail = [root]
+        stack = [(root, iter(sorted(graph[root])))]       # the path from root, depth first
+        on_path.add(root)
         while stack:
             node, nexts = stack[-1]
             for nxt in nexts:
-                if state.get(nxt) == 1:
-                    return trail[trail.index(nxt):] + [nxt]
-                if nxt not in state:
-                    state[nxt] = 1
+                if nxt in on_path:
+                    path = [n for n, _ in stack]
+                    return path[path.index(nxt):] + [nxt]
+                if nxt not in done:
                     stack.append((nxt, iter(sorted(graph.get(nxt, ())))))
-                    trail.append(nxt)
+                    on_path.add(nxt)
                     break
             else:
-                state[node] = 2
                 stack.pop()
-                trail.pop()
+                on_path.discard(node)
+                done.add(node)
     return None

@@ -112,12 +112,13 @@ def plane_ring_queues(rng, shape, groups, *, lanes, multicasts=0, serial=1, plan
     board (docs/concepts/inc-deadlock.md).
 
     Boards go in pairs (0 and 1, 2 and 3, ...). On each of the first ``planes`` tier-2
-    planes ``k``, each board of a pair reduces into die ``k`` of the other, ``groups`` groups each (blocks
-    ``0 .. groups - 1``): two contributors on the other board (a pair, whose contributions go
-    up plane ``k``; a tier-1 unit that summed them sent one partial sum for every two) and one
-    on the destination's board in another NPU (so what comes down waits for the
-    destination's tier-1 unit). With ``multicasts``, the destination also sends that many multicasts to
-    the other board per group (on plane ``k`` too). Every source sends in block order.
+    planes ``k``, each board of a pair reduces into die ``k`` of the other, ``groups`` groups
+    each (blocks ``0 .. groups - 1``): two contributors on the other board (a pair, whose
+    contributions go up plane ``k``; a tier-1 unit that summed them sent one partial sum for
+    every two) and one on the destination's board in another NPU (so what comes down waits
+    for the destination's tier-1 unit). With ``multicasts``, the destination also sends that
+    many multicasts to the other board per group (on plane ``k`` too). Every source sends in
+    block order.
     Returns the queues, ``{(dst, block): (mask, contributors, header, sums)}`` and
     ``[(serial, mask)]`` of the multicasts.
     """

@@ -51,8 +51,8 @@ def test_tier1_units_summing_groups_that_leave_the_board_close_a_cycle(shape):
     assert len(planes) == 1
 
 
-def test_a_one_board_superpod_has_no_cycle_even_unrestricted():
-    """With one board, tier-1 releases only go down: the restriction changes nothing."""
+def test_on_one_board_the_restriction_changes_no_table():
+    """With one board, tier-1 releases only go down: the restricted tables are the paths'."""
     r = routing((2, 2, 1))
     assert r["tables"] == subtrees(r["ranks"], r["routes"], r["ends"])
 
