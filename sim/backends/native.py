@@ -571,5 +571,8 @@ def run_native(spec, intent, args, waveform=None, opt=None):
     if time.monotonic() - t0 > PROGRESS_AFTER_S and s.get("dies") and s.get("cycles"):
         progress(f"native: {s['cycles']:,} cycles of {s['dies']} dies, "
                  f"{s['skipped_die_edges'] / (s['dies'] * s['cycles']):.1%} of the die "
-                 f"(and core) evaluations skipped while idle")
+                 f"(and core) evaluations skipped while idle; "
+                 f"{s['evals'] / s['cycles']:.1f} model evaluations and "
+                 f"{s['settle_rounds'] / s['cycles']:.1f} settle rounds a cycle "
+                 f"({s['instances']} models)")
     return result, bench.cycle
