@@ -176,3 +176,25 @@ def test_a_planar_switchs_equal_planes_are_one_module_built_once(monkeypatch):
     assert sorted(built) == [32, 64]
     for part in parts.values():         # each is converted: none is built to be dropped
         Fragment.get(part, None)
+
+
+def test_one_hot_select_is_the_granted_value_or_zero():
+    """The outputs' select (``one_hot_select``): the value whose grant bit is set, 0 for none."""
+    from amaranth.hdl import Module, Signal
+    from amaranth.sim import Simulator
+    from epfabric.hw.switch import one_hot_select
+    m = Module()
+    grant = Signal(4)
+    values = [Signal(8, name=f"v{i}", init=0x11 * (i + 1)) for i in range(4)]
+    sel = one_hot_select(m, grant, values, name="sel")
+    seen = {}
+
+    async def bench(ctx):
+        for g in (0, 1, 2, 4, 8):
+            ctx.set(grant, g)
+            seen[g] = ctx.get(sel)
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == {0: 0, 1: 0x11, 2: 0x22, 4: 0x33, 8: 0x44}
