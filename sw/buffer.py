@@ -87,6 +87,7 @@ from .config import parse_topology
 from .dataflag import FLAG_BYTES, TFF_PAYLOAD_BYTES
 from .machine import Machine
 from .ubep import bf16
+from .ubep.cann import syncalls_per_run
 from .ubep.workload import Workload
 
 __all__ = ["Buffer", "DispatchError", "Received", "ELEMS_PER_BLOCK", "FLOAT_DTYPES"]
@@ -409,8 +410,9 @@ class Buffer:
         params = {**self.params, "system": system or self.params["system"]}
         machine = self._machine_for(params, fp)
         self.epoch += 1
-        if params["system"] == "cann":           # SyncAll #2 of every epoch before this one
-            self._catch_up(0, 2 * (self.epoch - 1) * self.config.aivs_per_die)
+        if params["system"] == "cann":           # the last SyncAll of every epoch before this one
+            self._catch_up(0, syncalls_per_run(self.layout.epr) * (self.epoch - 1)
+                           * self.config.aivs_per_die)
         self._restore(machine)
         inputs = self._dispatch.load(machine, params, workload=w, epoch=self.epoch)
         self._read_back_too(machine)

@@ -35,9 +35,9 @@ those. The fit is one Gauss-Newton step on simulations:
    the three simulated parameters (window, injection, read start) — 24 runs,
    each checked bit-exact. The SyncAll cost needs no runs: the hardware barrier
    holds every die ``s`` cycles after its last arrival, so CANN's time grows by
-   exactly ``2 s`` (two SyncAlls; tests/sw/test_dispatch.py and
-   tests/sim/test_cli_run.py pin it) and F4 is
-   ``2 (s + 1) / T16``.
+   exactly ``n_s s`` (``n_s`` SyncAlls: three at S1, whose dies host 16 experts each;
+   tests/sw/test_dispatch.py and tests/sim/test_cli_run.py pin it) and F4 is
+   ``n_s (s + 1) / T16``.
 2. **Surrogate.** Each simulated target is linear in the parameters around the
    priors (the window in blocks⁻¹: a window-bound sender's rate is proportional
    to its window), plus the exact SyncAll terms.
@@ -71,7 +71,7 @@ import numpy as np
 from ...hw.die import INJECT_DEN
 from ...hw.validate import UserError
 from ...sw.presets import ASCEND, FITS, get_preset
-from .experiments.training import RUNS, TARGETS, format_targets, run_points, targets
+from .experiments.training import RUNS, S1_SYNCALLS, TARGETS, format_targets, run_points, targets
 from .results import cache
 from . import sweep
 
@@ -155,8 +155,9 @@ def _model(z, base, jac, cycle_ns):
     m = base["m"] + jac @ (y - base["y"])          # F1, F2, F3, F5 at s = 0
     f1, f2, f3, f5 = m
     s = s_ns / cycle_ns
-    t16 = f1 * 1000 / cycle_ns + 2 * s             # cycles
-    return np.array([f1 + 2 * s_ns / 1000, f2, f3, 2 * (s + 1) / t16, f5])
+    n = S1_SYNCALLS
+    t16 = f1 * 1000 / cycle_ns + n * s             # cycles
+    return np.array([f1 + n * s_ns / 1000, f2, f3, n * (s + 1) / t16, f5])
 
 
 def _bounds():
@@ -373,7 +374,8 @@ def fit(preset="cm384", backend="native", seed=0, scheduler="serial", log=print,
             break
         # the next step from the check: its simulated targets with the exact SyncAll part out
         y1 = np.array([p.coord(held[p.field]) for p in SIMULATED])
-        m1 = np.array([got["F1"] - 2 * held["syncall_ns"] / 1000] + [got[k] for k in KEYS[1:]])
+        m1 = np.array([got["F1"] - S1_SYNCALLS * held["syncall_ns"] / 1000]
+                      + [got[k] for k in KEYS[1:]])
         base, jac = broyden(base, jac, y1, m1)
     table, status = identifiability(base, jac, goal, z, pr.cycle_ns)
     release = [r.get("release_share") for r in check_rows[label] if r["run"] == "s1_cann"]

@@ -877,6 +877,27 @@ MUTATIONS = [
         "timeout": 300,
     },
     {
+        "name": "cann_update_without_syncall3",
+        "file": "sw/ubep/cann.py",
+        "old": "        _syncall(p, rank, lay, aivs, 3, hard=hard)\n",
+        "new": "",
+        "description": "CANN's UpdateTokenNumsOut without SyncAll #3: the last AIV reads the "
+                       "running totals while the others may still be writing them",
+        "tests": ["tests/sw/test_dispatch.py::test_two_experts_a_rank_end_with_update_token_nums_out"],
+        "timeout": 120,
+    },
+    {
+        "name": "cann_toknums_one_read_an_expert",
+        "file": "sw/ubep/cann.py",
+        "old": "        if e_l:\n            block, word = lay.word_at(lay.SENDCNT, (e_l - 1) * R + R - 1)\n",
+        "new": "        if False:\n            block, word = lay.word_at(lay.SENDCNT, (e_l - 1) * R + R - 1)\n",
+        "description": "CANN's last AIV reads only each expert's own running total: TOKNUMS "
+                       "holds the running totals, and the update costs one read an expert less",
+        "tests": ["tests/sw/test_dispatch.py::test_two_experts_a_rank_end_with_update_token_nums_out",
+                  "tests/sw/test_dispatch.py::test_dispatch_is_bit_exact_with_every_phase_marked"],
+        "timeout": 120,
+    },
+    {
         "name": "ubep_reorder_polls_first_block_only",
         "file": "sw/ubep/ubep.py",
         "old": ("            if sync == \"tff\":\n"

@@ -69,8 +69,9 @@ def latency_lines(sweep, results):
 def phase_stack(system, phases):
     """Fig. 8's per-AIV stages ``{stage: cycles}`` from one AIV's phase-end MARKs.
 
-    CANN: Init, Token-Sending, SendFlag & Verification (count, fence, both
-    SyncAlls, status polling), CalCumSum, Reorder. UBEP T-AIV: Init,
+    CANN: Init, Token-Sending, SendFlag & Verification (count, fence, the first two
+    SyncAlls, status polling), CalCumSum, Reorder (with ``UpdateTokenNumsOut`` after it when
+    a rank hosts more than one expert: SyncAll #3 and the expert totals). UBEP T-AIV: Init,
     Token-Sending, Reorder (its wait for counts and flags included); C-AIV:
     Init, TokenCnt (under SendFlag & Verification: it is UBEP's flag work),
     CalCumSum, Reorder. ``KeyError`` for the phases of another kernel.
@@ -78,7 +79,7 @@ def phase_stack(system, phases):
     p = phases
     if system == "cann":
         ends = {"init": p["init"], "sending": p["send"], "flag_verify": p["verify"],
-                "cumsum": p["cumsum"], "reorder": p["reorder"]}
+                "cumsum": p["cumsum"], "reorder": p.get("update", p["reorder"])}
     elif "send" in p:
         ends = {"init": p["init"], "sending": p["send"], "reorder": p["reorder"]}
     else:

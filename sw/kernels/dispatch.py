@@ -81,6 +81,7 @@ from ..routing import HOT_LAYOUTS
 from ..ubep import combine, ubep, ubep_inc
 from ..ubep import cann
 from ..ubep.cann import BROKEN, PHASES, SEND_SPLITS, SYNCALLS, dispatch_program
+from ..ubep.cann import phases as cann_phases, syncall_pairs
 from ..ubep.layout import GUARD, Layout
 from ..ubep.traffic import link_report
 from ..ubep.reference import counts, dispatch_order, dispatch_out, slot_index
@@ -109,7 +110,9 @@ TRACE_PHASES = {
     PHASES["sync1_in"]: "SendFlag: count + fence", PHASES["sync1_out"]: "SyncAll 1",
     PHASES["count_sync"]: "SendFlag: status", PHASES["sync2_in"]: "Flag Verification",
     PHASES["verify"]: "SyncAll 2", PHASES["cumsum"]: "CalCumSum",
-    PHASES["reorder"]: "Token-Reordering", ubep.EVENTS["count"]: "TokenCnt"}  # UBEP's others
+    PHASES["reorder"]: "Token-Reordering", PHASES["sync3_in"]: "sendCounts + fence",
+    PHASES["sync3_out"]: "SyncAll 3", PHASES["update"]: "UpdateTokenNumsOut",
+    ubep.EVENTS["count"]: "TokenCnt"}  # UBEP's others
 #: the largest top-k the kernels take (any k from 1: DeepSeek-V2's top-6, the models' top-8)
 MAX_TOPK = 16
 
@@ -710,6 +713,8 @@ class Dispatch(Kernel):
         machine.read_back([(lay.CTRL, 1), (lay.RECV_GUARD, 1),
                            (lay.OUT, max(1, most * w.hidden_blocks)), (lay.OUT_GUARD, 1),
                            (lay.COUNTS, lay.WEIGHTS - lay.COUNTS)]
+                          + ([(lay.SENDCNT, lay.blocks - lay.SENDCNT)]
+                             if params["system"] == "cann" and lay.epr > 1 else [])
                           + ([(lay.RECV, lay.recv_blocks)] if sp else [])
                           + ([(lay.IMETA, lay.MCBUF - lay.IMETA)] if lay.inc else []))
         return w, params, epoch
@@ -745,6 +750,8 @@ class Dispatch(Kernel):
                 words.append(machine.read_mem(d, machine.address(0, block, word))[0])
             if words != want:
                 problems.append(f"rank {d}: COUNTS {words} != {want}")
+            if system == "cann" and w.epr > 1:
+                problems += _update_problems(machine, lay, d, want)
             expand = machine.read_mem(d, machine.address(0, lay.EXPAND), lay.slots)
             if expand != slot_index(w.topk_idx[d]).reshape(-1).tolist():
                 problems.append(f"rank {d}: EXPAND (the slot j of every token slot) differs "
@@ -764,7 +771,7 @@ class Dispatch(Kernel):
             problems.append(f"the MARK trace dropped {report.trace_dropped} events")
         phases = phase_times(report, cfg.aivs_per_die, system)
         if system == "cann":
-            want_phases = {key: len(PHASES) for key in phases}
+            want_phases = {key: len(cann_phases(w.epr)) for key in phases}
         else:
             n_tok = cfg.aivs_per_die - cumsum_aivs(cfg, params)
             want_phases = {key: len(ubep.PHASES_T if key[1] < n_tok else ubep.PHASES_C)
@@ -779,8 +786,9 @@ class Dispatch(Kernel):
                    if "send" in v and "init" in v}
         share = release = None
         if system == "cann" and phases and report.cycles:
-            waits = [sum(v[b] - v[a] for a, b in SYNCALLS) for v in phases.values()
-                     if all(m in v for pair in SYNCALLS for m in pair)]
+            pairs = syncall_pairs(w.epr)
+            waits = [sum(v[b] - v[a] for a, b in pairs) for v in phases.values()
+                     if all(m in v for pair in pairs for m in pair)]
             share = sum(waits) / len(waits) / report.cycles if waits else None
             release = syncall_release_share(phases, report.cycles)
         per_aiv = {f"{r}.{c}": v for (r, c), v in sorted(phases.items())}
@@ -798,6 +806,24 @@ class Dispatch(Kernel):
 
     def summary(self, result):
         return summary_lines(self.name, result, lambda run: "", "SyncAll")
+
+
+def _update_problems(machine, lay, rank, counts):
+    """What differs from numpy in CANN's ``UpdateTokenNumsOut`` outputs on ``rank`` (``epr >
+    1``): ``SENDCNT``, the running totals of the entry ``counts``, and ``TOKNUMS``, each
+    local expert's tokens."""
+    R, problems = lay.ranks, []
+    want = np.cumsum(counts).tolist()
+    got = [machine.read_mem(rank, machine.address(0, *lay.word_at(lay.SENDCNT, q)))[0]
+           for q in range(len(counts))]
+    if got != want:
+        problems.append(f"rank {rank}: SENDCNT {got} != {want}")
+    want = [sum(counts[e_l * R:(e_l + 1) * R]) for e_l in range(lay.epr)]
+    got = [machine.read_mem(rank, machine.address(0, *lay.word_at(lay.TOKNUMS, e_l)))[0]
+           for e_l in range(lay.epr)]
+    if got != want:
+        problems.append(f"rank {rank}: TOKNUMS {got} != {want}")
+    return problems
 
 
 def links_of(report, w, config, params, kernel, preset):
@@ -835,9 +861,11 @@ def syncall_release_share(phases, cycles):
     by_die = {}
     for (rank, _core), marks in phases.items():
         by_die.setdefault(rank, []).append(marks)
-    per_die = [sum(min(m[b] for m in aivs) - max(m[a] for m in aivs) for a, b in SYNCALLS)
+    third = SYNCALLS[2][0]                  # UpdateTokenNumsOut's, when a rank hosts experts
+    pairs = SYNCALLS if any(third in m for m in phases.values()) else SYNCALLS[:2]
+    per_die = [sum(min(m[b] for m in aivs) - max(m[a] for m in aivs) for a, b in pairs)
                for aivs in by_die.values()
-               if all(name in m for m in aivs for pair in SYNCALLS for name in pair)]
+               if all(name in m for m in aivs for pair in pairs for name in pair)]
     return sum(per_die) / len(per_die) / cycles if per_die and cycles else None
 
 

@@ -46,13 +46,32 @@ the end of each, and at the entry and exit of each SyncAll, :data:`PHASES`):
    the entry's tokens from ``RECV[s'][e_l]`` to ``OUT`` at the running offset
    and writes the entry's count to ``COUNTS``.
 
+7. **UpdateTokenNumsOut** — only when a rank hosts more than one expert
+   (``epr > 1``), as the open kernel's ``UpdateTokenNumsOut``: each AIV, while
+   reordering, also writes the running total through each of its entries to
+   ``SENDCNT`` (the kernel's ``sendCounts`` output: the inclusive prefix of
+   the entry counts); then **SyncAll #3**; then the last AIV with entries
+   (``min(R·epr, A) − 1``, the kernel's ``lastCore_``) reads, per local expert,
+   the running total through its last entry and through the previous expert's
+   (one scalar read for expert 0, two for the others — a ``lw``, the kernel's
+   ``DataCacheCleanAndInvalid`` + ``GetValue``) and writes their difference, the
+   tokens the expert received, to ``TOKNUMS[e_l]`` (``expertTokenNums``). With
+   one expert a rank the kernel's last AIV only stores its own total, which the
+   model leaves out (as it leaves out ``sendCounts`` then: nothing reads them).
+
 SyncAll is a die-local fetch-add counter (``CTRL`` word 0) polled until it
-reaches ``(2·(epoch − 1) + n) · A`` for barrier ``n`` of the run: cumulative,
-never reset, so runs follow each other (epochs 1, 2, ...). The run's epoch is
-a host-placed word (``CTRL`` word 1); flags are epoch-tagged words instead of
-CANN's 1.0/0.0 parity. CANN's third SyncAll (``UpdateTokenNumsOut`` when a
-rank has more than one local expert) is not modelled: the output and counts
-are final when every AIV halts.
+reaches ``(n_s·(epoch − 1) + n) · A`` for barrier ``n`` of the run, with
+``n_s`` the SyncAlls a run has (:func:`syncalls_per_run`: 3 when ``epr > 1``,
+else 2): cumulative, never reset, so runs follow each other (epochs 1, 2,
+...). The run's epoch is a host-placed word (``CTRL`` word 1); flags are
+epoch-tagged words instead of CANN's 1.0/0.0 parity.
+
+The open kernel (``hicann/ops-transformer`` at ``c29bc10``,
+``mc2/moe_distribute_dispatch/op_kernel/moe_distribute_dispatch.h``):
+``Process`` runs ``UpdateTokenNumsOut`` last; with ``moeExpertNumPerRank_ > 1``
+it is ``SyncAll<true>()``, then ``lastCore_`` alone runs
+``UpdateMultiMoeTokenNumsOut`` (lines 1007–1017, 954–980); ``LocalWindowCopy``
+writes ``sendCounts`` as the running totals of its entries (lines 782–851).
 
 Programs depend only on the configuration (ranks, AIVs, E, BS, k, B_tok,
 layout): routing and tokens are data.
@@ -63,7 +82,7 @@ from ..assembler import Program
 from ..presets import COPIES, SYNCALLS as SYNCALL_KINDS
 
 __all__ = ["dispatch_program", "launch_delay", "copy_block", "status_rows", "status_base",
-           "PHASES", "SYNCALLS", "split", "count_experts", "BROKEN", "SEND_SPLITS", "expert_rows", "ubuf_rows_needed", "divmod_const", "reciprocal",
+           "PHASES", "SYNCALLS", "phases", "syncall_pairs", "syncalls_per_run", "last_core", "split", "count_experts", "BROKEN", "SEND_SPLITS", "expert_rows", "ubuf_rows_needed", "divmod_const", "reciprocal",
            "is_pow2"]
 
 #: How CANN's AIVs share Token-Sending: the open kernel's contiguous slot ranges, or all the
@@ -75,11 +94,39 @@ SEND_SPLITS = ("slot", "expert")
 #: ``syncall_one_short`` waits for one AIV more than the die has (hangs at SyncAll #1).
 BROKEN = (None, "no_flag_wait", "syncall_one_short")
 
-#: MARK event ids at the end of each phase (the report's per-AIV phase boundaries)
+#: MARK event ids at the end of each phase (the report's per-AIV phase boundaries); the last
+#: three only when a rank hosts more than one expert (:func:`phases`)
 PHASES = {"init": 10, "send": 11, "sync1_in": 17, "sync1_out": 18, "count_sync": 12,
-          "sync2_in": 19, "verify": 13, "cumsum": 14, "reorder": 15}
-#: the MARKs around the two SyncAlls: (entry, exit) — the SyncAll share of the run
-SYNCALLS = (("sync1_in", "sync1_out"), ("sync2_in", "verify"))
+          "sync2_in": 19, "verify": 13, "cumsum": 14, "reorder": 15,
+          "sync3_in": 24, "sync3_out": 25, "update": 26}
+#: the MARKs around the SyncAlls: (entry, exit) — the SyncAll share of the run; the third
+#: only when a rank hosts more than one expert (:func:`syncall_pairs`)
+SYNCALLS = (("sync1_in", "sync1_out"), ("sync2_in", "verify"), ("sync3_in", "sync3_out"))
+#: the phases of UpdateTokenNumsOut (``epr > 1`` only)
+UPDATE_PHASES = ("sync3_in", "sync3_out", "update")
+
+
+def syncalls_per_run(epr):
+    """SyncAlls a CANN dispatch runs: two, and ``UpdateTokenNumsOut``'s third when a rank hosts
+    more than one expert (the open kernel's ``moeExpertNumPerRank_ > 1``)."""
+    return 3 if epr > 1 else 2
+
+
+def phases(epr):
+    """The names of the phase-end MARKs every AIV of a dispatch with ``epr`` experts a rank
+    leaves, in order."""
+    return tuple(name for name in PHASES if epr > 1 or name not in UPDATE_PHASES)
+
+
+def syncall_pairs(epr):
+    """The (entry, exit) MARK pairs of the SyncAlls of a dispatch with ``epr`` experts a rank."""
+    return SYNCALLS[:syncalls_per_run(epr)]
+
+
+def last_core(lay, aivs):
+    """The AIV that runs ``UpdateMultiMoeTokenNumsOut``: the last one with reorder entries
+    (the open kernel's ``lastCore_ = MIN(totalMoeExpert, aivNum_) - 1``)."""
+    return min(lay.entries, aivs) - 1
 
 
 def split(total, parts, index):
@@ -320,8 +367,8 @@ def launch_delay(p, rank, lay):
 
 
 def _syncall(p, rank, lay, aivs, which, extra=0, hard=False):
-    """Die-local barrier ``which`` (1 or 2) of the run: fetch-add, poll the cumulative count;
-    ``hard``: the die's hardware barrier (``bar``) instead."""
+    """Die-local barrier ``which`` (1 to :func:`syncalls_per_run`) of the run: fetch-add, poll
+    the cumulative count; ``hard``: the die's hardware barrier (``bar``) instead."""
     if hard:
         p.bar()
         return
@@ -330,8 +377,13 @@ def _syncall(p, rank, lay, aivs, which, extra=0, hard=False):
     p.fadd(6, 12, 5)                          # arrive
     p.li(14, lay.address(rank, lay.CTRL, 1))
     p.lw(5, 14, 0)                            # the run's epoch
-    p.slli(5, 5, 1)
-    p.addi(5, 5, which - 2)                   # 2·(epoch - 1) + which
+    n_s = syncalls_per_run(lay.epr)
+    if n_s == 2:
+        p.slli(5, 5, 1)
+    else:
+        p.li(14, n_s)
+        p.mul(5, 5, 14)
+    p.addi(5, 5, which - n_s)                 # n_s·(epoch - 1) + which
     p.li(14, aivs)
     p.mul(5, 5, 14)
     if extra:
@@ -484,6 +536,10 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
         p.li(12, lay.address(rank, lay.OUT))
         p.add(14, 14, 12)
         p.add(1, 1, 2)                          # running offset for the next entry
+        if epr > 1:                             # sendCounts: the running total through q
+            sblock, sword = lay.word_at(lay.SENDCNT, q)
+            p.li(12, lay.address(rank, sblock, sword))
+            p.sw(1, 12, 0)
         p.label(f"copy{q}")
         p.beq(2, 0, f"copied{q}")
         for b in range(B):
@@ -496,5 +552,36 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
         p.label(f"copied{q}")
     p.fence()
     p.mark(PHASES["reorder"])
+
+    # --- 7. UpdateTokenNumsOut (epr > 1): SyncAll #3, then the last AIV's expert totals -------
+    if epr > 1:
+        p.mark(PHASES["sync3_in"])
+        _syncall(p, rank, lay, aivs, 3, hard=hard)
+        p.mark(PHASES["sync3_out"])
+        if core == last_core(lay, aivs):
+            _update_token_nums(p, lay, rank)
+        p.mark(PHASES["update"])
     p.halt()
     return p
+
+
+def _update_token_nums(p, lay, rank):
+    """``TOKNUMS[e_l]`` = the running total through expert ``e_l``'s last entry minus the one
+    through expert ``e_l − 1``'s: a scalar read of each (``lw``: the open kernel's
+    ``DataCacheCleanAndInvalid`` + ``GetValue``, one for expert 0), a store of the difference
+    (its ``SetValue``; the cache write-back after it is charged nothing, as for every word
+    store)."""
+    R = lay.ranks
+    p.mv(7, 0)                                  # the total through the previous expert
+    for e_l in range(lay.epr):
+        block, word = lay.word_at(lay.SENDCNT, e_l * R + R - 1)
+        p.li(14, lay.address(rank, block, word))
+        p.lw(6, 14, 0)
+        if e_l:
+            block, word = lay.word_at(lay.SENDCNT, (e_l - 1) * R + R - 1)
+            p.li(14, lay.address(rank, block, word))
+            p.lw(7, 14, 0)
+        p.sub(5, 6, 7)
+        block, word = lay.word_at(lay.TOKNUMS, e_l)
+        p.li(14, lay.address(rank, block, word))
+        p.sw(5, 14, 0)

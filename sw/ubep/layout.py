@@ -42,6 +42,11 @@ region      contents                                                    written 
             copy per die, whatever its experts there)
 ``YOWN``    UBEP-INC only: BS × ``B_tok`` blocks, a source's own die's    own combine
             pre-summed part of each token (the rest arrives reduced)
+``SENDCNT`` CANN, ``epr > 1``: ``R·epr`` words, the running total of    kernel
+            tokens through entry ``e_l·R + s`` (the open kernel's
+            ``sendCounts``)
+``TOKNUMS`` CANN, ``epr > 1``: ``epr`` words, the tokens each local     the last AIV
+            expert received (``expertTokenNums``)
 ==========  ==========================================================  ==============
 
 ``CTRL`` word 2 is the combine's die-local SyncAll counter (CANN).
@@ -234,9 +239,17 @@ class Layout:
         return self.MCBUF + (self.ranks * self.batch * self.hidden_blocks if self.inc else 0)
 
     @cached_property
+    def SENDCNT(self):
+        return self.YOWN + (self.batch * self.hidden_blocks if self.inc else 0)
+
+    @cached_property
+    def TOKNUMS(self):
+        return self.SENDCNT + self._word_blocks(self.entries)
+
+    @cached_property
     def blocks(self):
         """Blocks the layout needs (``hbm_blocks`` must be at least this, a power of two)."""
-        return self.YOWN + (self.batch * self.hidden_blocks if self.inc else 0)
+        return self.TOKNUMS + self._word_blocks(self.epr)
 
     def idx_word(self, s, e_l, j):
         """Word index in ``IDX`` of receive slot ``j`` of (source ``s``, local expert ``e_l``)
@@ -261,7 +274,8 @@ class Layout:
                ("COUNTS", True), ("CNT", True), ("OFFS", True), ("EXPAND", True),
                ("WEIGHTS", False), ("CWIN", False), ("CWIN_GUARD", False), ("YOUT", False),
                ("YOUT_GUARD", False), ("CSTATUS", True), ("TCNT", False), ("SWFLAG", True),
-               ("IDX", True), ("IMETA", True), ("MCBUF", False), ("YOWN", False))
+               ("IDX", True), ("IMETA", True), ("MCBUF", False), ("YOWN", False),
+               ("SENDCNT", True), ("TOKNUMS", True))
     #: what the ``CTRL`` words hold
     CTRL_WORDS = {0: "dispatch SyncAll arrivals", 1: "the run's epoch",
                   2: "combine SyncAll arrivals", 3: "the die's launch delay (cycles)"}

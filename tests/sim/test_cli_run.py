@@ -531,8 +531,9 @@ def test_a_routing_file_of_other_ranks_is_one_line(tmp_path, capsys, no_simulati
 
 
 def test_a_knob_changes_the_run_as_it_says(capsys):
-    """``--syncall hard --knob syncall_cycles=N``: CANN's two SyncAlls each hold the dies N
-    cycles longer than at 0 (tests/sw/test_dispatch.py has the exact accounting)."""
+    """``--syncall hard --knob syncall_cycles=N``: CANN's three SyncAlls (two experts a rank:
+    UpdateTokenNumsOut's third) each hold the dies N cycles longer than at 0
+    (tests/sw/test_dispatch.py has the exact accounting)."""
     cycles = []
     for wait in (0, 300):
         assert main(["run", "dispatch", *SMALL, "--batch", "4", "--topk", "2", "--experts", "4",
@@ -541,7 +542,7 @@ def test_a_knob_changes_the_run_as_it_says(capsys):
         out = capsys.readouterr().out
         assert "correct" in out
         cycles.append(int(out.split(" cycles = ")[0].rsplit(" ", 1)[1].replace(",", "")))
-    assert cycles[1] - cycles[0] == 2 * 300
+    assert cycles[1] - cycles[0] == 3 * 300
 
 
 def test_a_combines_trace_shows_its_dispatch_first(tmp_path, capsys):

@@ -53,7 +53,9 @@ def test_two_rounds_back_to_back_without_a_reset(system):
     ctrl = buf._state[(0, buf.layout.CTRL)]
     assert ctrl[1] == 2                                          # the epoch word
     if system == "cann":
-        assert ctrl[0] == 2 * 2 * 2 and ctrl[2] == 2 * 2           # 2 barriers x 2 AIVs x 2
+        # 3 dispatch barriers (2 experts a rank: UpdateTokenNumsOut's) x 2 AIVs x 2 rounds;
+        # the combine's one barrier x 2 AIVs x 2
+        assert ctrl[0] == 3 * 2 * 2 and ctrl[2] == 2 * 2
     with pytest.raises(ValueError, match="stale"):
         buf.combine(outs, {**handle, "epoch": 1})
 
@@ -189,7 +191,8 @@ def test_ubep_then_cann_on_one_buffer():
             assert y[s].dtype == np.uint32
             assert np.array_equal(y[s][:, :, lo:], ref[s][:, :, lo:])
     ctrl = buf._state[(0, buf.layout.CTRL)]
-    assert (ctrl[0], ctrl[1], ctrl[2]) == (2 * 2 * 2, 2, 2 * 2)   # as if epoch 1 had been CANN
+    # as if epoch 1 had been CANN: 3 SyncAlls (two experts a rank) x 2 AIVs x 2 epochs
+    assert (ctrl[0], ctrl[1], ctrl[2]) == (3 * 2 * 2, 2, 2 * 2)
 
 
 def test_deepep_receive_fields_are_views_of_the_delivered_rows():

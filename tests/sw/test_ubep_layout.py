@@ -28,7 +28,9 @@ def test_every_block_is_named_by_its_region():
     assert named == {name for name, _ in Layout.REGIONS} - {"SWFLAG", "IDX", "IMETA", "MCBUF",
                                                             "YOWN"}
     inc = replace(LAY, inc=True)
-    assert inc.IDX == LAY.blocks and inc.blocks > LAY.blocks      # after every other region
-    assert {inc.where(b).split()[0].split("[")[0] for b in range(LAY.blocks, inc.blocks)} == {
+    # UBEP-INC's regions come after every other system's, before CANN's UpdateTokenNumsOut ones
+    assert inc.IDX == LAY.IDX == LAY.SENDCNT and inc.blocks > LAY.blocks
+    assert {inc.where(b).split()[0].split("[")[0] for b in range(inc.IDX, inc.SENDCNT)} == {
         "IDX", "IMETA", "MCBUF", "YOWN"}
+    assert inc.where(inc.SENDCNT).startswith("SENDCNT[") and inc.where(inc.TOKNUMS) == "TOKNUMS[0]"
     assert inc.where(inc.mcbuf_block(1, 2, 1)).startswith("MCBUF block ")

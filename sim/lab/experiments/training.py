@@ -21,8 +21,9 @@ Targets (:data:`TARGETS`), and the runs that measure them (:data:`RUNS`):
   store window is per AIV, so eight windows are not one.
 * **F4** — §2.3 Insight 2: SyncAll ≈ 15 % of CANN's time, measured from the last arrival
   to the release. With the die's hardware barrier (``syncall='hard'``) that is
-  ``2 (syncall_cycles + 1)`` cycles of every die's run (two SyncAlls), exact by
-  construction; the MARK-based ``syncall_release_share`` of the kernel is reported
+  ``n_s (syncall_cycles + 1)`` cycles of every die's run, exact by construction, with
+  ``n_s`` = :data:`S1_SYNCALLS` the SyncAlls of the run (three at S1: 16 experts a die
+  add UpdateTokenNumsOut's, sw/ubep/cann.py); the MARK-based ``syncall_release_share`` of the kernel is reported
   beside it (on S1 it also holds the wait of 768 cores' MARKs for one trace stream).
 * **F5** — Fig. 14 (b): UBEP at 128 ranks, BS 8 — group size C = 1 costs 46.0 µs over the
   best, C = 4 12.3 µs, so C = 1 is 33.7 µs slower than C = 4. "128 ranks" is emulated as
@@ -39,12 +40,14 @@ from tabulate import tabulate
 
 from ....hw.die import KNOBS
 from ....hw.validate import UserError
-from ....sw.config import parse_topology
+from ....sw.config import parse_topology, topology_ranks
+from ....sw.ubep.cann import syncalls_per_run
 from ...backends import SIMULATORS
 from . import Experiment, Param, register
 from .ubep_runs import cap_for, measure_dispatch
 
-__all__ = ["Training", "EXPERIMENT", "RUNS", "TARGETS", "TOLERANCE", "targets", "sizes"]
+__all__ = ["Training", "EXPERIMENT", "RUNS", "TARGETS", "TOLERANCE", "targets", "sizes",
+           "syncalls_of", "S1_SYNCALLS"]
 
 S1 = {"topology": "superpod:2,8,1", "aivs": 48, "batch": 128, "topk": 8, "experts": 256,
       "hidden_blocks": 14, "cap": 16}
@@ -61,6 +64,17 @@ RUNS = {
                        "experts": 128, "hidden_blocks": 14, "cap": cap_for(8, 8, 128),
                        "cumsum_aivs": 4}),
 }
+
+
+def syncalls_of(run):
+    """SyncAlls a CANN run of :data:`RUNS` executes (:func:`~epfabric.sw.ubep.cann.syncalls_per_run`:
+    a third when a rank hosts more than one expert)."""
+    params = RUNS[run][1]
+    return syncalls_per_run(params["experts"] // topology_ranks(parse_topology(params["topology"])))
+
+
+#: the SyncAlls of ``s1_cann`` (F1, F4): F2's runs have as many, so they cancel in it
+S1_SYNCALLS = syncalls_of("s1_cann")
 #: target -> (paper value, unit, what it is, the runs it needs)
 TARGETS = {
     "F1": (103.0, "us", "CANN dispatch at 16 ranks (Table 4)", ("s1_cann",)),
@@ -120,13 +134,14 @@ def run_points(preset, backend, seed, knobs, names=tuple(RUNS)):
 
 def targets(rows, cycle_ns=1.0):
     """``{target: model value}`` from the rows of one knob setting (a target whose runs are
-    missing or failed is left out). F4 is ``2 (syncall_cycles + 1) / T16``."""
+    missing or failed is left out). F4 is ``n_s (syncall_cycles + 1) / T16``
+    (:data:`S1_SYNCALLS`)."""
     by = {r["run"]: r for r in rows if r.get("cycles") is not None and not r.get("error")}
     out = {}
     if "s1_cann" in by:
         out["F1"] = by["s1_cann"]["cycles"] * cycle_ns / 1000
         s = by["s1_cann"].get("syncall_cycles") or 0
-        out["F4"] = 2 * (s + 1) / by["s1_cann"]["cycles"]
+        out["F4"] = S1_SYNCALLS * (s + 1) / by["s1_cann"]["cycles"]
     if "s1_cann" in by and "s2_cann" in by:
         out["F2"] = (by["s2_cann"]["cycles"] - by["s1_cann"]["cycles"]) * cycle_ns / 1000
     if "f3_t8" in by and "f3_t47" in by:
