@@ -898,6 +898,16 @@ MUTATIONS = [
         "timeout": 120,
     },
     {
+        "name": "ubep_token_blocks_without_header_room",
+        "file": "sw/kernels/dispatch.py",
+        "old": "    return blocks_per_token(nbytes, tff=system != \"cann\")\n",
+        "new": "    return blocks_per_token(nbytes, tff=False)\n",
+        "description": "UBEP's token of hidden_bytes takes CANN's block count, as if its blocks "
+                       "carried 512 B of payload beside their Token-Flag-Fusion header",
+        "tests": ["tests/sw/test_dispatch.py::test_a_tokens_bytes_set_each_systems_blocks"],
+        "timeout": 120,
+    },
+    {
         "name": "ubep_reorder_polls_first_block_only",
         "file": "sw/ubep/ubep.py",
         "old": ("            if sync == \"tff\":\n"

@@ -90,7 +90,7 @@ from ..param import Param
 from . import Kernel, pow2_at_least, register
 
 __all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times", "option", "OPTIONS", "VARIANTS",
-           "MAX_TOPK", "model_shape", "syncall_release_share", "links_of", "link_line"]
+           "MAX_TOPK", "model_shape", "token_blocks", "syncall_release_share", "links_of", "link_line"]
 
 SYSTEMS = ("cann", "ubep", "ubep-inc")
 #: the systems that need switches that multicast and reduce (a machine with ``ep_window``)
@@ -130,11 +130,23 @@ def model_shape(model, system):
         raise UserError(f"model must be one of {', '.join(MODELS)}, not {model!r}")
     m = MODELS[model]
     return {"topk": m.topk, "experts": m.experts,
-            "hidden_blocks": blocks_per_token(m.hidden_bytes, tff=system != "cann")}
+            "hidden_blocks": token_blocks(m.hidden_bytes, system)}
+
+
+def token_blocks(nbytes, system):
+    """512 B blocks ``system`` moves a token of ``nbytes`` in: ``⌈H/512⌉`` raw for CANN,
+    ``⌈H/480⌉`` for UBEP and UBEP-INC, whose blocks lead with the 32 B Token-Flag-Fusion
+    header (UBEP §3.4: "the 32 bytes leading serves as the flag field and utilizing only the
+    remaining 480 bytes for payload"), whatever the dispatch's ``sync`` (UBEP's combine is
+    Token-Flag Fused either way). A 7,168 B token (UBEP Table 4's): 14 blocks and 15."""
+    return blocks_per_token(nbytes, tff=system != "cann")
 
 
 def hidden_bytes(params):
-    """Bytes a token carries for the bandwidth figure: the model's ``H``, else 512 a block."""
+    """Bytes a token carries for the bandwidth figure: ``hidden_bytes`` or the model's ``H``,
+    else 512 a block."""
+    if params.get("hidden_bytes") is not None:
+        return params["hidden_bytes"]
     return MODELS[params["model"]].hidden_bytes if params.get("model") else None
 
 
@@ -156,6 +168,21 @@ def layout_of(config, params):
         # (Dispatch.configs sizes one only for the dispatch kernel; the combine refuses it)
         return replace(lay, combine=False)
     return lay
+
+
+def _blocks_of_bytes(p, given):
+    """``hidden_blocks`` of ``hidden_bytes`` for ``p``'s system (:func:`token_blocks`); a model
+    (it sets the token's size) or a ``hidden_blocks`` that differs is refused, naming both."""
+    check_int("hidden_bytes", p["hidden_bytes"], 1)
+    if p["model"] is not None:
+        raise UserError(f"hidden_bytes={p['hidden_bytes']!r} and model={p['model']!r}: the "
+                        f"model sets the token's size; give one of them")
+    blocks = token_blocks(p["hidden_bytes"], p["system"])
+    if given.get("hidden_blocks") is not None and given["hidden_blocks"] != blocks:
+        raise UserError(f"hidden_blocks={given['hidden_blocks']!r} conflicts with hidden_bytes="
+                        f"{p['hidden_bytes']!r} ({blocks} blocks for system={p['system']!r}); "
+                        f"give one of them")
+    return blocks
 
 
 def _routing_shape(p, given):
@@ -341,6 +368,9 @@ class Dispatch(Kernel):
         Param("topk", 8, "experts per token (k)", int),
         Param("experts", 32, "experts (E), spread evenly over the ranks", int),
         Param("hidden_blocks", 1, "512 B blocks per token (B_tok)", int),
+        Param("hidden_bytes", None, "bytes a token carries (H); sets hidden_blocks per system: "
+              "ceil(H/512) for cann, ceil(H/480) for ubep and ubep-inc (their 32 B "
+              "Token-Flag-Fusion header a block)", int),
         Param("seed", 0, "routing and token seed", int, minimum=0),
         Param("hot", 0, "hot experts, which take about hot_share of the slots (0: none)", int),
         Param("broken", None, "a negative control of system='cann'", choices=BROKEN),
@@ -489,6 +519,8 @@ class Dispatch(Kernel):
                                     f"{p['model']!r} ({name}={value} for system="
                                     f"{p['system']!r}); give one of them")
             p.update(shape)
+        if p["hidden_bytes"] is not None:
+            p["hidden_blocks"] = _blocks_of_bytes(p, given)
         if p["routing"] is not None:
             p["routing"] = _routing_shape(p, given)
         check_int("batch", p["batch"], 1)

@@ -10,7 +10,8 @@ from utils import require_simulator
 
 TABLE4 = EXPERIMENTS["table4"]
 #: test_fig9's tiny machine (the kernel sizes the same machine: its Verilator build is shared)
-TINY = dict(preset="tiny", ranks="2", aivs=2, experts=4, topk=2, batch=4, hidden_blocks=1, cap=0,
+#: (480 B tokens: one block for both systems)
+TINY = dict(preset="tiny", ranks="2", aivs=2, experts=4, topk=2, batch=4, hidden_bytes=480, cap=0,
             backend="verilator")
 
 
@@ -28,6 +29,7 @@ def test_a_point_runs_both_systems_bit_exact(tiny_rows):
     (row,) = tiny_rows
     assert row["ranks"] == "2" and row["topology"] == TOPOLOGIES[2]
     assert row["correct"] and row["cann_correct"] and row["ubep_correct"], row
+    assert row["cann_blocks"] == row["ubep_blocks"] == 1
     # the same run outside the experiment: the row is its cycles, in µs at the preset's cycle
     result = run_kernel(KERNELS["dispatch"], backend("verilator"), preset="tiny",
                         topology=("superpod", 2, 1, 1), aivs=2,
@@ -51,8 +53,8 @@ def test_the_grid_is_the_papers_rank_counts():
     assert [pt["topology"] for pt in TABLE4.points(p)] == [
         "superpod:2,8,1", "superpod:2,8,2", "superpod:2,8,4"]
     assert [pt["ranks"] for pt in TABLE4.points(p, quick=True)] == ["16"]
-    assert (p["aivs"], p["batch"], p["topk"], p["experts"], p["hidden_blocks"]) == \
-        (48, 128, 8, 256, 14)
+    assert (p["aivs"], p["batch"], p["topk"], p["experts"], p["hidden_bytes"]) == \
+        (48, 128, 8, 256, 7168)
 
 
 @pytest.mark.parametrize("ranks", ["12", "16,x", ""])
@@ -63,7 +65,7 @@ def test_a_rank_count_without_a_shape_is_refused(ranks):
 
 def test_the_paper_columns_and_the_figure(tmp_path):
     rows = [{"ranks": str(r), "aivs": 48, "batch": 128, "topk": 8, "experts": 256,
-             "hidden_blocks": 14, "cann_us": 50.0, "ubep_us": 60.0, "ratio": 1.2,
+             "hidden_bytes": 7168, "cann_us": 50.0, "ubep_us": 60.0, "ratio": 1.2,
              "cann_gbps": 160.0, "ubep_gbps": 130.0, "correct": True, "wall_s": 1.0}
             for r in (16, 32)]
     rows = [{**r, **TABLE4.compare(r)} for r in rows]

@@ -35,6 +35,27 @@ def test_dispatch_is_bit_exact_with_every_phase_marked():
         assert list(times.values()) == sorted(times.values())
 
 
+def test_a_tokens_bytes_set_each_systems_blocks():
+    """``hidden_bytes``: UBEP Table 4's 7,168 B token is 14 raw blocks for CANN and 15 for UBEP
+    and UBEP-INC, whose blocks carry 480 B after the 32 B Token-Flag-Fusion header (§3.4);
+    the bandwidth figure counts the bytes; a model or a hidden_blocks that differs is refused."""
+    from epfabric.sw.kernels.dispatch import hidden_bytes, token_blocks
+    blocks = {s: K.resolve_params({"system": s, "hidden_bytes": 7168})["hidden_blocks"]
+              for s in ("cann", "ubep", "ubep-inc")}
+    assert blocks == {"cann": 14, "ubep": 15, "ubep-inc": 15}
+    assert token_blocks(480, "ubep") == token_blocks(512, "cann") == 1 < token_blocks(481, "ubep")
+    assert hidden_bytes(K.resolve_params({"hidden_bytes": 7168})) == 7168
+    assert K.resolve_params({"system": "cann", "hidden_bytes": 7168,
+                             "hidden_blocks": 14})["hidden_blocks"] == 14
+    with pytest.raises(UserError, match=r"^hidden_blocks=14 conflicts with hidden_bytes=7168 "
+                                        r"\(15 blocks for system='ubep'\); give one of them$"):
+        K.resolve_params({"system": "ubep", "hidden_bytes": 7168, "hidden_blocks": 14})
+    with pytest.raises(UserError, match=r"^hidden_bytes=7168 and model='deepseek-v3'"):
+        K.resolve_params({"hidden_bytes": 7168, "model": "deepseek-v3"})
+    with pytest.raises(UserError, match="hidden_bytes"):
+        K.resolve_params({"hidden_bytes": 0})
+
+
 def _update_run(poll_extra, experts=4):
     """The phases of CANN's small case on a fresh pysim machine with the ``poll_extra`` knob."""
     params = K.resolve_params({**SMALL, "experts": experts, "system": "cann"})

@@ -1,10 +1,12 @@
 """Table 4: CANN EP and UBEP dispatch latency and bandwidth at the paper's own shape.
 
 UBEP §5.2 (Table 4) runs the dispatch of DeepSeek's shape -- 48 AIVs per die,
-7168-byte tokens (14 blocks of 512 B), BS 128, top-8, 256 experts -- on 16 to
+7168-byte tokens, BS 128, top-8, 256 experts -- on 16 to
 256 ranks of CM384 and reports CANN EP's and UBEP's latency and bandwidth
 (bandwidth = BS·k·H / latency): UBEP 0.71–0.74 × CANN's latency at every
-rank count.
+rank count. CANN moves a token in 14 blocks of 512 B, UBEP in 15: each of its
+blocks leads with the 32 B Token-Flag-Fusion header (§3.4), so it carries 480 B
+(the kernel's ``hidden_bytes``; each row records both systems' block counts).
 
 This experiment runs the ``dispatch`` kernel (:mod:`epfabric.sw.kernels.dispatch`)
 of both systems at that shape, one point per rank count (the machine the
@@ -80,7 +82,8 @@ class Table4(Experiment):
         Param("batch", 128, "tokens per rank BS", int, minimum=1),
         Param("topk", 8, "experts per token k", int, minimum=1),
         Param("experts", 256, "experts E", int, minimum=1),
-        Param("hidden_blocks", 14, "512 B blocks per token (7168 B: 14)", int, minimum=1),
+        Param("hidden_bytes", 7168, "bytes a token carries: CANN moves 7168 B in 14 blocks of "
+              "512 B, UBEP in 15 (480 B of payload a block)", int, minimum=1),
         Param("cap", 16, "receive slots per (source, expert); 0: the batch", int, minimum=0),
         Param("seed", 0, "routing and token seed", int, minimum=0),
         Param("preset", "cm384", "preset", str),
@@ -106,12 +109,13 @@ class Table4(Experiment):
         row = {}
         for system in SYSTEMS:
             params = {"system": system, "batch": point["batch"], "topk": point["topk"],
-                      "experts": point["experts"], "hidden_blocks": point["hidden_blocks"],
+                      "experts": point["experts"], "hidden_bytes": point["hidden_bytes"],
                       "cap": point["cap"] or None, "seed": point["seed"]}
             run = run_kernel(k, be, preset=point["preset"],
                              topology=parse_topology(point["topology"]),
                              aivs=point["aivs"], params=params).runs[0]
-            row.update({f"{system}_cycles": run.cycles, f"{system}_us": run.check["latency_us"],
+            row.update({f"{system}_blocks": k.resolve_params(params)["hidden_blocks"],
+                        f"{system}_cycles": run.cycles, f"{system}_us": run.check["latency_us"],
                         f"{system}_gbps": run.check["bandwidth_gbps"],
                         f"{system}_correct": bool(run.correct),
                         f"{system}_problem": "; ".join(run.problems[:1])})
@@ -171,7 +175,7 @@ class Table4(Experiment):
         first = rows[0]
         save(fig, path, f"{self.paper}: dispatch at {first['aivs']} AIVs/die, BS {first['batch']}, "
                         f"top-{first['topk']}, {first['experts']} experts, "
-                        f"{first['hidden_blocks']} blocks/token")
+                        f"{first['hidden_bytes']} B tokens")
 
     def format(self, rows):
         out = []

@@ -11,7 +11,7 @@ Targets (:data:`TARGETS`), and the runs that measure them (:data:`RUNS`):
 
 * **F1** — UBEP Table 4: CANN EP's dispatch at 16 ranks, 103 µs. Run ``s1_cann``:
   cm384 ``superpod:2,8,1`` × 48 AIVs, DeepSeek's shape (BS 128, top-8, 256 experts,
-  14 blocks of 512 B a token, cap 16), seed 0.
+  7,168 B tokens: 14 blocks of 512 B for CANN, 15 for UBEP's runs, cap 16), seed 0.
 * **F2** — Table 4: CANN at 32 ranks minus at 16, +17 µs. Run ``s2_cann``:
   ``superpod:2,8,2``, the same shape.
 * **F3** — Fig. 3b: T₈ / T₄₈ = 1.866 (eff 31.1 % at 48 of 48 senders against 8): the
@@ -28,7 +28,7 @@ Targets (:data:`TARGETS`), and the runs that measure them (:data:`RUNS`):
 * **F5** — Fig. 14 (b): UBEP at 128 ranks, BS 8 — group size C = 1 costs 46.0 µs over the
   best, C = 4 12.3 µs, so C = 1 is 33.7 µs slower than C = 4. "128 ranks" is emulated as
   32 dies (``superpod:2,8,2`` × 48 AIVs) with 128 experts (four a die), BS 8, top-8,
-  14 blocks: runs ``f5_c1`` and ``f5_c4`` (UBEP with ``cumsum_aivs`` 1 and 4).
+  7,168 B tokens (15 blocks): runs ``f5_c1`` and ``f5_c4`` (UBEP with ``cumsum_aivs`` 1 and 4).
 
 CANN's runs use the hardware SyncAll (``syncall='hard'``; its cost is the knob
 ``syncall_cycles``); every run is checked bit-exact by the dispatch's checker (a wrong
@@ -49,8 +49,11 @@ from .ubep_runs import cap_for, measure_dispatch
 __all__ = ["Training", "EXPERIMENT", "RUNS", "TARGETS", "TOLERANCE", "targets", "sizes",
            "syncalls_of", "S1_SYNCALLS"]
 
+#: a token of S1 and F5: UBEP Table 4's 7,168 B, 14 blocks for CANN and 15 for UBEP (its 32 B
+#: Token-Flag-Fusion header a block, sw/kernels/dispatch.py token_blocks)
+TOKEN_BYTES = 7168
 S1 = {"topology": "superpod:2,8,1", "aivs": 48, "batch": 128, "topk": 8, "experts": 256,
-      "hidden_blocks": 14, "cap": 16}
+      "hidden_bytes": TOKEN_BYTES, "cap": 16}
 #: run name -> (system, shape and dispatch parameters); ``seed`` is the experiment's
 RUNS = {
     "s1_cann": ("cann", {**S1, "syncall": "hard"}),
@@ -58,10 +61,10 @@ RUNS = {
     "f3_t8": ("ubep", {**S1, "cumsum_aivs": 40}),
     "f3_t47": ("ubep", {**S1, "cumsum_aivs": 1}),
     "f5_c1": ("ubep", {"topology": "superpod:2,8,2", "aivs": 48, "batch": 8, "topk": 8,
-                       "experts": 128, "hidden_blocks": 14, "cap": cap_for(8, 8, 128),
+                       "experts": 128, "hidden_bytes": TOKEN_BYTES, "cap": cap_for(8, 8, 128),
                        "cumsum_aivs": 1}),
     "f5_c4": ("ubep", {"topology": "superpod:2,8,2", "aivs": 48, "batch": 8, "topk": 8,
-                       "experts": 128, "hidden_blocks": 14, "cap": cap_for(8, 8, 128),
+                       "experts": 128, "hidden_bytes": TOKEN_BYTES, "cap": cap_for(8, 8, 128),
                        "cumsum_aivs": 4}),
 }
 

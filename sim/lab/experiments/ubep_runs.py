@@ -61,8 +61,8 @@ SHAPES = {4: "superpod:2,2,1", 8: "superpod:2,4,1", 16: "superpod:2,8,1", 32: "s
 ENVELOPE = {"hbm_blocks": 1 << 15, "ubuf_rows": 32, "imem_depth": 8192, "trace_depth": 1024}
 
 #: the dispatch parameters a point carries (the rest are the kernel's defaults)
-DISPATCH_KEYS = ("batch", "topk", "experts", "hidden_blocks", "cap", "seed", "hot", "cumsum_aivs",
-                 "sync", "mapping", "syncall")
+DISPATCH_KEYS = ("batch", "topk", "experts", "hidden_blocks", "hidden_bytes", "cap", "seed", "hot",
+                 "cumsum_aivs", "sync", "mapping", "syncall")
 
 
 def common_params(min_aivs=2, hidden_blocks=2):
@@ -184,8 +184,10 @@ def compare_systems(point):
 
 def format_point(point):
     """``R8 x 8 AIVs, BS 32, top-8, E 32`` — a point in one phrase (errors, progress)."""
+    size = (f"H {point['hidden_bytes']} B" if point.get("hidden_bytes")
+            else f"B_tok {point['hidden_blocks']}")
     return (f"{point['topology']} x {point['aivs']} AIVs, BS {point['batch']}, "
-            f"top-{point['topk']}, E {point['experts']}, B_tok {point['hidden_blocks']}")
+            f"top-{point['topk']}, E {point['experts']}, {size}")
 
 
 def cap_for(batch, topk, experts):
