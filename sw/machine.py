@@ -129,6 +129,8 @@ class Machine:
         #: the dies' runtime knobs written before every run (hw/die.py KNOBS): the preset's,
         #: then :meth:`set_knob`'s; a knob not here keeps its reset value
         self.knobs = dict(self.preset.knobs()) if self.has_cores else {}
+        #: blocks a token of the loaded kernel moves in (:meth:`set_token_blocks`)
+        self.token_blocks = None
         self._read_ranges = [(0, config.readback_blocks)]
         self._readback = None
         self.last_report = None
@@ -222,6 +224,32 @@ class Machine:
             return
         self.knobs[name] = check_knob(name, value, self.config.max_outstanding)
 
+    def set_token_blocks(self, blocks):
+        """Declare the blocks a token of the kernel about to run moves in.
+
+        With a preset that counts a sender's staging buffers in tokens (``send_buffers``: the
+        open kernel's two UB token buffers, each reused once its copy out has completed), the
+        dies' ``store_window`` for the following runs is ``send_buffers × blocks`` -- unless
+        :meth:`set_knob` set it. Refused, naming both, when that is more than the cores'
+        ``max_outstanding``.
+        """
+        check_int("blocks", blocks, 1)
+        n = self.preset.send_buffers
+        if self.has_cores and n is not None and n * blocks > self.config.max_outstanding:
+            raise UserError(f"send_buffers={n} of preset {self.preset.name!r} x {blocks} blocks a "
+                            f"token is a store window of {n * blocks} blocks, more than "
+                            f"max_outstanding={self.config.max_outstanding}")
+        self.token_blocks = blocks
+
+    def run_knobs(self):
+        """``{knob: value}`` written to every die before a run: the preset's, :meth:`set_knob`'s,
+        and the ``store_window`` of ``send_buffers`` tokens (:meth:`set_token_blocks`)."""
+        out = dict(self.knobs)
+        n = self.preset.send_buffers if self.has_cores else None
+        if n is not None and self.token_blocks and "store_window" not in out:
+            out["store_window"] = n * self.token_blocks
+        return out
+
     def set_sampling(self, every):
         """Sample the fabric and UB counters every ``every`` cycles of each following run
         (0: off), into the sampler a configuration with ``sample_depth`` > 0 builds
@@ -288,7 +316,7 @@ class Machine:
                            for k, w in sorted(words.items())]
         for register, value in sorted(self._ctrl.items()):
             writes.append([HostTarget.CTRL.value, 0, 0, register, value])
-        for name, value in sorted(self.knobs.items()):      # to every die (hw/system.py)
+        for name, value in sorted(self.run_knobs().items()):   # to every die (hw/system.py)
             writes.append([HostTarget.CTRL.value, 0, 0, KNOBS[name], value])
         sampler = bool(getattr(self.config, "sample_depth", 0))
         if sampler and self.sample_every:                   # the system's own register

@@ -123,6 +123,12 @@ class Preset:
         "freed when its block's remote write completes (rounded up to whole blocks; a die's runtime"
         " knob store_window, hw/die.py KNOBS); None: the core's whole store window "
         "(max_outstanding), no extra limit", default=None, type=int, unit="bytes", minimum=1)
+    send_buffers: int | None = param(
+        "tokens a sending AIV may have unacknowledged: the open kernel's two UB token buffers "
+        "(BUFFER_NUM, each reused once its copy out completes); a kernel that declares its "
+        "token's blocks (Machine.set_token_blocks) gets the store window of send_buffers x "
+        "those blocks; None: send_window_bytes, or the core's whole window",
+        default=None, type=int, minimum=1)
     die_injection_gbytes_s: float | None = param(
         "bytes per ns a die may send into the fabric, all its flits together (the die's runtime "
         "knob inject_rate); None: no limit but the links'", default=None, type=float,
@@ -207,6 +213,11 @@ class Preset:
         check_bool("full_duplex", self.full_duplex)
         if self.send_window_bytes is not None:
             check_int("send_window_bytes", self.send_window_bytes, 1)
+        if self.send_buffers is not None:
+            check_int("send_buffers", self.send_buffers, 1)
+            if self.send_window_bytes is not None:
+                raise UserError(f"send_buffers={self.send_buffers!r} and send_window_bytes="
+                                f"{self.send_window_bytes!r}: one store window; give one of them")
         if self.die_injection_gbytes_s is not None:
             check_number("die_injection_gbytes_s", self.die_injection_gbytes_s)
             if not 0 < self.inject_rate() < 1 << INJECT_BITS:

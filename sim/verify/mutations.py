@@ -908,6 +908,17 @@ MUTATIONS = [
         "timeout": 120,
     },
     {
+        "name": "send_buffers_counted_in_blocks",
+        "file": "sw/machine.py",
+        "old": "            out[\"store_window\"] = n * self.token_blocks\n",
+        "new": "            out[\"store_window\"] = n\n",
+        "description": "a preset's send_buffers become a store window of that many blocks, not "
+                       "tokens",
+        "tests": ["tests/sw/test_machine.py::test_send_buffers_make_the_store_window_whole_tokens",
+                  "tests/sw/test_dispatch.py::test_a_dispatch_with_send_buffers_runs_a_window_of_its_tokens"],
+        "timeout": 180,
+    },
+    {
         "name": "ubep_reorder_polls_first_block_only",
         "file": "sw/ubep/ubep.py",
         "old": ("            if sync == \"tff\":\n"

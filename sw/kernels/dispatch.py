@@ -706,6 +706,7 @@ class Dispatch(Kernel):
         cfg = machine.config
         lay = layout_of(cfg, params)
         machine.describe = lay.where
+        machine.set_token_blocks(params["hidden_blocks"])    # a send_buffers preset's window
         w = workload or workload_of(params, cfg.ranks, cfg.words_per_block)
         check_cap(w, params.get("cap"))
         wpb = cfg.words_per_block

@@ -421,3 +421,27 @@ def test_remote_loads_agree_on_every_simulator(simulator):
     assert block0 == block1 == block
     assert fetched == [2005, 3006]
     assert cycles == _remote_loads("pysim", on_dispatch_machine)[0]
+
+
+def test_send_buffers_make_the_store_window_whole_tokens(monkeypatch):
+    """A preset's ``send_buffers`` (the open kernel's two UB token buffers) is a store window of
+    that many tokens of the kernel's blocks (Machine.set_token_blocks), unless a knob sets it;
+    a window past the cores' ``max_outstanding`` is refused, naming both; and it cannot be
+    given with ``send_window_bytes``."""
+    from epfabric.sw import presets
+    monkeypatch.setitem(presets.PRESETS, "tiny",
+                        presets.PRESETS["tiny"].replace(send_buffers=2))
+    m = machine("pysim", max_outstanding=8)
+    assert "store_window" not in m.run_knobs()                  # no kernel has said its blocks
+    m.set_token_blocks(3)
+    assert m.run_knobs()["store_window"] == 6
+    m.set_knob("store_window", 1)
+    assert m.run_knobs()["store_window"] == 1                   # a knob wins
+    with pytest.raises(UserError, match=r"^send_buffers=2 of preset 'tiny' x 5 blocks a token is "
+                                        r"a store window of 10 blocks, more than "
+                                        r"max_outstanding=8$"):
+        m.set_token_blocks(5)
+    with pytest.raises(UserError, match=r"^send_buffers=2 and send_window_bytes=1024: one store "
+                                        r"window; give one of them$"):
+        presets.PRESETS["tiny"].replace(send_window_bytes=1024)
+
