@@ -172,6 +172,11 @@ class Preset:
         "R·epr counts and the chunks' prefixes pass from one AIV to the next: UBEP App. C.3, more "
         "CalCumSum AIVs split the verification)", default="redundant", type=str,
         choices=CUMSUM_SCANS)
+    cumsum_ratio: float | None = param(
+        "β/α of UBEP App. A's Eq. 8 (a C-AIV's count and prefix time per expert over a T-AIV's "
+        "sending time per slot), measured from the model (ubep.count_and_send_slopes): UBEP's "
+        "default CalCumSum group C = round(ratio·A·E/(k·BS)) in [1, A − 1]; None: App. A's "
+        "fit, C ≈ A·E/(3·k·BS) in [1, A/2]", default=None, type=float, positive=True)
     description: str = param("what the preset models", default="", type=str)
 
     def __post_init__(self):

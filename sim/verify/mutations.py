@@ -919,6 +919,15 @@ MUTATIONS = [
         "timeout": 180,
     },
     {
+        "name": "eq8_ratio_inverted",
+        "file": "sw/ubep/ubep.py",
+        "old": "    c = round(ratio * aivs * experts / (topk * batch))\n",
+        "new": "    c = round(aivs * experts / (ratio * topk * batch))\n",
+        "description": "Eq. 8's group size with α/β in place of β/α",
+        "tests": ["tests/sw/test_dispatch.py::test_eq8_chooses_c_from_the_models_own_slopes"],
+        "timeout": 120,
+    },
+    {
         "name": "ubep_reorder_polls_first_block_only",
         "file": "sw/ubep/ubep.py",
         "old": ("            if sync == \"tff\":\n"

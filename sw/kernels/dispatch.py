@@ -275,12 +275,15 @@ def phase_times(report, aivs, system="cann"):
 
 
 def cumsum_aivs(config, params):
-    """UBEP's CalCumSum group size: the parameter, or App. A's fit.
-
-    See :func:`~epfabric.sw.ubep.ubep.default_cumsum_aivs`.
-    """
+    """UBEP's CalCumSum group size: the parameter; else Eq. 8 with the preset's measured
+    ``cumsum_ratio`` (:func:`~epfabric.sw.ubep.ubep.cumsum_rule`); else App. A's fit
+    (:func:`~epfabric.sw.ubep.ubep.default_cumsum_aivs`)."""
     if params.get("cumsum_aivs") is not None:
         return params["cumsum_aivs"]
+    ratio = get_preset(config.preset).cumsum_ratio
+    if ratio is not None:
+        return ubep.cumsum_rule(config.aivs_per_die, params["experts"], params["topk"],
+                                params["batch"], ratio)
     return ubep.default_cumsum_aivs(config.aivs_per_die, params["experts"], params["topk"],
                                     params["batch"])
 
@@ -835,10 +838,21 @@ class Dispatch(Kernel):
                 "out_payload_digest": digests,
                 "syncall_share": share, "syncall_release_share": release,
                 "send_cycles": sending,
-                "send_max_cycles": max(sending.values()) if sending else None}
+                "send_max_cycles": max(sending.values()) if sending else None,
+                "eq8_slopes": (_slopes(per_aiv, cfg, params, w) if system == "ubep" and not problems
+                               else None)}
 
     def summary(self, result):
         return summary_lines(self.name, result, lambda run: "", "SyncAll")
+
+
+def _slopes(phases, cfg, params, w):
+    """``{alpha, beta, ratio}``: Eq. 8's slopes from a UBEP run's MARKs
+    (:func:`~epfabric.sw.ubep.ubep.count_and_send_slopes`), what a preset's ``cumsum_ratio``
+    is measured from."""
+    alpha, beta = ubep.count_and_send_slopes(phases, cfg.aivs_per_die, cumsum_aivs(cfg, params),
+                                             w.experts, w.batch * w.topk)
+    return {"alpha": alpha, "beta": beta, "ratio": beta / alpha}
 
 
 def _update_problems(machine, lay, rank, counts):
@@ -894,7 +908,7 @@ def syncall_release_share(phases, cycles):
     by_die = {}
     for (rank, _core), marks in phases.items():
         by_die.setdefault(rank, []).append(marks)
-    third = SYNCALLS[2][0]                  # UpdateTokenNumsOut's, when a rank hosts experts
+    third = SYNCALLS[2][0]            # UpdateTokenNumsOut's: a rank hosts more than one expert
     pairs = SYNCALLS if any(third in m for m in phases.values()) else SYNCALLS[:2]
     per_die = [sum(min(m[b] for m in aivs) - max(m[a] for m in aivs) for a, b in pairs)
                for aivs in by_die.values()

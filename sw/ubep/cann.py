@@ -50,8 +50,8 @@ the end of each, and at the entry and exit of each SyncAll, :data:`PHASES`):
    (``epr > 1``), as the open kernel's ``UpdateTokenNumsOut``: each AIV, while
    reordering, also writes the running total through each of its entries to
    ``SENDCNT`` (the kernel's ``sendCounts`` output: the inclusive prefix of
-   the entry counts); then **SyncAll #3**; then the last AIV with entries
-   (``min(R·epr, A) − 1``, the kernel's ``lastCore_``) reads, per local expert,
+   the entry counts); then **SyncAll #3**; then AIV ``min(R·epr, A) − 1`` (the
+   kernel's ``lastCore_``, its last AIV with entries) reads, per local expert,
    the running total through its last entry and through the previous expert's
    (one scalar read for expert 0, two for the others — a ``lw``, the kernel's
    ``DataCacheCleanAndInvalid`` + ``GetValue``) and writes their difference, the
@@ -124,8 +124,9 @@ def syncall_pairs(epr):
 
 
 def last_core(lay, aivs):
-    """The AIV that runs ``UpdateMultiMoeTokenNumsOut``: the last one with reorder entries
-    (the open kernel's ``lastCore_ = MIN(totalMoeExpert, aivNum_) - 1``)."""
+    """The AIV that runs ``UpdateMultiMoeTokenNumsOut``: the open kernel's ``lastCore_ =
+    MIN(totalMoeExpert, aivNum_) - 1`` (its last AIV with reorder entries; every running total
+    it reads is written before SyncAll #3, whichever AIV reordered it)."""
     return min(lay.entries, aivs) - 1
 
 

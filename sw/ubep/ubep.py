@@ -81,7 +81,8 @@ from ..dataflag import SENTINEL_WORD, TFF_TAG
 from ..presets import COPIES, CUMSUM_SCANS
 from .cann import copy_block, count_experts, divmod_const, launch_delay, split
 
-__all__ = ["dispatch_program", "transposition", "remapping", "default_cumsum_aivs", "PHASES_T",
+__all__ = ["dispatch_program", "transposition", "remapping", "default_cumsum_aivs", "cumsum_rule",
+           "count_and_send_slopes", "PHASES_T",
            "PHASES_C", "TFF_TAG", "EVENTS", "SYNCS", "SENTINEL_WORD", "MAPPINGS"]
 
 #: the remapping ``π`` of the experts before the slot sequence is cut (module docstring, step 1)
@@ -129,10 +130,44 @@ def remapping(experts, n_token, mapping="transpose"):
 def default_cumsum_aivs(aivs, experts, topk, batch):
     """UBEP App. A's fit ``C ≈ A·E / (3·k·BS)``, clamped to ``[1, max(1, A // 2)]``.
 
-    Specification: docs/spec/kernels.md §1.5.
+    Specification: docs/spec/kernels.md §1.5. A preset with a measured ``cumsum_ratio``
+    chooses by :func:`cumsum_rule` instead.
     """
     c = round(aivs * experts / (3 * topk * batch))
     return max(1, min(max(1, aivs // 2), c))
+
+
+def cumsum_rule(aivs, experts, topk, batch, ratio):
+    """UBEP App. A's Eq. 8 with the model's own slopes: ``C = round((β/α)·A·E/(k·BS))``,
+    clamped to ``[1, A − 1]`` (at least one CalCumSum AIV and one sender).
+
+    App. A models the two groups as ``T_count = G(E/n_count) + b`` and
+    ``T_token = F(k·BS/(A − n_count)) + b``; with ``F(x) = αx`` and ``G(x) = βx``, balancing
+    them gives Eq. 8, ``n_count ≈ (β/α)·A·E/(k·BS)``. ``ratio`` is ``β/α`` measured from the
+    model (:func:`count_and_send_slopes`), never read from Fig. 14, as App. C.3 chose C from
+    its own measurements.
+    """
+    check_int("aivs", aivs, 2)
+    if not ratio > 0:
+        raise UserError(f"cumsum_ratio must be > 0, not {ratio!r}")
+    c = round(ratio * aivs * experts / (topk * batch))
+    return max(1, min(aivs - 1, c))
+
+
+def count_and_send_slopes(phases, aivs, cumsum_aivs, experts, slots):
+    """``(α, β)`` of Eq. 8 from one UBEP dispatch's per-AIV phase MARKs (``{"rank.core":
+    {phase: cycle}}``): α, the longest T-AIV's Token-Sending time (``init`` → ``send``) over
+    the slots its slice holds (``⌈BS·k / n_token⌉``); β, the longest C-AIV's TokenCnt and
+    CalCumSum time (``init`` → ``cumsum``) over the experts it counts (``⌈E / C⌉``); in
+    cycles per slot and per expert."""
+    n_token = aivs - cumsum_aivs
+    send = [v["send"] - v["init"] for key, v in phases.items()
+            if int(key.split(".")[1]) < n_token]
+    count = [v["cumsum"] - v["init"] for key, v in phases.items()
+             if int(key.split(".")[1]) >= n_token]
+    if not send or not count:
+        raise UserError("the run's phases hold no T-AIV or no C-AIV: cannot measure Eq. 8's slopes")
+    return max(send) / -(-slots // n_token), max(count) / -(-experts // cumsum_aivs)
 
 
 def _elem(p, rd, base, idx, tmp):

@@ -296,6 +296,35 @@ def test_ubep_mapper_pieces():
     assert default_cumsum_aivs(48, 256, 8, 8) == 24              # large E/(k.BS): clamped to A/2
 
 
+def test_eq8_chooses_c_from_the_models_own_slopes(monkeypatch):
+    """App. A's Eq. 8, ``C = round((β/α)·A·E/(k·BS))`` in ``[1, A − 1]``, with β/α a preset's
+    measured ``cumsum_ratio``: it replaces App. A's fixed 3 (read from Fig. 14's cells) only
+    where a preset names it; a UBEP run reports its own slopes (the longest T-AIV's sending
+    cycles per slot of its slice, the longest C-AIV's count and prefix cycles per expert)."""
+    from epfabric.sw import presets
+    from epfabric.sw.kernels.dispatch import cumsum_aivs
+    from epfabric.sw.ubep.ubep import cumsum_rule
+    assert cumsum_rule(48, 256, 8, 128, 1 / 3) == 4              # 48·256/(3·1024)
+    assert cumsum_rule(48, 256, 8, 128, 1.0) == 12
+    assert cumsum_rule(48, 256, 8, 8, 1 / 3) == 47               # up to A − 1, not A/2
+    assert cumsum_rule(8, 32, 8, 32, 0.01) == 1
+    with pytest.raises(UserError, match=r"^cumsum_ratio must be > 0, not 0$"):
+        cumsum_rule(8, 32, 8, 32, 0)
+    params = K.resolve_params({**SMALL, "system": "ubep"})
+    cfg = K.configs("tiny", SHAPE["topology"], 4, params)[0]
+    assert cumsum_aivs(cfg, params) == 1                          # App. A's fit at this shape
+    monkeypatch.setitem(presets.PRESETS, "tiny", presets.PRESETS["tiny"].replace(cumsum_ratio=2.0))
+    assert cumsum_aivs(cfg, params) == 3                          # round(2·4·4/(2·4)) = 4 -> A − 1
+    monkeypatch.undo()
+    run = outcome("pysim", "ubep")[0].runs[0].check
+    phases, slopes = run["phases"], run["eq8_slopes"]
+    sends = [v["send"] - v["init"] for k, v in phases.items() if k.endswith(".0")]
+    counts = [v["cumsum"] - v["init"] for k, v in phases.items() if k.endswith(".1")]
+    assert slopes["alpha"] == max(sends) / 8                      # one T-AIV: all 4·2 slots
+    assert slopes["beta"] == max(counts) / 4                      # one C-AIV: all 4 experts
+    assert slopes["ratio"] == slopes["beta"] / slopes["alpha"] > 0
+
+
 @pytest.mark.parametrize("params, blocks", [({"batch": 12000}, 1177544),
                                             ({"hidden_blocks": 500}, 1568048)])
 def test_a_layout_beyond_the_address_space_is_named_before_running(params, blocks):

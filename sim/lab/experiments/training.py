@@ -30,6 +30,11 @@ Targets (:data:`TARGETS`), and the runs that measure them (:data:`RUNS`):
   32 dies (``superpod:2,8,2`` × 48 AIVs) with 128 experts (four a die), BS 8, top-8,
   7,168 B tokens (15 blocks): runs ``f5_c1`` and ``f5_c4`` (UBEP with ``cumsum_aivs`` 1 and 4).
 
+Each UBEP run also records Eq. 8's ``cumsum_ratio`` (β/α from its phase MARKs,
+:func:`~epfabric.sw.ubep.ubep.count_and_send_slopes`); ``f3_t47``'s -- UBEP at S1 with C = 1 --
+is the value a preset's ``cumsum_ratio`` is to be measured from (App. C.3 chose C from its own
+measurements; Fig. 14 is held out).
+
 CANN's runs use the hardware SyncAll (``syncall='hard'``; its cost is the knob
 ``syncall_cycles``); every run is checked bit-exact by the dispatch's checker (a wrong
 run raises). The machines of one shape share one size (:func:`sizes`), so one build
@@ -187,7 +192,8 @@ class Training(Experiment):
         knobs = {k: point[k] for k in KNOB_NAMES if point.get(k) is not None}
         m = measure_dispatch(point, point["system"], knobs)
         return {"cycles": m["cycles"], "us": m["us"], "a2a": m["a2a"],
-                "release_share": m["release_share"], "correct": True}
+                "release_share": m["release_share"], "cumsum_ratio": m["cumsum_ratio"],
+                "correct": True}
 
     def verdict(self, rows):
         """Holds when every target the rows measure is within :data:`TOLERANCE` of the paper."""

@@ -165,7 +165,9 @@ def measure_dispatch(point, system, knobs=None):
             "us": report.ns / 1000, "cycle_ns": verdict["cycle_ns"], "send": sending,
             "phases": verdict["phases"], "senders": n_send,
             "release_share": verdict.get("syncall_release_share"),
-            "cumsum_aivs": None if system == "cann" else a - n_send}
+            "cumsum_aivs": None if system == "cann" else a - n_send,
+            "cumsum_ratio": (verdict["eq8_slopes"] or {}).get("ratio") if system != "cann"
+            else None}
 
 
 def compare_systems(point):
