@@ -893,7 +893,7 @@ MUTATIONS = [
         "new": "        if False:\n            block, word = lay.word_at(lay.SENDCNT, (e_l - 1) * R + R - 1)\n",
         "description": "CANN's last AIV reads only each expert's own running total: TOKNUMS "
                        "holds the running totals, and the update costs one read an expert less",
-        "tests": ["tests/sw/test_dispatch.py::test_two_experts_a_rank_end_with_update_token_nums_out",
+        "tests": ["tests/sim/test_mechanisms.py::test_canns_update_token_nums_pays_a_scalar_read_per_running_total",
                   "tests/sw/test_dispatch.py::test_dispatch_is_bit_exact_with_every_phase_marked"],
         "timeout": 120,
     },

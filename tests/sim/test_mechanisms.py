@@ -268,3 +268,17 @@ def test_a_presets_poll_cost_becomes_its_own_knob():
         cm384.replace(poll_ns=5000.0)
     with pytest.raises(UserError, match="poll_ns must be in"):
         cm384.replace(poll_ns=-1.0)
+
+
+def test_canns_update_token_nums_pays_a_scalar_read_per_running_total():
+    """CANN's UpdateTokenNumsOut (two experts a die): at poll_extra 4 the last AIV's update
+    takes exactly 3 x 4 cycles more than at 0 (its 2·epr − 1 scalar reads), the other AIV's
+    the same; the row check sees a run that does not pay them."""
+    from epfabric.sim.lab.experiments.mechanisms import update_check, update_expected, update_runs
+    base = update_runs(preset="tiny", backend="pysim", poll_extra=0)
+    got = update_runs(preset="tiny", backend="pysim", poll_extra=4)
+    assert got == update_expected(base, 4) == [base[0], base[1] + 12]
+    rows = [{"poll_extra": 0, "update_cycles": base}, {"poll_extra": 4, "update_cycles": got}]
+    assert update_check(rows)[0]
+    assert not update_check([rows[0], {**rows[1], "update_cycles": base}])[0]
+

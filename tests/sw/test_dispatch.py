@@ -96,23 +96,17 @@ def _update_run(poll_extra, experts=4):
 
 def test_two_experts_a_rank_end_with_update_token_nums_out():
     """The open kernel's UpdateTokenNumsOut (a rank hosts 2 experts): SyncAll #3 holds every
-    AIV of a die until the last arrives; then the last AIV alone reads 2·epr − 1 = 3 running
-    totals, each a scalar read of global memory -- ``poll_extra`` more per read costs it
-    exactly 3 × that, and nothing to the other AIV -- and writes the experts' totals (checked
-    against numpy by the checker). One expert a rank: two SyncAlls, no update."""
+    AIV of a die until the last arrives, then the last AIV alone works (it reads 2·epr − 1 = 3
+    running totals and writes the experts' totals, checked against numpy by the checker; its
+    reads' cost: tests/sim/test_mechanisms.py). One expert a rank: two SyncAlls, no update."""
     from epfabric.sw.ubep.cann import phases as cann_phases
-    runs = {extra: _update_run(extra) for extra in (0, 4)}
-    gaps = {}
-    for extra, phases in runs.items():
-        for rank in (0, 1):
-            aivs = [phases[f"{rank}.{c}"] for c in (0, 1)]
-            assert all(list(a) == list(cann_phases(2)) for a in aivs)
-            assert min(a["sync3_out"] for a in aivs) > max(a["sync3_in"] for a in aivs)
-            gaps[extra, rank] = [a["update"] - a["sync3_out"] for a in aivs]
+    phases = _update_run(0)
     for rank in (0, 1):
-        first, last = (gaps[4, rank][c] - gaps[0, rank][c] for c in (0, 1))
-        assert first == 0 and last == 3 * 4
-        assert gaps[0, rank][1] > gaps[0, rank][0]
+        aivs = [phases[f"{rank}.{c}"] for c in (0, 1)]
+        assert all(list(a) == list(cann_phases(2)) for a in aivs)
+        assert min(a["sync3_out"] for a in aivs) > max(a["sync3_in"] for a in aivs)
+        first, last = (a["update"] - a["sync3_out"] for a in aivs)
+        assert last > first
     one = _update_run(0, experts=2)
     assert all(list(a) == list(cann_phases(1)) and "sync3_in" not in a for a in one.values())
 

@@ -49,6 +49,14 @@ copy costs at ``P = 0``. A copy pays its start once (the copy engine), so a ``re
 ``read_extra = R`` takes exactly ``R`` cycles more for its copy than the row at 0, and its
 loads and polls do not change. The rows' ``read_ns`` is what one local scalar read (a poll)
 costs.
+
+**CANN's UpdateTokenNumsOut** (knob ``poll_extra``; docs/fidelity/preregistration.md M4):
+CANN's dispatch of :data:`UPDATE_CASE` (two experts a die) ends with SyncAll #3, then the
+last AIV reads ``2·epr − 1 = 3`` running totals by scalar and writes the experts' totals;
+each row is die 0's AIVs' cycles from the barrier's exit to the end of the update
+(:func:`update_runs`). At ``poll_extra = P`` the last AIV's take exactly ``3 P`` more than at
+0 and the other AIV's the same (:func:`update_expected`): the update's reads are scalar reads
+of global memory, and only the last AIV makes them.
 """
 
 import inspect
@@ -63,7 +71,7 @@ from ...backends import SIMULATORS
 from . import Experiment, Param, int_list, register
 
 __all__ = ["store_streams", "barrier_release", "inject_streams", "vector_runs", "read_runs",
-           "window_expected", "local_latency", "poll_expected",
+           "update_runs", "update_expected", "window_expected", "local_latency", "poll_expected",
            "Mechanisms", "EXPERIMENT"]
 
 #: MARK event before the first stream (stream ``k`` ends with ``MARK0 + 1 + k``)
@@ -201,6 +209,51 @@ def read_runs(*, preset, backend, extra=None, poll_extra=None):
     marks = {e["event"]: e["cycle"] for e in report.marks()}
     # each group less its closing MARK's cycle
     return [marks[MARK0 + 1 + g] - marks[MARK0 + g] - 1 for g in range(3)]
+
+
+#: the CANN dispatch of :func:`update_runs`: 2 dies of 2 AIVs, 2 experts a die
+UPDATE_CASE = {"batch": 4, "topk": 2, "experts": 4}
+
+
+def update_runs(*, preset, backend, poll_extra):
+    """``[cycles of each AIV's UpdateTokenNumsOut on die 0]``: CANN's dispatch of
+    :data:`UPDATE_CASE` with the dies' ``poll_extra`` knob at ``poll_extra``; an AIV's cycles
+    are its ``update`` MARK less its ``sync3_out`` MARK (after SyncAll #3, module
+    docstring). Raises ``RuntimeError`` when the run is not bit-exact."""
+    from ....sw.kernels import KERNELS
+    from ....sw.machine import Machine
+    from ...backends.machine import backend as make_backend
+    kernel = KERNELS["dispatch"]
+    params = kernel.resolve_params({**UPDATE_CASE, "system": "cann"})
+    config = kernel.configs(preset, ("superpod", 2, 1, 1), 2, params)[0]
+    m = Machine(backend=make_backend(backend), config=config)
+    m.set_knob("poll_extra", poll_extra)
+    inputs = kernel.load(m, params)
+    verdict = kernel.check(m, m.run(kernel.default_max_cycles), inputs)
+    if not verdict["correct"]:
+        raise RuntimeError(f"the update benchmark's dispatch is wrong: {verdict['problems'][0]}")
+    return [verdict["phases"][f"0.{c}"]["update"] - verdict["phases"][f"0.{c}"]["sync3_out"]
+            for c in range(2)]
+
+
+def update_expected(base, poll_extra, epr=UPDATE_CASE["experts"] // 2):
+    """The update cycles of :func:`update_runs` at ``poll_extra = P`` from those at 0
+    (``base``): the last AIV's grow by ``(2·epr − 1)·P`` (its scalar reads), the other's
+    not at all."""
+    return [base[0], base[1] + (2 * epr - 1) * poll_extra]
+
+
+def update_check(rows):
+    """``(holds, words)`` of the update rows: each at :func:`update_expected` from the first
+    row's (at ``poll_extra`` 0), exactly."""
+    if not rows:
+        return True, ""
+    base = rows[0]["update_cycles"]
+    ok = [r["update_cycles"] == update_expected(base, r["poll_extra"] - rows[0]["poll_extra"])
+          for r in rows]
+    per = ", ".join(f"{r['update_cycles'][1]} at poll_extra {r['poll_extra']}" for r in rows)
+    return all(ok), (f"{sum(ok)}/{len(rows)} UpdateTokenNumsOut runs: the last AIV's 3 scalar "
+                     f"reads pay poll_extra each, the other AIV nothing (tolerance: none; {per})")
 
 
 def barrier_release(*, preset, backend, kind, aivs, spread=4, syncall_cycles=None):
@@ -422,7 +475,9 @@ class Mechanisms(Experiment):
                 + [{**base, "mechanism": "read", "read_extra": x}
                    for x in int_list("read_extra", params["read_extra"], lo=0)]
                 + [{**base, "mechanism": "poll", "poll_extra": x}
-                   for x in int_list("poll_extra", params["poll_extra"], lo=0)])
+                   for x in int_list("poll_extra", params["poll_extra"], lo=0)]
+                + [{**base, "mechanism": "update", "poll_extra": x}
+                   for x in [0] + int_list("poll_extra", params["poll_extra"], lo=0)[1:]])
 
     def measure(self, point):
         from ....sw.presets import get_preset
@@ -432,6 +487,10 @@ class Mechanisms(Experiment):
                                       syncall_cycles=point["syncall_cycles"])
             expected = None if point["kind"] == "soft" else point["syncall_cycles"] + 1
             return {**point, "release_cycles": release, "expected_cycles": expected}
+        if point["mechanism"] == "update":
+            return {**point, "update_cycles": update_runs(preset=point["preset"],
+                                                          backend=point["backend"],
+                                                          poll_extra=point["poll_extra"])}
         if point["mechanism"] == "vector":
             from ....hw.aiv_core import AIVCore
             lengths = int_list("lengths", point["lengths"])
@@ -501,8 +560,10 @@ class Mechanisms(Experiment):
         reads_ok, read_words = read_check(reads)
         polls = [r for r in rows if r.get("mechanism") == "poll"]
         polls_ok, poll_words = poll_check(polls)
+        updates = [r for r in rows if r.get("mechanism") == "update"]
+        updates_ok, update_words = update_check(updates)
         return (not bad and words and bool(closed) and bars_ok and not off and vec_ok
-                and reads_ok and polls_ok,
+                and reads_ok and polls_ok and updates_ok,
                 f"{len(closed) - len(bad)}/{len(closed)} block streams at the window's closed "
                 f"form (tolerance: none; {'inside' if not bad else 'OUTSIDE'}); word "
                 f"stores {'do not depend' if words else 'DEPEND'} on the window; "
@@ -515,7 +576,8 @@ class Mechanisms(Experiment):
                    f"runs at ceil(L/lanes) + 3 + vector_extra a vsum (tolerance: none)"
                    if vec else "")
                 + (f"; {read_words}" if reads else "")
-                + (f"; {poll_words}" if polls else ""))
+                + (f"; {poll_words}" if polls else "")
+                + (f"; {update_words}" if updates else ""))
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots
