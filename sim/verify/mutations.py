@@ -904,7 +904,8 @@ MUTATIONS = [
         "new": "    return blocks_per_token(nbytes, tff=False)\n",
         "description": "UBEP's token of hidden_bytes takes CANN's block count, as if its blocks "
                        "carried 512 B of payload beside their Token-Flag-Fusion header",
-        "tests": ["tests/sw/test_dispatch.py::test_a_tokens_bytes_set_each_systems_blocks"],
+        "tests": ["tests/sw/test_dispatch.py::test_a_tokens_bytes_set_each_systems_blocks",
+                  "tests/sim/test_mechanisms.py::test_ubeps_tokens_take_the_blocks_their_headers_need"],
         "timeout": 120,
     },
     {

@@ -282,3 +282,15 @@ def test_canns_update_token_nums_pays_a_scalar_read_per_running_total():
     assert update_check(rows)[0]
     assert not update_check([rows[0], {**rows[1], "update_cycles": base}])[0]
 
+
+def test_ubeps_tokens_take_the_blocks_their_headers_need():
+    """1,000 B tokens on the small dispatch: the links carry UBEP's 3 blocks a remote slot
+    against CANN's 2 (480 B of payload a Token-Flag-Fused block, 512 a raw one), exactly; the
+    row check sees a UBEP at CANN's count."""
+    from epfabric.sim.lab.experiments.mechanisms import token_blocks_check, token_link_blocks
+    got = token_link_blocks(preset="tiny", backend="pysim", hidden_bytes=1000)
+    assert got["cann"] > 0 and 2 * got["ubep"] == 3 * got["cann"]
+    assert token_blocks_check([{"hidden_bytes": 1000, "link_blocks": got}])[0]
+    bad = {"cann": got["cann"], "ubep": got["cann"]}
+    assert not token_blocks_check([{"hidden_bytes": 1000, "link_blocks": bad}])[0]
+

@@ -57,6 +57,12 @@ each row is die 0's AIVs' cycles from the barrier's exit to the end of the updat
 (:func:`update_runs`). At ``poll_extra = P`` the last AIV's take exactly ``3 P`` more than at
 0 and the other AIV's the same (:func:`update_expected`): the update's reads are scalar reads
 of global memory, and only the last AIV makes them.
+
+**A token's blocks** (the kernels' ``hidden_bytes``; preregistration M8): CANN's and UBEP's
+dispatch of :data:`UPDATE_CASE` with ``H``-byte tokens, the same routing; each row is the
+data blocks the links counted for each system (:func:`token_link_blocks`). UBEP's blocks
+carry 480 B after their 32 B Token-Flag-Fusion header, CANN's 512, so UBEP's count over
+CANN's is ``⌈H/480⌉ / ⌈H/512⌉`` exactly (15/14 at Table 4's 7,168 B).
 """
 
 import inspect
@@ -71,7 +77,7 @@ from ...backends import SIMULATORS
 from . import Experiment, Param, int_list, register
 
 __all__ = ["store_streams", "barrier_release", "inject_streams", "vector_runs", "read_runs",
-           "update_runs", "update_expected", "window_expected", "local_latency", "poll_expected",
+           "update_runs", "update_expected", "token_link_blocks", "window_expected", "local_latency", "poll_expected",
            "Mechanisms", "EXPERIMENT"]
 
 #: MARK event before the first stream (stream ``k`` ends with ``MARK0 + 1 + k``)
@@ -256,6 +262,39 @@ def update_check(rows):
                      f"reads pay poll_extra each, the other AIV nothing (tolerance: none; {per})")
 
 
+def token_link_blocks(*, preset, backend, hidden_bytes):
+    """``{system: data blocks on the links}`` of CANN's and UBEP's dispatch of
+    :data:`UPDATE_CASE` with ``hidden_bytes``-byte tokens (the same routing for both: every
+    remote slot crosses the same links). Raises ``RuntimeError`` when a run is not bit-exact."""
+    from ....sw.kernels import KERNELS, run_kernel
+    from ...backends.machine import backend as make_backend
+    out = {}
+    for system in ("cann", "ubep"):
+        result = run_kernel(KERNELS["dispatch"], make_backend(backend), preset=preset,
+                            topology=("superpod", 2, 1, 1), aivs=2,
+                            params={**UPDATE_CASE, "system": system, "hidden_bytes": hidden_bytes})
+        run = result.runs[0]
+        if not run.correct:
+            raise RuntimeError(f"the token-block benchmark's {system} dispatch is wrong: "
+                               f"{run.problems[0]}")
+        out[system] = sum(m["blocks"] for m in run.check["links"]["measured"].values())
+    return out
+
+
+def token_blocks_check(rows):
+    """``(holds, words)`` of the token-block rows: UBEP's link data blocks over CANN's are
+    ``⌈H/480⌉ / ⌈H/512⌉`` exactly at each ``H``."""
+    from ....sw.kernels.dispatch import token_blocks
+    if not rows:
+        return True, ""
+    ok = [r["link_blocks"]["ubep"] * token_blocks(r["hidden_bytes"], "cann")
+          == r["link_blocks"]["cann"] * token_blocks(r["hidden_bytes"], "ubep") for r in rows]
+    per = ", ".join(f"{r['link_blocks']['ubep']}/{r['link_blocks']['cann']} at "
+                    f"{r['hidden_bytes']} B" for r in rows)
+    return all(ok), (f"{sum(ok)}/{len(rows)} token sizes: UBEP's link data blocks over CANN's "
+                     f"at ceil(H/480)/ceil(H/512) (tolerance: none; {per})")
+
+
 def barrier_release(*, preset, backend, kind, aivs, spread=4, syncall_cycles=None):
     """Cycles from a die's last arrival at a SyncAll to its first core's release (see the
     module docstring); ``kind`` ``"hard"`` (``bar``) or ``"soft"`` (fetch-add and poll)."""
@@ -427,6 +466,8 @@ class Mechanisms(Experiment):
               "first is the base the others are measured against", str),
         Param("poll_extra", "0,5,200", "poll_extra values (cycles), comma-separated; each "
               "measured against its closed form N (1 + P + L)", str),
+        Param("hidden_bytes", "1000,7168", "token sizes (bytes) of the token-block rows, "
+              "comma-separated", str),
     )
 
     def resolve(self, **given):
@@ -442,6 +483,7 @@ class Mechanisms(Experiment):
         int_list("vector_extra", p["vector_extra"], lo=0, hi=(1 << VECTOR_EXTRA_BITS) - 1)
         int_list("read_extra", p["read_extra"], lo=0, hi=(1 << READ_EXTRA_BITS) - 1)
         int_list("poll_extra", p["poll_extra"], lo=0, hi=(1 << POLL_EXTRA_BITS) - 1)
+        int_list("hidden_bytes", p["hidden_bytes"], lo=1)
         try:
             limits = [float(g) for g in p["inject"].split(",")]
         except ValueError:
@@ -477,7 +519,9 @@ class Mechanisms(Experiment):
                 + [{**base, "mechanism": "poll", "poll_extra": x}
                    for x in int_list("poll_extra", params["poll_extra"], lo=0)]
                 + [{**base, "mechanism": "update", "poll_extra": x}
-                   for x in [0] + int_list("poll_extra", params["poll_extra"], lo=0)[1:]])
+                   for x in [0] + int_list("poll_extra", params["poll_extra"], lo=0)[1:]]
+                + [{**base, "mechanism": "token_blocks", "hidden_bytes": h}
+                   for h in int_list("hidden_bytes", params["hidden_bytes"])])
 
     def measure(self, point):
         from ....sw.presets import get_preset
@@ -487,6 +531,10 @@ class Mechanisms(Experiment):
                                       syncall_cycles=point["syncall_cycles"])
             expected = None if point["kind"] == "soft" else point["syncall_cycles"] + 1
             return {**point, "release_cycles": release, "expected_cycles": expected}
+        if point["mechanism"] == "token_blocks":
+            return {**point, "link_blocks": token_link_blocks(
+                preset=point["preset"], backend=point["backend"],
+                hidden_bytes=point["hidden_bytes"])}
         if point["mechanism"] == "update":
             return {**point, "update_cycles": update_runs(preset=point["preset"],
                                                           backend=point["backend"],
@@ -562,8 +610,10 @@ class Mechanisms(Experiment):
         polls_ok, poll_words = poll_check(polls)
         updates = [r for r in rows if r.get("mechanism") == "update"]
         updates_ok, update_words = update_check(updates)
+        tokens = [r for r in rows if r.get("mechanism") == "token_blocks"]
+        tokens_ok, token_words = token_blocks_check(tokens)
         return (not bad and words and bool(closed) and bars_ok and not off and vec_ok
-                and reads_ok and polls_ok and updates_ok,
+                and reads_ok and polls_ok and updates_ok and tokens_ok,
                 f"{len(closed) - len(bad)}/{len(closed)} block streams at the window's closed "
                 f"form (tolerance: none; {'inside' if not bad else 'OUTSIDE'}); word "
                 f"stores {'do not depend' if words else 'DEPEND'} on the window; "
@@ -577,7 +627,8 @@ class Mechanisms(Experiment):
                    if vec else "")
                 + (f"; {read_words}" if reads else "")
                 + (f"; {poll_words}" if polls else "")
-                + (f"; {update_words}" if updates else ""))
+                + (f"; {update_words}" if updates else "")
+                + (f"; {token_words}" if tokens else ""))
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots
