@@ -90,7 +90,8 @@ from ..param import Param
 from . import Kernel, pow2_at_least, register
 
 __all__ = ["Dispatch", "KERNEL", "layout_of", "phase_times", "option", "OPTIONS", "VARIANTS",
-           "MAX_TOPK", "model_shape", "token_blocks", "syncall_release_share", "links_of", "link_line"]
+           "MAX_TOPK", "model_shape", "token_blocks", "syncall_release_share", "links_of",
+           "link_line"]
 
 SYSTEMS = ("cann", "ubep", "ubep-inc")
 #: the systems that need switches that multicast and reduce (a machine with ``ep_window``)

@@ -82,8 +82,9 @@ from ..assembler import Program
 from ..presets import COPIES, SYNCALLS as SYNCALL_KINDS
 
 __all__ = ["dispatch_program", "launch_delay", "copy_block", "status_rows", "status_base",
-           "PHASES", "SYNCALLS", "phases", "syncall_pairs", "syncalls_per_run", "last_core", "split", "count_experts", "BROKEN", "SEND_SPLITS", "expert_rows", "ubuf_rows_needed", "divmod_const", "reciprocal",
-           "is_pow2"]
+           "PHASES", "SYNCALLS", "phases", "syncall_pairs", "syncalls_per_run", "last_core",
+           "split", "count_experts", "BROKEN", "SEND_SPLITS", "expert_rows", "ubuf_rows_needed",
+           "divmod_const", "reciprocal", "is_pow2"]
 
 #: How CANN's AIVs share Token-Sending: the open kernel's contiguous slot ranges, or all the
 #: slots of the experts ``e ≡ a (mod A)`` (module docstring)

@@ -82,33 +82,23 @@ def test_a_dispatch_with_send_buffers_runs_a_window_of_its_tokens(monkeypatch):
     assert buffers > cycles(cm384)
 
 
-def _update_run(poll_extra, experts=4):
-    """The phases of CANN's small case on a fresh pysim machine with the ``poll_extra`` knob."""
-    params = K.resolve_params({**SMALL, "experts": experts, "system": "cann"})
-    m = Machine(backend=backend("pysim"),
-                config=K.configs(SHAPE["preset"], SHAPE["topology"], SHAPE["aivs"], params)[0])
-    m.set_knob("poll_extra", poll_extra)
-    inputs = K.load(m, params)
-    verdict = K.check(m, m.run(KERNEL_CASE_MAX_CYCLES), inputs)
-    assert verdict["correct"], verdict["problems"]
-    return verdict["phases"]
-
-
 def test_two_experts_a_rank_end_with_update_token_nums_out():
     """The open kernel's UpdateTokenNumsOut (a rank hosts 2 experts): SyncAll #3 holds every
     AIV of a die until the last arrives, then the last AIV alone works (it reads 2·epr − 1 = 3
     running totals and writes the experts' totals, checked against numpy by the checker; its
     reads' cost: tests/sim/test_mechanisms.py). One expert a rank: two SyncAlls, no update."""
     from epfabric.sw.ubep.cann import phases as cann_phases
-    phases = _update_run(0)
+    phases = outcome("pysim")[0].runs[0].check["phases"]         # the small case: 2 a rank
     for rank in (0, 1):
         aivs = [phases[f"{rank}.{c}"] for c in (0, 1)]
         assert all(list(a) == list(cann_phases(2)) for a in aivs)
         assert min(a["sync3_out"] for a in aivs) > max(a["sync3_in"] for a in aivs)
         first, last = (a["update"] - a["sync3_out"] for a in aivs)
         assert last > first
-    one = _update_run(0, experts=2)
-    assert all(list(a) == list(cann_phases(1)) and "sync3_in" not in a for a in one.values())
+    one = run_kernel(K, backend("pysim"), **SHAPE, params={**SMALL, "experts": 2},
+                     max_cycles=KERNEL_CASE_MAX_CYCLES).runs[0]
+    assert one.correct, one.problems
+    assert all(list(a) == list(cann_phases(1)) for a in one.check["phases"].values())
 
 
 # Icarus runs the big machine slowly (a minute a run): CI runs it on CANN here and on UBEP in
@@ -308,7 +298,7 @@ def test_eq8_chooses_c_from_the_models_own_slopes(monkeypatch):
     cfg = K.configs("tiny", SHAPE["topology"], 4, params)[0]
     assert cumsum_aivs(cfg, params) == 1                          # App. A's fit at this shape
     monkeypatch.setitem(presets.PRESETS, "tiny", presets.PRESETS["tiny"].replace(cumsum_ratio=2.0))
-    assert cumsum_aivs(cfg, params) == 3                          # round(2·4·4/(2·4)) = 4 -> A − 1
+    assert cumsum_aivs(cfg, params) == 3              # round(2·4·4/(2·4)) = 4, clamped to A − 1
     monkeypatch.undo()
     run = outcome("pysim", "ubep")[0].runs[0].check
     phases, slopes = run["phases"], run["eq8_slopes"]
@@ -886,9 +876,10 @@ def test_the_presets_vector_width_builds_the_cores_and_shortens_canns_counting(m
     with: at 128 lanes (Ascend's 256 B a repeat) CANN's run is correct and its Token-Sending
     shorter (the longest 339 against 340 cycles): its vector instructions over the BS·k = 18
     routing ids, the per-slot prefix ``vcount`` among them, take one beat instead of two. The
-    run is no longer (638 cycles both: the SyncAlls absorb the one cycle). At the tiny preset's 16 lanes
-    the kernel sizes the small case's machine for these parameters: its build (shared with
-    the tests above; cycles are the same on every simulator) serves that run."""
+    run is no longer (638 cycles both: the SyncAlls absorb the one cycle). At the tiny
+    preset's 16 lanes the kernel sizes the small case's machine for these parameters: its
+    build (shared with the tests above; cycles are the same on every simulator) serves that
+    run."""
     from epfabric.sw import presets
     params = {"batch": 6, "topk": 3, "experts": 4, "system": "cann"}
     assert presets.PRESETS["tiny"].vector_lanes == 16

@@ -77,7 +77,8 @@ from ...backends import SIMULATORS
 from . import Experiment, Param, int_list, register
 
 __all__ = ["store_streams", "barrier_release", "inject_streams", "vector_runs", "read_runs",
-           "update_runs", "update_expected", "token_link_blocks", "window_expected", "local_latency", "poll_expected",
+           "update_runs", "update_expected", "token_link_blocks", "window_expected",
+           "local_latency", "poll_expected",
            "Mechanisms", "EXPERIMENT"]
 
 #: MARK event before the first stream (stream ``k`` ends with ``MARK0 + 1 + k``)

@@ -23,7 +23,8 @@ Targets (:data:`TARGETS`), and the runs that measure them (:data:`RUNS`):
   to the release. With the die's hardware barrier (``syncall='hard'``) that is
   ``n_s (syncall_cycles + 1)`` cycles of every die's run, exact by construction, with
   ``n_s`` = :data:`S1_SYNCALLS` the SyncAlls of the run (three at S1: 16 experts a die
-  add UpdateTokenNumsOut's, sw/ubep/cann.py); the MARK-based ``syncall_release_share`` of the kernel is reported
+  add UpdateTokenNumsOut's, sw/ubep/cann.py); the MARK-based ``syncall_release_share`` of
+  the kernel is reported
   beside it (on S1 it also holds the wait of 768 cores' MARKs for one trace stream).
 * **F5** — Fig. 14 (b): UBEP at 128 ranks, BS 8 — group size C = 1 costs 46.0 µs over the
   best, C = 4 12.3 µs, so C = 1 is 33.7 µs slower than C = 4. "128 ranks" is emulated as
@@ -75,8 +76,9 @@ RUNS = {
 
 
 def syncalls_of(run):
-    """SyncAlls a CANN run of :data:`RUNS` executes (:func:`~epfabric.sw.ubep.cann.syncalls_per_run`:
-    a third when a rank hosts more than one expert)."""
+    """SyncAlls a CANN run of :data:`RUNS` executes
+    (:func:`~epfabric.sw.ubep.cann.syncalls_per_run`: a third when a rank hosts more than one
+    expert)."""
     params = RUNS[run][1]
     return syncalls_per_run(params["experts"] // topology_ranks(parse_topology(params["topology"])))
 
