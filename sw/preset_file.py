@@ -39,7 +39,7 @@ else:                                   # Python 3.10: the same parser, as a pac
     import tomli as tomllib
 
 __all__ = ["SUFFIX", "is_preset_file", "read_preset", "preset_toml", "digest", "pinned",
-           "loaded"]
+           "loaded", "saved_preset"]
 
 #: a preset reference naming a file ends with this (before its ``#DIGEST``)
 SUFFIX = ".toml"
@@ -83,6 +83,21 @@ def read_preset(ref):
                         f"{name[-_DIGITS:]}, not {match['digest']}")
     preset = _LOADED.setdefault(name, preset.replace(name=name))
     return preset
+
+
+def saved_preset(preset, folder):
+    """``preset`` (a changed copy of a named one, say) written as a machine file in ``folder``,
+    the file named by its values' digest, and read back: a preset any process can name by its
+    reference, which a machine configuration takes where it refuses a changed preset object."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(preset.name).name.split("#")[0])
+    path = folder / f"{base}-{digest(preset)}{SUFFIX}"
+    if not path.exists():
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(preset_toml(preset))
+        os.replace(tmp, path)
+    return read_preset(path)
 
 
 def pinned(value):

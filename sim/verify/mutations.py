@@ -916,7 +916,8 @@ MUTATIONS = [
         "description": "a preset's send_buffers become a store window of that many blocks, not "
                        "tokens",
         "tests": ["tests/sw/test_machine.py::test_send_buffers_make_the_store_window_whole_tokens",
-                  "tests/sw/test_dispatch.py::test_a_dispatch_with_send_buffers_runs_a_window_of_its_tokens"],
+                  "tests/sw/test_dispatch.py::test_a_dispatch_with_send_buffers_runs_a_window_of_its_tokens",
+                  "tests/sim/test_mechanisms.py::test_a_senders_token_buffers_are_a_window_of_whole_tokens"],
         "timeout": 180,
     },
     {

@@ -294,3 +294,37 @@ def test_ubeps_tokens_take_the_blocks_their_headers_need():
     bad = {"cann": got["cann"], "ubep": got["cann"]}
     assert not token_blocks_check([{"hidden_bytes": 1000, "link_blocks": bad}])[0]
 
+
+
+def test_a_senders_token_buffers_are_a_window_of_whole_tokens():
+    """A preset's ``send_buffers`` S with the machine told its tokens' b blocks, no knob set:
+    a stream of 4 two-block tokens costs the window's closed form at W = S·b exactly (one
+    buffer 83 cycles, two 51, measured on tiny); the row check sees a window of S blocks."""
+    from epfabric.sim.lab.experiments.mechanisms import buffer_check, buffer_stream
+    lat = get_preset("tiny").latency_cycles()["intra"]
+    rows = [{"send_buffers": s, "token_blocks": 2, "expected_cycles": window_expected(lat, 2 * s, 8),
+             "stb_cycles": buffer_stream(preset="tiny", backend="pysim", send_buffers=s, tokens=4,
+                                         token_blocks=2, dst=DESTINATIONS["intra"])}
+            for s in (1, 2)]
+    assert [r["stb_cycles"] for r in rows] == [r["expected_cycles"] for r in rows]
+    assert rows[1]["stb_cycles"] < rows[0]["stb_cycles"]
+    assert buffer_check(rows)[0]
+    blocks = [{**r, "stb_cycles": window_expected(lat, r["send_buffers"], 8)} for r in rows]
+    assert not buffer_check(blocks)[0]
+
+
+def test_eq8s_rule_sets_the_calcumsum_aivs_from_the_measured_slopes():
+    """UBEP's dispatch of 32 experts on 2 dies of 4 AIVs with one CalCumSum AIV: positive
+    slopes α (a slot) and β (an expert), and Eq. 8 with their ratio gives C = 3 (measured:
+    β/α ≈ 0.16, 0.16 x 4 x 32 / 8 ≈ 2.6), which the run with the preset's ``cumsum_ratio``
+    uses -- neither the slopes run's 1 nor App. A's fixed-3 default (2 here); the row check
+    sees a run with another C."""
+    from epfabric.sim.lab.experiments.mechanisms import EQ8_AIVS, EQ8_CASE, eq8_check, eq8_runs
+    from epfabric.sw.ubep.ubep import cumsum_rule, default_cumsum_aivs
+    shape = (EQ8_AIVS, EQ8_CASE["experts"], EQ8_CASE["topk"], EQ8_CASE["batch"])
+    got = eq8_runs(preset="tiny", backend="pysim")
+    assert got["alpha"] > 0 and got["beta"] > 0 and got["ratio"] == got["beta"] / got["alpha"]
+    assert got["rule_c"] == cumsum_rule(*shape, got["ratio"]) == 3
+    assert got["run_c"] == 3 != default_cumsum_aivs(*shape)
+    assert eq8_check([got])[0]
+    assert not eq8_check([{**got, "run_c": 2}])[0]

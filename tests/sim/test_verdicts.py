@@ -16,6 +16,7 @@ from epfabric.sim.lab.experiments import agrs, fig10, quaternary, ubep_senders
 from epfabric.sim.lab.experiments.fig9 import PAPER as FIG9_PAPER
 from epfabric.sim.lab.experiments.fig9 import VARIANTS
 from epfabric.sim.lab.experiments.incmoe_layer import GRID, PAPER_TTFT_CUT, bound
+from epfabric.sim.lab.experiments.mechanisms import poll_expected, window_expected
 from epfabric.sim.lab.experiments.ubep_senders import PAPER_EFF
 from epfabric.sw.mapper import quaternary_search
 from utils import heldout_rows
@@ -195,7 +196,8 @@ def quaternary_rows(steps=5, match=True):
 
 
 def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983, vec=None, reads=(24, 24),
-               copies=(25, 30), polls=None, poll_copies=(25, 25)):
+               copies=(25, 30), polls=None, poll_copies=(25, 25), update=(20, 35),
+               ubep_blocks=15, buffers=None, run_c=3):
     """Two-hop store-window rows (cm384, 32 blocks) for W = 1 and 2, at the closed form
     unless ``stb`` gives the model's cycles; ``sw`` the word streams' cycles; hardware
     SyncAll rows at syncall_cycles 0 and 100 releasing after ``bar`` cycles; a vector row at
@@ -203,7 +205,11 @@ def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983, vec=None, read
     read rows at read_extra 0 and 5 whose 8 loads (and 8 polls) take ``reads`` cycles and
     whose copy of 8 blocks takes ``copies``; poll rows at poll_extra 0 and 5 whose 8 polls (and
     8 loads) take ``polls`` cycles (default: the closed form 8 (1 + P + L)) and whose copy
-    takes ``poll_copies``."""
+    takes ``poll_copies``; UpdateTokenNumsOut rows at poll_extra 0 and 5 whose last AIV takes
+    20 then ``update[1]`` cycles (15 more: its 3 reads); a token-block row at 7,168 B whose UBEP
+    dispatch moved ``ubep_blocks`` blocks against CANN's 14; token-buffer rows (intra, 4 tokens
+    of 15 blocks) at 1 and 2 buffers taking ``buffers`` (default: the closed form at W = 15, 30);
+    an Eq. 8 row whose rule gives C = 3 and whose run used ``run_c``."""
     rows = [{"preset": "cm384", "backend": "verilator", "mechanism": "syncall", "aivs": 48,
              "kind": "hard", "syncall_cycles": w, "release_cycles": b, "expected_cycles": w + 1}
             for w, b in zip((0, 100), bar)]
@@ -219,19 +225,31 @@ def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983, vec=None, read
         rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "read",
                      "read_extra": x, "load_cycles": c, "poll_cycles": c, "read_ns": c / 8,
                      "copy_cycles": k})
-    from epfabric.sim.lab.experiments.mechanisms import poll_expected
     expected = [poll_expected(x) for x in (0, 5)]
     for x, c, e, k in zip((0, 5), polls or expected, expected, poll_copies):
         rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "poll",
                      "poll_extra": x, "load_cycles": c, "poll_cycles": c, "read_ns": c / 8,
                      "copy_cycles": k, "expected_cycles": e})
-    from epfabric.sim.lab.experiments.mechanisms import window_expected
     for k, w in enumerate((1, 2)):
         expected = window_expected(2500, w, 32)
         rows.append({"preset": "cm384", "backend": "verilator", "blocks": 32, "window": w,
                      "class": "two_hop", "mechanism": "store_window", "latency_cycles": 2500,
                      "round_trip_cycles": 5003, "stb_cycles": expected if stb is None else stb[k],
                      "sw_cycles": sw[k], "expected_cycles": expected})
+    for x, last in zip((0, 5), (20, update[1])):
+        rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "update",
+                     "poll_extra": x, "update_cycles": [update[0], last]})
+    rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "token_blocks",
+                 "hidden_bytes": 7168, "link_blocks": {"cann": 14, "ubep": ubep_blocks}})
+    for k, n in enumerate((1, 2)):
+        expected = window_expected(218, 15 * n, 60)
+        rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "send_buffers",
+                     "send_buffers": n, "tokens": 4, "token_blocks": 15, "class": "intra",
+                     "latency_cycles": 218, "expected_cycles": expected,
+                     "stb_cycles": expected if buffers is None else buffers[k]})
+    rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "eq8", "batch": 4,
+                 "topk": 2, "experts": 32, "aivs": 4, "alpha": 100.0, "beta": 17.0,
+                 "ratio": 0.17, "rule_c": 3, "run_c": run_c})
     return _rows("mechanisms", rows)
 
 
@@ -353,7 +371,12 @@ CASES = {
         "every block of a copy pays the start": mechanisms(copies=(25, 65)),
         "polls without their cost": mechanisms(polls=(24, 24)),
         "a poll's cost paid twice": mechanisms(polls=(24, 104)),
-        "a copy paying the polls' cost": mechanisms(poll_copies=(25, 30))}),
+        "a copy paying the polls' cost": mechanisms(poll_copies=(25, 30)),
+        "the update's reads without their cost": mechanisms(update=(20, 20)),
+        "UBEP's tokens at CANN's block count": mechanisms(ubep_blocks=14),
+        "a sender's buffers counted in blocks": mechanisms(
+            buffers=(window_expected(218, 1, 60), window_expected(218, 2, 60))),
+        "a C other than Eq. 8's": mechanisms(run_c=2)}),
     "training": (True, [training(), training(f1=94.0, f5=36.0)], {
         "the uncalibrated S1: CANN 45 us": training(f1=45.0, s=2249),
         "SyncAll 5 %": training(s=1716),
@@ -405,6 +428,20 @@ def test_every_verdict_states_its_tolerance(name):
     for rows in [*inside, *outside.values()]:
         _, line = EXPERIMENTS[name].verdict(rows)
         assert "tolerance" in line, (name, line)
+
+
+def test_the_mechanisms_table_has_a_line_for_every_mechanism():
+    """The rows of each mechanism the experiment measures (its points), formatted: one line
+    a row, each naming its mechanism (a kind without a line of its own broke the table)."""
+    e = EXPERIMENTS["mechanisms"]
+    rows = mechanisms()
+    kinds = {p["mechanism"] for p in e.points(e.resolve())}
+    assert kinds - {"syncall"} <= {r["mechanism"] for r in rows}
+    rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "syncall",
+                 "aivs": 48, "kind": "soft", "syncall_cycles": None, "release_cycles": 900,
+                 "expected_cycles": None})
+    lines = e.format(rows).splitlines()[2:]
+    assert [line.split()[0] for line in lines] == [r["mechanism"] for r in rows]
 
 
 def test_fig10s_verdict_reads_the_cut_from_the_latencies_not_a_stale_column():

@@ -107,3 +107,18 @@ def test_a_reference_refuses_a_file_changed_since(tmp_path, monkeypatch):
     with pytest.raises(UserError, match=rf"changed since it was read: its values' digest is "
                                         rf"[0-9a-f]{{12}}, not {ref[-12:]}$"):
         get_preset(ref)
+
+
+def test_a_changed_preset_saved_as_a_file_is_a_named_preset(tmp_path):
+    """A changed copy of a built-in preset, saved: a reference a machine configuration takes
+    (it refuses the changed object), equal to the copy, one file for equal values."""
+    from epfabric.sw.config import MachineConfig
+    from epfabric.sw.preset_file import saved_preset
+    changed = PRESETS["tiny"].replace(send_buffers=2)
+    with pytest.raises(UserError, match="not a modified 'tiny'"):
+        MachineConfig(preset=changed)
+    saved = saved_preset(changed, tmp_path)
+    assert saved.replace(name="tiny") == changed
+    assert MachineConfig(preset=saved.name).preset == saved.name
+    assert saved_preset(changed, tmp_path).name == saved.name
+    assert len(list(tmp_path.glob("*.toml"))) == 1

@@ -63,6 +63,21 @@ dispatch of :data:`UPDATE_CASE` with ``H``-byte tokens, the same routing; each r
 data blocks the links counted for each system (:func:`token_link_blocks`). UBEP's blocks
 carry 480 B after their 32 B Token-Flag-Fusion header, CANN's 512, so UBEP's count over
 CANN's is ``⌈H/480⌉ / ⌈H/512⌉`` exactly (15/14 at Table 4's 7,168 B).
+
+**A sender's token buffers** (the preset's ``send_buffers``; preregistration M6): one AIV
+streams :data:`BUFFER_CASE`'s tokens of ``b`` blocks to one destination on a machine whose
+preset holds ``S`` token buffers a sender and whose kernel declared ``b``-block tokens
+(:meth:`~epfabric.sw.machine.Machine.set_token_blocks`), no knob set: the dies' store window
+is then ``S·b`` blocks, so the stream costs the window's closed form at ``W = S·b``
+(:func:`window_expected`), exactly (:func:`buffer_stream`).
+
+**Eq. 8's CalCumSum group size** (the preset's ``cumsum_ratio``; preregistration M9): UBEP's
+dispatch of :data:`EQ8_CASE` on 2 dies of 4 AIVs with one CalCumSum AIV gives App. A's slopes
+α (cycles a slot of the slowest T-AIV's Token-Sending) and β (cycles an expert of its C-AIV's
+TokenCnt + CalCumSum) and ``β/α``, the value a preset's ``cumsum_ratio`` is measured from;
+Eq. 8 (:func:`~epfabric.sw.ubep.ubep.cumsum_rule`) turns it into ``C``, and a second run with
+the preset's ``cumsum_ratio`` at ``β/α`` and no ``cumsum_aivs`` must run that many CalCumSum
+AIVs a die (:func:`eq8_runs`).
 """
 
 import inspect
@@ -77,7 +92,8 @@ from ...backends import SIMULATORS
 from . import Experiment, Param, int_list, register
 
 __all__ = ["store_streams", "barrier_release", "inject_streams", "vector_runs", "read_runs",
-           "update_runs", "update_expected", "token_link_blocks", "window_expected",
+           "update_runs", "update_expected", "token_link_blocks", "buffer_stream", "eq8_runs",
+           "window_expected",
            "local_latency", "poll_expected",
            "Mechanisms", "EXPERIMENT"]
 
@@ -89,14 +105,17 @@ TOPOLOGY = ("superpod", 2, 2, 2)
 DESTINATIONS = {"intra": 1, "one_hop": 2, "two_hop": 4}
 
 
-def store_streams(*, preset, backend, segments, window=None, max_outstanding=64):
+def store_streams(*, preset, backend, segments, window=None, max_outstanding=64,
+                  token_blocks=None):
     """Cycles of each of one AIV's store streams, from its first store's issue to the end
     of its fence, in one run.
 
     Rank 0's core 0 runs the ``segments`` one after the other, each ``(dst, n, op)``:
     ``n`` stores (``op`` ``"stb"`` or ``"sw"``) to consecutive blocks of rank ``dst``, then
     a fence; ``window`` sets the dies' ``store_window`` knob (``None``: its reset value,
-    ``max_outstanding``).
+    ``max_outstanding``); ``token_blocks`` declares the blocks of a kernel's token
+    (:meth:`~epfabric.sw.machine.Machine.set_token_blocks`: with a preset's ``send_buffers``,
+    the window is that many tokens).
     """
     from ....sw.assembler import Program
     from ....sw.isa import address
@@ -127,6 +146,8 @@ def store_streams(*, preset, backend, segments, window=None, max_outstanding=64)
     p.halt()
     m.load_program(0, 0, p)
     m.read_back([(0, 1)])
+    if token_blocks is not None:
+        m.set_token_blocks(token_blocks)
     if window is not None:
         m.set_knob("store_window", window)
     rtt = 2 * max(m.preset.latency_cycles().values()) + 8
@@ -294,6 +315,93 @@ def token_blocks_check(rows):
                     f"{r['hidden_bytes']} B" for r in rows)
     return all(ok), (f"{sum(ok)}/{len(rows)} token sizes: UBEP's link data blocks over CANN's "
                      f"at ceil(H/480)/ceil(H/512) (tolerance: none; {per})")
+
+
+def variant(preset, **fields):
+    """The reference of a machine file holding ``preset`` with ``fields`` changed (in the build
+    folder, :func:`~epfabric.sw.preset_file.saved_preset`): machine configurations, and the
+    simulator processes they cross into, take only named presets."""
+    from ....sw.preset_file import saved_preset
+    from ....sw.presets import get_preset
+    from ...output import build_cache_dir
+    return saved_preset(get_preset(preset).replace(**fields), build_cache_dir() / "presets").name
+
+
+#: the stream of :func:`buffer_stream` rows: 4 tokens of UBEP's 15 blocks (7,168 B) to the
+#: other die of the NPU
+BUFFER_CASE = {"tokens": 4, "token_blocks": 15, "class": "intra"}
+
+
+def buffer_stream(*, preset, backend, send_buffers, tokens, token_blocks, dst):
+    """Cycles of one AIV's stream of ``tokens`` tokens of ``token_blocks`` block stores to rank
+    ``dst`` and its fence, on ``preset`` with ``send_buffers`` token buffers a sender and the
+    machine told its tokens' blocks (no knob set: the window comes from the preset)."""
+    n = tokens * token_blocks
+    return store_streams(preset=variant(preset, send_buffers=send_buffers),
+                         backend=backend, segments=[(dst, n, "stb")],
+                         max_outstanding=max(64, send_buffers * token_blocks),
+                         token_blocks=token_blocks)[0]
+
+
+def buffer_check(rows):
+    """``(holds, words)`` of the send_buffers rows: each stream at the window's closed form
+    with ``W = send_buffers × token_blocks`` (:func:`window_expected`), exactly."""
+    if not rows:
+        return True, ""
+    ok = [r["expected_cycles"] is not None and r["stb_cycles"] == r["expected_cycles"]
+          for r in rows]
+    per = ", ".join(f"{r['stb_cycles']} at {r['send_buffers']} x {r['token_blocks']} blocks"
+                    for r in rows)
+    return all(ok), (f"{sum(ok)}/{len(rows)} token streams at a window of send_buffers x "
+                     f"token_blocks blocks (tolerance: none; {per})")
+
+
+#: the UBEP dispatch of :func:`eq8_runs` (2 dies of 4 AIVs): 32 experts, 4 tokens of top-2
+EQ8_CASE = {"batch": 4, "topk": 2, "experts": 32}
+#: AIVs a die of :func:`eq8_runs`
+EQ8_AIVS = 4
+
+
+def eq8_runs(*, preset, backend):
+    """``{alpha, beta, ratio, rule_c, run_c}`` of UBEP's dispatch of :data:`EQ8_CASE`: Eq. 8's
+    slopes from a run with one CalCumSum AIV a die (``eq8_slopes``), the ``C`` Eq. 8 gives
+    with ``β/α`` (:func:`~epfabric.sw.ubep.ubep.cumsum_rule`), and the CalCumSum AIVs of die
+    0 (those that MARK ``cumsum``) in a second run whose preset's ``cumsum_ratio`` is ``β/α``
+    and whose ``cumsum_aivs`` is unset. Raises ``RuntimeError`` when a run is not bit-exact."""
+    from ....sw.kernels import KERNELS, run_kernel
+    from ....sw.presets import get_preset
+    from ....sw.ubep.ubep import cumsum_rule
+    from ...backends.machine import backend as make_backend
+
+    def run(p, params):
+        result = run_kernel(KERNELS["dispatch"], make_backend(backend), preset=p,
+                            topology=("superpod", 2, 1, 1), aivs=EQ8_AIVS,
+                            params={**EQ8_CASE, "system": "ubep", **params})
+        r = result.runs[0]
+        if not r.correct:
+            raise RuntimeError(f"the Eq. 8 benchmark's dispatch is wrong: {r.problems[0]}")
+        return r.check
+
+    base = get_preset(preset)
+    slopes = run(base, {"cumsum_aivs": 1})["eq8_slopes"]
+    rule = cumsum_rule(EQ8_AIVS, EQ8_CASE["experts"], EQ8_CASE["topk"], EQ8_CASE["batch"],
+                       slopes["ratio"])
+    phases = run(variant(base, cumsum_ratio=slopes["ratio"]), {})["phases"]
+    used = sum("cumsum" in v for k, v in phases.items() if k.startswith("0."))
+    return {**slopes, "rule_c": rule, "run_c": used}
+
+
+def eq8_check(rows):
+    """``(holds, words)`` of the eq8 rows: the run with the preset's ``cumsum_ratio`` ran
+    Eq. 8's ``C`` CalCumSum AIVs, and the slopes are positive."""
+    if not rows:
+        return True, ""
+    ok = [r["run_c"] == r["rule_c"] and r["alpha"] > 0 and r["beta"] > 0 for r in rows]
+    per = ", ".join(f"alpha {r['alpha']:.1f} cycles a slot, beta {r['beta']:.1f} an expert, "
+                    f"beta/alpha {r['ratio']:.3f}: C {r['rule_c']}, run with {r['run_c']}"
+                    for r in rows)
+    return all(ok), (f"{sum(ok)}/{len(rows)} Eq. 8 runs with the rule's C (tolerance: none; "
+                     f"{per})")
 
 
 def barrier_release(*, preset, backend, kind, aivs, spread=4, syncall_cycles=None):
@@ -469,6 +577,8 @@ class Mechanisms(Experiment):
               "measured against its closed form N (1 + P + L)", str),
         Param("hidden_bytes", "1000,7168", "token sizes (bytes) of the token-block rows, "
               "comma-separated", str),
+        Param("send_buffers", "1,2", "send_buffers values (token buffers a sender) of the "
+              "token-stream rows, comma-separated", str),
     )
 
     def resolve(self, **given):
@@ -485,6 +595,7 @@ class Mechanisms(Experiment):
         int_list("read_extra", p["read_extra"], lo=0, hi=(1 << READ_EXTRA_BITS) - 1)
         int_list("poll_extra", p["poll_extra"], lo=0, hi=(1 << POLL_EXTRA_BITS) - 1)
         int_list("hidden_bytes", p["hidden_bytes"], lo=1)
+        int_list("send_buffers", p["send_buffers"], lo=1)
         try:
             limits = [float(g) for g in p["inject"].split(",")]
         except ValueError:
@@ -522,7 +633,10 @@ class Mechanisms(Experiment):
                 + [{**base, "mechanism": "update", "poll_extra": x}
                    for x in [0] + int_list("poll_extra", params["poll_extra"], lo=0)[1:]]
                 + [{**base, "mechanism": "token_blocks", "hidden_bytes": h}
-                   for h in int_list("hidden_bytes", params["hidden_bytes"])])
+                   for h in int_list("hidden_bytes", params["hidden_bytes"])]
+                + [{**base, "mechanism": "send_buffers", "send_buffers": n, **BUFFER_CASE}
+                   for n in int_list("send_buffers", params["send_buffers"], lo=1)]
+                + [{**base, "mechanism": "eq8", **EQ8_CASE, "aivs": EQ8_AIVS}])
 
     def measure(self, point):
         from ....sw.presets import get_preset
@@ -540,6 +654,8 @@ class Mechanisms(Experiment):
             return {**point, "update_cycles": update_runs(preset=point["preset"],
                                                           backend=point["backend"],
                                                           poll_extra=point["poll_extra"])}
+        if point["mechanism"] == "eq8":
+            return {**point, **eq8_runs(preset=point["preset"], backend=point["backend"])}
         if point["mechanism"] == "vector":
             from ....hw.aiv_core import AIVCore
             lengths = int_list("lengths", point["lengths"])
@@ -570,6 +686,13 @@ class Mechanisms(Experiment):
                     "gbytes_s": preset.gbytes_s(extra, times[1] - times[0]),
                     "expected_cycles": None if rate is None else extra * INJECT_DEN / rate}
         latency = preset.latency_cycles()[point["class"]]
+        if point["mechanism"] == "send_buffers":
+            s, b = point["send_buffers"], point["token_blocks"]
+            got = buffer_stream(preset=preset.name, backend=point["backend"], send_buffers=s,
+                                tokens=point["tokens"], token_blocks=b,
+                                dst=DESTINATIONS[point["class"]])
+            return {**point, "latency_cycles": latency, "stb_cycles": got,
+                    "expected_cycles": window_expected(latency, s * b, point["tokens"] * b)}
         window, blocks = point["window"], point["blocks"]
         dst = DESTINATIONS[point["class"]]
         stb, sw = store_streams(preset=preset.name, backend=point["backend"], window=window,
@@ -587,7 +710,9 @@ class Mechanisms(Experiment):
         limit's extra blocks take their bytes over the rate (2 % + 4 cycles: the credit's
         burst and rounding), every vector run and every poll run is at its closed form, and a
         copy pays ``read_extra`` once while scalar reads do not (:func:`read_check`,
-        :func:`poll_check`; no tolerance)."""
+        :func:`poll_check`; no tolerance); and the UpdateTokenNumsOut, token-block, token-buffer
+        and Eq. 8 rows hold their checks (:func:`update_check`, :func:`token_blocks_check`,
+        :func:`buffer_check`, :func:`eq8_check`; no tolerance)."""
         streams = [r for r in rows if r.get("mechanism") == "store_window"]
         bars = [r for r in rows if r.get("mechanism") == "syncall" and r["kind"] == "hard"]
         closed = [r for r in streams if r["expected_cycles"] is not None]
@@ -613,8 +738,13 @@ class Mechanisms(Experiment):
         updates_ok, update_words = update_check(updates)
         tokens = [r for r in rows if r.get("mechanism") == "token_blocks"]
         tokens_ok, token_words = token_blocks_check(tokens)
+        buffers = [r for r in rows if r.get("mechanism") == "send_buffers"]
+        buffers_ok, buffer_words = buffer_check(buffers)
+        eq8 = [r for r in rows if r.get("mechanism") == "eq8"]
+        eq8_ok, eq8_words = eq8_check(eq8)
         return (not bad and words and bool(closed) and bars_ok and not off and vec_ok
-                and reads_ok and polls_ok and updates_ok and tokens_ok,
+                and reads_ok and polls_ok and updates_ok and tokens_ok and buffers_ok
+                and eq8_ok,
                 f"{len(closed) - len(bad)}/{len(closed)} block streams at the window's closed "
                 f"form (tolerance: none; {'inside' if not bad else 'OUTSIDE'}); word "
                 f"stores {'do not depend' if words else 'DEPEND'} on the window; "
@@ -629,7 +759,9 @@ class Mechanisms(Experiment):
                 + (f"; {read_words}" if reads else "")
                 + (f"; {poll_words}" if polls else "")
                 + (f"; {update_words}" if updates else "")
-                + (f"; {token_words}" if tokens else ""))
+                + (f"; {token_words}" if tokens else "")
+                + (f"; {buffer_words}" if buffers else "")
+                + (f"; {eq8_words}" if eq8 else ""))
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots
@@ -698,6 +830,26 @@ class Mechanisms(Experiment):
                             f"(N (1 + P + L)); {READ_REPEAT} lw, a {READ_REPEAT}-block copy",
                             str(r["poll_cycles"]), str(r["expected_cycles"]),
                             f"lw {r['load_cycles']}, copy {r['copy_cycles']}"))
+            elif r["mechanism"] == "update":
+                out.append((r["mechanism"], f"poll_extra {r['poll_extra']}, CANN's "
+                            f"UpdateTokenNumsOut, AIVs 0 and 1 of die 0",
+                            ",".join(map(str, r["update_cycles"])), "", ""))
+            elif r["mechanism"] == "token_blocks":
+                blocks = r["link_blocks"]
+                out.append((r["mechanism"], f"{r['hidden_bytes']} B tokens: link data blocks, "
+                            f"UBEP / CANN", f"{blocks['ubep']} / {blocks['cann']}", "", ""))
+            elif r["mechanism"] == "send_buffers":
+                exp = r["expected_cycles"]
+                out.append((r["mechanism"], f"{r['class']}, {r['send_buffers']} buffer"
+                            f"{'s' if r['send_buffers'] != 1 else ''}, "
+                            f"{r['tokens']} tokens of {r['token_blocks']} blocks",
+                            r["stb_cycles"], "-" if exp is None else exp, ""))
+            elif r["mechanism"] == "eq8":
+                out.append((r["mechanism"], f"UBEP, {r['aivs']} AIVs, E {r['experts']}, "
+                            f"k {r['topk']}, BS {r['batch']}: C = Eq. 8's, run's",
+                            f"{r['rule_c']}, {r['run_c']}", "",
+                            f"alpha {r['alpha']:.1f}, beta {r['beta']:.1f}, "
+                            f"beta/alpha {r['ratio']:.3f}"))
             elif r["mechanism"] == "inject":
                 exp = r["expected_cycles"]
                 out.append((r["mechanism"], f"{r['inject_gbytes_s'] or 'no'} limit, "
