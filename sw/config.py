@@ -30,7 +30,8 @@ from ..hw.topology import SUPERPOD_HOPS, check_topology, topology_ranks
 from ..hw.validate import UserError, check_bool, check_choice, check_int, check_multiple, check_pow2
 from .presets import get_preset, preset_names
 
-__all__ = ["MachineConfig", "AgrsConfig", "parse_topology", "format_topology", "link_counter"]
+__all__ = ["MachineConfig", "AgrsConfig", "parse_topology", "format_topology", "link_counter",
+           "preset_name"]
 
 
 #: the fp unit's shape fields of :class:`MachineConfig` at their defaults (``fp=False`` needs them)
@@ -59,19 +60,27 @@ def format_topology(topology):
     return f"{topology[0]}:{','.join(str(x) for x in topology[1:])}"
 
 
-def _named_preset(config):
-    """The config's :class:`~epfabric.sw.presets.Preset`; ``config.preset`` becomes its name.
+def preset_name(preset):
+    """The name of ``preset`` (a name, or a :class:`~epfabric.sw.presets.Preset`).
 
-    Configurations cross into simulator processes as JSON, so they hold a
-    preset *name*; a preset object is accepted only if it is the named one.
+    Configurations cross into simulator processes as JSON, so they hold a preset *name*; a
+    preset object is accepted only if it is the named one (a changed copy is refused, naming
+    the way to give it: a machine file, :func:`~epfabric.sw.preset_file.saved_preset`).
     """
-    preset = get_preset(config.preset)
+    found = get_preset(preset)
+    if not isinstance(preset, str) and get_preset(found.name) != found:
+        raise UserError(f"preset must be a named preset ({', '.join(preset_names())}), "
+                        f"not a modified {found.name!r} (save it as a machine file: "
+                        f"epfabric.sw.preset_file.saved_preset)")
+    return found.name
+
+
+def _named_preset(config):
+    """The config's :class:`~epfabric.sw.presets.Preset`; ``config.preset`` becomes its name
+    (:func:`preset_name`)."""
     if not isinstance(config.preset, str):
-        if get_preset(preset.name) != preset:
-            raise UserError(f"preset must be a named preset ({', '.join(preset_names())}), "
-                            f"not a modified {preset.name!r}")
-        object.__setattr__(config, "preset", preset.name)
-    return preset
+        object.__setattr__(config, "preset", preset_name(config.preset))
+    return get_preset(config.preset)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ Programs depend on the configuration only, never on data (docs/spec/design.md).
 from dataclasses import replace
 
 from ...hw.validate import UserError, check_int
-from ..config import MachineConfig
+from ..config import MachineConfig, preset_name
 from ..machine import Machine
 from ..presets import get_preset
 from .result import MachineRun, RunResult
@@ -221,7 +221,7 @@ def run_kernel(kernel, backend, *, preset=None, topology=None, aivs=None, params
         if kernel not in KERNELS:
             raise UserError(f"unknown kernel {kernel!r}; registered: {', '.join(sorted(KERNELS))}")
         kernel = KERNELS[kernel]
-    preset = get_preset(preset or kernel.default_preset).name
+    preset = preset_name(preset or kernel.default_preset)
     params = kernel.resolve_params(params)
     if aivs is not None:
         check_int("aivs", aivs, 1)

@@ -136,3 +136,15 @@ def test_unknown_parameter_and_bad_registration(stamp, capsys):
         register(object())
     with pytest.raises(ValueError, match="unknown kernel 'nope'"):
         run_kernel("nope", backend("pysim"))
+
+
+def test_a_changed_preset_object_is_refused_not_run_as_the_named_one():
+    """``run_kernel`` with a changed copy of a preset refuses it before anything runs (its
+    name alone would run the unchanged machine); the named preset object itself is taken."""
+    from epfabric.hw.validate import UserError
+    from epfabric.sw.presets import PRESETS
+    changed = PRESETS["tiny"].replace(cumsum_ratio=2.0)
+    with pytest.raises(UserError, match=r"not a modified 'tiny' \(save it as a machine file"):
+        run_kernel("pingpong", backend("pysim"), preset=changed)
+    result = run_kernel("pingpong", backend("pysim"), preset=PRESETS["tiny"])
+    assert result.correct and result.preset == "tiny"
