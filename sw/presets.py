@@ -409,7 +409,8 @@ PRESETS = {
         latency_one_hop_ns=929.0, latency_two_hop_ns=2500.0, cycle_ns=1.0,
         block_bytes=512, data_bytes=64,
         description="Huawei CloudMatrix384 superpod (UBEP Table 2, §2.3 Insight 3): "
-                    "2 dies/NPU, 8 NPUs/board, up to 16 boards, 392 GB/s UB per die"),
+                    "2 dies/NPU, 8 NPUs/board, up to 16 boards, 392 GB/s UB per NPU (each link "
+                    "at 392 GB/s)"),
     "incmoe-testbed": Preset(
         name="incmoe-testbed", topology="star", ranks=4, aivs_per_die=48,
         bandwidth_gbytes_s=12.5, latency_intra_ns=None, latency_one_hop_ns=1000.0,

@@ -63,7 +63,8 @@ per-AIV phase times from the MARK trace.
 
 Machine sizes: full-fidelity blocks (``data_bytes = 512``: the routing list is
 read by the vector unit as 16-bit elements, 256 to a block), the preset's ``vector_lanes``
-(16 in every preset so far; Ascend's 256 B a repeat is 128).
+(16 in ``cm384`` and the small presets; 128, Ascend's 256 B a repeat, in ``cm384-ascend`` and
+``cm384-fit``).
 """
 
 import hashlib

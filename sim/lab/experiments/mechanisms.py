@@ -158,7 +158,8 @@ def store_streams(*, preset, backend, segments, window=None, max_outstanding=64,
 
 #: vector instructions of each length in :func:`vector_runs`
 VECTOR_REPEAT = 4
-#: lanes of the vector benchmark's cores (the UBEP runs' 16 lanes of 16-bit elements)
+#: lanes of the vector benchmark's cores (cm384's 16 lanes of 16-bit elements; cm384-ascend and
+#: cm384-fit take 128: the closed form holds at any width)
 VECTOR_LANES = 16
 
 
