@@ -104,7 +104,7 @@ class AIVCore(wiring.Component):
     ``mark``                                   1 (+ stall while ``trace`` is not
                                                ready)
     vector (``vcount vcmp vfind vadd vsum      ``VectorUnit.cycles(L, lanes) + 2 + X``
-    vmuls``)                                   = ``max(1, ceil(L/lanes)) + 3 + X``
+    vmuls valu``)                              = ``max(1, ceil(L/lanes)) + 3 + X``
                                                for vector length *L*; *X* =
                                                ``vector_extra`` (0 unconnected)
     ``vcomp``                                  the same + ``sum(max(0, h_n - 1))``

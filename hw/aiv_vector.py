@@ -14,9 +14,9 @@ from amaranth.utils import ceil_log2, exact_log2
 
 from .aiv_units import MAX_UBUF_ROWS, WRITE_PORTS, Control, RegWrite, UBufRead, UBufWrite, \
     issue_layout, ubuf_row, ubuf_row_bits
-from .isa import BLOCK_BYTES, INSTRUCTIONS, Cond, Opcode, VecOp
+from .isa import BLOCK_BYTES, INSTRUCTIONS, VALU_FNS, Cond, Opcode, VecOp
 from .validate import UserError, check_choice, check_multiple, check_pow2
-from .vector_unit import VectorUnit
+from .vector_unit import ELEMENTWISE, VectorUnit
 
 __all__ = ["VECTOR_EXTRA_BITS", "MAX_LANES", "check_lanes", "vector_max_len", "VectorSequencer"]
 
@@ -49,7 +49,7 @@ def vector_max_len(ubuf_rows, width):
 class VectorSequencer(wiring.Component):
     """Vector instructions of an AIV core: UBuf rows through the vector unit and back.
 
-    A vector instruction (``vcount vcmp vfind vadd vsum vmuls vcomp``) on
+    A vector instruction (``vcount vcmp vfind vadd vsum vmuls vcomp valu``) on
     operand rows ``R[rs1]``/``R[rs3]`` (UBuf addresses) of length ``R[rs2]``
     (clipped to ``max_len``; pivots/scalars are the low ``width`` bits of
     ``R[rs3]``, ``R[rs3 + 1]``, ``R[rs3 + 2]``) enters the core's ``VEC``
@@ -59,7 +59,7 @@ class VectorSequencer(wiring.Component):
     from UBuf row ``n // (4096 / (lanes * width))``. It leaves ``VEC`` with
     the answer: ``vcount`` writes ``R[rd]``, ``R[rd + 1]``, ``R[rd + 2]``;
     ``vfind`` ``R[rd]`` (``0xFFFFFFFF`` if none); ``vsum`` ``R[rd]``;
-    ``vcmp``/``vadd``/``vmuls`` write one beat a cycle to the rows from
+    ``vcmp``/``vadd``/``vmuls``/``valu`` write one beat a cycle to the rows from
     ``R[rd]`` on (a CMP mask as one 0/1 element a lane). Hence the core's
     :meth:`~epfabric.hw.aiv_core.AIVCore.vector_cycles`.
 
@@ -186,7 +186,13 @@ class VectorSequencer(wiring.Component):
                     with m.Switch(insn.op):
                         for n, vop in VEC_OPS.items():
                             with m.Case(Opcode[n]):
-                                m.d.sync += v_op.eq(vop)
+                                if n == "VALU":          # the operation is its immediate's
+                                    with m.Switch(insn.imm[:2]):
+                                        for fn, op in enumerate(VALU_FNS):
+                                            with m.Case(fn):
+                                                m.d.sync += v_op.eq(op)
+                                else:
+                                    m.d.sync += v_op.eq(vop)
 
         # --- VEC: beats in from the UBuf -----------------------------------------------------
         with m.If(ctl.active):
@@ -248,7 +254,7 @@ class VectorSequencer(wiring.Component):
                         write_reg(v_rd, Mux(out.none, 0xFFFFFFFF, out.index))
                     with m.Case(VecOp.REDUCE_SUM):
                         write_reg(v_rd, out.sum[:32])
-                    with m.Case(VecOp.CMP, VecOp.ADD, VecOp.MULS):
+                    with m.Case(*ELEMENTWISE):
                         o_slot = v_out % slots_full
                         sel = o_slot[:max(1, ceil_log2(slots_mod))] if slots_mod > 1 else 0
                         elems = Mux(v_op == VecOp.CMP,
@@ -262,7 +268,7 @@ class VectorSequencer(wiring.Component):
                         m.d.sync += v_out.eq(v_out + 1)
                     with m.Default():
                         pass
-                vector_out = (v_op == VecOp.CMP) | (v_op == VecOp.ADD) | (v_op == VecOp.MULS)
+                vector_out = Cat(v_op == op for op in ELEMENTWISE).any()
                 with m.If(~vector_out | out.last):
                     leave()
         return m

@@ -48,6 +48,10 @@ Machine model
   (Ascend's GatherMask: a compress of the matching indices); it streams
   CompareScalar masks (``VecOp.CMP``) through the vector unit and the core's
   write-back packs each mask into words (:class:`~epfabric.hw.aiv_core.AIVCore`).
+* ``valu`` (opcode 63) is four element-wise vector operations under one opcode, chosen by
+  its 2-bit immediate (:data:`VALU_FNS`): Ascend's ``Duplicate``, ``Sub``, ``Abs`` and
+  ``Mins``, the instructions CANN's open dispatch kernel counts a slot's expert with
+  (``CalTokenSendExpertCnt``: Duplicate, Sub, Abs, Mins, then ReduceSum, our ``vsum``).
 
 Optional units
 --------------
@@ -91,8 +95,8 @@ element ``R[rs2]``, becomes ``+0``).
 
 Reserved opcode space
 ---------------------
-:data:`RESERVED` lists opcode ranges kept free for later work: 55 (INC)
-and 63 (cube; 57 became ``ldbc``, 58..62 the floating-point instructions).
+:data:`RESERVED` lists opcode ranges kept free for later work: 55 (INC) (57 became
+``ldbc``, 58..62 the floating-point instructions, 63 ``valu``).
 Opcode 0 is never assigned: executing it (e.g. running off the end of a
 program into zeroed instruction memory) faults the core.
 """
@@ -109,7 +113,7 @@ from .validate import UserError, UserTypeError, check_int, check_word
 from .vector_unit import Cond, VecOp
 
 __all__ = ["WORD_BITS", "OPCODE_BITS", "NUM_REGS", "REG_BITS", "COND_BITS", "Field", "Instruction",
-           "INSTRUCTIONS", "INC_COUNTERS", "BY_MNEMONIC", "BY_OPCODE", "RESERVED", "Cond", "VecOp",
+           "INSTRUCTIONS", "INC_COUNTERS", "VALU_FNS", "BY_MNEMONIC", "BY_OPCODE", "RESERVED", "Cond", "VecOp",
            "FpOp", "Csr",
            "Opcode", "insn_layout", "encode", "decode", "address", "split_address",
            "address_layout", "block_bits", "check_rank_bits", "narrowest_rank_bits",
@@ -296,6 +300,11 @@ INSTRUCTIONS = (
     _i("cube", 56, [RU, RS1, RS2, RS3],
        "UBuf row of R[ru] = R[rs2] * (UBuf row of R[rs1]) + R[rs3] per 32-bit word (mod 2**32), "
        "on the die's shared cube unit (cube_cycles per row)", unit="cube"),
+    _i("valu", 63, [RD, RS1, RS2, RS3, _imm("imm", 2, False)],
+       "V[R[rd]][i] = fn for i < R[rs2], fn = imm (VALU_FNS): 0 dup, R[rs3]; 1 sub, V[R[rs1]][i] - "
+       "V[R[rs3]][i] (mod 2**width); 2 abs, |V[R[rs1]][i]| (two's complement); 3 mins, "
+       "min(V[R[rs1]][i], R[rs3]) (unsigned): Ascend's Duplicate, Sub, Abs and Mins, one "
+       "element-wise vector instruction each", vop=VecOp.DUP),
     _i("vfcastf", 58, [RD, RS1, RS2],
        "F[R[rd]][i] = H[R[rs1]][i] widened to fp32 (exact) for i < R[rs2]",
        unit="fp", fop=FpOp.CAST_BF16_F32),
@@ -314,13 +323,15 @@ INSTRUCTIONS = (
        unit="fp", fop=FpOp.AXPY),
 )
 
+#: ``valu``'s operations by its 2-bit immediate (its ``vop`` is the first, ``DUP``)
+VALU_FNS = (VecOp.DUP, VecOp.SUB, VecOp.ABS, VecOp.MINS)
+
 #: Completion counters of ``incwait`` (its ``ctr`` field).
 INC_COUNTERS = ("ag", "rs", "bar")
 
 #: Opcode ranges kept free for later work (inclusive bounds).
 RESERVED = {
     "inc": (55, 55),   # more INC message operations (INC-MoE §3.1)
-    "cube": (63, 63),  # more cube (matrix) unit operations
 }
 
 BY_MNEMONIC = {insn.mnemonic: insn for insn in INSTRUCTIONS}

@@ -1,4 +1,5 @@
-"""AIV vector unit: VectorCount, CompareScalar, FindFirstValue, add, reduce-sum.
+"""AIV vector unit: VectorCount, CompareScalar, FindFirstValue, add, reduce-sum, and the
+element-wise Duplicate, Sub, Abs and Mins CANN's open dispatch kernel counts with.
 
 UBEP runs its hardware-accelerated mapper and its token-sending path on the
 AIV vector instructions (UBEP §3.3 Algorithm 1, §4 "SIMD Vectorized
@@ -15,10 +16,10 @@ from amaranth.utils import bits_for
 from .signature import ParamSignature
 from .validate import check_int
 
-__all__ = ["VecOp", "Cond", "VectorUnit", "request_layout", "response_layout"]
+__all__ = ["VecOp", "ELEMENTWISE", "Cond", "VectorUnit", "request_layout", "response_layout"]
 
 
-class VecOp(enum.Enum, shape=3):
+class VecOp(enum.Enum, shape=4):
     """Vector-unit operation (``op`` field of a request beat)."""
     #: ``count[k] = #{i < L : cond(a[i], s[k])}`` for k = 0, 1, 2 in one pass.
     #: With ``cond=LT`` this is UBEP's VectorCount(E < P_k) for three pivots.
@@ -36,6 +37,19 @@ class VecOp(enum.Enum, shape=3):
     #: Element-wise ``vec[j] = (a[j] * s[0]) mod 2**width`` per beat (Ascend's Muls):
     #: the combine's weighting (UBEP §1.8 of docs/spec/kernels.md).
     MULS = 5
+    #: Element-wise ``vec[j] = s[0]`` (Ascend's Duplicate).
+    DUP = 6
+    #: Element-wise ``vec[j] = (a[j] - b[j]) mod 2**width`` (Ascend's Sub).
+    SUB = 7
+    #: Element-wise ``vec[j] = |a[j]|``, ``a[j]`` read as a two's-complement ``width``-bit
+    #: number (Ascend's Abs; ``-2**(width-1)`` stays itself, as in two's complement).
+    ABS = 8
+    #: Element-wise ``vec[j] = min(a[j], s[0])``, unsigned (Ascend's Mins on the non-negative
+    #: values CANN's count gives it).
+    MINS = 9
+
+#: the element-wise operations: one response beat per request beat, ``vec`` (or ``mask``)
+ELEMENTWISE = (VecOp.CMP, VecOp.ADD, VecOp.MULS, VecOp.DUP, VecOp.SUB, VecOp.ABS, VecOp.MINS)
 
 
 class Cond(enum.Enum, shape=3):
@@ -85,7 +99,8 @@ class VectorUnit(wiring.Component):
     may follow each other back to back. Elements of the last beat at index
     ``>= L`` are ignored.
 
-    Responses on ``o_stream``: CMP, ADD and MULS give one response beat per request
+    Responses on ``o_stream``: the element-wise operations (CMP, ADD, MULS, DUP, SUB, ABS,
+    MINS: :data:`ELEMENTWISE`) give one response beat per request
     beat (``mask`` / ``vec``; ``last`` marks the final one); COUNT, FIND_FIRST
     and REDUCE_SUM give one response (``count[0..2]`` / ``index``+``none`` /
     ``sum``) after the last beat.
@@ -217,8 +232,21 @@ class VectorUnit(wiring.Component):
                 ]
                 m.d.sync += [s1_count[k].eq(popcount(hits[k])) for k in range(3)]
                 for j in range(lanes):
-                    m.d.sync += s1_vec[j].eq(Mux(req.op == VecOp.MULS, req.a[j] * req.s[0],
-                                                 req.a[j] + req.b[j]))
+                    a, b, s = req.a[j], req.b[j], req.s[0]
+                    neg = a[width - 1]
+                    with m.Switch(req.op):
+                        with m.Case(VecOp.MULS):
+                            m.d.sync += s1_vec[j].eq(a * s)
+                        with m.Case(VecOp.DUP):
+                            m.d.sync += s1_vec[j].eq(s)
+                        with m.Case(VecOp.SUB):
+                            m.d.sync += s1_vec[j].eq(a - b)
+                        with m.Case(VecOp.ABS):
+                            m.d.sync += s1_vec[j].eq(Mux(neg, -a, a))
+                        with m.Case(VecOp.MINS):
+                            m.d.sync += s1_vec[j].eq(Mux(a < s, a, s))
+                        with m.Default():
+                            m.d.sync += s1_vec[j].eq(a + b)
                 m.d.sync += pos.eq(Mux(last, 0, pos + lanes))
 
         # --- accumulators and output register ---------------------------------
@@ -239,7 +267,7 @@ class VectorUnit(wiring.Component):
             tot_sum.eq(acc_sum + s1_sum),
         ]
 
-        elementwise = (s1_op == VecOp.CMP) | (s1_op == VecOp.ADD) | (s1_op == VecOp.MULS)
+        elementwise = Cat(s1_op == op for op in ELEMENTWISE).any()
         out = self.o_stream.payload
         with m.If(advance):
             m.d.sync += self.o_stream.valid.eq(s1_valid & (elementwise | s1_last))

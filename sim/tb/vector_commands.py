@@ -11,11 +11,13 @@ import random
 
 import numpy as np
 
+from epfabric.hw.vector_unit import ELEMENTWISE as VECTOR_ELEMENTWISE
 from epfabric.hw.vector_unit import Cond, VecOp
 
 __all__ = ["command", "run_commands", "reference", "ELEMENTWISE"]
 
-ELEMENTWISE = (VecOp.CMP.name, VecOp.ADD.name, VecOp.MULS.name)
+#: names of the operations answered one beat a beat
+ELEMENTWISE = tuple(op.name for op in VECTOR_ELEMENTWISE)
 
 
 def command(op, a, *, cond="LT", s=(0, 0, 0), b=None):
@@ -41,7 +43,7 @@ def _result(cmd, rsps, lanes):
     length = len(cmd["a"])
     if cmd["op"] == "CMP":
         return [int(r.mask >> j & 1) for r in rsps for j in range(lanes)][:length]
-    if cmd["op"] in ("ADD", "MULS"):
+    if cmd["op"] in ("ADD", "MULS", "DUP", "SUB", "ABS", "MINS"):
         return [int(x) for r in rsps for x in r.vec][:length]
     r = rsps[-1]
     if cmd["op"] == "COUNT":
@@ -119,4 +121,12 @@ def reference(cmd, width):
         return [(int(x) + int(y)) % (1 << width) for x, y in zip(cmd["a"], cmd["b"])]
     if cmd["op"] == "MULS":
         return [(int(x) * int(cmd["s"][0])) % (1 << width) for x in cmd["a"]]
+    if cmd["op"] == "DUP":
+        return [int(cmd["s"][0]) % (1 << width)] * len(cmd["a"])
+    if cmd["op"] == "SUB":
+        return [(int(x) - int(y)) % (1 << width) for x, y in zip(cmd["a"], cmd["b"])]
+    if cmd["op"] == "ABS":            # two's complement: |x| of the signed value, mod 2**width
+        return [(-int(x) if x >> (width - 1) else int(x)) % (1 << width) for x in cmd["a"]]
+    if cmd["op"] == "MINS":
+        return [min(int(x), int(cmd["s"][0]) % (1 << width)) for x in cmd["a"]]
     return int(sum(int(x) for x in a))

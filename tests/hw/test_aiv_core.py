@@ -180,6 +180,42 @@ def _vec():
     return assemble(src), _pack(ELEMS), {**out, **mask, **double, **times5}
 
 
+def _valu():
+    """CANN's count of a slot's expert (the open kernel's ``CalTokenSendExpertCnt``) on the
+    first 13 elements: Duplicate the expert (5), Sub, Abs, Mins 1, then ReduceSum: the
+    elements that are not 5; each step's row stored."""
+    n, e = 13, 5
+    src = f"""
+        li   r1, {BLK}
+        ldb  r0, r1, 0          # row 0 = elements
+        li   r2, {n}
+        li   r7, {e}
+        li   r8, 1
+        li   r15, 512
+        valu r15, r0, r2, r7, 0      # row 1 = 5 (Duplicate)
+        stb  r15, r1, 0x200          # -> 0x400
+        valu r15, r0, r2, r15, 1     # row 1 = row 0 - row 1 (Sub)
+        stb  r15, r1, 0x400          # -> 0x600
+        valu r15, r15, r2, r0, 2     # row 1 = |row 1| (Abs)
+        stb  r15, r1, 0x600          # -> 0x800
+        valu r15, r15, r2, r8, 3     # row 1 = min(row 1, 1) (Mins)
+        vsum r9, r15, r2             # ReduceSum: the elements that are not 5
+        li   r10, {OUT}
+        sw   r9, r10, 0
+        halt
+    """
+    vals = ELEMS[:n]
+    diff = [(x - e) % (1 << 16) for x in vals]
+    absd = [abs(x - e) for x in vals]
+    rows = {0x400: [e] * n, 0x600: diff, 0x800: absd}
+    expect = {OUT: sum(x != e for x in vals)}
+    for base, row in rows.items():
+        # words 0..5 (elements 0..11) as stored: word 6 holds element 13 too, which the
+        # unit computes from whatever the rows hold there
+        expect.update({base + k - BLK: v for k, v in _pack(row).items() if k - BLK < 24})
+    return assemble(src), _pack(ELEMS), expect
+
+
 FILL = 0xAAAAAAAA                    # what the output row holds before a vcomp
 FILL_BLK, ROW0_BLK, ROW1_BLK = 0xA00, 0xC00, 0xE00
 LANES = PARAMS["lanes"]
@@ -287,6 +323,8 @@ _add("ldbc", assemble(f"li r1, {BLK}\nli r2, 1024\nldbc r2, r1, 0\nulw r3, r2, 1
      {OUT: _m[BLK + 12]}, ["ldbc"], memory=_m)
 _w, _m, _e = _vec()
 _add("vec", _w, _e, ["vcount", "vcmp", "vfind", "vadd", "vsum", "vmuls"], memory=_m)
+_w, _m, _e = _valu()
+_add("valu", _w, _e, ["valu"], memory=_m)
 for _n, _case in enumerate(_vcomp_cases()):
     _w, _m, _e = _vcomp(*_case)
     _add(f"vcomp{_n}", _w, _e, ["vcomp"], memory=_m)

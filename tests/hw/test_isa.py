@@ -50,7 +50,7 @@ def test_table_is_consistent():
         assert not used & set(range(lo, hi + 1))
     assert 0 not in used
     assert {i.mnemonic for i in INSTRUCTIONS if i.vop is not None} == \
-        {"vcount", "vcmp", "vfind", "vadd", "vsum", "vmuls", "vcomp"}
+        {"vcount", "vcmp", "vfind", "vadd", "vsum", "vmuls", "vcomp", "valu"}
 
 
 def test_vcomp_streams_compare_masks():
@@ -72,7 +72,7 @@ def test_fp_instructions_name_their_fp_unit_operation():
 
 
 def test_decode_rejects_unassigned_opcodes():
-    for op in [0, RESERVED["inc"][0], RESERVED["cube"][1]]:
+    for op in [0, *range(RESERVED["inc"][0], RESERVED["inc"][1] + 1)]:
         with pytest.raises(ValueError, match=f"unassigned opcode {op}"):
             decode(op)
     with pytest.raises(ValueError, match="nonzero unused bits"):
@@ -106,3 +106,15 @@ def test_sw_isa_is_the_same_table():
     assert sw_isa.__all__ == isa.__all__
     for name in isa.__all__:
         assert getattr(sw_isa, name) is getattr(isa, name), name
+
+
+def test_valu_is_four_element_wise_operations_under_one_opcode():
+    """valu (opcode 63, once reserved for the cube unit): Duplicate, Sub, Abs and Mins by its
+    2-bit immediate, encoded like vadd with the immediate after rs3."""
+    valu = BY_MNEMONIC["valu"]
+    assert valu.opcode == 63 and [f.name for f in valu.fields] == ["rd", "rs1", "rs2", "rs3", "imm"]
+    assert isa.VALU_FNS == (isa.VecOp.DUP, isa.VecOp.SUB, isa.VecOp.ABS, isa.VecOp.MINS)
+    assert encode("valu", 5, 0, 14, 4, 3) == 63 | 5 << 6 | 0 << 10 | 14 << 14 | 4 << 18 | 3 << 22
+    assert decode(encode("valu", 5, 0, 14, 4, 2)) == ("valu", [5, 0, 14, 4, 2])
+    with pytest.raises(ValueError):
+        encode("valu", 5, 0, 14, 4, 4)
