@@ -31,7 +31,7 @@ from ..hw.validate import (UserError, UserTypeError, check_bool, check_choice, c
 from .param import param, params_of
 
 __all__ = ["Preset", "PRESETS", "get_preset", "preset_names", "TOPOLOGIES", "CLASSES", "SYNCALLS",
-           "COPIES", "CUMSUM_SCANS", "ASCEND",
+           "COPIES", "CUMSUM_SCANS", "CANN_COUNTS", "ASCEND",
            "fit_provenance", "hardware_twin"]
 
 #: How CANN's SyncAll runs (:attr:`Preset.syncall`)
@@ -41,6 +41,8 @@ SYNCALLS = ("soft", "hard")
 COPIES = ("block", "mte")
 #: How UBEP's CalCumSum AIVs share the count scan (:attr:`Preset.cumsum_scan`)
 CUMSUM_SCANS = ("redundant", "split")
+#: How CANN's kernel counts an expert's slots (:attr:`Preset.cann_count`)
+CANN_COUNTS = ("vcount", "ascend")
 
 #: Distance classes (UBEP Table 2).
 CLASSES = ("intra", "one_hop", "two_hop")
@@ -172,6 +174,12 @@ class Preset:
         "R·epr counts and the chunks' prefixes pass from one AIV to the next: UBEP App. C.3, more "
         "CalCumSum AIVs split the verification)", default="redundant", type=str,
         choices=CUMSUM_SCANS)
+    cann_count: str = param(
+        "how CANN's dispatch counts an expert's slots (a sent slot's index among its expert's, "
+        "and each expert's count): 'vcount' (one VectorCount, three experts a pass: the kernels "
+        "so far) or 'ascend' (the open kernel's CalTokenSendExpertCnt: Duplicate, Sub, Abs, "
+        "Mins, ReduceSum, five vector instructions an expert, v1:449-473)", default="vcount",
+        type=str, choices=CANN_COUNTS)
     cumsum_ratio: float | None = param(
         "β/α of UBEP App. A's Eq. 8 (a C-AIV's count and prefix time per expert over a T-AIV's "
         "sending time per slot), measured from the model (ubep.count_and_send_slopes): UBEP's "
@@ -232,6 +240,7 @@ class Preset:
         check_choice("syncall", self.syncall, SYNCALLS)
         check_choice("copies", self.copies, COPIES)
         check_choice("cumsum_scan", self.cumsum_scan, CUMSUM_SCANS)
+        check_choice("cann_count", self.cann_count, CANN_COUNTS)
         check_pow2("vector_lanes", self.vector_lanes, 2, MAX_LANES)
         # delays that become a cycle-count knob of that many bits
         for name, bits in (("syncall_ns", SYNCALL_BITS), ("vector_op_ns", VECTOR_EXTRA_BITS),
@@ -433,13 +442,16 @@ PRESETS = {
 #: count table at once, and flags are checked in the Unified Buffer, as CANN's open dispatch
 #: kernel does), the CalCumSum AIVs splitting the count scan (UBEP App. C.3:
 #: ``cumsum_scan="split"``) and SyncAll as the die's hardware barrier (CANN's
-#: ``SyncAll<true>()``, ``syncall="hard"``). ``cm384-ascend`` is cm384 with it and every
+#: ``SyncAll<true>()``, ``syncall="hard"``) and CANN's count as the open kernel's five vector
+#: instructions (``cann_count="ascend"``). ``cm384-ascend`` is cm384 with it and every
 #: timing knob at its reset; ``cm384-fit`` adds the fitted knobs (``epfabric calibrate --fit``).
-ASCEND = {"vector_lanes": 128, "copies": "mte", "cumsum_scan": "split", "syncall": "hard"}
+ASCEND = {"vector_lanes": 128, "copies": "mte", "cumsum_scan": "split", "syncall": "hard",
+          "cann_count": "ascend"}
 PRESETS["cm384-ascend"] = PRESETS["cm384"].replace(
     name="cm384-ascend", **ASCEND,
     description="cm384 with the Ascend structure (128-lane vector unit, MTE copies, "
-                "split CalCumSum scan, hardware SyncAll), timing knobs at their reset: the base "
+                "split CalCumSum scan, hardware SyncAll, CANN's five-instruction count), timing "
+                "knobs at their reset: the base "
                 "the calibration fits")
 
 #: fitted presets: ``sw/fits/<base>.json`` (written by ``epfabric calibrate --fit --write``,

@@ -921,6 +921,17 @@ MUTATIONS = [
         "timeout": 180,
     },
     {
+        "name": "cann_ascend_count_as_one_vcount",
+        "file": "sw/ubep/cann.py",
+        "old": "    if count == \"ascend\":\n        count_ascend(p, 6, 1, 5, 8, 11)",
+        "new": "    if False:\n        count_ascend(p, 6, 1, 5, 8, 11)",
+        "description": "CANN's slot index under cann_count='ascend' counted by one vcount "
+                       "(the model's fused count) instead of the open kernel's five vector "
+                       "instructions",
+        "tests": ["tests/sw/test_dispatch.py::test_canns_count_as_the_open_kernels_five_vector_instructions"],
+        "timeout": 120,
+    },
+    {
         "name": "eq8_ratio_inverted",
         "file": "sw/ubep/ubep.py",
         "old": "    c = round(ratio * aivs * experts / (topk * batch))\n",

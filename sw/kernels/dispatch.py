@@ -571,7 +571,8 @@ class Dispatch(Kernel):
             return {(r, c): dispatch_program(lay, rank=r, core=c, aivs=a,
                                              experts=params["experts"], broken=params["broken"],
                                              send_split=option(params, "send_split"),
-                                             syncall=syncall, launch=launch, copies=copies)
+                                             syncall=syncall, launch=launch, copies=copies,
+                                             count=preset.cann_count)
                     for r in range(config.ranks) for c in range(a)}
         C = cumsum_aivs(config, params)
         return {(r, c): ubep.dispatch_program(lay, rank=r, core=c, aivs=a,
@@ -664,7 +665,7 @@ class Dispatch(Kernel):
             lay = layout_of(shape, params)
             # the same UBuf for both systems (one build serves a comparison)
             inc_lay = replace(lay, inc=True)
-            rows = max([cann.ubuf_rows_needed(lay, "expert", a),
+            rows = max([cann.ubuf_rows_needed(lay, "expert", a, pr.cann_count),
                         ubep.ubuf_rows_needed(lay, params["experts"], a),
                         combine.ubuf_rows_needed(lay)]
                        + ([ubep.ubuf_rows_needed(inc_lay, params["experts"], a),

@@ -79,11 +79,12 @@ layout): routing and tokens are data.
 
 from ...hw.validate import UserError, check_choice, check_int
 from ..assembler import Program
-from ..presets import COPIES, SYNCALLS as SYNCALL_KINDS
+from ..presets import CANN_COUNTS, COPIES, SYNCALLS as SYNCALL_KINDS
 
 __all__ = ["dispatch_program", "launch_delay", "copy_block", "status_rows", "status_base",
            "PHASES", "SYNCALLS", "phases", "syncall_pairs", "syncalls_per_run", "last_core",
-           "split", "count_experts", "BROKEN", "SEND_SPLITS", "expert_rows", "ubuf_rows_needed",
+           "split", "count_experts", "count_ascend", "count_experts_ascend", "scratch_row",
+           "BROKEN", "SEND_SPLITS", "expert_rows", "ubuf_rows_needed",
            "divmod_const", "reciprocal", "is_pow2"]
 
 #: How CANN's AIVs share Token-Sending: the open kernel's contiguous slot ranges, or all the
@@ -151,6 +152,46 @@ def count_experts(p, lo, hi, slots, emit):
         p.vcount(6, 0, 2, 9, "eq")             # counts of experts g, g+1, g+2
         for q in range(min(3, hi - g)):
             emit(g + q, 6 + q)
+
+
+def count_ascend(p, rd, length, expert, scratch, one):
+    """``R[rd]`` = the elements of the routing (UBuf row 0) among the first ``R[length]`` that
+    are ``R[expert]``, as CANN's open dispatch kernel counts them (``CalTokenSendExpertCnt``,
+    v1:449-473, v2:621-644): ``Duplicate`` the expert, ``Sub`` it from the routing, ``Abs``,
+    ``Mins`` 1 (each element 0 if it is the expert, else 1), ``ReduceSum``, then the scalar
+    unit takes that from the length -- five vector instructions (``valu`` ×4, ``vsum``), each
+    paying the vector pipe's cost (the kernel's ``PipeBarrier<PIPE_V>`` between dependent
+    ones), on the vector at ``R[scratch]``; ``R[one]`` holds 1. The vector unit's ``Mins`` is
+    unsigned, so ``Abs`` changes no result here (``E[n'] - e`` below 0 wraps to a large
+    number, whose minimum with 1 is 1 as well); the open kernel needs it for its signed int32
+    ``Mins``, and the model keeps it for its cost."""
+    p.valu(scratch, 0, length, expert, 0)      # Duplicate: e
+    p.valu(scratch, 0, length, scratch, 1)     # Sub: E[n'] - e
+    p.valu(scratch, scratch, length, 0, 2)     # Abs
+    p.valu(scratch, scratch, length, one, 3)   # Mins 1: 0 where E[n'] == e, else 1
+    p.vsum(rd, scratch, length)                # ReduceSum: the others
+    p.sub(rd, length, rd)
+
+
+def count_experts_ascend(p, lo, hi, slots, emit, scratch_addr):
+    """Count experts ``[lo, hi)`` in the routing vector (UBuf row 0, ``slots`` elements) one
+    expert at a time with :func:`count_ascend` (the open kernel's ``SetStatus`` counts each of
+    its experts so, v1:589); ``emit(e, 6)`` stores the count of expert ``e``; the vector at
+    byte ``scratch_addr`` is its work row."""
+    p.li(2, slots)
+    p.li(10, 1)
+    p.li(11, scratch_addr)
+    for e in range(lo, hi):
+        p.li(9, e)
+        count_ascend(p, 6, 2, 9, 11, 10)
+        emit(e, 6)
+
+
+def scratch_row(lay):
+    """The first UBuf row of the five-instruction count's work vector (``BS·k`` elements,
+    :func:`count_ascend`): after the token row and the expert split's slot list. The count runs
+    before the Flag Verification copies the status slice, which may reuse the rows."""
+    return lay.route_blocks + 1 + expert_rows(lay)
 
 
 def is_pow2(d):
@@ -250,20 +291,28 @@ def status_base(lay, aivs):
     return 0 if status_rows(lay, aivs) <= lay.route_blocks else lay.route_blocks + 1 + expert_rows(lay)
 
 
-def ubuf_rows_needed(lay, send_split="slot", aivs=1):
+def ubuf_rows_needed(lay, send_split="slot", aivs=1, count="vcount"):
     """UBuf rows of a CANN AIV: the routing, the token row, and the expert split's slot list
-    (and, with ``copies="mte"``, the verified status slice: :func:`status_base`)."""
+    (and, with ``copies="mte"``, the verified status slice: :func:`status_base`; with
+    ``count="ascend"``, the count's work vector: :func:`scratch_row`)."""
     check_choice("send_split", send_split, SEND_SPLITS)
+    check_choice("count", count, CANN_COUNTS)
     base = status_base(lay, aivs)
     return max(lay.route_blocks + 1 + (expert_rows(lay) if send_split == "expert" else 0),
-               base + status_rows(lay, aivs) if base else 0)
+               base + status_rows(lay, aivs) if base else 0,
+               scratch_row(lay) + lay.route_blocks if count == "ascend" else 0)
 
 
-def _send_slots(p, lay, rank, core, aivs, experts, tok_addr):
-    """Token-Sending of the slot split: slots ``split(BS·k, A, core)``, ``j`` by prefix count."""
+def _send_slots(p, lay, rank, core, aivs, experts, tok_addr, count="vcount"):
+    """Token-Sending of the slot split: slots ``split(BS·k, A, core)``, ``j`` by prefix count
+    (``count``, :data:`~epfabric.sw.presets.CANN_COUNTS`: one ``vcount``, or the open kernel's
+    five instructions, :func:`count_ascend`)."""
     epr, k, B = lay.epr, lay.topk, lay.hidden_blocks
     n0, n1 = split(lay.batch * k, aivs, core)
     t0, i0 = divmod(n0, k)
+    if count == "ascend":
+        p.li(8, scratch_row(lay) * 512)
+        p.li(11, 1)
     p.li(1, n0)
     p.li(2, n1)
     p.li(3, t0)
@@ -280,8 +329,11 @@ def _send_slots(p, lay, rank, core, aivs, experts, tok_addr):
     p.slli(12, 12, 4)
     p.srl(5, 5, 12)
     p.andi(5, 5, 0xFFFF)                       # e
-    p.mv(9, 5)
-    p.vcount(6, 0, 1, 9, "eq")                 # j = #{n' < n : E[n'] == e}
+    if count == "ascend":
+        count_ascend(p, 6, 1, 5, 8, 11)        # j = #{n' < n : E[n'] == e}, five instructions
+    else:
+        p.mv(9, 5)
+        p.vcount(6, 0, 1, 9, "eq")             # j = #{n' < n : E[n'] == e}
     p.slli(12, 1, 2)
     p.li(14, lay.address(rank, lay.EXPAND))
     p.add(12, 12, 14)
@@ -394,7 +446,7 @@ def _syncall(p, rank, lay, aivs, which, extra=0, hard=False):
 
 
 def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split="slot",
-                     syncall="soft", launch=False, copies="block"):
+                     syncall="soft", launch=False, copies="block", count="vcount"):
     """The program of AIV ``core`` on ``rank`` (see the module docstring).
 
     ``broken`` selects a negative control (:data:`BROKEN`); ``send_split``
@@ -407,7 +459,10 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
     checks them there, polling a word not yet of this run; CalCumSum copies the blocks before
     its slice and sums them there; the reordering takes each entry's count from the verified
     copy. Every token and the routing are one copy each either way (``ldbc``,
-    :func:`copy_block`): at ``read_extra`` 0 that costs what ``ldb`` does.
+    :func:`copy_block`): at ``read_extra`` 0 that costs what ``ldb`` does. ``count``
+    (:data:`~epfabric.sw.presets.CANN_COUNTS`) how a slot's index and an expert's count are
+    counted: one ``vcount`` (three experts a pass in SendFlag & Count), or ``"ascend"``, the
+    open kernel's five vector instructions an expert (:func:`count_ascend`).
 
     Any ``epr`` and ``topk``: the expert → rank split (and, with the expert
     split, slot → token) is a shift for a power of two and a multiply by a
@@ -419,6 +474,7 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
     check_choice("send_split", send_split, SEND_SPLITS)
     check_choice("syncall", syncall, SYNCALL_KINDS)
     check_choice("copies", copies, COPIES)
+    check_choice("count", count, CANN_COUNTS)
     if broken == "syncall_one_short" and syncall == "hard":
         raise UserError("broken='syncall_one_short' is a negative control of the soft SyncAll "
                         "(a counter one AIV short); the hardware barrier has no count to get wrong")
@@ -440,14 +496,18 @@ def dispatch_program(lay, *, rank, core, aivs, experts, broken=None, send_split=
 
     # --- 2. Token-Sending: a slot range, or the slots of experts core, core + A, ... ---------
     if send_split == "slot":
-        _send_slots(p, lay, rank, core, aivs, experts, tok_addr)
+        _send_slots(p, lay, rank, core, aivs, experts, tok_addr, count)
     else:
         _send_experts(p, lay, rank, core, aivs, experts, tok_addr)
     p.mark(PHASES["send"])
 
     # --- 3. SendFlag & Count: experts [e0, e1) -------------------------------------------------
     e0, e1 = split(experts, aivs, core)
-    count_experts(p, e0, e1, slots, lambda e, reg: p.usw(reg, 0, tok_addr + 4 * (e - e0)))
+    emit = lambda e, reg: p.usw(reg, 0, tok_addr + 4 * (e - e0))     # noqa: E731
+    if count == "ascend":
+        count_experts_ascend(p, e0, e1, slots, emit, scratch_row(lay) * 512)
+    else:
+        count_experts(p, e0, e1, slots, emit)
     p.fence()                                   # stop-and-wait: every token store acked
     p.mark(PHASES["sync1_in"])
     _syncall(p, rank, lay, aivs, 1, extra=int(broken == "syncall_one_short"), hard=hard)
