@@ -928,7 +928,7 @@ MUTATIONS = [
         "description": "CANN's slot index under cann_count='ascend' counted by one vcount "
                        "(the model's fused count) instead of the open kernel's five vector "
                        "instructions",
-        "tests": ["tests/sw/test_dispatch.py::test_canns_count_as_the_open_kernels_five_vector_instructions"],
+        "tests": ["tests/sim/test_mechanisms.py::test_canns_count_as_the_open_kernels_five_vector_instructions"],
         "timeout": 120,
     },
     {

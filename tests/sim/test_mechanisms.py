@@ -328,3 +328,23 @@ def test_eq8s_rule_sets_the_calcumsum_aivs_from_the_measured_slopes():
     assert got["run_c"] == 3 != default_cumsum_aivs(*shape)
     assert eq8_check([got])[0]
     assert not eq8_check([{**got, "run_c": 2}])[0]
+
+
+def test_canns_count_as_the_open_kernels_five_vector_instructions():
+    """``cann_count="ascend"`` (the Ascend structure): CANN's slot index and its experts' counts
+    by Duplicate, Sub, Abs, Mins and ReduceSum (``valu`` x4, ``vsum``), as the open kernel's
+    ``CalTokenSendExpertCnt``. Both runs bit-exact (2 dies of 2 AIVs, tiny), and every AIV's
+    Token-Sending and SendFlag & Count at the closed form from the one-``vcount`` run's: a
+    sent slot 4 vector instructions more, an expert 5 and 3 scalar ones against a share of one
+    three-pivot ``vcount`` (every token store is acknowledged before the count ends, so the
+    fence after it takes a cycle in both); the row check sees a count at one instruction."""
+    from epfabric.sim.lab.experiments.mechanisms import count_check, count_expected, count_runs
+    got = count_runs(preset="tiny", backend="pysim")
+    lanes = get_preset("tiny").vector_lanes
+    expected = count_expected(got["vcount"], lanes=lanes, extra=0)
+    assert got["ascend"] == expected
+    assert all(a[0] > v[0] and a[1] > v[1]
+               for a, v in zip(got["ascend"].values(), got["vcount"].values()))
+    row = {"cycles": got, "expected": expected}
+    assert count_check([row])[0]
+    assert not count_check([{**row, "cycles": {**got, "ascend": got["vcount"]}}])[0]

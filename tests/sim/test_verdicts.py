@@ -197,7 +197,7 @@ def quaternary_rows(steps=5, match=True):
 
 def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983, vec=None, reads=(24, 24),
                copies=(25, 30), polls=None, poll_copies=(25, 25), update=(20, 35),
-               ubep_blocks=15, buffers=None, run_c=3):
+               ubep_blocks=15, buffers=None, run_c=3, five=True):
     """Two-hop store-window rows (cm384, 32 blocks) for W = 1 and 2, at the closed form
     unless ``stb`` gives the model's cycles; ``sw`` the word streams' cycles; hardware
     SyncAll rows at syncall_cycles 0 and 100 releasing after ``bar`` cycles; a vector row at
@@ -209,7 +209,8 @@ def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983, vec=None, read
     20 then ``update[1]`` cycles (15 more: its 3 reads); a token-block row at 7,168 B whose UBEP
     dispatch moved ``ubep_blocks`` blocks against CANN's 14; token-buffer rows (intra, 4 tokens
     of 15 blocks) at 1 and 2 buffers taking ``buffers`` (default: the closed form at W = 15, 30);
-    an Eq. 8 row whose rule gives C = 3 and whose run used ``run_c``."""
+    an Eq. 8 row whose rule gives C = 3 and whose run used ``run_c``; a CANN-count row whose
+    five-instruction run is at its closed form (``five``) or at the one-vcount run's cycles."""
     rows = [{"preset": "cm384", "backend": "verilator", "mechanism": "syncall", "aivs": 48,
              "kind": "hard", "syncall_cycles": w, "release_cycles": b, "expected_cycles": w + 1}
             for w, b in zip((0, 100), bar)]
@@ -250,6 +251,11 @@ def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983, vec=None, read
     rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "eq8", "batch": 4,
                  "topk": 2, "experts": 32, "aivs": 4, "alpha": 100.0, "beta": 17.0,
                  "ratio": 0.17, "rule_c": 3, "run_c": run_c})
+    one = {"0.0": (100, 50), "0.1": (120, 50)}
+    expected = {"0.0": (180, 140), "0.1": (200, 140)}
+    rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "cann_count",
+                 "batch": 4, "topk": 2, "experts": 4, "expected": expected,
+                 "cycles": {"vcount": one, "ascend": expected if five else one}})
     return _rows("mechanisms", rows)
 
 
@@ -376,7 +382,8 @@ CASES = {
         "UBEP's tokens at CANN's block count": mechanisms(ubep_blocks=14),
         "a sender's buffers counted in blocks": mechanisms(
             buffers=(window_expected(218, 1, 60), window_expected(218, 2, 60))),
-        "a C other than Eq. 8's": mechanisms(run_c=2)}),
+        "a C other than Eq. 8's": mechanisms(run_c=2),
+        "CANN's count at one instruction": mechanisms(five=False)}),
     "training": (True, [training(), training(f1=94.0, f5=36.0)], {
         "the uncalibrated S1: CANN 45 us": training(f1=45.0, s=2249),
         "SyncAll 5 %": training(s=1716),

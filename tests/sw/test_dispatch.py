@@ -991,38 +991,3 @@ def test_the_split_scan_programs_poll_a_chunk_each():
     with pytest.raises(UserError, match="copies must be one of block, mte"):
         K.resolve_params({**WIDE, "copies": "dma"})
 
-
-def test_canns_count_as_the_open_kernels_five_vector_instructions(monkeypatch):
-    """``cann_count="ascend"`` (the Ascend structure): CANN's slot index and its experts' counts
-    by Duplicate, Sub, Abs, Mins and ReduceSum (``valu`` ×4, ``vsum``), as the open kernel's
-    ``CalTokenSendExpertCnt``. The run stays bit-exact, and each count costs its five
-    instructions, exactly: a sent slot 4 vector instructions more than one ``vcount`` (its
-    ``mv`` becomes the ``sub``), plus 2 cycles of set-up; the SendFlag & Count phase's 2
-    experts 5 instructions and 3 scalar ones each against one ``vcount`` of 3 pivots (2 dies
-    of 2 AIVs: every token store is acknowledged before the count ends, so the fence after it
-    takes a cycle in both)."""
-    from epfabric.hw.aiv_core import AIVCore
-    from epfabric.sw import presets
-    params = K.resolve_params({**SMALL, "system": "cann"})
-    phases, cfgs = {}, {}
-    for count in ("vcount", "ascend"):
-        monkeypatch.setitem(presets.PRESETS, "tiny",
-                            presets.PRESETS["tiny"].replace(cann_count=count))
-        cfg = K.configs("tiny", ("superpod", 2, 1, 1), 2, params)[0]
-        m = Machine(backend=backend("pysim"), config=cfg)
-        inputs = K.load(m, params)
-        verdict = K.check(m, m.run(K.default_max_cycles), inputs)
-        assert verdict["correct"], (count, verdict["problems"])
-        phases[count], cfgs[count] = verdict["phases"], cfg
-    cfg = cfgs["ascend"]
-    slots = params["batch"] * params["topk"]
-    vc = lambda n: AIVCore.vector_cycles(n, cfg.lanes)           # noqa: E731
-    for key, base in phases["vcount"].items():
-        got = phases["ascend"][key]
-        core = int(key.split(".")[1])
-        n0, n1 = core * slots // cfg.aivs_per_die, (core + 1) * slots // cfg.aivs_per_die
-        send = 2 + sum(4 * vc(n) for n in range(n0, n1))
-        assert got["send"] - got["init"] - (base["send"] - base["init"]) == send, key
-        experts = params["experts"] // cfg.aivs_per_die           # 2 an AIV, one vcount of 3
-        count = 3 + experts * (1 + 5 * vc(slots) + 1 + 1) - (1 + 3 + vc(slots) + experts)
-        assert (got["sync1_in"] - got["send"]) - (base["sync1_in"] - base["send"]) == count, key

@@ -78,6 +78,14 @@ TokenCnt + CalCumSum) and ``β/α``, the value a preset's ``cumsum_ratio`` is me
 Eq. 8 (:func:`~epfabric.sw.ubep.ubep.cumsum_rule`) turns it into ``C``, and a second run with
 the preset's ``cumsum_ratio`` at ``β/α`` and no ``cumsum_aivs`` must run that many CalCumSum
 AIVs a die (:func:`eq8_runs`).
+
+**CANN's five-instruction count** (the preset's ``cann_count``; preregistration M3): CANN's
+dispatch of :data:`UPDATE_CASE` on 2 dies of 2 AIVs with ``cann_count`` ``"vcount"`` and
+``"ascend"``: each AIV's Token-Sending grows by 2 cycles of set-up and 4 vector instructions
+a sent slot ``n`` (``Duplicate, Sub, Abs, Mins, ReduceSum`` against one ``vcount``, each
+``max(1, ⌈L/lanes⌉) + 3 + X`` at its prefix length ``L = n``), and its SendFlag & Count by
+``3 + e (5 v(S) + 3) − (4 + v(S) + e)`` for its ``e`` experts (``S = BS·k``; one ``vcount``
+of three pivots before), exactly (:func:`count_runs`, :func:`count_expected`).
 """
 
 import inspect
@@ -93,6 +101,7 @@ from . import Experiment, Param, int_list, register
 
 __all__ = ["store_streams", "barrier_release", "inject_streams", "vector_runs", "read_runs",
            "update_runs", "update_expected", "token_link_blocks", "buffer_stream", "eq8_runs",
+           "count_runs", "count_expected",
            "window_expected",
            "local_latency", "poll_expected",
            "Mechanisms", "EXPERIMENT"]
@@ -405,6 +414,66 @@ def eq8_check(rows):
                      f"{per})")
 
 
+def count_runs(*, preset, backend):
+    """``{count: {"rank.core": (send cycles, count cycles)}}``: CANN's dispatch of
+    :data:`UPDATE_CASE` on 2 dies of 2 AIVs with the preset's ``cann_count`` at ``"vcount"`` and
+    ``"ascend"``; an AIV's send cycles are its ``send`` MARK less its ``init``, its count
+    cycles its ``sync1_in`` less its ``send`` (SendFlag & Count, with its fence). Raises
+    ``RuntimeError`` when a run is not bit-exact."""
+    from ....sw.kernels import KERNELS
+    from ....sw.machine import Machine
+    from ...backends.machine import backend as make_backend
+    kernel = KERNELS["dispatch"]
+    params = kernel.resolve_params({**UPDATE_CASE, "system": "cann"})
+    out = {}
+    for count in ("vcount", "ascend"):
+        config = kernel.configs(variant(preset, cann_count=count), ("superpod", 2, 1, 1), 2,
+                                params)[0]
+        m = Machine(backend=make_backend(backend), config=config)
+        inputs = kernel.load(m, params)
+        verdict = kernel.check(m, m.run(kernel.default_max_cycles), inputs)
+        if not verdict["correct"]:
+            raise RuntimeError(f"the count benchmark's dispatch ({count}) is wrong: "
+                               f"{verdict['problems'][0]}")
+        out[count] = {k: (v["send"] - v["init"], v["sync1_in"] - v["send"])
+                      for k, v in verdict["phases"].items()}
+    return out
+
+
+def count_expected(base, *, lanes, extra, aivs=2, case=UPDATE_CASE):
+    """The ``"ascend"`` cycles of :func:`count_runs` from its ``"vcount"`` ones (``base``): a
+    sent slot ``n`` 4 vector instructions more, plus 2 of set-up; the count phase
+    ``3 + e (5 v(S) + 3) − (4 + v(S) + e)`` more for an AIV's ``e`` experts (at most 3, one
+    ``vcount`` before); ``v(L) = max(1, ⌈L/lanes⌉) + 3 + extra``."""
+    from ....hw.aiv_core import AIVCore
+    slots = case["batch"] * case["topk"]
+    v = lambda n: AIVCore.vector_cycles(n, lanes, extra)      # noqa: E731
+    out = {}
+    for key, (send, count) in base.items():
+        core = int(key.split(".")[1])
+        n0, n1 = core * slots // aivs, (core + 1) * slots // aivs
+        e0, e1 = core * case["experts"] // aivs, (core + 1) * case["experts"] // aivs
+        e = e1 - e0
+        if e > 3:
+            raise ValueError(f"count_expected covers up to 3 experts an AIV, not {e}")
+        out[key] = (send + 2 + sum(4 * v(n) for n in range(n0, n1)),
+                    count + 3 + e * (5 * v(slots) + 3) - (4 + v(slots) + e))
+    return out
+
+
+def count_check(rows):
+    """``(holds, words)`` of the count rows: every AIV's ``"ascend"`` cycles at
+    :func:`count_expected` from its ``"vcount"`` ones, exactly."""
+    if not rows:
+        return True, ""
+    ok = [r["cycles"]["ascend"] == r["expected"] for r in rows]
+    per = ", ".join(f"send {v[0]}, count {v[1]} (vcount: {r['cycles']['vcount'][k][0]}, "
+                    f"{r['cycles']['vcount'][k][1]}) on AIV {k}"
+                    for r in rows for k, v in list(r["cycles"]["ascend"].items())[:1])
+    return all(ok), (f"{sum(ok)}/{len(rows)} CANN counts at five vector instructions a count "
+                     f"(tolerance: none; {per})")
+
+
 def barrier_release(*, preset, backend, kind, aivs, spread=4, syncall_cycles=None):
     """Cycles from a die's last arrival at a SyncAll to its first core's release (see the
     module docstring); ``kind`` ``"hard"`` (``bar``) or ``"soft"`` (fetch-add and poll)."""
@@ -637,7 +706,8 @@ class Mechanisms(Experiment):
                    for h in int_list("hidden_bytes", params["hidden_bytes"])]
                 + [{**base, "mechanism": "send_buffers", "send_buffers": n, **BUFFER_CASE}
                    for n in int_list("send_buffers", params["send_buffers"], lo=1)]
-                + [{**base, "mechanism": "eq8", **EQ8_CASE, "aivs": EQ8_AIVS}])
+                + [{**base, "mechanism": "eq8", **EQ8_CASE, "aivs": EQ8_AIVS}]
+                + [{**base, "mechanism": "cann_count", **UPDATE_CASE}])
 
     def measure(self, point):
         from ....sw.presets import get_preset
@@ -657,6 +727,12 @@ class Mechanisms(Experiment):
                                                           poll_extra=point["poll_extra"])}
         if point["mechanism"] == "eq8":
             return {**point, **eq8_runs(preset=point["preset"], backend=point["backend"])}
+        if point["mechanism"] == "cann_count":
+            p = get_preset(point["preset"])
+            cycles = count_runs(preset=point["preset"], backend=point["backend"])
+            expected = count_expected(cycles["vcount"], lanes=p.vector_lanes,
+                                      extra=p.knobs().get("vector_extra", 0))
+            return {**point, "cycles": cycles, "expected": expected}
         if point["mechanism"] == "vector":
             from ....hw.aiv_core import AIVCore
             lengths = int_list("lengths", point["lengths"])
@@ -712,8 +788,9 @@ class Mechanisms(Experiment):
         burst and rounding), every vector run and every poll run is at its closed form, and a
         copy pays ``read_extra`` once while scalar reads do not (:func:`read_check`,
         :func:`poll_check`; no tolerance); and the UpdateTokenNumsOut, token-block, token-buffer
-        and Eq. 8 rows hold their checks (:func:`update_check`, :func:`token_blocks_check`,
-        :func:`buffer_check`, :func:`eq8_check`; no tolerance)."""
+        Eq. 8 and CANN-count rows hold their checks (:func:`update_check`,
+        :func:`token_blocks_check`, :func:`buffer_check`, :func:`eq8_check`,
+        :func:`count_check`; no tolerance)."""
         streams = [r for r in rows if r.get("mechanism") == "store_window"]
         bars = [r for r in rows if r.get("mechanism") == "syncall" and r["kind"] == "hard"]
         closed = [r for r in streams if r["expected_cycles"] is not None]
@@ -743,9 +820,11 @@ class Mechanisms(Experiment):
         buffers_ok, buffer_words = buffer_check(buffers)
         eq8 = [r for r in rows if r.get("mechanism") == "eq8"]
         eq8_ok, eq8_words = eq8_check(eq8)
+        counts = [r for r in rows if r.get("mechanism") == "cann_count"]
+        counts_ok, count_words = count_check(counts)
         return (not bad and words and bool(closed) and bars_ok and not off and vec_ok
                 and reads_ok and polls_ok and updates_ok and tokens_ok and buffers_ok
-                and eq8_ok,
+                and eq8_ok and counts_ok,
                 f"{len(closed) - len(bad)}/{len(closed)} block streams at the window's closed "
                 f"form (tolerance: none; {'inside' if not bad else 'OUTSIDE'}); word "
                 f"stores {'do not depend' if words else 'DEPEND'} on the window; "
@@ -762,7 +841,8 @@ class Mechanisms(Experiment):
                 + (f"; {update_words}" if updates else "")
                 + (f"; {token_words}" if tokens else "")
                 + (f"; {buffer_words}" if buffers else "")
-                + (f"; {eq8_words}" if eq8 else ""))
+                + (f"; {eq8_words}" if eq8 else "")
+                + (f"; {count_words}" if counts else ""))
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots
@@ -851,6 +931,12 @@ class Mechanisms(Experiment):
                             f"{r['rule_c']}, {r['run_c']}", "",
                             f"alpha {r['alpha']:.1f}, beta {r['beta']:.1f}, "
                             f"beta/alpha {r['ratio']:.3f}"))
+            elif r["mechanism"] == "cann_count":
+                key = next(iter(r["cycles"]["ascend"]))
+                out.append((r["mechanism"], f"CANN, AIV {key}: send, count cycles, "
+                            f"five instructions (one vcount: {r['cycles']['vcount'][key]})",
+                            ",".join(map(str, r["cycles"]["ascend"][key])),
+                            ",".join(map(str, r["expected"][key])), ""))
             elif r["mechanism"] == "inject":
                 exp = r["expected_cycles"]
                 out.append((r["mechanism"], f"{r['inject_gbytes_s'] or 'no'} limit, "
