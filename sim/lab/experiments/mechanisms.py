@@ -620,6 +620,13 @@ def poll_check(rows):
                      f"(tolerance: none; {per}), their copies unchanged")
 
 
+#: ``{mechanism: check}`` of the rows checked each by a function of their own (``(holds,
+#: words)``, words empty when there is no such row)
+ROW_CHECKS = {"read": read_check, "poll": poll_check, "update": update_check,
+              "token_blocks": token_blocks_check, "send_buffers": buffer_check,
+              "eq8": eq8_check, "cann_count": count_check}
+
+
 class Mechanisms(Experiment):
     """One row per (mechanism, distance class, setting): the model's cycles beside the closed form."""
 
@@ -808,23 +815,10 @@ class Mechanisms(Experiment):
                > 0.02 * r["expected_cycles"] + 4]
         vec = [r for r in rows if r.get("mechanism") == "vector"]
         vec_ok = all(r["cycles"] == r["expected_cycles"] for r in vec)
-        reads = [r for r in rows if r.get("mechanism") == "read"]
-        reads_ok, read_words = read_check(reads)
-        polls = [r for r in rows if r.get("mechanism") == "poll"]
-        polls_ok, poll_words = poll_check(polls)
-        updates = [r for r in rows if r.get("mechanism") == "update"]
-        updates_ok, update_words = update_check(updates)
-        tokens = [r for r in rows if r.get("mechanism") == "token_blocks"]
-        tokens_ok, token_words = token_blocks_check(tokens)
-        buffers = [r for r in rows if r.get("mechanism") == "send_buffers"]
-        buffers_ok, buffer_words = buffer_check(buffers)
-        eq8 = [r for r in rows if r.get("mechanism") == "eq8"]
-        eq8_ok, eq8_words = eq8_check(eq8)
-        counts = [r for r in rows if r.get("mechanism") == "cann_count"]
-        counts_ok, count_words = count_check(counts)
+        checked = [ROW_CHECKS[kind]([r for r in rows if r.get("mechanism") == kind])
+                   for kind in ROW_CHECKS]
         return (not bad and words and bool(closed) and bars_ok and not off and vec_ok
-                and reads_ok and polls_ok and updates_ok and tokens_ok and buffers_ok
-                and eq8_ok and counts_ok,
+                and all(ok for ok, _ in checked),
                 f"{len(closed) - len(bad)}/{len(closed)} block streams at the window's closed "
                 f"form (tolerance: none; {'inside' if not bad else 'OUTSIDE'}); word "
                 f"stores {'do not depend' if words else 'DEPEND'} on the window; "
@@ -836,13 +830,7 @@ class Mechanisms(Experiment):
                 + (f"; {sum(r['cycles'] == r['expected_cycles'] for r in vec)}/{len(vec)} vector "
                    f"runs at ceil(L/lanes) + 3 + vector_extra a vsum (tolerance: none)"
                    if vec else "")
-                + (f"; {read_words}" if reads else "")
-                + (f"; {poll_words}" if polls else "")
-                + (f"; {update_words}" if updates else "")
-                + (f"; {token_words}" if tokens else "")
-                + (f"; {buffer_words}" if buffers else "")
-                + (f"; {eq8_words}" if eq8 else "")
-                + (f"; {count_words}" if counts else ""))
+                + "".join(f"; {text}" for _, text in checked if text))
 
     def plot(self, rows, path):
         from ..results.plot import save, subplots
