@@ -333,18 +333,25 @@ def test_eq8s_rule_sets_the_calcumsum_aivs_from_the_measured_slopes():
 def test_canns_count_as_the_open_kernels_five_vector_instructions():
     """``cann_count="ascend"`` (the Ascend structure): CANN's slot index and its experts' counts
     by Duplicate, Sub, Abs, Mins and ReduceSum (``valu`` x4, ``vsum``), as the open kernel's
-    ``CalTokenSendExpertCnt``. Both runs bit-exact (2 dies of 2 AIVs, tiny), and every AIV's
-    Token-Sending and SendFlag & Count at the closed form from the one-``vcount`` run's: a
-    sent slot 4 vector instructions more, an expert 5 and 3 scalar ones against a share of one
-    three-pivot ``vcount`` (every token store is acknowledged before the count ends, so the
-    fence after it takes a cycle in both); the row check sees a count at one instruction."""
-    from epfabric.sim.lab.experiments.mechanisms import count_check, count_expected, count_runs
-    got = count_runs(preset="tiny", backend="pysim")
+    ``CalTokenSendExpertCnt``. Both dispatches bit-exact (2 dies of 2 AIVs, tiny), every AIV's
+    Token-Sending at the closed form from the one-``vcount`` run's (a sent slot 4 vector
+    instructions more), and 5 experts' counts over 1,024 ids at theirs both ways (measured at
+    16 lanes, a vector instruction 67 cycles: 3 + 5 x (1 + 5 x 67 + 2) + 1 = 1,694 cycles
+    against 1 + (3 + 67 + 3) + (3 + 67 + 2) + 1 = 147); the row check sees a count at one
+    instruction."""
+    from epfabric.sim.lab.experiments.mechanisms import (count_check, count_expected,
+                                                          count_runs, expert_counts,
+                                                          expert_counts_expected)
     lanes = get_preset("tiny").vector_lanes
+    got = count_runs(preset="tiny", backend="pysim")
     expected = count_expected(got["vcount"], lanes=lanes, extra=0)
     assert got["ascend"] == expected
-    assert all(a[0] > v[0] and a[1] > v[1]
-               for a, v in zip(got["ascend"].values(), got["vcount"].values()))
-    row = {"cycles": got, "expected": expected}
+    assert all(got["ascend"][k] > got["vcount"][k] for k in got["vcount"])
+    experts = expert_counts(preset="tiny", backend="pysim")
+    assert experts == expert_counts_expected(lanes=lanes, extra=0)
+    row = {"cycles": got, "expected": expected, "experts_cycles": experts,
+           "experts_expected": expert_counts_expected(lanes=lanes, extra=0)}
     assert count_check([row])[0]
     assert not count_check([{**row, "cycles": {**got, "ascend": got["vcount"]}}])[0]
+    assert not count_check([{**row, "experts_cycles": {**experts,
+                                                       "ascend": experts["vcount"]}}])[0]

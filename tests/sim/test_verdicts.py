@@ -251,11 +251,12 @@ def mechanisms(stb=None, sw=(100, 100), bar=(1, 101), inject=983, vec=None, read
     rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "eq8", "batch": 4,
                  "topk": 2, "experts": 32, "aivs": 4, "alpha": 100.0, "beta": 17.0,
                  "ratio": 0.17, "rule_c": 3, "run_c": run_c})
-    one = {"0.0": (100, 50), "0.1": (120, 50)}
-    expected = {"0.0": (180, 140), "0.1": (200, 140)}
+    one, expected = {"0.0": 100, "0.1": 120}, {"0.0": 180, "0.1": 200}
+    experts = {"vcount": 147, "ascend": 1694}
     rows.append({"preset": "cm384", "backend": "verilator", "mechanism": "cann_count",
                  "batch": 4, "topk": 2, "experts": 4, "expected": expected,
-                 "cycles": {"vcount": one, "ascend": expected if five else one}})
+                 "cycles": {"vcount": one, "ascend": expected if five else one},
+                 "experts_cycles": experts, "experts_expected": experts})
     return _rows("mechanisms", rows)
 
 

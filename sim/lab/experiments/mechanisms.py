@@ -83,9 +83,12 @@ AIVs a die (:func:`eq8_runs`).
 dispatch of :data:`UPDATE_CASE` on 2 dies of 2 AIVs with ``cann_count`` ``"vcount"`` and
 ``"ascend"``: each AIV's Token-Sending grows by 2 cycles of set-up and 4 vector instructions
 a sent slot ``n`` (``Duplicate, Sub, Abs, Mins, ReduceSum`` against one ``vcount``, each
-``max(1, ⌈L/lanes⌉) + 3 + X`` at its prefix length ``L = n``), and its SendFlag & Count by
-``3 + e (5 v(S) + 3) − (4 + v(S) + e)`` for its ``e`` experts (``S = BS·k``; one ``vcount``
-of three pivots before), exactly (:func:`count_runs`, :func:`count_expected`).
+``v(L) = max(1, ⌈L/lanes⌉) + 3 + X`` at its prefix length ``L = n``), exactly
+(:func:`count_runs`, :func:`count_expected`). SendFlag & Count ends in the fence that waits
+for the last token's ack, which hides its count at cm384's latencies, so the experts' counts
+are measured alone: one AIV counts :data:`COUNT_EXPERTS` experts over :data:`COUNT_SLOTS`
+ids both ways, each at its closed form (:func:`expert_counts`,
+:func:`expert_counts_expected`).
 """
 
 import inspect
@@ -101,7 +104,7 @@ from . import Experiment, Param, int_list, register
 
 __all__ = ["store_streams", "barrier_release", "inject_streams", "vector_runs", "read_runs",
            "update_runs", "update_expected", "token_link_blocks", "buffer_stream", "eq8_runs",
-           "count_runs", "count_expected",
+           "count_runs", "count_expected", "expert_counts", "expert_counts_expected",
            "window_expected",
            "local_latency", "poll_expected",
            "Mechanisms", "EXPERIMENT"]
@@ -251,6 +254,8 @@ def read_runs(*, preset, backend, extra=None, poll_extra=None):
 
 #: the CANN dispatch of :func:`update_runs`: 2 dies of 2 AIVs, 2 experts a die
 UPDATE_CASE = {"batch": 4, "topk": 2, "experts": 4}
+#: experts and routing elements of :func:`expert_counts` (two groups of a ``vcount``: 3 and 2)
+COUNT_EXPERTS, COUNT_SLOTS = 5, 1024
 
 
 def update_runs(*, preset, backend, poll_extra):
@@ -415,10 +420,9 @@ def eq8_check(rows):
 
 
 def count_runs(*, preset, backend):
-    """``{count: {"rank.core": (send cycles, count cycles)}}``: CANN's dispatch of
-    :data:`UPDATE_CASE` on 2 dies of 2 AIVs with the preset's ``cann_count`` at ``"vcount"`` and
-    ``"ascend"``; an AIV's send cycles are its ``send`` MARK less its ``init``, its count
-    cycles its ``sync1_in`` less its ``send`` (SendFlag & Count, with its fence). Raises
+    """``{count: {"rank.core": send cycles}}``: CANN's dispatch of :data:`UPDATE_CASE` on 2 dies
+    of 2 AIVs with the preset's ``cann_count`` at ``"vcount"`` and ``"ascend"``; an AIV's send
+    cycles are its ``send`` MARK less its ``init`` (Token-Sending, a count a slot). Raises
     ``RuntimeError`` when a run is not bit-exact."""
     from ....sw.kernels import KERNELS
     from ....sw.machine import Machine
@@ -435,40 +439,81 @@ def count_runs(*, preset, backend):
         if not verdict["correct"]:
             raise RuntimeError(f"the count benchmark's dispatch ({count}) is wrong: "
                                f"{verdict['problems'][0]}")
-        out[count] = {k: (v["send"] - v["init"], v["sync1_in"] - v["send"])
-                      for k, v in verdict["phases"].items()}
+        out[count] = {k: v["send"] - v["init"] for k, v in verdict["phases"].items()}
     return out
 
 
 def count_expected(base, *, lanes, extra, aivs=2, case=UPDATE_CASE):
-    """The ``"ascend"`` cycles of :func:`count_runs` from its ``"vcount"`` ones (``base``): a
-    sent slot ``n`` 4 vector instructions more, plus 2 of set-up; the count phase
-    ``3 + e (5 v(S) + 3) − (4 + v(S) + e)`` more for an AIV's ``e`` experts (at most 3, one
-    ``vcount`` before); ``v(L) = max(1, ⌈L/lanes⌉) + 3 + extra``."""
+    """The ``"ascend"`` send cycles of :func:`count_runs` from its ``"vcount"`` ones (``base``):
+    a sent slot ``n`` 4 vector instructions more (``v(n)`` each, its prefix length), plus 2
+    of set-up; ``v(L) = max(1, ⌈L/lanes⌉) + 3 + extra``. Exact while no store of the slots
+    waits for the window (the small case's)."""
     from ....hw.aiv_core import AIVCore
     slots = case["batch"] * case["topk"]
-    v = lambda n: AIVCore.vector_cycles(n, lanes, extra)      # noqa: E731
     out = {}
-    for key, (send, count) in base.items():
+    for key, send in base.items():
         core = int(key.split(".")[1])
         n0, n1 = core * slots // aivs, (core + 1) * slots // aivs
-        e0, e1 = core * case["experts"] // aivs, (core + 1) * case["experts"] // aivs
-        e = e1 - e0
-        if e > 3:
-            raise ValueError(f"count_expected covers up to 3 experts an AIV, not {e}")
-        out[key] = (send + 2 + sum(4 * v(n) for n in range(n0, n1)),
-                    count + 3 + e * (5 * v(slots) + 3) - (4 + v(slots) + e))
+        out[key] = send + 2 + sum(4 * AIVCore.vector_cycles(n, lanes, extra)
+                                  for n in range(n0, n1))
     return out
 
 
+def expert_counts(*, preset, backend, experts=COUNT_EXPERTS, slots=COUNT_SLOTS):
+    """``{count: cycles}`` of one AIV counting ``experts`` experts over ``slots`` routing
+    elements as CANN's SendFlag & Count does (:func:`~epfabric.sw.ubep.cann.count_experts`,
+    three a ``vcount``; :func:`~epfabric.sw.ubep.cann.count_experts_ascend`, five vector
+    instructions an expert), between two MARKs each, with no store in flight."""
+    from ....sw.assembler import Program
+    from ....sw.kernels import pow2_at_least
+    from ....sw.machine import Machine
+    from ....sw.presets import get_preset
+    from ....sw.ubep.cann import count_experts, count_experts_ascend
+    from ...backends.machine import backend as make_backend
+    rows = max(1, math.ceil(slots * 16 / 4096))
+    m = Machine(preset, backend=make_backend(backend), topology=("superpod", 2, 1, 1),
+                aivs_per_die=1, hbm_blocks=4, ubuf_rows=pow2_at_least(2 * rows + 1),
+                data_bytes=512, lanes=get_preset(preset).vector_lanes, width=16,
+                imem_depth=pow2_at_least(12 * experts + 16), trace_depth=8)
+    emit = lambda e, reg: p.usw(reg, 0, rows * 512 + 4 * e)        # noqa: E731
+    p = Program()
+    p.mark(MARK0)
+    count_experts(p, 0, experts, slots, emit)
+    p.mark(MARK0 + 1)
+    count_experts_ascend(p, 0, experts, slots, emit, (rows + 1) * 512)
+    p.mark(MARK0 + 2)
+    p.halt()
+    m.load_program(0, 0, p)
+    m.read_back([(0, 1)])
+    report = m.run(max_cycles=10_000 + 100 * experts * (slots + 100))
+    marks = {e["event"]: e["cycle"] for e in report.marks()}
+    return {"vcount": marks[MARK0 + 1] - marks[MARK0], "ascend": marks[MARK0 + 2] - marks[MARK0 + 1]}
+
+
+def expert_counts_expected(*, lanes, extra, experts=COUNT_EXPERTS, slots=COUNT_SLOTS):
+    """The closed forms of :func:`expert_counts`: ``vcount``, ``1 + Σ (3 + v(S) + q)`` over
+    the groups of ``q ≤ 3`` experts (three ``li`` pivots, the ``vcount``, a ``usw`` each) after
+    the length's ``li``; ``ascend``, ``3 + E (1 + 5 v(S) + 2)`` (the length, the 1 and the work
+    row; per expert its ``li``, Duplicate, Sub, Abs, Mins, ReduceSum, the ``sub`` and the
+    ``usw``); ``v(L) = max(1, ⌈L/lanes⌉) + 3 + extra``; the MARK after, 1 more each."""
+    from ....hw.aiv_core import AIVCore
+    v = AIVCore.vector_cycles(slots, lanes, extra)
+    groups = [min(3, experts - g) for g in range(0, experts, 3)]
+    return {"vcount": 1 + sum(3 + v + q for q in groups) + 1,
+            "ascend": 3 + experts * (1 + 5 * v + 2) + 1}
+
+
 def count_check(rows):
-    """``(holds, words)`` of the count rows: every AIV's ``"ascend"`` cycles at
-    :func:`count_expected` from its ``"vcount"`` ones, exactly."""
+    """``(holds, words)`` of the count rows: every AIV's ``"ascend"`` send cycles at
+    :func:`count_expected` from its ``"vcount"`` ones, and the expert counts at
+    :func:`expert_counts_expected`, exactly."""
     if not rows:
         return True, ""
-    ok = [r["cycles"]["ascend"] == r["expected"] for r in rows]
-    per = ", ".join(f"send {v[0]}, count {v[1]} (vcount: {r['cycles']['vcount'][k][0]}, "
-                    f"{r['cycles']['vcount'][k][1]}) on AIV {k}"
+    ok = [r["cycles"]["ascend"] == r["expected"] and r["experts_cycles"] == r["experts_expected"]
+          for r in rows]
+    per = ", ".join(f"AIV {k}'s send {v} (one vcount: {r['cycles']['vcount'][k]}); "
+                    f"{COUNT_EXPERTS} experts' counts {r['experts_cycles']['ascend']} (one "
+                    f"vcount: {r['experts_cycles']['vcount']})"
                     for r in rows for k, v in list(r["cycles"]["ascend"].items())[:1])
     return all(ok), (f"{sum(ok)}/{len(rows)} CANN counts at five vector instructions a count "
                      f"(tolerance: none; {per})")
@@ -736,10 +781,12 @@ class Mechanisms(Experiment):
             return {**point, **eq8_runs(preset=point["preset"], backend=point["backend"])}
         if point["mechanism"] == "cann_count":
             p = get_preset(point["preset"])
+            at = dict(lanes=p.vector_lanes, extra=p.knobs().get("vector_extra", 0))
             cycles = count_runs(preset=point["preset"], backend=point["backend"])
-            expected = count_expected(cycles["vcount"], lanes=p.vector_lanes,
-                                      extra=p.knobs().get("vector_extra", 0))
-            return {**point, "cycles": cycles, "expected": expected}
+            return {**point, "cycles": cycles, "expected": count_expected(cycles["vcount"], **at),
+                    "experts_cycles": expert_counts(preset=point["preset"],
+                                                    backend=point["backend"]),
+                    "experts_expected": expert_counts_expected(**at)}
         if point["mechanism"] == "vector":
             from ....hw.aiv_core import AIVCore
             lengths = int_list("lengths", point["lengths"])
@@ -921,10 +968,12 @@ class Mechanisms(Experiment):
                             f"beta/alpha {r['ratio']:.3f}"))
             elif r["mechanism"] == "cann_count":
                 key = next(iter(r["cycles"]["ascend"]))
-                out.append((r["mechanism"], f"CANN, AIV {key}: send, count cycles, "
-                            f"five instructions (one vcount: {r['cycles']['vcount'][key]})",
-                            ",".join(map(str, r["cycles"]["ascend"][key])),
-                            ",".join(map(str, r["expected"][key])), ""))
+                out.append((r["mechanism"], f"CANN, five instructions a count: AIV {key}'s "
+                            f"send, then {COUNT_EXPERTS} experts over {COUNT_SLOTS} ids",
+                            f"{r['cycles']['ascend'][key]},{r['experts_cycles']['ascend']}",
+                            f"{r['expected'][key]},{r['experts_expected']['ascend']}",
+                            f"one vcount: {r['cycles']['vcount'][key]},"
+                            f"{r['experts_cycles']['vcount']}"))
             elif r["mechanism"] == "inject":
                 exp = r["expected_cycles"]
                 out.append((r["mechanism"], f"{r['inject_gbytes_s'] or 'no'} limit, "
