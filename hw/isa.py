@@ -113,7 +113,8 @@ from .validate import UserError, UserTypeError, check_int, check_word
 from .vector_unit import Cond, VecOp
 
 __all__ = ["WORD_BITS", "OPCODE_BITS", "NUM_REGS", "REG_BITS", "COND_BITS", "Field", "Instruction",
-           "INSTRUCTIONS", "INC_COUNTERS", "VALU_FNS", "BY_MNEMONIC", "BY_OPCODE", "RESERVED", "Cond", "VecOp",
+           "INSTRUCTIONS", "INC_COUNTERS", "VALU_FNS", "BY_MNEMONIC", "BY_OPCODE", "RESERVED",
+           "Cond", "VecOp",
            "FpOp", "Csr",
            "Opcode", "insn_layout", "encode", "decode", "address", "split_address",
            "address_layout", "block_bits", "check_rank_bits", "narrowest_rank_bits",
