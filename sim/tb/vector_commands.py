@@ -43,7 +43,7 @@ def _result(cmd, rsps, lanes):
     length = len(cmd["a"])
     if cmd["op"] == "CMP":
         return [int(r.mask >> j & 1) for r in rsps for j in range(lanes)][:length]
-    if cmd["op"] in ("ADD", "MULS", "DUP", "SUB", "ABS", "MINS"):
+    if cmd["op"] in ELEMENTWISE:                  # the others answer with their vec
         return [int(x) for r in rsps for x in r.vec][:length]
     r = rsps[-1]
     if cmd["op"] == "COUNT":

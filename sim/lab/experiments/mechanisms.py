@@ -258,11 +258,10 @@ UPDATE_CASE = {"batch": 4, "topk": 2, "experts": 4}
 COUNT_EXPERTS, COUNT_SLOTS = 5, 1024
 
 
-def update_runs(*, preset, backend, poll_extra):
-    """``[cycles of each AIV's UpdateTokenNumsOut on die 0]``: CANN's dispatch of
-    :data:`UPDATE_CASE` with the dies' ``poll_extra`` knob at ``poll_extra``; an AIV's cycles
-    are its ``update`` MARK less its ``sync3_out`` MARK (after SyncAll #3, module
-    docstring). Raises ``RuntimeError`` when the run is not bit-exact."""
+def _cann_phases(preset, backend, what, knobs=()):
+    """``{"rank.core": {phase: cycle}}`` of CANN's dispatch of :data:`UPDATE_CASE` on 2 dies of
+    2 AIVs on ``preset``, with the dies' ``knobs`` (``(name, value)`` pairs) set; raises
+    ``RuntimeError`` naming ``what`` when the run is not bit-exact."""
     from ....sw.kernels import KERNELS
     from ....sw.machine import Machine
     from ...backends.machine import backend as make_backend
@@ -270,13 +269,22 @@ def update_runs(*, preset, backend, poll_extra):
     params = kernel.resolve_params({**UPDATE_CASE, "system": "cann"})
     config = kernel.configs(preset, ("superpod", 2, 1, 1), 2, params)[0]
     m = Machine(backend=make_backend(backend), config=config)
-    m.set_knob("poll_extra", poll_extra)
+    for name, value in knobs:
+        m.set_knob(name, value)
     inputs = kernel.load(m, params)
     verdict = kernel.check(m, m.run(kernel.default_max_cycles), inputs)
     if not verdict["correct"]:
-        raise RuntimeError(f"the update benchmark's dispatch is wrong: {verdict['problems'][0]}")
-    return [verdict["phases"][f"0.{c}"]["update"] - verdict["phases"][f"0.{c}"]["sync3_out"]
-            for c in range(2)]
+        raise RuntimeError(f"the {what}'s dispatch is wrong: {verdict['problems'][0]}")
+    return verdict["phases"]
+
+
+def update_runs(*, preset, backend, poll_extra):
+    """``[cycles of each AIV's UpdateTokenNumsOut on die 0]``: CANN's dispatch of
+    :data:`UPDATE_CASE` with the dies' ``poll_extra`` knob at ``poll_extra``; an AIV's cycles
+    are its ``update`` MARK less its ``sync3_out`` MARK (after SyncAll #3, module
+    docstring). Raises ``RuntimeError`` when the run is not bit-exact."""
+    phases = _cann_phases(preset, backend, "update benchmark", [("poll_extra", poll_extra)])
+    return [phases[f"0.{c}"]["update"] - phases[f"0.{c}"]["sync3_out"] for c in range(2)]
 
 
 def update_expected(base, poll_extra, epr=UPDATE_CASE["experts"] // 2):
@@ -424,22 +432,11 @@ def count_runs(*, preset, backend):
     of 2 AIVs with the preset's ``cann_count`` at ``"vcount"`` and ``"ascend"``; an AIV's send
     cycles are its ``send`` MARK less its ``init`` (Token-Sending, a count a slot). Raises
     ``RuntimeError`` when a run is not bit-exact."""
-    from ....sw.kernels import KERNELS
-    from ....sw.machine import Machine
-    from ...backends.machine import backend as make_backend
-    kernel = KERNELS["dispatch"]
-    params = kernel.resolve_params({**UPDATE_CASE, "system": "cann"})
     out = {}
     for count in ("vcount", "ascend"):
-        config = kernel.configs(variant(preset, cann_count=count), ("superpod", 2, 1, 1), 2,
-                                params)[0]
-        m = Machine(backend=make_backend(backend), config=config)
-        inputs = kernel.load(m, params)
-        verdict = kernel.check(m, m.run(kernel.default_max_cycles), inputs)
-        if not verdict["correct"]:
-            raise RuntimeError(f"the count benchmark's dispatch ({count}) is wrong: "
-                               f"{verdict['problems'][0]}")
-        out[count] = {k: v["send"] - v["init"] for k, v in verdict["phases"].items()}
+        phases = _cann_phases(variant(preset, cann_count=count), backend,
+                              f"count benchmark ({count})")
+        out[count] = {k: v["send"] - v["init"] for k, v in phases.items()}
     return out
 
 
@@ -475,8 +472,8 @@ def expert_counts(*, preset, backend, experts=COUNT_EXPERTS, slots=COUNT_SLOTS):
                 aivs_per_die=1, hbm_blocks=4, ubuf_rows=pow2_at_least(2 * rows + 1),
                 data_bytes=512, lanes=get_preset(preset).vector_lanes, width=16,
                 imem_depth=pow2_at_least(12 * experts + 16), trace_depth=8)
-    emit = lambda e, reg: p.usw(reg, 0, rows * 512 + 4 * e)        # noqa: E731
     p = Program()
+    emit = lambda e, reg: p.usw(reg, 0, rows * 512 + 4 * e)        # noqa: E731
     p.mark(MARK0)
     count_experts(p, 0, experts, slots, emit)
     p.mark(MARK0 + 1)
